@@ -1,0 +1,1 @@
+//! Async NVMe-over-TCP initiator library (work in progress).

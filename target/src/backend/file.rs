@@ -1,0 +1,562 @@
+//! Regular-file backend (like nvmet's `io-cmd-file.c`).
+//!
+//! Blocking file I/O never runs on the caller's (tokio) thread: every
+//! operation is queued to a small pool of dedicated worker threads
+//! ([`WorkerPool`], shared with the block-device backend), which send the
+//! completion to the submitting queue's [`CompletionSink`].
+//!
+//! Durability: plain writes land in the page cache, so the backend reports a
+//! volatile write cache and hosts send Flush, which is an `fdatasync`. FUA
+//! writes go through a second descriptor opened with `O_DSYNC`, so they are
+//! durable before they complete.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::thread::JoinHandle;
+
+use bytes::{Bytes, BytesMut};
+use crossbeam_channel::{Receiver, Sender};
+use nvmeof_common::Status;
+
+use super::{io_error_to_status, Backend, CompletionSink, IoCompletion, IoOp};
+
+/// Worker threads per backend when the caller does not choose.
+pub const DEFAULT_WORKERS: usize = 4;
+
+// ---------------------------------------------------------------------------
+// Worker pool (shared with the block backend)
+// ---------------------------------------------------------------------------
+
+/// Executes backend operations on a worker thread.
+pub(crate) trait IoExecutor: Send + Sync + 'static {
+    /// Per-worker scratch state (e.g. an aligned bounce buffer), created once per thread.
+    type Scratch: Default;
+
+    /// Runs `op` to completion (blocking). Returns read data (empty for other
+    /// operations) or the NVMe status of the failure.
+    fn execute(&self, scratch: &mut Self::Scratch, op: IoOp) -> Result<Bytes, Status>;
+}
+
+/// One queued operation.
+struct Job {
+    tag: u32,
+    op: IoOp,
+    sink: CompletionSink,
+}
+
+/// A fixed set of std threads fed by a channel; each job completes by sending an
+/// [`IoCompletion`] to the job's sink. The threads exit once the pool is dropped
+/// (the channel closes) and have finished the queued jobs; drop waits for them.
+pub(crate) struct WorkerPool {
+    tx: Option<Sender<Job>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl WorkerPool {
+    /// Starts `workers` threads (at least one) named `name-N`, all running `exec`.
+    pub(crate) fn start<E: IoExecutor>(name: &str, workers: usize, exec: Arc<E>) -> io::Result<Self> {
+        let (tx, rx) = crossbeam_channel::unbounded::<Job>();
+        let mut threads = Vec::with_capacity(workers.max(1));
+        for i in 0..workers.max(1) {
+            let (rx, exec) = (rx.clone(), exec.clone());
+            let handle = std::thread::Builder::new()
+                .name(format!("{name}-{i}"))
+                .spawn(move || Self::worker(&rx, &*exec))?;
+            threads.push(handle);
+        }
+        Ok(Self { tx: Some(tx), threads })
+    }
+
+    /// Queues `op`; its completion goes to `sink`. Returns a completion only if
+    /// the operation could not be queued (the pool is gone).
+    pub(crate) fn submit(&self, tag: u32, op: IoOp, sink: &CompletionSink) -> Option<IoCompletion> {
+        let job = Job { tag, op, sink: sink.clone() };
+        match self.tx.as_ref().map(|tx| tx.send(job)) {
+            Some(Ok(())) => None,
+            _ => Some(IoCompletion::status(tag, Status::INTERNAL.with_dnr())),
+        }
+    }
+
+    fn worker<E: IoExecutor>(rx: &Receiver<Job>, exec: &E) {
+        let mut scratch = E::Scratch::default();
+        while let Ok(Job { tag, op, sink }) = rx.recv() {
+            let result = panic::catch_unwind(AssertUnwindSafe(|| exec.execute(&mut scratch, op)));
+            let completion = match result {
+                Ok(Ok(data)) => IoCompletion { tag, status: Status::SUCCESS, result: 0, data },
+                Ok(Err(status)) => IoCompletion::status(tag, status),
+                Err(_) => {
+                    tracing::error!(tag, "backend worker panicked while executing an I/O");
+                    IoCompletion::status(tag, Status::INTERNAL.with_dnr())
+                }
+            };
+            // The queue may be gone (host disconnected); its completion is then moot.
+            let _ = sink.send(completion);
+        }
+    }
+}
+
+impl Drop for WorkerPool {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        let me = std::thread::current().id();
+        for handle in self.threads.drain(..) {
+            if handle.thread().id() != me {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Helpers shared with the block backend
+// ---------------------------------------------------------------------------
+
+/// Size of [`ZEROES`].
+pub(crate) const ZEROES_LEN: usize = 256 << 10;
+
+/// A page-aligned zero buffer (usable for `O_DIRECT` writes).
+#[repr(C, align(4096))]
+pub(crate) struct Zeroes(pub(crate) [u8; ZEROES_LEN]);
+
+/// Source for writing zeroes when the kernel offers no offload.
+pub(crate) static ZEROES: Zeroes = Zeroes([0; ZEROES_LEN]);
+
+/// Whether `off..off+len` lies within `size` bytes.
+pub(crate) fn in_range(off: u64, len: u64, size: u64) -> bool {
+    off.checked_add(len).is_some_and(|end| end <= size)
+}
+
+/// Whether an error means "this offload is not supported here" (try a fallback).
+pub(crate) fn is_unsupported(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::ENOTTY))
+}
+
+/// `fallocate(2)`, retried on `EINTR`.
+pub(crate) fn fallocate(file: &File, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
+    let off = libc::off_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    let len = libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+    loop {
+        // SAFETY: plain syscall on a descriptor we own.
+        if unsafe { libc::fallocate(file.as_raw_fd(), mode, off, len) } == 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+/// Zeroes `offset..offset+len` by writing from [`ZEROES`] (chunks stay 4 KiB aligned
+/// when `offset` and `len` are, so this also works on `O_DIRECT` descriptors).
+pub(crate) fn write_zeroes_by_writing(file: &File, mut offset: u64, mut len: u64) -> io::Result<()> {
+    while len > 0 {
+        let n = len.min(ZEROES_LEN as u64) as usize;
+        file.write_all_at(&ZEROES.0[..n], offset)?;
+        offset += n as u64;
+        len -= n as u64;
+    }
+    Ok(())
+}
+
+/// Reads exactly `len` bytes at `offset` into `dst` (which must be valid for `len`
+/// bytes of writes). Bytes past end-of-file read as zeroes.
+///
+/// # Safety
+/// `dst` must be valid for writes of `len` bytes.
+pub(crate) unsafe fn pread_exact_raw(file: &File, dst: *mut u8, len: usize, offset: u64) -> io::Result<()> {
+    let mut done = 0usize;
+    while done < len {
+        let pos = offset + done as u64;
+        let pos = libc::off_t::try_from(pos).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: `dst + done .. dst + len` is valid for writes (caller's contract).
+        let n = unsafe { libc::pread(file.as_raw_fd(), dst.add(done).cast(), len - done, pos) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            // End of file (truncated behind our back): the rest reads as zeroes.
+            // SAFETY: as above.
+            unsafe { std::ptr::write_bytes(dst.add(done), 0, len - done) };
+            break;
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// File backend
+// ---------------------------------------------------------------------------
+
+/// Shared state the workers execute against.
+struct FileInner {
+    path: PathBuf,
+    /// Main descriptor (reads, cached writes, fallocate, fdatasync).
+    file: File,
+    /// Same file opened with `O_DSYNC`, for FUA writes.
+    dsync: File,
+    block_size: u32,
+    /// Capacity in bytes. I/O holds the read lock while it runs, so a resize
+    /// never races with an in-flight write that could re-extend the file.
+    size: RwLock<u64>,
+}
+
+impl FileInner {
+    fn read(&self, offset: u64, len: usize) -> io::Result<Bytes> {
+        if len == 0 {
+            return Ok(Bytes::new());
+        }
+        let mut buf = BytesMut::with_capacity(len);
+        // SAFETY: the buffer has capacity for `len` bytes, and `pread_exact_raw`
+        // initializes all of them before `set_len`.
+        unsafe {
+            pread_exact_raw(&self.file, buf.as_mut_ptr(), len, offset)?;
+            buf.set_len(len);
+        }
+        Ok(buf.freeze())
+    }
+
+    fn zero(&self, offset: u64, len: u64, deallocate: bool) -> io::Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        if deallocate {
+            match fallocate(&self.file, libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE, offset, len) {
+                Err(e) if is_unsupported(&e) => {}
+                other => return other,
+            }
+        }
+        match fallocate(&self.file, libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE, offset, len) {
+            Err(e) if is_unsupported(&e) => write_zeroes_by_writing(&self.file, offset, len),
+            other => other,
+        }
+    }
+}
+
+impl IoExecutor for FileInner {
+    type Scratch = ();
+
+    fn execute(&self, _scratch: &mut (), op: IoOp) -> Result<Bytes, Status> {
+        let size = self.size.read().unwrap_or_else(|e| e.into_inner());
+        let check = |off: u64, len: u64| {
+            if in_range(off, len, *size) {
+                Ok(())
+            } else {
+                Err(Status::LBA_RANGE.with_dnr())
+            }
+        };
+        let io = |r: io::Result<()>| r.map_err(|e| io_error_to_status(&e));
+        match op {
+            IoOp::Read { offset, len } => {
+                check(offset, len as u64)?;
+                self.read(offset, len).map_err(|e| io_error_to_status(&e))
+            }
+            IoOp::Write { offset, data, fua } => {
+                check(offset, data.len() as u64)?;
+                let f = if fua { &self.dsync } else { &self.file };
+                io(f.write_all_at(&data, offset)).map(|()| Bytes::new())
+            }
+            IoOp::Flush => io(self.file.sync_data()).map(|()| Bytes::new()),
+            IoOp::WriteZeroes { offset, len, deallocate } => {
+                check(offset, len)?;
+                io(self.zero(offset, len, deallocate)).map(|()| Bytes::new())
+            }
+            IoOp::Deallocate { ranges } => {
+                for &(offset, len) in &ranges {
+                    check(offset, len)?;
+                }
+                for (offset, len) in ranges {
+                    io(self.zero(offset, len, true))?;
+                }
+                Ok(Bytes::new())
+            }
+        }
+    }
+}
+
+/// A namespace stored in a regular file, executed on a small worker-thread pool.
+pub struct FileBackend {
+    // Field order matters: the pool (whose drop joins the workers) goes first.
+    pool: WorkerPool,
+    inner: Arc<FileInner>,
+}
+
+impl FileBackend {
+    /// Opens `path` as a namespace with `block_size`-byte logical blocks, using
+    /// [`DEFAULT_WORKERS`] worker threads.
+    ///
+    /// With `Some(size)` the file is created if missing and grown (sparsely) to
+    /// `size` bytes if smaller; with `None` it must already exist. The capacity
+    /// is the file length rounded down to whole blocks and must be at least one block.
+    pub fn open(path: impl AsRef<Path>, create_size: Option<u64>, block_size: u32) -> io::Result<Self> {
+        Self::open_with_workers(path, create_size, block_size, DEFAULT_WORKERS)
+    }
+
+    /// Like [`FileBackend::open`], with `workers` I/O threads (at least one).
+    pub fn open_with_workers(
+        path: impl AsRef<Path>,
+        create_size: Option<u64>,
+        block_size: u32,
+        workers: usize,
+    ) -> io::Result<Self> {
+        let path = path.as_ref();
+        if !block_size.is_power_of_two() || block_size < 512 {
+            return Err(invalid(format!("invalid block size {block_size}")));
+        }
+        let file = OpenOptions::new().read(true).write(true).create(create_size.is_some()).open(path)?;
+        let meta = file.metadata()?;
+        if !meta.file_type().is_file() {
+            return Err(invalid(format!("{} is not a regular file", path.display())));
+        }
+        let mut len = meta.len();
+        if let Some(want) = create_size {
+            if len < want {
+                file.set_len(want)?;
+                len = want;
+            }
+        }
+        let size = len / block_size as u64 * block_size as u64;
+        if size == 0 {
+            return Err(invalid(format!("{} is smaller than one {block_size}-byte block", path.display())));
+        }
+        let dsync = OpenOptions::new().read(true).write(true).custom_flags(libc::O_DSYNC).open(path)?;
+        if dsync.metadata()?.ino() != meta.ino() || dsync.metadata()?.dev() != meta.dev() {
+            return Err(io::Error::other(format!("{} was replaced while opening it", path.display())));
+        }
+        let inner =
+            Arc::new(FileInner { path: path.to_owned(), file, dsync, block_size, size: RwLock::new(size) });
+        let pool = WorkerPool::start("nvmet-file", workers, inner.clone())?;
+        Ok(Self { pool, inner })
+    }
+
+    /// The backing file's path.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+}
+
+fn invalid(msg: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidInput, msg)
+}
+
+impl Backend for FileBackend {
+    fn size(&self) -> u64 {
+        *self.inner.size.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn block_size(&self) -> u32 {
+        self.inner.block_size
+    }
+
+    fn volatile_write_cache(&self) -> bool {
+        true
+    }
+
+    fn describe(&self) -> String {
+        format!("file {}", self.inner.path.display())
+    }
+
+    fn resize(&self, new_size: u64) -> Result<(), String> {
+        let bs = self.inner.block_size as u64;
+        let new_size = new_size / bs * bs;
+        if new_size == 0 {
+            return Err("cannot resize to less than one block".into());
+        }
+        let mut size = self.inner.size.write().unwrap_or_else(|e| e.into_inner());
+        self.inner
+            .file
+            .set_len(new_size)
+            .map_err(|e| format!("resize {}: {e}", self.inner.path.display()))?;
+        *size = new_size;
+        Ok(())
+    }
+
+    fn submit(&self, tag: u32, op: IoOp, sink: &CompletionSink) -> Option<IoCompletion> {
+        self.pool.submit(tag, op, sink)
+    }
+
+    fn sync_all(&self) -> Result<(), String> {
+        self.inner.file.sync_data().map_err(|e| format!("fdatasync {}: {e}", self.inner.path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A unique temp path, removed on drop.
+    pub(crate) struct TempPath(pub(crate) PathBuf);
+
+    impl TempPath {
+        pub(crate) fn new(what: &str) -> Self {
+            static N: AtomicU32 = AtomicU32::new(0);
+            let n = N.fetch_add(1, Ordering::Relaxed);
+            Self(std::env::temp_dir().join(format!("nvmeof-{what}-{}-{n}", std::process::id())))
+        }
+    }
+
+    impl Drop for TempPath {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    /// Submits `op` and waits for its completion, checking the tag.
+    pub(crate) fn run(b: &dyn Backend, tag: u32, op: IoOp) -> IoCompletion {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let c = b.submit(tag, op, &tx).unwrap_or_else(|| rx.blocking_recv().expect("completion"));
+        assert_eq!(c.tag, tag);
+        c
+    }
+
+    fn blocks(p: &Path) -> u64 {
+        std::fs::metadata(p).unwrap().blocks()
+    }
+
+    #[test]
+    fn sparse_create_and_open_rules() {
+        let t = TempPath::new("sparse");
+        assert!(FileBackend::open(&t.0, None, 512).is_err(), "must exist without create_size");
+        let b = FileBackend::open(&t.0, Some((1 << 30) + 100), 4096).unwrap();
+        assert_eq!(b.size(), 1 << 30);
+        assert_eq!(b.block_size(), 4096);
+        assert!(b.volatile_write_cache());
+        assert!(b.describe().starts_with("file "));
+        assert!(blocks(&t.0) < 64, "1 GiB file should be sparse, has {} blocks", blocks(&t.0));
+        drop(b);
+        // Reopen without create: same size; a smaller create_size never shrinks.
+        assert_eq!(FileBackend::open(&t.0, None, 512).unwrap().size(), 1 << 30);
+        assert_eq!(FileBackend::open(&t.0, Some(4096), 4096).unwrap().size(), 1 << 30);
+        assert!(FileBackend::open(&t.0, None, 1000).is_err(), "block size must be a power of two");
+        assert!(FileBackend::open(std::env::temp_dir(), None, 512).is_err(), "directories are refused");
+    }
+
+    #[test]
+    fn write_read_fua_flush() {
+        let t = TempPath::new("rw");
+        let b = FileBackend::open_with_workers(&t.0, Some(1 << 20), 512, 2).unwrap();
+        let data: Bytes = (0..8192u32).map(|i| (i * 7) as u8).collect::<Vec<_>>().into();
+        let w = run(&b, 1, IoOp::Write { offset: 4096, data: data.clone(), fua: false });
+        assert_eq!(w.status, Status::SUCCESS);
+        let f = run(&b, 2, IoOp::Write { offset: 65536, data: data.slice(..512), fua: true });
+        assert_eq!(f.status, Status::SUCCESS);
+        assert_eq!(run(&b, 3, IoOp::Flush).status, Status::SUCCESS);
+        let r = run(&b, 4, IoOp::Read { offset: 4096, len: 8192 });
+        assert_eq!((r.status, &r.data[..]), (Status::SUCCESS, &data[..]));
+        let r = run(&b, 5, IoOp::Read { offset: 65536, len: 1024 });
+        assert_eq!(&r.data[..512], &data[..512]);
+        assert_eq!(&r.data[512..], &[0u8; 512][..]);
+        assert!(b.sync_all().is_ok());
+        // Data really is in the file.
+        let on_disk = std::fs::read(&t.0).unwrap();
+        assert_eq!(&on_disk[4096..4096 + 8192], &data[..]);
+    }
+
+    #[test]
+    fn many_concurrent_submissions_complete() {
+        let t = TempPath::new("many");
+        let b = FileBackend::open_with_workers(&t.0, Some(1 << 20), 512, 3).unwrap();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        for tag in 0..256u32 {
+            let data = Bytes::from(vec![tag as u8; 512]);
+            assert!(b.submit(tag, IoOp::Write { offset: tag as u64 * 512, data, fua: false }, &tx).is_none());
+        }
+        let mut seen = [false; 256];
+        for _ in 0..256 {
+            let c = rx.blocking_recv().unwrap();
+            assert_eq!(c.status, Status::SUCCESS);
+            seen[c.tag as usize] = true;
+        }
+        assert!(seen.iter().all(|&s| s));
+        let r = run(&b, 9, IoOp::Read { offset: 200 * 512, len: 512 });
+        assert_eq!(&r.data[..], &[200u8; 512][..]);
+    }
+
+    #[test]
+    fn write_zeroes_punch_hole_and_deallocate() {
+        let t = TempPath::new("zero");
+        let b = FileBackend::open(&t.0, Some(8 << 20), 4096).unwrap();
+        let mib = 1 << 20;
+        let data = Bytes::from(vec![0xA5; 4 * mib]);
+        assert!(run(&b, 1, IoOp::Write { offset: 0, data, fua: true }).status.is_success());
+        let before = blocks(&t.0);
+        assert!(before >= (4 * mib as u64) / 512, "written data is allocated ({before} blocks)");
+
+        // Write Zeroes with deallocate punches a hole.
+        let z = run(&b, 2, IoOp::WriteZeroes { offset: 0, len: mib as u64, deallocate: true });
+        assert_eq!(z.status, Status::SUCCESS);
+        let r = run(&b, 3, IoOp::Read { offset: 0, len: mib });
+        assert!(r.data.iter().all(|&x| x == 0));
+        let after_punch = blocks(&t.0);
+        assert!(after_punch < before, "punch hole frees blocks ({before} -> {after_punch})");
+
+        // Write Zeroes without deallocate (ZERO_RANGE).
+        let z = run(&b, 4, IoOp::WriteZeroes { offset: mib as u64, len: 4096, deallocate: false });
+        assert_eq!(z.status, Status::SUCCESS);
+        let r = run(&b, 5, IoOp::Read { offset: mib as u64 - 4096, len: 3 * 4096 });
+        assert!(r.data[..8192].iter().all(|&x| x == 0));
+        assert!(r.data[8192..].iter().all(|&x| x == 0xA5));
+
+        // Deallocate several ranges.
+        let ranges = vec![(2 * mib as u64, mib as u64), (3 * mib as u64, 4096)];
+        assert_eq!(run(&b, 6, IoOp::Deallocate { ranges }).status, Status::SUCCESS);
+        let r = run(&b, 7, IoOp::Read { offset: 2 * mib as u64, len: mib + 8192 });
+        assert!(r.data[..mib + 4096].iter().all(|&x| x == 0));
+        assert!(r.data[mib + 4096..].iter().all(|&x| x == 0xA5));
+        assert!(blocks(&t.0) < after_punch);
+
+        // The writing fallback zeroes too.
+        write_zeroes_by_writing(&b.inner.file, 3 * mib as u64 + 4096, ZEROES_LEN as u64 + 4096).unwrap();
+        let r = run(&b, 8, IoOp::Read { offset: 3 * mib as u64, len: mib });
+        assert!(r.data[..ZEROES_LEN + 8192].iter().all(|&x| x == 0));
+        assert!(r.data[ZEROES_LEN + 8192..].iter().all(|&x| x == 0xA5));
+    }
+
+    #[test]
+    fn resize_grows_and_shrinks() {
+        let t = TempPath::new("resize");
+        let b = FileBackend::open(&t.0, Some(1 << 20), 512).unwrap();
+        b.resize((4 << 20) + 100).unwrap();
+        assert_eq!(b.size(), 4 << 20);
+        assert_eq!(std::fs::metadata(&t.0).unwrap().len(), 4 << 20);
+        let w =
+            run(&b, 1, IoOp::Write { offset: (4 << 20) - 512, data: Bytes::from(vec![1; 512]), fua: false });
+        assert!(w.status.is_success());
+        b.resize(1 << 19).unwrap();
+        assert_eq!(b.size(), 1 << 19);
+        assert_eq!(std::fs::metadata(&t.0).unwrap().len(), 1 << 19);
+        let r = run(&b, 2, IoOp::Read { offset: 1 << 19, len: 512 });
+        assert_eq!(r.status, Status::LBA_RANGE.with_dnr());
+        assert!(b.resize(100).is_err());
+    }
+
+    #[test]
+    fn out_of_range_is_lba_range() {
+        let t = TempPath::new("oob");
+        let b = FileBackend::open(&t.0, Some(1 << 20), 512).unwrap();
+        let lba_range = Status::LBA_RANGE.with_dnr();
+        let end = 1u64 << 20;
+        assert_eq!(run(&b, 1, IoOp::Read { offset: end - 512, len: 1024 }).status, lba_range);
+        let data = Bytes::from(vec![0; 512]);
+        assert_eq!(run(&b, 2, IoOp::Write { offset: end, data, fua: true }).status, lba_range);
+        let wz = IoOp::WriteZeroes { offset: u64::MAX - 10, len: 512, deallocate: false };
+        assert_eq!(run(&b, 3, wz).status, lba_range);
+        let ranges = vec![(0, 512), (end, 512)];
+        assert_eq!(run(&b, 4, IoOp::Deallocate { ranges }).status, lba_range);
+        // Nothing past the end was written.
+        assert_eq!(std::fs::metadata(&t.0).unwrap().len(), end);
+        // The last block itself is fine.
+        assert!(run(&b, 5, IoOp::Read { offset: end - 512, len: 512 }).status.is_success());
+    }
+}

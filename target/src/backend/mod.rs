@@ -1,0 +1,112 @@
+//! Storage backends (like nvmet's `io-cmd-file.c` / `io-cmd-bdev.c`).
+//!
+//! The interface is submission/completion shaped: [`Backend::submit`] either
+//! finishes the I/O inline and returns its [`IoCompletion`] (the RAM backend
+//! does), or returns `None` and later sends the completion to the queue's
+//! [`CompletionSink`] (thread pool or io_uring backends). Completions carry the
+//! submitting queue's tag, so they are routed straight to the owning queue task.
+//! Errors cross this boundary as NVMe [`Status`] values, never `errno`.
+
+pub mod block;
+pub mod file;
+pub mod mem;
+
+use bytes::Bytes;
+use nvmeof_common::Status;
+
+pub use block::BlockBackend;
+pub use file::FileBackend;
+pub use mem::MemBackend;
+
+/// One backend operation, in bytes (the command layer converts LBAs).
+#[derive(Clone, Debug)]
+pub enum IoOp {
+    /// Read `len` bytes at `offset`.
+    Read {
+        /// Byte offset.
+        offset: u64,
+        /// Byte count.
+        len: usize,
+    },
+    /// Write `data` at `offset`; with `fua` the data is durable before completion.
+    Write {
+        /// Byte offset.
+        offset: u64,
+        /// Data to write.
+        data: Bytes,
+        /// Force Unit Access.
+        fua: bool,
+    },
+    /// Make all completed writes durable.
+    Flush,
+    /// Zero `len` bytes at `offset`; `deallocate` lets the backend punch a hole.
+    WriteZeroes {
+        /// Byte offset.
+        offset: u64,
+        /// Byte count.
+        len: u64,
+        /// Deallocate (DEAC) requested.
+        deallocate: bool,
+    },
+    /// Deallocate (discard) byte ranges `(offset, len)`; reads of them return zeroes.
+    Deallocate {
+        /// Byte ranges.
+        ranges: Vec<(u64, u64)>,
+    },
+}
+
+/// Result of one operation, tagged with the submitter's tag.
+#[derive(Clone, Debug)]
+pub struct IoCompletion {
+    /// Submitter's tag (the queue's command slot).
+    pub tag: u32,
+    /// NVMe status.
+    pub status: Status,
+    /// Command-specific result (CQE DW0/DW1); used by asynchronous admin completions.
+    pub result: u64,
+    /// Read data (empty otherwise).
+    pub data: Bytes,
+}
+
+impl IoCompletion {
+    /// A completion with status only.
+    pub fn status(tag: u32, status: Status) -> Self {
+        Self { tag, status, result: 0, data: Bytes::new() }
+    }
+}
+
+/// Where asynchronous completions go: one channel per queue, read by that queue's task.
+pub type CompletionSink = tokio::sync::mpsc::UnboundedSender<IoCompletion>;
+
+/// A namespace's storage.
+pub trait Backend: Send + Sync + 'static {
+    /// Capacity in bytes (may change on resize).
+    fn size(&self) -> u64;
+    /// Logical block size in bytes (512 or 4096).
+    fn block_size(&self) -> u32;
+    /// Whether the backend has a volatile write cache that Flush/FUA must drain.
+    fn volatile_write_cache(&self) -> bool;
+    /// Human-readable description for logs ("file /path", "ram 1 GiB").
+    fn describe(&self) -> String;
+    /// Changes the capacity (namespace resize). Backends that cannot resize return an error string.
+    fn resize(&self, new_size: u64) -> Result<(), String>;
+    /// Submits `op`. Returns the completion if it finished inline, else `None`
+    /// and the completion arrives on `sink` with the same `tag`.
+    fn submit(&self, tag: u32, op: IoOp, sink: &CompletionSink) -> Option<IoCompletion>;
+    /// Flushes everything durable (used on shutdown). Blocking.
+    fn sync_all(&self) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Maps an I/O error to the NVMe status nvmet uses (`errno_to_nvme_status`).
+pub fn io_error_to_status(e: &std::io::Error) -> Status {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) => Status::CAP_EXCEEDED.with_dnr(),
+        Some(libc::EREMOTEIO) | Some(libc::EIO) => Status::WRITE_FAULT,
+        Some(libc::EOPNOTSUPP) => Status::INVALID_OPCODE.with_dnr(),
+        Some(libc::EINVAL) => Status::INVALID_FIELD.with_dnr(),
+        Some(libc::ENODATA) | Some(libc::EILSEQ) => Status::READ_ERROR,
+        _ => Status::INTERNAL.with_dnr(),
+    }
+}

@@ -1,0 +1,188 @@
+//! Discovery log page (LID 70h) content, like nvmet's `discovery.c`
+//! (`nvmet_execute_disc_get_log_page`, `nvmet_format_discovery_entry`).
+//!
+//! The log is rebuilt for every Get Log Page so each read sees the current
+//! GENCTR together with the matching entries; libnvme re-reads the header and
+//! retries when GENCTR moved between its reads (reference §7.2).
+
+use std::net::IpAddr;
+
+use nvmeof_common::spec::discovery::{AdrFam, SubType};
+use nvmeof_common::spec::{DiscoveryLog, DiscoveryLogEntry, DISCOVERY_NQN};
+
+use crate::core::target::Port;
+use crate::core::{Controller, Target};
+
+/// The whole discovery log for `ctrl` (header + entries, 1024 bytes each).
+///
+/// For every port, starting with the one the host came in on: a "current
+/// discovery subsystem" entry (SUBTYPE 3, well-known discovery NQN), then one
+/// SUBTYPE 2 entry per NVM subsystem the host is allowed to connect to. Field
+/// values follow nvmet: TRTYPE TCP, TREQ 0x04 (SQ flow control disable
+/// supported), CNTLID 0xFFFF, ASQSZ 32, EFLAGS 0, SECTYPE none. TRADDR is the
+/// port's configured address (see [`discovery_log_with_local_addr`] for
+/// wildcard listeners).
+pub fn discovery_log(target: &Target, ctrl: &Controller) -> Vec<u8> {
+    discovery_log_with_local_addr(target, ctrl, None)
+}
+
+/// Like [`discovery_log`], but a port listening on a wildcard address
+/// (`0.0.0.0` / `::`) reports `local` instead — the address the host reached us
+/// on — as nvmet's `nvmet_set_disc_traddr` does, so `connect-all` dials a
+/// usable address. `local` is only substituted when its family fits the port.
+pub fn discovery_log_with_local_addr(target: &Target, ctrl: &Controller, local: Option<IpAddr>) -> Vec<u8> {
+    let mut ports = target.ports();
+    // The port the host came in on first (nvmet reports only that one).
+    ports.sort_by_key(|p| (p.id != ctrl.port_id, p.id));
+    let subsystems = target.subsystems();
+    let mut entries = Vec::new();
+    for port in &ports {
+        let (adrfam, traddr) = port_address(port, local);
+        let trsvcid = port.addr.port().to_string();
+        let entry = |subtype, nqn: &str| DiscoveryLogEntry::tcp(subtype, nqn, adrfam, &traddr, &trsvcid, port.id);
+        entries.push(entry(SubType::CURRENT_DISCOVERY, DISCOVERY_NQN));
+        for s in subsystems.iter().filter(|s| !s.discovery && s.host_allowed(&ctrl.hostnqn)) {
+            entries.push(entry(SubType::NVME, &s.nqn));
+        }
+    }
+    DiscoveryLog::new(target.genctr(), entries).encode()
+}
+
+/// ADRFAM and TRADDR text for a port.
+fn port_address(port: &Port, local: Option<IpAddr>) -> (AdrFam, String) {
+    let mut ip = port.addr.ip();
+    if ip.is_unspecified() {
+        if let Some(l) = local {
+            let l = canonical(l);
+            // An IPv4 wildcard can only have been reached over IPv4; an IPv6
+            // wildcard (dual stack) over either.
+            if l.is_ipv4() || ip.is_ipv6() {
+                ip = l;
+            }
+        }
+    }
+    let ip = canonical(ip);
+    let fam = if ip.is_ipv4() { AdrFam::IPV4 } else { AdrFam::IPV6 };
+    (fam, ip.to_string())
+}
+
+/// IPv4-mapped IPv6 addresses as plain IPv4.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use nvmeof_common::spec::discovery::{SecType, TrType, TREQ_DISABLE_SQFLOW};
+
+    use super::*;
+    use crate::core::{Limits, Subsystem};
+
+    const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
+
+    fn setup() -> (Arc<Target>, Arc<Controller>) {
+        let t = Target::new(Limits::default());
+        let port = t.add_port("192.168.7.2:4420".parse().unwrap());
+        t.add_subsystem(Arc::new(Subsystem::new("nqn.2024-01.io.example:a", "m", None, false)));
+        t.add_subsystem(Arc::new(Subsystem::new(
+            "nqn.2024-01.io.example:b",
+            "m",
+            Some(vec![HOST.to_string()]),
+            false,
+        )));
+        t.add_subsystem(Arc::new(Subsystem::new(
+            "nqn.2024-01.io.example:hidden",
+            "m",
+            Some(vec!["nqn.2024-01.io.example:other-host".to_string()]),
+            false,
+        )));
+        let c = t
+            .create_controller(|id| Controller::new(id, t.discovery.clone(), HOST.into(), [0; 16], port, 0, 0))
+            .unwrap();
+        (t, c)
+    }
+
+    #[test]
+    fn two_subsystems_one_port() {
+        let (t, c) = setup();
+        let b = discovery_log(&t, &c);
+        let log = DiscoveryLog::decode(&b).unwrap();
+        assert!(log.is_complete());
+        assert_eq!(b.len(), 4 * 1024);
+        assert_eq!(log.header.genctr, t.genctr());
+        assert_eq!(log.header.numrec, 3);
+        assert_eq!(log.header.recfmt, 0);
+        let e = &log.entries;
+        assert_eq!(e[0].subtype, SubType::CURRENT_DISCOVERY);
+        assert_eq!(e[0].subnqn, DISCOVERY_NQN);
+        assert_eq!(e[1].subnqn, "nqn.2024-01.io.example:a");
+        assert_eq!(e[2].subnqn, "nqn.2024-01.io.example:b");
+        for x in e {
+            assert_eq!(x.trtype, TrType::TCP);
+            assert_eq!(x.adrfam, AdrFam::IPV4);
+            assert_eq!(x.treq, TREQ_DISABLE_SQFLOW);
+            assert_eq!(x.portid, 1);
+            assert_eq!(x.cntlid, 0xFFFF);
+            assert_eq!(x.asqsz, 32);
+            assert_eq!(x.eflags, 0);
+            assert_eq!(x.trsvcid, "4420");
+            assert_eq!(x.traddr, "192.168.7.2");
+            assert_eq!(x.tcp_sectype(), SecType::NONE);
+        }
+        assert_eq!(e[1].subtype, SubType::NVME);
+        // Raw offsets the Linux host reads.
+        let r = &b[2048..3072];
+        assert_eq!(&r[0..4], &[3, 1, 2, 4]);
+        assert_eq!(&r[32..36], b"4420");
+        assert_eq!(&r[256..256 + 24], b"nqn.2024-01.io.example:a");
+        assert_eq!(&r[512..523], b"192.168.7.2");
+    }
+
+    #[test]
+    fn genctr_changes_after_add_subsystem() {
+        let (t, c) = setup();
+        let g0 = DiscoveryLog::decode(&discovery_log(&t, &c)).unwrap().header.genctr;
+        t.add_subsystem(Arc::new(Subsystem::new("nqn.2024-01.io.example:c", "m", None, false)));
+        let log = DiscoveryLog::decode(&discovery_log(&t, &c)).unwrap();
+        assert!(log.header.genctr > g0);
+        assert_eq!(log.header.numrec, 4);
+        t.remove_subsystem("nqn.2024-01.io.example:a");
+        let log2 = DiscoveryLog::decode(&discovery_log(&t, &c)).unwrap();
+        assert!(log2.header.genctr > log.header.genctr);
+        assert_eq!(log2.header.numrec, 3);
+    }
+
+    #[test]
+    fn ports_and_addresses() {
+        let (t, c) = setup();
+        let p2 = t.add_port("[::]:4421".parse().unwrap());
+        let p3 = t.add_port("0.0.0.0:8009".parse().unwrap());
+        let log = DiscoveryLog::decode(&discovery_log(&t, &c)).unwrap();
+        assert_eq!(log.entries.len(), 9);
+        assert_eq!(log.entries[3].portid, p2);
+        assert_eq!(log.entries[3].subtype, SubType::CURRENT_DISCOVERY);
+        assert_eq!((log.entries[3].adrfam, log.entries[3].traddr.as_str()), (AdrFam::IPV6, "::"));
+        assert_eq!(log.entries[6].trsvcid, "8009");
+        // Wildcards report the address the host reached.
+        let local = Some("10.0.0.5".parse().unwrap());
+        let log = DiscoveryLog::decode(&discovery_log_with_local_addr(&t, &c, local)).unwrap();
+        assert_eq!((log.entries[3].adrfam, log.entries[3].traddr.as_str()), (AdrFam::IPV4, "10.0.0.5"));
+        assert_eq!(log.entries[6].traddr, "10.0.0.5");
+        assert_eq!(log.entries[0].traddr, "192.168.7.2");
+        let v6 = Some("fd00::7".parse().unwrap());
+        let log = DiscoveryLog::decode(&discovery_log_with_local_addr(&t, &c, v6)).unwrap();
+        assert_eq!((log.entries[3].adrfam, log.entries[3].traddr.as_str()), (AdrFam::IPV6, "fd00::7"));
+        assert_eq!(log.entries[6].traddr, "0.0.0.0");
+        // The host's own port comes first.
+        let c3 = t
+            .create_controller(|id| Controller::new(id, t.discovery.clone(), HOST.into(), [0; 16], p3, 0, 0))
+            .unwrap();
+        let log = DiscoveryLog::decode(&discovery_log(&t, &c3)).unwrap();
+        assert_eq!(log.entries[0].portid, p3);
+    }
+}

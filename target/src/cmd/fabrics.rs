@@ -1,0 +1,177 @@
+//! Fabrics commands: Connect, Property Get/Set, Disconnect (nvmet
+//! `fabrics-cmd.c`; reference §4).
+
+use bytes::Bytes;
+use nvmeof_common::opcode::FabricsType;
+use nvmeof_common::spec::connect::{data_off, invalid_param_dw0, CONNECT_DATA_LEN};
+use nvmeof_common::spec::property::{Cap, PropertyGet, PropertyOffset, PropertySet};
+use nvmeof_common::spec::{ConnectCmd, ConnectData, CNTLID_DYNAMIC};
+use nvmeof_common::sqe::fabrics_off;
+use nvmeof_common::{Sqe, Status};
+use tracing::{info, warn};
+
+use super::{Exec, QueueCtx, Response};
+use crate::core::Controller;
+
+/// Admin queue depth limit (nvmet `NVMET_AQ_DEPTH`).
+pub const ADMIN_QUEUE_ENTRIES: u32 = 32;
+/// KATO given to discovery controllers whose host passed 0 (nvmet: 120 s).
+pub const DISCOVERY_KATO_MS: u32 = 120_000;
+
+/// Parse step for OPC 7Fh: which fabrics commands this queue accepts now.
+pub fn parse(ctx: &QueueCtx, sqe: &Sqe) -> Result<(), Status> {
+    let ft = FabricsType(sqe.fctype());
+    if ctx.qid.is_none() {
+        // A queue that is not connected accepts only Connect (nvmet_parse_connect_cmd).
+        return if ft == FabricsType::CONNECT { Ok(()) } else { Err(Status::INVALID_OPCODE.with_dnr()) };
+    }
+    match ft {
+        // A second Connect on a live queue (nvmet_install_queue: sq already bound).
+        FabricsType::CONNECT => Err(Status::CMD_SEQ_ERROR.with_dnr()),
+        FabricsType::PROPERTY_GET | FabricsType::PROPERTY_SET if ctx.is_admin() => Ok(()),
+        FabricsType::DISCONNECT if !ctx.is_admin() => Ok(()),
+        _ => Err(Status::INVALID_OPCODE.with_dnr()),
+    }
+}
+
+/// Execute step for OPC 7Fh.
+pub fn execute(ctx: &mut QueueCtx, sqe: &Sqe, data: Bytes) -> Exec {
+    match FabricsType(sqe.fctype()) {
+        FabricsType::CONNECT => connect(ctx, sqe, &data).into(),
+        FabricsType::PROPERTY_GET => property_get(ctx, sqe).into(),
+        FabricsType::PROPERTY_SET => property_set(ctx, sqe).into(),
+        FabricsType::DISCONNECT => {
+            // Deletes this I/O queue: answer, then the queue closes.
+            ctx.close_requested = true;
+            Response::status(Status::SUCCESS).into()
+        }
+        _ => Status::INVALID_OPCODE.with_dnr().into(),
+    }
+}
+
+fn invalid_param(in_data: bool, offset: usize) -> Response {
+    Response {
+        status: Status::CONNECT_INVALID_PARAM.with_dnr(),
+        result: invalid_param_dw0(in_data, offset as u16) as u64,
+        data: Bytes::new(),
+    }
+}
+
+/// Connect (reference §4.2 table; nvmet `nvmet_execute_admin_connect` /
+/// `nvmet_execute_io_connect`).
+fn connect(ctx: &mut QueueCtx, sqe: &Sqe, data: &[u8]) -> Response {
+    if data.len() != CONNECT_DATA_LEN {
+        return Status::SGL_INVALID_DATA.with_dnr().into();
+    }
+    let cmd = ConnectCmd::from_sqe(sqe);
+    let d = match ConnectData::decode(data) {
+        Ok(d) => d,
+        Err(e) => {
+            warn!(error = %e, "Connect data malformed");
+            return invalid_param(true, data_off::SUBNQN);
+        }
+    };
+    if cmd.recfmt != 0 {
+        warn!(recfmt = cmd.recfmt, "Connect with unsupported record format");
+        return Status::CONNECT_FORMAT.with_dnr().into();
+    }
+    let target = ctx.target.clone();
+    let Some(subsys) = target.subsystem(&d.subnqn) else {
+        warn!(subnqn = %d.subnqn, "Connect to unknown subsystem");
+        return invalid_param(true, data_off::SUBNQN);
+    };
+    if !subsys.host_allowed(&d.hostnqn) {
+        warn!(hostnqn = %d.hostnqn, subnqn = %d.subnqn, "host not allowed for subsystem");
+        return Response {
+            status: Status::CONNECT_INVALID_HOST.with_dnr(),
+            result: invalid_param_dw0(true, data_off::HOSTNQN as u16) as u64,
+            data: Bytes::new(),
+        };
+    }
+    let limits = &target.limits;
+    if cmd.qid == 0 {
+        if d.cntlid != CNTLID_DYNAMIC {
+            return invalid_param(true, data_off::CNTLID);
+        }
+        if cmd.sqsize == 0 || cmd.queue_entries() > ADMIN_QUEUE_ENTRIES {
+            warn!(sqsize = cmd.sqsize, "admin Connect SQSIZE out of range (limit {ADMIN_QUEUE_ENTRIES} entries)");
+            return invalid_param(false, fabrics_off::SQSIZE);
+        }
+        let kato = if subsys.discovery && cmd.kato_ms == 0 { DISCOVERY_KATO_MS } else { cmd.kato_ms };
+        let max_qid = if subsys.discovery { 0 } else { limits.max_io_queues };
+        let (hostnqn, hostid, port) = (d.hostnqn.clone(), d.hostid, ctx.port_id);
+        let Some(ctrl) = target
+            .create_controller(|id| Controller::new(id, subsys.clone(), hostnqn, hostid, port, kato, max_qid))
+        else {
+            warn!("controller ID space exhausted");
+            return Status::CONNECT_CTRL_BUSY.with_dnr().into();
+        };
+        info!(cntlid = ctrl.cntlid, subnqn = %subsys.nqn, hostnqn = %d.hostnqn, kato_ms = kato, "controller created");
+        let cntlid = ctrl.cntlid;
+        ctx.ctrl = Some(ctrl);
+        ctx.qid = Some(0);
+        ctx.sqsize = cmd.sqsize;
+        ctx.sqflow_disabled = cmd.disable_sqflow();
+        return Response::result(cntlid as u64);
+    }
+
+    // I/O queue: join the host's existing controller of this subsystem.
+    let ctrl = match target.controller(d.cntlid) {
+        Some(c) if c.subsys.nqn == subsys.nqn && c.hostnqn == d.hostnqn && c.hostid == d.hostid => c,
+        _ => {
+            warn!(cntlid = d.cntlid, "I/O Connect for unknown controller");
+            return invalid_param(true, data_off::CNTLID);
+        }
+    };
+    if cmd.qid > ctrl.max_qid {
+        warn!(qid = cmd.qid, max_qid = ctrl.max_qid, "I/O Connect beyond the queue limit");
+        return invalid_param(false, fabrics_off::QID);
+    }
+    if cmd.sqsize == 0 || cmd.queue_entries() > limits.max_queue_entries {
+        warn!(sqsize = cmd.sqsize, limit = limits.max_queue_entries, "I/O Connect SQSIZE out of range");
+        return invalid_param(false, fabrics_off::SQSIZE);
+    }
+    if !ctrl.add_io_queue(cmd.qid) {
+        warn!(qid = cmd.qid, "I/O queue already connected");
+        return Status::CMD_SEQ_ERROR.with_dnr().into();
+    }
+    info!(cntlid = ctrl.cntlid, qid = cmd.qid, entries = cmd.queue_entries(), "I/O queue connected");
+    let cntlid = ctrl.cntlid;
+    ctx.ctrl = Some(ctrl);
+    ctx.qid = Some(cmd.qid);
+    ctx.sqsize = cmd.sqsize;
+    ctx.sqflow_disabled = cmd.disable_sqflow();
+    Response::result(cntlid as u64)
+}
+
+/// CAP as reported by this target (reference §4.6).
+pub fn cap(ctx: &QueueCtx) -> Cap {
+    let mqes = (ctx.target.limits.max_queue_entries - 1).min(0xFFFF) as u16;
+    Cap(0).with_mqes(mqes).with_cqr(true).with_to(15).with_css(Cap::CSS_NVM).with_mpsmin(0).with_mpsmax(0)
+}
+
+/// Property Get (nvmet `nvmet_execute_prop_get`): CAP only as 8 bytes, the others as 4.
+fn property_get(ctx: &QueueCtx, sqe: &Sqe) -> Response {
+    let cmd = PropertyGet::from_sqe(sqe);
+    let ctrl = ctx.ctrl.as_ref().expect("parse checked the queue is connected");
+    let regs = ctrl.regs();
+    let v = match (cmd.offset, cmd.size()) {
+        (PropertyOffset::CAP, Some(8)) => cap(ctx).0,
+        (PropertyOffset::VS, Some(4)) => super::admin::VERSION as u64,
+        (PropertyOffset::CC, Some(4)) => regs.cc as u64,
+        (PropertyOffset::CSTS, Some(4)) => regs.csts as u64,
+        _ => return Status::INVALID_FIELD.with_dnr().into(),
+    };
+    Response::result(v)
+}
+
+/// Property Set: only CC, only 4 bytes (nvmet `nvmet_execute_prop_set`).
+fn property_set(ctx: &QueueCtx, sqe: &Sqe) -> Response {
+    let cmd = PropertySet::from_sqe(sqe);
+    if cmd.offset != PropertyOffset::CC || cmd.size() != Some(4) {
+        return Status::INVALID_FIELD.with_dnr().into();
+    }
+    let ctrl = ctx.ctrl.as_ref().expect("parse checked the queue is connected");
+    ctrl.set_cc(cmd.value as u32);
+    Response::status(Status::SUCCESS)
+}

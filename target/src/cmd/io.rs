@@ -1,0 +1,121 @@
+//! NVM I/O commands (nvmet `io-cmd-file.c` / `io-cmd-bdev.c`; reference §6):
+//! Read, Write (+FUA), Compare, Flush, Write Zeroes (+deallocate), Dataset
+//! Management (deallocate).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use nvmeof_common::opcode::IoOpcode;
+use nvmeof_common::spec::dsm::DSM_RANGE_LEN;
+use nvmeof_common::spec::DsmRange;
+use nvmeof_common::{Sqe, Status};
+use tracing::warn;
+
+use super::{complete, Exec, Pending, QueueCtx, Response};
+use crate::backend::IoOp;
+use crate::core::{Controller, Namespace};
+
+/// DSM CDW11 bit 2: Attribute - Deallocate.
+const DSM_AD: u32 = 1 << 2;
+/// Write Zeroes CDW12 bit 25: Deallocate.
+const WZ_DEAC: u32 = 1 << 25;
+
+fn namespace(ctrl: &Controller, sqe: &Sqe) -> Result<Arc<Namespace>, Status> {
+    ctrl.subsys.namespace(sqe.nsid()).ok_or(Status::INVALID_NS.with_dnr())
+}
+
+/// Checks SLBA/NLB against the namespace; returns (byte offset, byte length).
+fn lba_range(ns: &Namespace, sqe: &Sqe) -> Result<(u64, u64), Status> {
+    let slba = sqe.slba();
+    let nlb = sqe.nlb() as u64 + 1;
+    match slba.checked_add(nlb) {
+        Some(end) if end <= ns.blocks() => Ok((slba << ns.block_shift, nlb << ns.block_shift)),
+        _ => Err(Status::LBA_RANGE.with_dnr()),
+    }
+}
+
+/// Parse step for I/O commands: namespace, opcode, LBA range, transfer size
+/// against MDTS, and SGL length equal to the transfer length (nvmet
+/// `nvmet_check_transfer_len` → Data SGL Length Invalid).
+pub fn parse(ctx: &QueueCtx, ctrl: &Controller, sqe: &Sqe) -> Result<(), Status> {
+    let ns = namespace(ctrl, sqe)?;
+    let sgl_len = sqe.sgl().length as u64;
+    match IoOpcode(sqe.opcode()) {
+        IoOpcode::READ | IoOpcode::WRITE | IoOpcode::COMPARE => {
+            let (_, len) = lba_range(&ns, sqe)?;
+            let max = ctx.target.limits.max_transfer() as u64;
+            if len > max {
+                warn!(len, max, "transfer larger than MDTS");
+                return Err(Status::INVALID_FIELD.with_dnr());
+            }
+            if sgl_len != len {
+                return Err(Status::SGL_INVALID_DATA.with_dnr());
+            }
+            Ok(())
+        }
+        IoOpcode::FLUSH => Ok(()),
+        IoOpcode::WRITE_ZEROES => lba_range(&ns, sqe).map(|_| ()),
+        IoOpcode::DSM => {
+            // The SGL may be longer than the range list (Linux always sends 4 KiB).
+            let nr = (sqe.cdw(10) & 0xFF) as u64 + 1;
+            if sgl_len < nr * DSM_RANGE_LEN as u64 {
+                return Err(Status::SGL_INVALID_DATA.with_dnr());
+            }
+            Ok(())
+        }
+        _ => Err(Status::INVALID_OPCODE.with_dnr()),
+    }
+}
+
+/// Execute step: hands the operation to the namespace's backend.
+pub fn execute(ctx: &mut QueueCtx, ctrl: &Controller, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
+    let ns = match namespace(ctrl, sqe) {
+        Ok(ns) => ns,
+        Err(s) => return s.into(),
+    };
+    let (op, pending) = match IoOpcode(sqe.opcode()) {
+        IoOpcode::READ | IoOpcode::WRITE | IoOpcode::COMPARE | IoOpcode::WRITE_ZEROES => {
+            // Re-checked: the namespace may have shrunk while data was in flight.
+            let (offset, len) = match lba_range(&ns, sqe) {
+                Ok(r) => r,
+                Err(s) => return s.into(),
+            };
+            match IoOpcode(sqe.opcode()) {
+                IoOpcode::READ => (IoOp::Read { offset, len: len as usize }, Pending::Plain),
+                IoOpcode::WRITE => (IoOp::Write { offset, data, fua: sqe.fua() }, Pending::Plain),
+                IoOpcode::COMPARE => (IoOp::Read { offset, len: len as usize }, Pending::Compare(data)),
+                _ => {
+                    let deallocate = sqe.cdw(12) & WZ_DEAC != 0;
+                    (IoOp::WriteZeroes { offset, len, deallocate }, Pending::Plain)
+                }
+            }
+        }
+        IoOpcode::FLUSH => (IoOp::Flush, Pending::Plain),
+        IoOpcode::DSM => {
+            if sqe.cdw(11) & DSM_AD == 0 {
+                // Only deallocate has an effect; other attributes are hints.
+                return Response::status(Status::SUCCESS).into();
+            }
+            let nr = (sqe.cdw(10) & 0xFF) as usize + 1;
+            let mut ranges = Vec::with_capacity(nr);
+            for chunk in data.chunks_exact(DSM_RANGE_LEN).take(nr) {
+                let Ok(r) = DsmRange::decode(chunk) else {
+                    return Status::SGL_INVALID_DATA.with_dnr().into();
+                };
+                let end = r.slba.checked_add(r.nlb as u64);
+                if end.is_none_or(|e| e > ns.blocks()) {
+                    return Status::LBA_RANGE.with_dnr().into();
+                }
+                if r.nlb > 0 {
+                    ranges.push((r.slba << ns.block_shift, (r.nlb as u64) << ns.block_shift));
+                }
+            }
+            (IoOp::Deallocate { ranges }, Pending::Plain)
+        }
+        _ => return Status::INVALID_OPCODE.with_dnr().into(),
+    };
+    match ns.backend.submit(tag, op, &ctx.sink) {
+        Some(c) => Exec::Done(complete(pending, c)),
+        None => Exec::Pending(pending),
+    }
+}

@@ -1,0 +1,176 @@
+//! Command parse/execute, like nvmet's `fabrics-cmd.c`, `admin-cmd.c`,
+//! `discovery.c` and `io-cmd-*.c`: every command is first *parsed* (transfer
+//! length and direction validated, handler picked, or an NVMe status) and then
+//! *executed* once its data is present. NVMe [`Status`] values cross layers.
+
+pub mod admin;
+pub mod discovery;
+pub mod fabrics;
+pub mod io;
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use nvmeof_common::opcode::FabricsType;
+use nvmeof_common::{Sqe, Status};
+
+use crate::backend::{CompletionSink, IoCompletion};
+use crate::core::{Controller, Target};
+
+/// What a queue knows about itself, handed to command handlers.
+pub struct QueueCtx {
+    /// The target.
+    pub target: Arc<Target>,
+    /// Port the connection came in on.
+    pub port_id: u16,
+    /// Queue ID once connected.
+    pub qid: Option<u16>,
+    /// Controller once connected.
+    pub ctrl: Option<Arc<Controller>>,
+    /// Completion channel of this queue (backends and AERs complete here).
+    pub sink: CompletionSink,
+    /// SQSIZE from Connect (0's based).
+    pub sqsize: u16,
+    /// Host disabled SQ flow control (Connect CATTR bit 2): C2HData may carry SUCCESS.
+    pub sqflow_disabled: bool,
+    /// Set by a command (Disconnect) that closes the queue once its response is sent.
+    pub close_requested: bool,
+}
+
+impl QueueCtx {
+    /// Whether this is the admin queue (QID 0) of a connected controller.
+    pub fn is_admin(&self) -> bool {
+        self.qid == Some(0)
+    }
+}
+
+/// A command's response (or data) produced by a handler.
+#[derive(Clone, Debug, Default)]
+pub struct Response {
+    /// Status.
+    pub status: Status,
+    /// CQE DW0/DW1.
+    pub result: u64,
+    /// Data for the host (controller-to-host commands).
+    pub data: Bytes,
+}
+
+impl Response {
+    /// A status-only response.
+    pub fn status(status: Status) -> Self {
+        Self { status, ..Default::default() }
+    }
+    /// Success with a result value.
+    pub fn result(result: u64) -> Self {
+        Self { status: Status::SUCCESS, result, data: Bytes::new() }
+    }
+    /// Success with data.
+    pub fn data(data: impl Into<Bytes>) -> Self {
+        Self { status: Status::SUCCESS, result: 0, data: data.into() }
+    }
+}
+
+impl From<Status> for Response {
+    fn from(s: Status) -> Self {
+        Response::status(s)
+    }
+}
+
+/// What the queue must remember about an asynchronous command until its completion arrives.
+#[derive(Clone, Debug)]
+pub enum Pending {
+    /// Pass the completion through.
+    Plain,
+    /// Compare: check the read data against these bytes.
+    Compare(Bytes),
+}
+
+/// Outcome of executing a command.
+#[derive(Debug)]
+pub enum Exec {
+    /// Finished now.
+    Done(Response),
+    /// Finishes later: an [`IoCompletion`] with the command's tag arrives on the queue's sink.
+    Pending(Pending),
+}
+
+impl From<Response> for Exec {
+    fn from(r: Response) -> Self {
+        Exec::Done(r)
+    }
+}
+
+impl From<Status> for Exec {
+    fn from(s: Status) -> Self {
+        Exec::Done(Response::status(s))
+    }
+}
+
+/// Data direction and length a command expects, from its parse step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transfer {
+    /// Host to controller.
+    pub write: bool,
+    /// Bytes.
+    pub len: u32,
+}
+
+/// Whether the command moves data host-to-controller, by the rule Linux uses:
+/// OPC bit 0 (FCTYPE bit 0 for fabrics commands).
+pub fn is_write(sqe: &Sqe) -> bool {
+    if sqe.opcode() == 0x7F {
+        FabricsType(sqe.fctype()).is_write()
+    } else {
+        sqe.opcode() & 1 != 0
+    }
+}
+
+/// Parse step (before any data is solicited): checks that the command may run
+/// on this queue in the controller's state, and for I/O commands validates
+/// namespace, LBA range and that the SGL length equals the transfer length.
+pub fn parse(ctx: &QueueCtx, sqe: &Sqe) -> Result<(), Status> {
+    if sqe.opcode() == 0x7F {
+        return fabrics::parse(ctx, sqe);
+    }
+    let Some(ctrl) = &ctx.ctrl else {
+        // Not connected: only Connect is allowed (nvmet_parse_connect_cmd).
+        return Err(Status::INVALID_OPCODE.with_dnr());
+    };
+    if ctx.is_admin() {
+        return admin::parse(ctx, ctrl, sqe);
+    }
+    if !ctrl.is_ready() {
+        return Err(Status::CMD_SEQ_ERROR.with_dnr());
+    }
+    io::parse(ctx, ctrl, sqe)
+}
+
+/// Execute step, with the command's data (`data` empty for reads).
+pub fn execute(ctx: &mut QueueCtx, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
+    if sqe.opcode() == 0x7F {
+        return fabrics::execute(ctx, sqe, data);
+    }
+    let Some(ctrl) = ctx.ctrl.clone() else {
+        return Status::INVALID_OPCODE.with_dnr().into();
+    };
+    if ctx.is_admin() {
+        return admin::execute(ctx, &ctrl, sqe, data, tag);
+    }
+    io::execute(ctx, &ctrl, sqe, data, tag)
+}
+
+/// Turns an asynchronous completion into the command's response.
+pub fn complete(pending: Pending, c: IoCompletion) -> Response {
+    match pending {
+        Pending::Plain => Response { status: c.status, result: c.result, data: c.data },
+        Pending::Compare(expected) => {
+            if !c.status.is_success() {
+                Response::status(c.status)
+            } else if c.data == expected {
+                Response::status(Status::SUCCESS)
+            } else {
+                Response::status(Status::COMPARE_FAILED.with_dnr())
+            }
+        }
+    }
+}

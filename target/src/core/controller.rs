@@ -1,0 +1,301 @@
+//! Controllers: created by an admin-queue Connect, owning CC/CSTS, features,
+//! keep-alive and asynchronous events (nvmet `core.c`).
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nvmeof_common::spec::features::AsyncEvent;
+use nvmeof_common::spec::property::{Cc, Csts};
+use nvmeof_common::Status;
+use tokio::sync::watch;
+
+use super::Subsystem;
+use crate::backend::{CompletionSink, IoCompletion};
+
+/// Most outstanding Asynchronous Event Requests (nvmet AERL 3 → 4).
+pub const MAX_AERS: usize = 4;
+/// Changed Namespace List capacity before it reports overflow (0xFFFFFFFF).
+const MAX_CHANGED_NS: usize = 1024;
+/// AEC bit 8: Namespace Attribute Notices.
+pub const AEC_NS_ATTR: u32 = 1 << 8;
+/// AEC bit 31: Discovery Log Page Change Notices.
+pub const AEC_DISC_CHANGE: u32 = 1 << 31;
+
+/// Controller register state.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Regs {
+    /// Controller Configuration.
+    pub cc: u32,
+    /// Controller Status.
+    pub csts: u32,
+}
+
+#[derive(Default)]
+struct AenState {
+    outstanding: Vec<(CompletionSink, u32)>,
+    pending: VecDeque<u32>,
+    changed_ns: Vec<u32>,
+    changed_overflow: bool,
+    /// Notice events are masked after one is reported, until the log is read with RAE=0.
+    notice_masked: bool,
+}
+
+/// Why a controller was torn down.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Teardown {
+    /// Still alive.
+    Alive,
+    /// Admin queue closed or host shut it down.
+    Closed,
+    /// Keep-alive timer expired.
+    KeepAliveExpired,
+}
+
+/// A controller (one association of a host with a subsystem).
+pub struct Controller {
+    /// Controller ID.
+    pub cntlid: u16,
+    /// Subsystem.
+    pub subsys: Arc<Subsystem>,
+    /// Host NQN from Connect.
+    pub hostnqn: String,
+    /// Host ID from Connect.
+    pub hostid: [u8; 16],
+    /// Port the admin queue came in on.
+    pub port_id: u16,
+    /// Highest I/O queue ID allowed.
+    pub max_qid: u16,
+    regs: Mutex<Regs>,
+    kato_ms: AtomicU32,
+    epoch: Instant,
+    last_activity_ms: AtomicU64,
+    aec: AtomicU32,
+    aen: Mutex<AenState>,
+    io_qids: Mutex<BTreeSet<u16>>,
+    teardown: watch::Sender<Teardown>,
+}
+
+impl Controller {
+    /// A new controller; the keep-alive timer starts now (nvmet starts it at admin Connect).
+    pub fn new(
+        cntlid: u16,
+        subsys: Arc<Subsystem>,
+        hostnqn: String,
+        hostid: [u8; 16],
+        port_id: u16,
+        kato_ms: u32,
+        max_qid: u16,
+    ) -> Self {
+        Self {
+            cntlid,
+            subsys,
+            hostnqn,
+            hostid,
+            port_id,
+            max_qid,
+            regs: Mutex::new(Regs::default()),
+            kato_ms: AtomicU32::new(kato_ms),
+            epoch: Instant::now(),
+            last_activity_ms: AtomicU64::new(0),
+            aec: AtomicU32::new(0),
+            aen: Mutex::new(AenState::default()),
+            io_qids: Mutex::new(BTreeSet::new()),
+            teardown: watch::channel(Teardown::Alive).0,
+        }
+    }
+
+    /// Whether this is a discovery controller.
+    pub fn is_discovery(&self) -> bool {
+        self.subsys.discovery
+    }
+
+    /// Current registers.
+    pub fn regs(&self) -> Regs {
+        *self.regs.lock().unwrap()
+    }
+
+    /// Whether CC.EN and CSTS.RDY are set (I/O and most admin commands allowed).
+    pub fn is_ready(&self) -> bool {
+        let r = self.regs();
+        Cc(r.cc).en() && Csts(r.csts).rdy()
+    }
+
+    /// Property Set CC, following nvmet `nvmet_update_cc`: EN 0→1 validates
+    /// MPS/AMS/CSS (and IOSQES/IOCQES for I/O controllers) and sets RDY or CFS;
+    /// EN 1→0 clears RDY; SHN set completes shutdown at once.
+    pub fn set_cc(&self, new: u32) {
+        let mut r = self.regs.lock().unwrap();
+        let old = Cc(r.cc);
+        let cc = Cc(new);
+        r.cc = new;
+        let mut csts = Csts(r.csts);
+        if cc.en() && !old.en() {
+            let css_ok = matches!(cc.css(), Cc::CSS_NVM | Cc::CSS_CSI);
+            let qes_ok = self.is_discovery() || (cc.iosqes() == 6 && cc.iocqes() == 4);
+            if cc.mps() != 0 || cc.ams() != 0 || !css_ok || !qes_ok {
+                csts = csts.with_cfs(true);
+            } else {
+                csts = csts.with_rdy(true);
+                self.touch();
+            }
+        }
+        if !cc.en() && old.en() {
+            // Controller reset: clear RDY and the register (nvmet_clear_ctrl).
+            csts = Csts(0);
+            r.cc = 0;
+        }
+        if cc.shn() != Cc::SHN_NONE && old.shn() == Cc::SHN_NONE {
+            csts = csts.with_rdy(false).with_shst(Csts::SHST_COMPLETE);
+        }
+        if cc.shn() == Cc::SHN_NONE && old.shn() != Cc::SHN_NONE {
+            csts = csts.with_shst(Csts::SHST_NORMAL);
+        }
+        r.csts = csts.0;
+    }
+
+    /// KATO in milliseconds (0 = disabled).
+    pub fn kato_ms(&self) -> u32 {
+        self.kato_ms.load(Ordering::Relaxed)
+    }
+
+    /// Sets KATO (Set Features 0Fh).
+    pub fn set_kato_ms(&self, ms: u32) {
+        self.kato_ms.store(ms, Ordering::Relaxed);
+        self.touch();
+    }
+
+    /// Restarts the keep-alive timer (Keep Alive command, or any command: TBKAS).
+    pub fn touch(&self) {
+        self.last_activity_ms.store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+    }
+
+    /// Time until the keep-alive timer expires, or `None` when disabled.
+    pub fn keep_alive_remaining(&self) -> Option<Duration> {
+        let kato = self.kato_ms() as u64;
+        if kato == 0 {
+            return None;
+        }
+        let now = self.epoch.elapsed().as_millis() as u64;
+        let last = self.last_activity_ms.load(Ordering::Relaxed);
+        Some(Duration::from_millis((last + kato).saturating_sub(now)))
+    }
+
+    /// Async Event Configuration (Set Features 0Bh).
+    pub fn aec(&self) -> u32 {
+        self.aec.load(Ordering::Relaxed)
+    }
+
+    /// Sets the Async Event Configuration.
+    pub fn set_aec(&self, v: u32) {
+        self.aec.store(v, Ordering::Relaxed);
+    }
+
+    /// Registers an I/O queue; false if that QID is already connected.
+    pub fn add_io_queue(&self, qid: u16) -> bool {
+        self.io_qids.lock().unwrap().insert(qid)
+    }
+
+    /// Unregisters an I/O queue.
+    pub fn remove_io_queue(&self, qid: u16) {
+        self.io_qids.lock().unwrap().remove(&qid);
+    }
+
+    /// Subscribes to teardown; queues of this controller close when it changes.
+    pub fn teardown_watch(&self) -> watch::Receiver<Teardown> {
+        self.teardown.subscribe()
+    }
+
+    /// Current teardown state.
+    pub fn teardown_state(&self) -> Teardown {
+        *self.teardown.borrow()
+    }
+
+    /// Tears the controller down: every queue of the association closes and
+    /// outstanding AERs are dropped with their connection.
+    pub fn shutdown(&self, why: Teardown) {
+        if why == Teardown::KeepAliveExpired {
+            let mut r = self.regs.lock().unwrap();
+            r.csts = Csts(r.csts).with_cfs(true).0;
+        }
+        self.teardown.send_if_modified(|t| {
+            if *t == Teardown::Alive {
+                *t = why;
+                true
+            } else {
+                false
+            }
+        });
+        self.aen.lock().unwrap().outstanding.clear();
+    }
+
+    /// Queues an AER (admin queue slot `tag`, completion through `sink`).
+    /// Fails with Asynchronous Event Request Limit Exceeded past [`MAX_AERS`].
+    pub fn post_aer(&self, sink: &CompletionSink, tag: u32) -> Result<(), Status> {
+        let mut a = self.aen.lock().unwrap();
+        if a.outstanding.len() >= MAX_AERS {
+            return Err(Status::ASYNC_LIMIT.with_dnr());
+        }
+        a.outstanding.push((sink.clone(), tag));
+        Self::deliver(&mut a);
+        Ok(())
+    }
+
+    /// Records a namespace change and raises the Namespace Attribute Changed
+    /// notice when enabled (nvmet `nvmet_ns_changed` + `nvmet_add_async_event`).
+    pub fn ns_changed(&self, nsid: u32) {
+        let mut a = self.aen.lock().unwrap();
+        if !a.changed_ns.contains(&nsid) {
+            if a.changed_ns.len() >= MAX_CHANGED_NS {
+                a.changed_overflow = true;
+            } else {
+                a.changed_ns.push(nsid);
+            }
+        }
+        if self.aec() & AEC_NS_ATTR != 0 && !a.notice_masked {
+            a.notice_masked = true;
+            a.pending.push_back(AsyncEvent::NS_CHANGED.to_dw0());
+            Self::deliver(&mut a);
+        }
+    }
+
+    /// Raises a discovery log change notice (discovery controllers, AEC bit 31).
+    pub fn discovery_changed(&self) {
+        let mut a = self.aen.lock().unwrap();
+        if self.aec() & AEC_DISC_CHANGE != 0 && !a.notice_masked {
+            a.notice_masked = true;
+            a.pending.push_back(AsyncEvent::DISC_CHANGED.to_dw0());
+            Self::deliver(&mut a);
+        }
+    }
+
+    /// Takes the Changed Namespace List (log page 04h); with `rae` false the
+    /// list is cleared and notices are unmasked.
+    pub fn changed_ns_log(&self, rae: bool) -> Vec<u32> {
+        let mut a = self.aen.lock().unwrap();
+        let list = if a.changed_overflow { vec![0xFFFF_FFFF] } else { a.changed_ns.clone() };
+        if !rae {
+            a.changed_ns.clear();
+            a.changed_overflow = false;
+            a.notice_masked = false;
+        }
+        list
+    }
+
+    /// Unmasks notices after the discovery log was read with RAE=0.
+    pub fn clear_notice_mask(&self) {
+        self.aen.lock().unwrap().notice_masked = false;
+    }
+
+    fn deliver(a: &mut AenState) {
+        while !a.outstanding.is_empty() && !a.pending.is_empty() {
+            let dw0 = a.pending.pop_front().unwrap();
+            let (sink, tag) = a.outstanding.remove(0);
+            let mut c = IoCompletion::status(tag, Status::SUCCESS);
+            c.result = dw0 as u64;
+            // A closed admin queue drops the event with it.
+            let _ = sink.send(c);
+        }
+    }
+}

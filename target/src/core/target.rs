@@ -1,0 +1,197 @@
+//! The target registry: limits, ports, subsystems, controllers, discovery.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use nvmeof_common::spec::DISCOVERY_NQN;
+
+use super::{Controller, Subsystem};
+
+/// Every limit the target enforces, advertised to hosts and logged when hit.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Most I/O queues per controller (max QID).
+    pub max_io_queues: u16,
+    /// Most entries per I/O queue (CAP.MQES + 1).
+    pub max_queue_entries: u32,
+    /// MDTS as a power of two of 4 KiB pages (Identify Controller byte 77).
+    pub mdts: u8,
+    /// Most in-capsule data bytes on I/O queues (IOCCSZ = (64 + this) / 16).
+    pub in_capsule_data: u32,
+    /// In-capsule data accepted on the admin queue and for fabrics commands
+    /// (the Linux host uses 8 KiB there whatever IOCCSZ says).
+    pub admin_in_capsule_data: u32,
+    /// MAXH2CDATA advertised in ICResp.
+    pub max_h2c_data: u32,
+    /// Most simultaneous TCP connections on all ports.
+    pub max_connections: usize,
+    /// How long to wait for ICReq after accept.
+    pub icreq_timeout_ms: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_io_queues: 128,
+            max_queue_entries: 1024,
+            mdts: 8,
+            in_capsule_data: 16384,
+            admin_in_capsule_data: 8192,
+            max_h2c_data: 1 << 20,
+            max_connections: 1024,
+            icreq_timeout_ms: 10_000,
+        }
+    }
+}
+
+impl Limits {
+    /// Largest data transfer in bytes (2^MDTS × 4 KiB; MDTS 0 = no limit, we cap at 1 GiB).
+    pub fn max_transfer(&self) -> u32 {
+        if self.mdts == 0 {
+            1 << 30
+        } else {
+            4096u32 << self.mdts.min(18)
+        }
+    }
+}
+
+/// A listening port (discovery log PORTID / TRADDR / TRSVCID).
+#[derive(Clone, Debug)]
+pub struct Port {
+    /// Port ID.
+    pub id: u16,
+    /// Listen address.
+    pub addr: SocketAddr,
+}
+
+/// The whole target: shared by every connection.
+pub struct Target {
+    /// Enforced limits.
+    pub limits: Limits,
+    /// The well-known discovery subsystem.
+    pub discovery: Arc<Subsystem>,
+    subsystems: RwLock<BTreeMap<String, Arc<Subsystem>>>,
+    ports: RwLock<Vec<Port>>,
+    controllers: Mutex<BTreeMap<u16, Weak<Controller>>>,
+    next_cntlid: Mutex<u16>,
+    genctr: AtomicU64,
+    connections: AtomicUsize,
+}
+
+impl Target {
+    /// An empty target with the given limits.
+    pub fn new(limits: Limits) -> Arc<Self> {
+        Arc::new(Self {
+            limits,
+            discovery: Arc::new(Subsystem::new(DISCOVERY_NQN, "nvmeof discovery", None, true)),
+            subsystems: RwLock::new(BTreeMap::new()),
+            ports: RwLock::new(Vec::new()),
+            controllers: Mutex::new(BTreeMap::new()),
+            next_cntlid: Mutex::new(1),
+            genctr: AtomicU64::new(1),
+            connections: AtomicUsize::new(0),
+        })
+    }
+
+    /// Adds a subsystem (replacing one with the same NQN).
+    pub fn add_subsystem(&self, s: Arc<Subsystem>) {
+        self.subsystems.write().unwrap().insert(s.nqn.clone(), s);
+        self.discovery_changed();
+    }
+
+    /// Removes a subsystem.
+    pub fn remove_subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
+        let s = self.subsystems.write().unwrap().remove(nqn);
+        if s.is_some() {
+            self.discovery_changed();
+        }
+        s
+    }
+
+    /// Looks a subsystem up by NQN (the discovery NQN included).
+    pub fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
+        if nqn == DISCOVERY_NQN {
+            return Some(self.discovery.clone());
+        }
+        self.subsystems.read().unwrap().get(nqn).cloned()
+    }
+
+    /// All NVM subsystems.
+    pub fn subsystems(&self) -> Vec<Arc<Subsystem>> {
+        self.subsystems.read().unwrap().values().cloned().collect()
+    }
+
+    /// Registers a port.
+    pub fn add_port(&self, addr: SocketAddr) -> u16 {
+        let mut p = self.ports.write().unwrap();
+        let id = p.len() as u16 + 1;
+        p.push(Port { id, addr });
+        drop(p);
+        self.discovery_changed();
+        id
+    }
+
+    /// Registered ports.
+    pub fn ports(&self) -> Vec<Port> {
+        self.ports.read().unwrap().clone()
+    }
+
+    /// Discovery log generation counter.
+    pub fn genctr(&self) -> u64 {
+        self.genctr.load(Ordering::Relaxed)
+    }
+
+    /// Bumps GENCTR and notifies discovery controllers (AEN F0h).
+    pub fn discovery_changed(&self) {
+        self.genctr.fetch_add(1, Ordering::Relaxed);
+        for c in self.discovery.controllers() {
+            c.discovery_changed();
+        }
+    }
+
+    /// Allocates a controller ID (1..=0xFFEF, skipping live ones) and registers
+    /// the controller built by `make`. `None` when the ID space is exhausted.
+    pub fn create_controller(&self, make: impl FnOnce(u16) -> Controller) -> Option<Arc<Controller>> {
+        let mut ctrls = self.controllers.lock().unwrap();
+        ctrls.retain(|_, w| w.strong_count() > 0);
+        let mut next = self.next_cntlid.lock().unwrap();
+        for _ in 0..0xFFEF {
+            let id = *next;
+            *next = if *next >= 0xFFEF { 1 } else { *next + 1 };
+            if !ctrls.contains_key(&id) {
+                let c = Arc::new(make(id));
+                ctrls.insert(id, Arc::downgrade(&c));
+                c.subsys.attach_controller(&c);
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    /// Finds a live controller.
+    pub fn controller(&self, cntlid: u16) -> Option<Arc<Controller>> {
+        self.controllers.lock().unwrap().get(&cntlid).and_then(Weak::upgrade)
+    }
+
+    /// Counts a new connection; false (and not counted) past `max_connections`.
+    pub fn try_add_connection(&self) -> bool {
+        let n = self.connections.fetch_add(1, Ordering::AcqRel);
+        if n >= self.limits.max_connections {
+            self.connections.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        true
+    }
+
+    /// Uncounts a connection.
+    pub fn remove_connection(&self) {
+        self.connections.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Current connection count.
+    pub fn connection_count(&self) -> usize {
+        self.connections.load(Ordering::Relaxed)
+    }
+}

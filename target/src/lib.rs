@@ -1,0 +1,26 @@
+//! User-space NVMe-over-TCP target.
+//!
+//! # Layout
+//! Shaped like the Linux kernel's nvmet:
+//! - [`transport::tcp`]: listeners and one task per connection (= queue).
+//! - [`queue`]: the sans-IO per-queue state machine (ICReq, capsules,
+//!   R2T/H2CData, C2HData, TermReq), command slots and output batching.
+//! - [`cmd`]: parse/execute of fabrics, admin, discovery and I/O commands.
+//! - [`core`]: target registry, subsystems, namespaces, controllers
+//!   (CC/CSTS, keep-alive, AEN).
+//! - [`backend`]: RAM, file and block-device storage behind a
+//!   submission/completion interface.
+//! - [`config`] and [`server`]: configuration (CLI or TOML) and running it.
+//!
+//! Data flows socket → `QueueState::handle_bytes` → `cmd::parse` → (R2T …) →
+//! `cmd::execute` → backend → `QueueState::handle_completion` → C2HData /
+//! CapsuleResp → socket. NVMe status values cross every layer.
+#![deny(missing_docs)]
+
+pub mod backend;
+pub mod cmd;
+pub mod config;
+pub mod core;
+pub mod queue;
+pub mod server;
+pub mod transport;

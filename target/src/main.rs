@@ -1,0 +1,161 @@
+//! `nvmeof-target`: export files, block devices or RAM over NVMe/TCP.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use nvmeof_target::config::{
+    default_listen, parse_size, NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig, DEFAULT_MODEL,
+};
+use nvmeof_target::core::Limits;
+use nvmeof_target::server::Server;
+
+#[derive(Parser)]
+#[command(name = "nvmeof-target", version, about = "User-space NVMe-over-TCP target")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Export namespaces (from flags, or from --config).
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// TOML configuration (ports, subsystems, namespaces, allowed hosts); excludes the other export flags.
+    #[arg(long, conflicts_with_all = ["file", "ram", "block", "listen", "nqn"])]
+    config: Option<PathBuf>,
+    /// Export this regular file (repeat for several namespaces).
+    #[arg(long)]
+    file: Vec<PathBuf>,
+    /// Create (sparse) or grow each --file to this size, e.g. 10G.
+    #[arg(long, value_parser = parse_size)]
+    size: Option<u64>,
+    /// Export a RAM namespace of this size (repeatable).
+    #[arg(long, value_parser = parse_size)]
+    ram: Vec<u64>,
+    /// Export a block device (repeatable).
+    #[arg(long)]
+    block: Vec<PathBuf>,
+    /// Listen address (repeatable); default 0.0.0.0:4420.
+    #[arg(long)]
+    listen: Vec<SocketAddr>,
+    /// Subsystem NQN; default derived from the host name.
+    #[arg(long)]
+    nqn: Option<String>,
+    /// Allow only this host NQN (repeatable); default any host.
+    #[arg(long = "allow-host")]
+    allow_host: Vec<String>,
+    /// Logical block size of file and RAM namespaces.
+    #[arg(long, default_value_t = 512)]
+    block_size: u32,
+    /// Busy-poll sockets for this many µs after activity (trades CPU for latency).
+    #[arg(long)]
+    poll_us: Option<u64>,
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|s| s.trim().to_string())
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
+    let mut nss = Vec::new();
+    for f in &a.file {
+        nss.push(NamespaceConfig {
+            nsid: None,
+            source: NamespaceSource::File { path: f.clone(), size: a.size },
+            block_size: a.block_size,
+        });
+    }
+    for r in &a.ram {
+        nss.push(NamespaceConfig { nsid: None, source: NamespaceSource::Ram(*r), block_size: a.block_size });
+    }
+    for b in &a.block {
+        nss.push(NamespaceConfig { nsid: None, source: NamespaceSource::Block(b.clone()), block_size: 512 });
+    }
+    if nss.is_empty() {
+        return Err("nothing to export: give --file, --ram, --block or --config".into());
+    }
+    let nqn = a.nqn.clone().unwrap_or_else(|| format!("nqn.2026-11.io.nvmeof:{}", hostname()));
+    nvmeof_common::spec::nqn::validate_lax(&nqn).map_err(|e| format!("--nqn: {e}"))?;
+    Ok(TargetConfig {
+        listen: if a.listen.is_empty() { vec![default_listen()] } else { a.listen.clone() },
+        subsystems: vec![SubsystemConfig {
+            nqn,
+            model: DEFAULT_MODEL.into(),
+            allowed_hosts: (!a.allow_host.is_empty()).then(|| a.allow_host.clone()),
+            namespaces: nss,
+        }],
+        limits: Limits::default(),
+        poll_us: a.poll_us.unwrap_or(0),
+    })
+}
+
+fn print_host_commands(cfg: &TargetConfig, addrs: &[SocketAddr]) {
+    for s in &cfg.subsystems {
+        for a in addrs {
+            let ip = if a.ip().is_unspecified() { "<this-host-ip>".to_string() } else { a.ip().to_string() };
+            println!("On a Linux host (nvme-cli):");
+            println!("  nvme discover -t tcp -a {ip} -s {}", a.port());
+            println!("  nvme connect -t tcp -a {ip} -s {} -n {}", a.port(), s.nqn);
+        }
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let Cmd::Serve(args) = cli.cmd;
+    let mut cfg = match &args.config {
+        Some(p) => match TargetConfig::from_file(p) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("nvmeof-target: config {}: {e}", p.display());
+                return std::process::ExitCode::from(2);
+            }
+        },
+        None => match config_from_flags(&args) {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("nvmeof-target: {e}");
+                return std::process::ExitCode::from(2);
+            }
+        },
+    };
+    if let Some(p) = args.poll_us {
+        cfg.poll_us = p;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    rt.block_on(async move {
+        let server = match Server::start(&cfg).await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("nvmeof-target: {e}");
+                return std::process::ExitCode::from(1);
+            }
+        };
+        print_host_commands(&cfg, &server.local_addrs);
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("signal received: stopping");
+        server.shutdown(Duration::from_secs(10)).await;
+        std::process::ExitCode::SUCCESS
+    })
+}

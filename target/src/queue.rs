@@ -1,0 +1,455 @@
+//! Per-connection queue state machine (sans-IO), shaped like SPDK's request
+//! states: new → (need data: R2T/H2CData) → executing → transferring C2H data
+//! → completed. The TCP driver feeds it received bytes and backend
+//! completions and writes out what it queued; it never touches a socket.
+//!
+//! Command slots are preallocated per queue; the R2T transfer tag is the slot
+//! index, so an H2CData finds its command in O(1).
+
+use std::collections::VecDeque;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use nvmeof_common::decoder::{DecoderConfig, PduDecoder, Role};
+use nvmeof_common::error::{DecodeError, Fes};
+use nvmeof_common::pdu::{
+    C2hData, CapsuleCmd, CapsuleResp, DigestFlags, EncodeConfig, H2cData, IcReq, IcResp, Pdu, R2t, TermReq,
+    CH_LEN,
+};
+use nvmeof_common::sqe::SglId;
+use nvmeof_common::{Cqe, Sqe, Status};
+use tracing::{debug, warn};
+
+use crate::backend::IoCompletion;
+use crate::cmd::{self, Exec, Pending, QueueCtx, Response};
+
+/// Command slots before Connect (admin queue depth).
+const INITIAL_SLOTS: usize = 32;
+
+#[derive(Debug)]
+enum SlotState {
+    Free,
+    /// Waiting for H2CData: `received` of `expected` bytes so far.
+    AwaitData {
+        expected: u32,
+        received: u32,
+    },
+    /// Handed to a backend or waiting for an event (AER).
+    Executing(Pending),
+}
+
+struct Slot {
+    state: SlotState,
+    sqe: Sqe,
+    /// Assembles write data arriving in several H2CData PDUs.
+    buf: BytesMut,
+    /// A single H2CData PDU carrying all the data is kept as is (zero copy).
+    whole: Option<Bytes>,
+}
+
+/// Encoded output waiting for the socket: header chunks and shared payloads in order.
+#[derive(Default)]
+pub struct OutBuf {
+    chunks: VecDeque<Bytes>,
+    hdr: BytesMut,
+    len: usize,
+}
+
+impl OutBuf {
+    fn push(&mut self, pdu: &Pdu, cfg: &EncodeConfig) {
+        if self.hdr.capacity() - self.hdr.len() < 256 {
+            self.hdr.reserve(16 * 1024);
+        }
+        let tail = pdu.encode(cfg, &mut self.hdr);
+        if let Some(t) = tail {
+            let h = self.hdr.split().freeze();
+            self.len += h.len() + t.data.len();
+            self.chunks.push_back(h);
+            self.chunks.push_back(t.data);
+            if let Some(d) = t.ddgst {
+                // Stays at the front of the next header chunk, right after the data.
+                self.hdr.put_slice(&d);
+            }
+        }
+    }
+
+    /// Moves pending header bytes into the chunk list (call before writing).
+    pub fn seal(&mut self) {
+        if !self.hdr.is_empty() {
+            let h = self.hdr.split().freeze();
+            self.len += h.len();
+            self.chunks.push_back(h);
+        }
+    }
+
+    /// Bytes waiting.
+    pub fn len(&self) -> usize {
+        self.len + self.hdr.len()
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Fills `dst` with up to `dst.len()` slices for one vectored write.
+    pub fn slices<'a>(&'a self, dst: &mut [std::io::IoSlice<'a>]) -> usize {
+        let mut n = 0;
+        for c in self.chunks.iter().take(dst.len()) {
+            dst[n] = std::io::IoSlice::new(c);
+            n += 1;
+        }
+        n
+    }
+
+    /// Drops `n` written bytes from the front.
+    pub fn advance(&mut self, mut n: usize) {
+        self.len -= n;
+        while n > 0 {
+            let front = self.chunks.front_mut().expect("advance within queued bytes");
+            if front.len() <= n {
+                n -= front.len();
+                self.chunks.pop_front();
+            } else {
+                front.advance(n);
+                n = 0;
+            }
+        }
+    }
+
+    /// All queued bytes in one buffer (tests and debugging).
+    pub fn take_all(&mut self) -> Vec<u8> {
+        self.seal();
+        let mut v = Vec::with_capacity(self.len);
+        for c in self.chunks.drain(..) {
+            v.extend_from_slice(&c);
+        }
+        self.len = 0;
+        v
+    }
+}
+
+/// Connection phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Waiting for ICReq.
+    AwaitIcReq,
+    /// Exchanging capsules.
+    Live,
+    /// Closing: send what is queued (maybe a C2HTermReq), then close.
+    Closing,
+}
+
+/// One NVMe/TCP queue (one TCP connection).
+pub struct QueueState {
+    /// Queue context shared with command handlers.
+    pub ctx: QueueCtx,
+    phase: Phase,
+    decoder: PduDecoder,
+    enc: EncodeConfig,
+    slots: Vec<Slot>,
+    free: Vec<u16>,
+    sqhd: u16,
+    /// Encoded PDUs waiting for the socket.
+    pub out: OutBuf,
+}
+
+impl QueueState {
+    /// A fresh queue awaiting ICReq.
+    pub fn new(ctx: QueueCtx) -> Self {
+        let limits = &ctx.target.limits;
+        let dec = DecoderConfig {
+            max_capsule_data: limits.in_capsule_data.max(limits.admin_in_capsule_data),
+            max_data_pdu: limits.max_h2c_data,
+            ..DecoderConfig::new(Role::Controller)
+        };
+        let mut q = Self {
+            ctx,
+            phase: Phase::AwaitIcReq,
+            decoder: PduDecoder::new(dec),
+            enc: EncodeConfig::default(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            sqhd: 0,
+            out: OutBuf::default(),
+        };
+        q.grow_slots(INITIAL_SLOTS);
+        q
+    }
+
+    /// Current phase.
+    pub fn phase(&self) -> Phase {
+        self.phase
+    }
+
+    /// Commands in flight (slots in use).
+    pub fn in_flight(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+
+    fn grow_slots(&mut self, n: usize) {
+        while self.slots.len() < n {
+            self.free.push(self.slots.len() as u16);
+            self.slots.push(Slot { state: SlotState::Free, sqe: Sqe::default(), buf: BytesMut::new(), whole: None });
+        }
+        // Lowest tags first, so small queues touch few slots.
+        self.free.sort_unstable_by(|a, b| b.cmp(a));
+    }
+
+    fn terminate(&mut self, err: &DecodeError, offending: &[u8]) {
+        warn!(error = %err, fes = err.fes().0, fei = err.fei(), "protocol error: sending C2HTermReq and closing the queue");
+        self.terminate_with(TermReq::for_error(err, offending));
+    }
+
+    fn terminate_with(&mut self, t: TermReq) {
+        if self.phase != Phase::Closing {
+            // TermReq never carries digests (reference §2.3).
+            self.out.push(&Pdu::C2hTermReq(t), &EncodeConfig::default());
+            self.phase = Phase::Closing;
+        }
+    }
+
+    /// Consumes whole PDUs from the receive buffer.
+    pub fn handle_bytes(&mut self, rx: &mut BytesMut) {
+        while self.phase != Phase::Closing {
+            let head: [u8; CH_LEN] = match rx.get(..CH_LEN) {
+                Some(h) => h.try_into().unwrap(),
+                None => return,
+            };
+            match self.decoder.decode(rx) {
+                Ok(Some(pdu)) => self.handle_pdu(pdu),
+                Ok(None) => return,
+                Err(e) => {
+                    let hlen = (head[2] as usize).clamp(CH_LEN, rx.len().max(CH_LEN));
+                    let offending = if e.is_fatal() { rx.get(..hlen).unwrap_or(&head).to_vec() } else { head.to_vec() };
+                    // The Linux target treats an H2C data digest error as fatal too.
+                    self.terminate(&e, &offending);
+                }
+            }
+        }
+    }
+
+    fn handle_pdu(&mut self, pdu: Pdu) {
+        match (self.phase, pdu) {
+            (Phase::AwaitIcReq, Pdu::IcReq(r)) => self.handle_icreq(r),
+            (Phase::AwaitIcReq, _) | (Phase::Live, Pdu::IcReq(_)) => {
+                warn!("PDU out of sequence");
+                self.terminate_with(TermReq { fes: Fes::PDU_SEQUENCE, fei: 0, data: Bytes::new() });
+            }
+            (Phase::Live, Pdu::CapsuleCmd(c)) => self.handle_capsule(c),
+            (Phase::Live, Pdu::H2cData(d)) => self.handle_h2c_data(d),
+            (Phase::Live, Pdu::H2cTermReq(t)) => {
+                warn!(fes = t.fes.0, fei = t.fei, "host terminated the connection");
+                self.phase = Phase::Closing;
+            }
+            (_, other) => {
+                // The decoder admits only H2C types; anything else is a bug.
+                warn!(pdu_type = ?other.pdu_type(), "unexpected PDU");
+                self.phase = Phase::Closing;
+            }
+        }
+    }
+
+    fn handle_icreq(&mut self, r: IcReq) {
+        // Only HPDA 0 is supported, like the Linux target (nvmet_tcp_handle_icreq).
+        if let Err(e) = r.validate(0) {
+            let mut hdr = Pdu::IcReq(r).encode_to_vec(&EncodeConfig::default());
+            hdr.truncate(128);
+            self.terminate(&e, &hdr);
+            return;
+        }
+        let limits = &self.ctx.target.limits;
+        let resp = IcResp { pfv: 0, cpda: 0, dgst: DigestFlags(r.dgst.0), maxh2cdata: limits.max_h2c_data };
+        self.out.push(&Pdu::IcResp(resp), &EncodeConfig::default());
+        let hd = r.dgst.hdgst();
+        let dd = r.dgst.ddgst();
+        self.enc = EncodeConfig { hdgst: hd, ddgst: dd, pda: r.hpda };
+        let mut cfg = *self.decoder.config();
+        cfg.hdgst = hd;
+        cfg.ddgst = dd;
+        self.decoder.set_config(cfg);
+        self.phase = Phase::Live;
+        debug!(hdgst = hd, ddgst = dd, maxr2t = r.maxr2t, "ICReq accepted");
+    }
+
+    fn in_capsule_limit(&self, sqe: &Sqe) -> u32 {
+        let l = &self.ctx.target.limits;
+        if self.ctx.qid.is_none_or(|q| q == 0) || sqe.opcode() == 0x7F {
+            l.admin_in_capsule_data.max(l.in_capsule_data)
+        } else {
+            l.in_capsule_data
+        }
+    }
+
+    fn handle_capsule(&mut self, c: CapsuleCmd) {
+        if let Some(ctrl) = &self.ctx.ctrl {
+            // TBKAS: any command restarts the keep-alive timer.
+            ctrl.touch();
+        }
+        let Some(tag) = self.free.pop() else {
+            warn!(limit = self.slots.len(), "host exceeded the queue depth; closing the queue");
+            self.terminate_with(TermReq { fes: Fes::PDU_SEQUENCE, fei: 0, data: Bytes::new() });
+            return;
+        };
+        let sqe = c.sqe;
+        {
+            let slot = &mut self.slots[tag as usize];
+            slot.sqe = sqe;
+        }
+        let sgl = sqe.sgl();
+        let write = cmd::is_write(&sqe);
+        let status = if sqe.fuse() != 0 || sqe.psdt() != 1 {
+            // nvmet_req_init: fused commands and PRPs are not supported.
+            Err(Status::INVALID_FIELD.with_dnr())
+        } else if sgl.id == SglId::DATA_BLOCK_OFFSET {
+            // In-capsule data (nvmet_tcp_map_data).
+            if !write {
+                Err(Status::INVALID_FIELD.with_dnr())
+            } else if sgl.length > self.in_capsule_limit(&sqe) || sgl.addr != 0 {
+                warn!(len = sgl.length, limit = self.in_capsule_limit(&sqe), "in-capsule data beyond the limit");
+                Err(Status::SGL_INVALID_OFFSET.with_dnr())
+            } else if sgl.length as usize != c.data.len() {
+                Err(Status::SGL_INVALID_DATA.with_dnr())
+            } else {
+                Ok(())
+            }
+        } else if !c.data.is_empty() {
+            Err(Status::SGL_INVALID_DATA.with_dnr())
+        } else {
+            Ok(())
+        };
+        let status = status.and_then(|()| {
+            let max = self.ctx.target.limits.max_transfer();
+            if sgl.length > max && sqe.opcode() != 0x09 {
+                warn!(len = sgl.length, max, "transfer larger than MDTS");
+                return Err(Status::INVALID_FIELD.with_dnr());
+            }
+            cmd::parse(&self.ctx, &sqe)
+        });
+        if let Err(s) = status {
+            self.finish(tag, Response::status(s));
+            return;
+        }
+        if write && sgl.id != SglId::DATA_BLOCK_OFFSET && sgl.length > 0 {
+            // Solicit the data: one R2T for all of it (like nvmet; MAXR2T is 1 for Linux hosts).
+            let slot = &mut self.slots[tag as usize];
+            slot.state = SlotState::AwaitData { expected: sgl.length, received: 0 };
+            slot.whole = None;
+            slot.buf.clear();
+            let r2t = R2t { cccid: sqe.cid(), ttag: tag, r2to: 0, r2tl: sgl.length };
+            self.out.push(&Pdu::R2t(r2t), &self.enc);
+            return;
+        }
+        self.run(tag, c.data);
+    }
+
+    fn handle_h2c_data(&mut self, d: H2cData) {
+        let tag = d.ttag as usize;
+        let Some(slot) = self.slots.get_mut(tag) else {
+            warn!(ttag = d.ttag, "H2CData with unknown transfer tag");
+            let e = TermReq { fes: Fes::INVALID_HEADER_FIELD, fei: 10, data: Bytes::new() };
+            self.terminate_with(e);
+            return;
+        };
+        let SlotState::AwaitData { expected, received } = slot.state else {
+            warn!(ttag = d.ttag, "unsolicited H2CData");
+            self.terminate_with(TermReq { fes: Fes::PDU_SEQUENCE, fei: 0, data: Bytes::new() });
+            return;
+        };
+        if slot.sqe.cid() != d.cccid {
+            warn!(ttag = d.ttag, cccid = d.cccid, "H2CData CCCID does not match its R2T");
+            self.terminate_with(TermReq { fes: Fes::PDU_SEQUENCE, fei: 0, data: Bytes::new() });
+            return;
+        }
+        let len = d.data.len() as u32;
+        if d.datao != received || received as u64 + len as u64 > expected as u64 {
+            warn!(datao = d.datao, datal = len, received, expected, "H2CData outside the R2T window");
+            self.terminate_with(TermReq { fes: Fes::DATA_OUT_OF_RANGE, fei: 0, data: Bytes::new() });
+            return;
+        }
+        let received = received + len;
+        if received == expected && d.datao == 0 {
+            slot.whole = Some(d.data);
+        } else {
+            if slot.buf.capacity() < expected as usize {
+                slot.buf.reserve(expected as usize - slot.buf.len());
+            }
+            slot.buf.extend_from_slice(&d.data);
+        }
+        slot.state = SlotState::AwaitData { expected, received };
+        if received == expected {
+            let data = match slot.whole.take() {
+                Some(w) => w,
+                None => slot.buf.split().freeze(),
+            };
+            self.run(tag as u16, data);
+        }
+    }
+
+    fn run(&mut self, tag: u16, data: Bytes) {
+        let sqe = self.slots[tag as usize].sqe;
+        match cmd::execute(&mut self.ctx, &sqe, data, tag as u32) {
+            Exec::Done(r) => self.finish(tag, r),
+            Exec::Pending(p) => self.slots[tag as usize].state = SlotState::Executing(p),
+        }
+        if self.ctx.qid.is_some() {
+            let want = (self.ctx.sqsize as usize + 1).max(INITIAL_SLOTS);
+            if self.slots.len() < want {
+                self.grow_slots(want);
+            }
+        }
+    }
+
+    /// Delivers an asynchronous completion (backend or AER).
+    pub fn handle_completion(&mut self, c: IoCompletion) {
+        let tag = c.tag as u16;
+        let Some(slot) = self.slots.get_mut(tag as usize) else { return };
+        let SlotState::Executing(p) = std::mem::replace(&mut slot.state, SlotState::Free) else {
+            slot.state = SlotState::Free;
+            debug!(tag, "completion for an idle slot ignored");
+            return;
+        };
+        let r = cmd::complete(p, c);
+        self.finish(tag, r);
+    }
+
+    /// Sends the data and completion of the command in `tag` and frees the slot.
+    fn finish(&mut self, tag: u16, mut r: Response) {
+        let sqe = self.slots[tag as usize].sqe;
+        let cid = sqe.cid();
+        let mut sent_success = false;
+        if r.status.is_success() && !cmd::is_write(&sqe) && sqe.sgl().length > 0 {
+            let want = sqe.sgl().length as usize;
+            if r.data.len() != want {
+                // Exactly the SGL length: the Linux host treats short data as an error.
+                let mut v = BytesMut::with_capacity(want);
+                v.extend_from_slice(&r.data[..r.data.len().min(want)]);
+                v.resize(want, 0);
+                r.data = v.freeze();
+            }
+            // SUCCESS flag only when the host disabled SQ flow control and the
+            // completion has nothing to report (reference §3.6).
+            let success = self.ctx.sqflow_disabled && r.result == 0;
+            let pdu = C2hData { cccid: cid, datao: 0, data: r.data.clone(), last: true, success };
+            self.out.push(&Pdu::C2hData(pdu), &self.enc);
+            sent_success = success;
+        }
+        if !self.ctx.sqflow_disabled {
+            self.sqhd = (self.sqhd + 1) % (self.ctx.sqsize.max(1) + 1);
+        }
+        if !sent_success {
+            let cqe = Cqe { result: r.result, sqhd: self.sqhd, sqid: self.ctx.qid.unwrap_or(0), cid, status: r.status };
+            self.out.push(&Pdu::CapsuleResp(CapsuleResp { cqe }), &self.enc);
+        }
+        let slot = &mut self.slots[tag as usize];
+        slot.state = SlotState::Free;
+        self.free.push(tag);
+        if self.ctx.close_requested {
+            self.phase = Phase::Closing;
+        }
+    }
+
+    /// Marks the queue closing (controller torn down, shutdown).
+    pub fn close(&mut self) {
+        self.phase = Phase::Closing;
+    }
+}

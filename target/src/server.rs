@@ -1,0 +1,100 @@
+//! Running a target from a [`TargetConfig`]: open backends, create
+//! subsystems, bind ports, accept connections; graceful shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::backend::{Backend, BlockBackend, FileBackend, MemBackend};
+use crate::config::{NamespaceConfig, NamespaceSource, TargetConfig};
+use crate::core::{Namespace, Subsystem, Target};
+use crate::transport::tcp::{self, ConnOptions};
+
+/// A running target.
+pub struct Server {
+    /// The target registry (add/remove/resize namespaces through it while running).
+    pub target: Arc<Target>,
+    /// Bound addresses, in configuration order (actual ports when 0 was asked).
+    pub local_addrs: Vec<SocketAddr>,
+    stop: watch::Sender<bool>,
+    accept_tasks: Vec<JoinHandle<()>>,
+}
+
+/// Opens the backend for a namespace.
+pub fn open_backend(ns: &NamespaceConfig) -> std::io::Result<Arc<dyn Backend>> {
+    Ok(match &ns.source {
+        NamespaceSource::Ram(size) => Arc::new(MemBackend::new(*size, ns.block_size)),
+        NamespaceSource::File { path, size } => Arc::new(FileBackend::open(path, *size, ns.block_size)?),
+        NamespaceSource::Block(path) => Arc::new(BlockBackend::open(path, None)?),
+    })
+}
+
+/// Builds a subsystem with its namespaces.
+pub fn build_subsystem(
+    nqn: &str,
+    model: &str,
+    hosts: Option<Vec<String>>,
+    nss: &[NamespaceConfig],
+) -> std::io::Result<Arc<Subsystem>> {
+    let s = Arc::new(Subsystem::new(nqn, model, hosts, false));
+    let mut next = 1;
+    for n in nss {
+        let nsid = n.nsid.unwrap_or(next);
+        next = next.max(nsid + 1);
+        let b = open_backend(n).map_err(|e| std::io::Error::new(e.kind(), format!("namespace {nsid}: {e}")))?;
+        info!(subnqn = nqn, nsid, backend = %b.describe(), size = b.size(), block_size = b.block_size(), "namespace");
+        s.add_namespace(Arc::new(Namespace::new(nqn, nsid, b)));
+    }
+    Ok(s)
+}
+
+impl Server {
+    /// Starts serving `cfg` on the current tokio runtime.
+    pub async fn start(cfg: &TargetConfig) -> std::io::Result<Self> {
+        let target = Target::new(cfg.limits.clone());
+        for s in &cfg.subsystems {
+            target.add_subsystem(build_subsystem(&s.nqn, &s.model, s.allowed_hosts.clone(), &s.namespaces)?);
+        }
+        let (stop, stop_rx) = watch::channel(false);
+        let opts = ConnOptions { poll_us: cfg.poll_us };
+        let mut local_addrs = Vec::new();
+        let mut accept_tasks = Vec::new();
+        for addr in &cfg.listen {
+            let l = tcp::bind(*addr).map_err(|e| std::io::Error::new(e.kind(), format!("listen {addr}: {e}")))?;
+            let local = l.local_addr()?;
+            let port_id = target.add_port(local);
+            local_addrs.push(local);
+            accept_tasks.push(tokio::spawn(tcp::serve_port(target.clone(), l, port_id, opts, stop_rx.clone())));
+        }
+        info!(limits = ?target.limits, poll_us = cfg.poll_us, "target running");
+        Ok(Self { target, local_addrs, stop, accept_tasks })
+    }
+
+    /// Stops accepting, lets connections finish in-flight commands (bounded by
+    /// `grace`), then flushes every backend.
+    pub async fn shutdown(self, grace: Duration) {
+        let _ = self.stop.send(true);
+        for t in self.accept_tasks {
+            let _ = t.await;
+        }
+        let deadline = tokio::time::Instant::now() + grace;
+        while self.target.connection_count() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        if self.target.connection_count() > 0 {
+            warn!(left = self.target.connection_count(), "connections still open after the grace period");
+        }
+        for s in self.target.subsystems() {
+            for ns in s.namespaces().values() {
+                if let Err(e) = ns.backend.sync_all() {
+                    warn!(nsid = ns.nsid, error = %e, "flush on shutdown failed");
+                }
+            }
+        }
+        info!("target stopped");
+    }
+}

@@ -1,0 +1,3 @@
+//! Transports. Only TCP today (`tcp`), the transport ops of nvmet-tcp.
+
+pub mod tcp;

@@ -1,0 +1,1 @@
+//! Integration and interoperability suites for nvmeof (see `tests/tests/`).

@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("nvmeof-probe: not implemented yet");
+    std::process::exit(2);
+}
