@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use nvmeof_target::config::{
-    default_listen, parse_size, NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig, DEFAULT_MODEL,
+    default_listen, parse_size, NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig,
+    DEFAULT_MODEL,
 };
 use nvmeof_target::core::Limits;
 use nvmeof_target::server::Server;
@@ -150,9 +151,24 @@ fn main() -> std::process::ExitCode {
         print_host_commands(&cfg, &server.local_addrs);
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = term.recv() => {}
+        let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
+        loop {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => break,
+                _ = term.recv() => break,
+                _ = hup.recv() => {
+                    // Reload the configuration file: add/remove/resize namespaces live.
+                    let Some(path) = &args.config else {
+                        tracing::warn!("SIGHUP ignored: no --config file to reload");
+                        continue;
+                    };
+                    match TargetConfig::from_file(path).map_err(|e| e.to_string())
+                        .and_then(|c| server.reload(&c).map_err(|e| e.to_string())) {
+                        Ok(()) => tracing::info!(config = %path.display(), "configuration reloaded"),
+                        Err(e) => tracing::error!(error = %e, "reload failed; keeping the running configuration"),
+                    }
+                }
+            }
         }
         tracing::info!("signal received: stopping");
         server.shutdown(Duration::from_secs(10)).await;

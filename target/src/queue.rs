@@ -189,7 +189,12 @@ impl QueueState {
     fn grow_slots(&mut self, n: usize) {
         while self.slots.len() < n {
             self.free.push(self.slots.len() as u16);
-            self.slots.push(Slot { state: SlotState::Free, sqe: Sqe::default(), buf: BytesMut::new(), whole: None });
+            self.slots.push(Slot {
+                state: SlotState::Free,
+                sqe: Sqe::default(),
+                buf: BytesMut::new(),
+                whole: None,
+            });
         }
         // Lowest tags first, so small queues touch few slots.
         self.free.sort_unstable_by(|a, b| b.cmp(a));
@@ -220,7 +225,8 @@ impl QueueState {
                 Ok(None) => return,
                 Err(e) => {
                     let hlen = (head[2] as usize).clamp(CH_LEN, rx.len().max(CH_LEN));
-                    let offending = if e.is_fatal() { rx.get(..hlen).unwrap_or(&head).to_vec() } else { head.to_vec() };
+                    let offending =
+                        if e.is_fatal() { rx.get(..hlen).unwrap_or(&head).to_vec() } else { head.to_vec() };
                     // The Linux target treats an H2C data digest error as fatal too.
                     self.terminate(&e, &offending);
                 }
@@ -305,7 +311,11 @@ impl QueueState {
             if !write {
                 Err(Status::INVALID_FIELD.with_dnr())
             } else if sgl.length > self.in_capsule_limit(&sqe) || sgl.addr != 0 {
-                warn!(len = sgl.length, limit = self.in_capsule_limit(&sqe), "in-capsule data beyond the limit");
+                warn!(
+                    len = sgl.length,
+                    limit = self.in_capsule_limit(&sqe),
+                    "in-capsule data beyond the limit"
+                );
                 Err(Status::SGL_INVALID_OFFSET.with_dnr())
             } else if sgl.length as usize != c.data.len() {
                 Err(Status::SGL_INVALID_DATA.with_dnr())
@@ -437,7 +447,13 @@ impl QueueState {
             self.sqhd = (self.sqhd + 1) % (self.ctx.sqsize.max(1) + 1);
         }
         if !sent_success {
-            let cqe = Cqe { result: r.result, sqhd: self.sqhd, sqid: self.ctx.qid.unwrap_or(0), cid, status: r.status };
+            let cqe = Cqe {
+                result: r.result,
+                sqhd: self.sqhd,
+                sqid: self.ctx.qid.unwrap_or(0),
+                cid,
+                status: r.status,
+            };
             self.out.push(&Pdu::CapsuleResp(CapsuleResp { cqe }), &self.enc);
         }
         let slot = &mut self.slots[tag as usize];
@@ -451,5 +467,136 @@ impl QueueState {
     /// Marks the queue closing (controller torn down, shutdown).
     pub fn close(&mut self) {
         self.phase = Phase::Closing;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! The queue driven without sockets: bytes in, bytes out.
+    use std::sync::Arc;
+
+    use nvmeof_common::pdu::PduType;
+    use nvmeof_common::spec::property::{PropertyGet, PropertyOffset};
+    use nvmeof_common::spec::{ConnectCmd, ConnectData, CNTLID_DYNAMIC};
+
+    use super::*;
+    use crate::backend::MemBackend;
+    use crate::core::{Limits, Namespace, Subsystem, Target};
+
+    const NQN: &str = "nqn.2026-11.io.nvmeof:unit";
+
+    fn queue() -> QueueState {
+        let t = Target::new(Limits::default());
+        let s = Arc::new(Subsystem::new(NQN, "unit", None, false));
+        s.add_namespace(Arc::new(Namespace::new(NQN, 1, Arc::new(MemBackend::new(1 << 20, 512)))));
+        t.add_subsystem(s);
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        QueueState::new(QueueCtx {
+            target: t,
+            port_id: 1,
+            qid: None,
+            ctrl: None,
+            sink: tx,
+            sqsize: 0,
+            sqflow_disabled: false,
+            close_requested: false,
+        })
+    }
+
+    fn exchange(q: &mut QueueState, pdu: Pdu, cfg: &EncodeConfig) -> Vec<Pdu> {
+        let mut rx = BytesMut::from(&pdu.encode_to_vec(cfg)[..]);
+        q.handle_bytes(&mut rx);
+        assert!(rx.is_empty());
+        let out = q.out.take_all();
+        let mut dec = PduDecoder::new(DecoderConfig {
+            hdgst: cfg.hdgst,
+            ddgst: cfg.ddgst,
+            ..DecoderConfig::new(Role::Host)
+        });
+        let mut buf = BytesMut::from(&out[..]);
+        let mut pdus = Vec::new();
+        while let Some(p) = dec.decode(&mut buf).unwrap() {
+            pdus.push(p);
+        }
+        pdus
+    }
+
+    fn cqe(p: &Pdu) -> Cqe {
+        match p {
+            Pdu::CapsuleResp(r) => r.cqe,
+            other => panic!("expected CapsuleResp, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn icreq_connect_property_get_without_sockets() {
+        let mut q = queue();
+        let out = exchange(&mut q, Pdu::IcReq(IcReq::default()), &EncodeConfig::default());
+        assert!(matches!(&out[..], [Pdu::IcResp(r)] if r.maxh2cdata == 1 << 20 && r.cpda == 0));
+        assert_eq!(q.phase(), Phase::Live);
+
+        let data = ConnectData {
+            hostid: [7; 16],
+            cntlid: CNTLID_DYNAMIC,
+            subnqn: NQN.into(),
+            hostnqn: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000007".into(),
+        };
+        let cmd =
+            CapsuleCmd { sqe: ConnectCmd::admin(5000).to_sqe(1), data: Bytes::from(data.encode().to_vec()) };
+        let out = exchange(&mut q, Pdu::CapsuleCmd(cmd), &EncodeConfig::default());
+        let c = cqe(&out[0]);
+        assert!(c.status.is_success(), "{}", c.status);
+        assert_eq!(c.cid, 1);
+        assert_eq!(q.ctx.qid, Some(0));
+        assert_eq!(c.result as u16, q.ctx.ctrl.as_ref().unwrap().cntlid);
+
+        let get = CapsuleCmd::new(PropertyGet::new(PropertyOffset::CAP).to_sqe(2));
+        let c = cqe(&exchange(&mut q, Pdu::CapsuleCmd(get), &EncodeConfig::default())[0]);
+        assert!(c.status.is_success());
+        assert_eq!(c.result & 0xFFFF, 1023, "MQES");
+
+        // Admin commands before CC.EN: Command Sequence Error (nvmet_check_ctrl_status
+        // runs before the opcode is looked at).
+        let c = cqe(&exchange(
+            &mut q,
+            Pdu::CapsuleCmd(CapsuleCmd::new(Sqe::new(0xC5))),
+            &EncodeConfig::default(),
+        )[0]);
+        assert_eq!(c.status, Status::CMD_SEQ_ERROR.with_dnr());
+    }
+
+    #[test]
+    fn malformed_header_gets_c2h_term_req_and_closes() {
+        let mut q = queue();
+        exchange(&mut q, Pdu::IcReq(IcReq::default()), &EncodeConfig::default());
+        let mut bad =
+            Pdu::CapsuleCmd(CapsuleCmd::new(Sqe::new(0x06))).encode_to_vec(&EncodeConfig::default());
+        bad[2] = 24; // HLEN wrong for CapsuleCmd
+        let mut rx = BytesMut::from(&bad[..]);
+        q.handle_bytes(&mut rx);
+        assert_eq!(q.phase(), Phase::Closing);
+        let out = q.out.take_all();
+        let mut dec = PduDecoder::new(DecoderConfig::new(Role::Host));
+        match dec.decode(&mut BytesMut::from(&out[..])).unwrap() {
+            Some(Pdu::C2hTermReq(t)) => {
+                assert_eq!((t.fes, t.fei), (Fes::INVALID_HEADER_FIELD, 2));
+                assert_eq!(&t.data[..8], &bad[..8]);
+            }
+            other => panic!("expected C2HTermReq, got {other:?}"),
+        }
+        assert_eq!(PduType(out[0]), PduType::C2H_TERM_REQ);
+    }
+
+    #[test]
+    fn capsule_before_icreq_is_a_sequence_error() {
+        let mut q = queue();
+        let mut rx = BytesMut::from(
+            &Pdu::CapsuleCmd(CapsuleCmd::new(Sqe::new(0x06))).encode_to_vec(&EncodeConfig::default())[..],
+        );
+        q.handle_bytes(&mut rx);
+        assert_eq!(q.phase(), Phase::Closing);
+        let out = q.out.take_all();
+        assert_eq!(out[0], 0x03);
+        assert_eq!(u16::from_le_bytes([out[8], out[9]]), Fes::PDU_SEQUENCE.0);
     }
 }

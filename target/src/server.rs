@@ -45,7 +45,8 @@ pub fn build_subsystem(
     for n in nss {
         let nsid = n.nsid.unwrap_or(next);
         next = next.max(nsid + 1);
-        let b = open_backend(n).map_err(|e| std::io::Error::new(e.kind(), format!("namespace {nsid}: {e}")))?;
+        let b =
+            open_backend(n).map_err(|e| std::io::Error::new(e.kind(), format!("namespace {nsid}: {e}")))?;
         info!(subnqn = nqn, nsid, backend = %b.describe(), size = b.size(), block_size = b.block_size(), "namespace");
         s.add_namespace(Arc::new(Namespace::new(nqn, nsid, b)));
     }
@@ -64,14 +65,83 @@ impl Server {
         let mut local_addrs = Vec::new();
         let mut accept_tasks = Vec::new();
         for addr in &cfg.listen {
-            let l = tcp::bind(*addr).map_err(|e| std::io::Error::new(e.kind(), format!("listen {addr}: {e}")))?;
+            let l =
+                tcp::bind(*addr).map_err(|e| std::io::Error::new(e.kind(), format!("listen {addr}: {e}")))?;
             let local = l.local_addr()?;
             let port_id = target.add_port(local);
             local_addrs.push(local);
-            accept_tasks.push(tokio::spawn(tcp::serve_port(target.clone(), l, port_id, opts, stop_rx.clone())));
+            accept_tasks.push(tokio::spawn(tcp::serve_port(
+                target.clone(),
+                l,
+                port_id,
+                opts,
+                stop_rx.clone(),
+            )));
         }
         info!(limits = ?target.limits, poll_us = cfg.poll_us, "target running");
         Ok(Self { target, local_addrs, stop, accept_tasks })
+    }
+
+    /// Applies a changed configuration while hosts stay connected (SIGHUP):
+    /// new subsystems and namespaces are added, missing ones removed, and a
+    /// namespace whose configured size changed is resized. Connected hosts get
+    /// the Namespace Attribute Changed AEN. Ports and limits are not changed.
+    pub fn reload(&self, cfg: &TargetConfig) -> std::io::Result<()> {
+        let mut keep = Vec::new();
+        for sc in &cfg.subsystems {
+            keep.push(sc.nqn.clone());
+            let Some(s) = self.target.subsystem(&sc.nqn) else {
+                info!(subnqn = %sc.nqn, "reload: adding subsystem");
+                self.target.add_subsystem(build_subsystem(
+                    &sc.nqn,
+                    &sc.model,
+                    sc.allowed_hosts.clone(),
+                    &sc.namespaces,
+                )?);
+                continue;
+            };
+            let mut next = 1;
+            let mut wanted = Vec::new();
+            for n in &sc.namespaces {
+                let nsid = n.nsid.unwrap_or(next);
+                next = next.max(nsid + 1);
+                wanted.push(nsid);
+                let new_size = match &n.source {
+                    NamespaceSource::Ram(sz) => Some(*sz),
+                    NamespaceSource::File { size, .. } => *size,
+                    NamespaceSource::Block(_) => None,
+                };
+                match s.namespace(nsid) {
+                    None => {
+                        let b = open_backend(n)?;
+                        info!(subnqn = %sc.nqn, nsid, backend = %b.describe(), "reload: adding namespace");
+                        s.add_namespace(Arc::new(Namespace::new(&sc.nqn, nsid, b)));
+                    }
+                    Some(ns) => {
+                        if let Some(sz) = new_size {
+                            let sz = sz / ns.block_size() as u64 * ns.block_size() as u64;
+                            if sz != ns.backend.size() {
+                                info!(subnqn = %sc.nqn, nsid, old = ns.backend.size(), new = sz, "reload: resizing namespace");
+                                s.resize_namespace(nsid, sz).map_err(std::io::Error::other)?;
+                            }
+                        }
+                    }
+                }
+            }
+            for nsid in s.namespaces().keys().copied().collect::<Vec<_>>() {
+                if !wanted.contains(&nsid) {
+                    info!(subnqn = %sc.nqn, nsid, "reload: removing namespace");
+                    s.remove_namespace(nsid);
+                }
+            }
+        }
+        for s in self.target.subsystems() {
+            if !keep.contains(&s.nqn) {
+                info!(subnqn = %s.nqn, "reload: removing subsystem");
+                self.target.remove_subsystem(&s.nqn);
+            }
+        }
+        Ok(())
     }
 
     /// Stops accepting, lets connections finish in-flight commands (bounded by

@@ -108,7 +108,7 @@ impl Bounce {
 fn ioctl_get<T: Default>(file: &File, req: libc::Ioctl) -> io::Result<T> {
     let mut v = T::default();
     // SAFETY: `req` writes one `T` to the pointer.
-    if unsafe { libc::ioctl(file.as_raw_fd(), req, &mut v as *mut T) } < 0 {
+    if unsafe { libc::ioctl(file.as_raw_fd(), req, std::ptr::addr_of_mut!(v)) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(v)
@@ -158,7 +158,7 @@ impl BlockInner {
 
     fn write(&self, bounce: &mut Bounce, offset: u64, data: &[u8], fua: bool) -> io::Result<()> {
         let f = if fua { &self.dsync } else { &self.file };
-        if !self.direct || (data.as_ptr() as usize) % self.dev_block_size as usize == 0 {
+        if !self.direct || (data.as_ptr() as usize) & (self.dev_block_size as usize - 1) == 0 {
             return f.write_all_at(data, offset);
         }
         let mut pos = offset;
@@ -245,6 +245,10 @@ impl BlockBackend {
     /// device's. The capacity is the device size (`BLKGETSIZE64`) rounded down to
     /// whole blocks. The device is opened with `O_DIRECT`, or without it (and a
     /// warning) where the device refuses it.
+    ///
+    /// # Errors
+    /// Opening the device, or the `ioctl`s, fail; `path` is not a block device;
+    /// `block_size` is invalid; or the device is smaller than one block.
     pub fn open(path: impl AsRef<Path>, block_size: Option<u32>) -> io::Result<Self> {
         Self::open_with_workers(path, block_size, DEFAULT_WORKERS)
     }
@@ -275,7 +279,7 @@ impl BlockBackend {
             .filter(|b| b.is_power_of_two() && *b >= 512)
             .ok_or_else(|| io::Error::other(format!("odd logical block size {dev_block_size}")))?;
         let block_size = block_size.unwrap_or(dev_block_size);
-        if !block_size.is_power_of_two() || block_size % dev_block_size != 0 {
+        if !block_size.is_power_of_two() || block_size < dev_block_size {
             return Err(invalid(format!(
                 "block size {block_size} is not a power-of-two multiple of the device's {dev_block_size}"
             )));

@@ -2,7 +2,7 @@
 //!
 //! Blocking file I/O never runs on the caller's (tokio) thread: every
 //! operation is queued to a small pool of dedicated worker threads
-//! ([`WorkerPool`], shared with the block-device backend), which send the
+//! (`WorkerPool`, shared with the block-device backend), which send the
 //! completion to the submitting queue's [`CompletionSink`].
 //!
 //! Durability: plain writes land in the page cache, so the backend reports a
@@ -133,7 +133,7 @@ pub(crate) fn in_range(off: u64, len: u64, size: u64) -> bool {
 
 /// Whether an error means "this offload is not supported here" (try a fallback).
 pub(crate) fn is_unsupported(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) | Some(libc::ENOTTY))
+    matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::ENOTTY))
 }
 
 /// `fallocate(2)`, retried on `EINTR`.
@@ -298,6 +298,11 @@ impl FileBackend {
     /// With `Some(size)` the file is created if missing and grown (sparsely) to
     /// `size` bytes if smaller; with `None` it must already exist. The capacity
     /// is the file length rounded down to whole blocks and must be at least one block.
+    ///
+    /// # Errors
+    /// Opening, creating or growing the file fails; `path` is not a regular file;
+    /// `block_size` is not a power of two of at least 512; or the file is smaller
+    /// than one block.
     pub fn open(path: impl AsRef<Path>, create_size: Option<u64>, block_size: u32) -> io::Result<Self> {
         Self::open_with_workers(path, create_size, block_size, DEFAULT_WORKERS)
     }

@@ -30,7 +30,8 @@ impl MemBackend {
     }
 
     fn execute(&self, op: IoOp) -> (Status, Bytes) {
-        let in_range = |off: u64, len: u64, size: usize| off.checked_add(len).is_some_and(|e| e <= size as u64);
+        let in_range =
+            |off: u64, len: u64, size: usize| off.checked_add(len).is_some_and(|e| e <= size as u64);
         match op {
             IoOp::Read { offset, len } => {
                 let d = self.data.read().unwrap();
@@ -104,7 +105,8 @@ mod tests {
     fn read_write_zero_and_range() {
         let b = MemBackend::new(1 << 20, 512);
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-        let w = b.submit(1, IoOp::Write { offset: 512, data: Bytes::from_static(&[7; 512]), fua: false }, &tx);
+        let w =
+            b.submit(1, IoOp::Write { offset: 512, data: Bytes::from_static(&[7; 512]), fua: false }, &tx);
         assert_eq!(w.unwrap().status, Status::SUCCESS);
         let r = b.submit(2, IoOp::Read { offset: 512, len: 512 }, &tx).unwrap();
         assert_eq!((r.tag, &r.data[..]), (2, &[7u8; 512][..]));

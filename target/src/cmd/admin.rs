@@ -1,0 +1,918 @@
+//! Admin commands of I/O and discovery controllers, like nvmet's `admin-cmd.c`
+//! and the admin half of `discovery.c` (reference §5, §7).
+//!
+//! [`parse`] runs before any data is solicited: it checks the controller state
+//! (I/O controllers: Command Sequence Error before CC.EN/CSTS.RDY; discovery
+//! controllers: Invalid Opcode before CSTS.RDY), the opcode (Invalid Opcode for
+//! anything this controller type does not implement) and the SGL length
+//! (Data SGL Length Invalid where nvmet requires an exact length). [`execute`]
+//! builds the reply.
+//!
+//! Supported: Identify (CNS 00h/01h/02h/03h/05h/06h/07h/08h; discovery: 01h),
+//! Get Log Page (00h/01h/02h/03h/04h/05h; discovery: 70h) honouring LPO and
+//! NUMD, Set/Get Features (07h, 0Bh, 0Fh, 06h Get, 81h Get; discovery: 0Bh, 0Fh),
+//! Keep Alive, Asynchronous Event Request and Abort ("not aborted").
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use nvmeof_common::opcode::{AdminOpcode, IoOpcode};
+use nvmeof_common::spec::features::{
+    aec, FeatureId, GetFeaturesCmd, NumQueues, SetFeaturesCmd, ABORT_DW0_NOT_ABORTED,
+};
+use nvmeof_common::spec::identify::{
+    encode_ns_desc_list, encode_ns_list, Csi, IdentifyNsIndep, LbaFormat, NsIdDescriptor,
+    PowerStateDescriptor, IDENTIFY_DATA_LEN,
+};
+use nvmeof_common::spec::log::{
+    effects, encode_supported_logs, log_window, ChangedNsList, CommandEffectsLog, FwSlotLog, SmartLog,
+    ERROR_LOG_ENTRY_LEN, LOG_4K,
+};
+use nvmeof_common::spec::property::{Csts, Vs};
+use nvmeof_common::spec::{
+    Cns, GetLogPageCmd, IdentifyCmd, IdentifyController, IdentifyNamespace, LogPageId,
+};
+use nvmeof_common::{Sqe, Status};
+
+use super::{discovery, Exec, Pending, QueueCtx, Response};
+use crate::core::controller::MAX_AERS;
+use crate::core::{Controller, Namespace, Target};
+
+/// Version reported in Identify Controller VER and the VS property: NVMe 1.3.0.
+/// Below 2.0 the Linux host skips CNS 08h and needs no CSI descriptor, which
+/// keeps it on its simplest namespace-scan path (reference §4.6).
+pub const VERSION: u32 = Vs::V1_3.0;
+/// Firmware revision (Identify FR, firmware slot 1): the crate version.
+pub const FIRMWARE_REVISION: &str = env!("CARGO_PKG_VERSION");
+/// NN and MNAN: the highest NSID hosts should expect (nvmet `NVMET_MAX_NAMESPACES`).
+pub const MAX_NAMESPACES: u32 = 1024;
+/// Error log entries (ELPE + 1, nvmet `NVMET_ERROR_LOG_SLOTS`); the log is always empty.
+pub const ERROR_LOG_ENTRIES: usize = 128;
+/// Keep Alive Support: 1 s granularity (units of 100 ms, nvmet `NVMET_KAS`).
+pub const KAS: u16 = 10;
+/// Async event configuration bits an I/O controller accepts: SMART critical
+/// warnings 4:0 (never raised) and Namespace Attribute Notices (nvmet
+/// `NVMET_AEN_CFG_ALL` without ANA).
+pub const IO_AEC_SUPPORTED: u32 = 0x1F | aec::NS_ATTR;
+/// Async event configuration bits a discovery controller accepts.
+pub const DISC_AEC_SUPPORTED: u32 = aec::DISC_CHANGE;
+
+/// CTRATT bit 0: 128-bit host identifier supported.
+const CTRATT_HID_128: u32 = 1 << 0;
+/// CMIC: multi-port (bit 0) and multi-controller (bit 1) subsystem; no ANA.
+const CMIC_MULTI_PORT_CTRL: u8 = 0x03;
+/// ONCS: Compare (bit 0), Dataset Management (bit 2), Write Zeroes (bit 3).
+const ONCS: u16 = (1 << 0) | (1 << 2) | (1 << 3);
+/// SGLS bits 1:0 = 01b: SGLs supported, byte aligned.
+const SGLS_SUPPORTED: u32 = 1 << 0;
+/// SGLS bit 20: SGL address used as an offset (in-capsule data).
+const SGLS_OFFSET: u32 = 1 << 20;
+/// LPA: SMART per namespace (0), commands effects log (1), extended data / LPO (2).
+const LPA_IO: u8 = 0x07;
+/// LPA for the discovery controller: extended data / LPO only (nvmet).
+const LPA_DISC: u8 = 1 << 2;
+/// FRMW: slot 1 read-only (bit 0), one slot (bits 3:1).
+const FRMW: u8 = 0x03;
+/// Identify Namespace NMIC bit 0: may be shared by controllers (nvmet sets it).
+const NMIC_SHARED: u8 = 1 << 0;
+/// CNS 08h NSFEAT bit 3: no volatile write cache behind this namespace.
+const NSFEAT_VWC_NOT_PRESENT: u8 = 1 << 3;
+/// CNS 08h NSTAT bit 0: namespace ready.
+const NSTAT_NRDY: u8 = 1 << 0;
+/// Get Features 81h CDW11 bit 0: extended (128-bit) host identifier.
+const EXHID: u32 = 1 << 0;
+/// Most bytes accepted as Set Features data (the largest feature payload is 512 B).
+const MAX_SET_FEATURES_DATA: u32 = 4096;
+
+fn invalid_field() -> Status {
+    Status::INVALID_FIELD.with_dnr()
+}
+
+fn invalid_opcode() -> Status {
+    Status::INVALID_OPCODE.with_dnr()
+}
+
+fn invalid_ns() -> Status {
+    Status::INVALID_NS.with_dnr()
+}
+
+/// Exact SGL length check (nvmet `nvmet_check_transfer_len`).
+fn expect_len(sqe: &Sqe, want: u64) -> Result<(), Status> {
+    if sqe.sgl().length as u64 == want {
+        Ok(())
+    } else {
+        Err(Status::SGL_INVALID_DATA.with_dnr())
+    }
+}
+
+/// Get Log Page: SGL length must equal (NUMD + 1) · 4 and fit MDTS.
+fn check_log_len(ctx: &QueueCtx, sqe: &Sqe) -> Result<(), Status> {
+    let want = GetLogPageCmd::from_sqe(sqe).numd_bytes();
+    expect_len(sqe, want)?;
+    if want > ctx.target.limits.max_transfer() as u64 {
+        return Err(invalid_field());
+    }
+    Ok(())
+}
+
+/// Parse step for an admin command (the admin queue of a connected controller;
+/// fabrics commands never get here).
+pub fn parse(ctx: &QueueCtx, ctrl: &Arc<Controller>, sqe: &Sqe) -> Result<(), Status> {
+    let op = AdminOpcode(sqe.opcode());
+    if ctrl.is_discovery() {
+        // nvmet_parse_discovery_cmd: not ready ⇒ Invalid Opcode.
+        if !Csts(ctrl.regs().csts).rdy() {
+            return Err(invalid_opcode());
+        }
+        return match op {
+            AdminOpcode::IDENTIFY => expect_len(sqe, IDENTIFY_DATA_LEN as u64),
+            AdminOpcode::GET_LOG_PAGE => check_log_len(ctx, sqe),
+            AdminOpcode::SET_FEATURES
+            | AdminOpcode::GET_FEATURES
+            | AdminOpcode::ASYNC_EVENT
+            | AdminOpcode::KEEP_ALIVE => expect_len(sqe, 0),
+            _ => Err(invalid_opcode()),
+        };
+    }
+    // nvmet_check_ctrl_status: CC.EN and CSTS.RDY required.
+    if !ctrl.is_ready() {
+        return Err(Status::CMD_SEQ_ERROR.with_dnr());
+    }
+    match op {
+        AdminOpcode::IDENTIFY => expect_len(sqe, IDENTIFY_DATA_LEN as u64),
+        AdminOpcode::GET_LOG_PAGE => check_log_len(ctx, sqe),
+        AdminOpcode::GET_FEATURES => {
+            let want = if FeatureId(sqe.cdw(10) as u8) == FeatureId::HOST_ID { 16 } else { 0 };
+            expect_len(sqe, want)
+        }
+        AdminOpcode::SET_FEATURES => {
+            if sqe.sgl().length > MAX_SET_FEATURES_DATA {
+                Err(Status::SGL_INVALID_DATA.with_dnr())
+            } else {
+                Ok(())
+            }
+        }
+        AdminOpcode::ABORT | AdminOpcode::ASYNC_EVENT | AdminOpcode::KEEP_ALIVE => expect_len(sqe, 0),
+        _ => Err(invalid_opcode()),
+    }
+}
+
+/// Execute step for an admin command accepted by [`parse`]. AERs stay
+/// pending until an event completes them on `ctx.sink` with `tag`.
+pub fn execute(ctx: &mut QueueCtx, ctrl: &Arc<Controller>, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
+    let _ = data; // No supported admin command consumes host data.
+    let disc = ctrl.is_discovery();
+    let r = match AdminOpcode(sqe.opcode()) {
+        AdminOpcode::IDENTIFY => identify(&ctx.target, ctrl, sqe),
+        AdminOpcode::GET_LOG_PAGE => get_log_page(&ctx.target, ctrl, sqe),
+        AdminOpcode::SET_FEATURES => set_features(ctrl, sqe),
+        AdminOpcode::GET_FEATURES => get_features(ctrl, sqe),
+        AdminOpcode::KEEP_ALIVE => keep_alive(ctrl),
+        AdminOpcode::ASYNC_EVENT => {
+            return match ctrl.post_aer(&ctx.sink, tag) {
+                Ok(()) => Exec::Pending(Pending::Plain),
+                Err(s) => s.into(),
+            }
+        }
+        AdminOpcode::ABORT if !disc => Ok(Response::result(ABORT_DW0_NOT_ABORTED as u64)),
+        _ => Err(invalid_opcode()),
+    };
+    match r {
+        Ok(resp) => resp.into(),
+        Err(s) => s.into(),
+    }
+}
+
+// ---------------------------------------------------------------- Identify
+
+fn identify(target: &Target, ctrl: &Controller, sqe: &Sqe) -> Result<Response, Status> {
+    let cmd = IdentifyCmd::from_sqe(sqe);
+    if ctrl.is_discovery() {
+        // nvmet_execute_disc_identify: CNS 01h only.
+        return match cmd.cns {
+            Cns::CTRL => Ok(Response::data(identify_controller(target, ctrl).encode())),
+            _ => Err(invalid_field()),
+        };
+    }
+    let subsys = &ctrl.subsys;
+    let find = || subsys.namespace(cmd.nsid).ok_or_else(invalid_ns);
+    let buf = match cmd.cns {
+        Cns::NS => {
+            if cmd.nsid == 0xFFFF_FFFF {
+                return Err(invalid_ns());
+            }
+            // Inactive NSID: all-zero structure.
+            subsys
+                .namespace(cmd.nsid)
+                .map_or_else(|| vec![0; IDENTIFY_DATA_LEN], |ns| identify_ns(&ns).encode())
+        }
+        Cns::CTRL => identify_controller(target, ctrl).encode(),
+        Cns::ACTIVE_NS_LIST | Cns::ACTIVE_NS_LIST_CS => {
+            if cmd.nsid >= 0xFFFF_FFFE {
+                return Err(invalid_ns());
+            }
+            let nsids: Vec<u32> = if cmd.cns == Cns::ACTIVE_NS_LIST || cmd.csi == Csi::NVM {
+                subsys.namespaces().keys().copied().collect()
+            } else {
+                Vec::new()
+            };
+            encode_ns_list(&nsids, cmd.nsid)
+        }
+        Cns::NS_DESC_LIST => {
+            let ns = find()?;
+            encode_ns_desc_list(&ns_descriptors(&ns)).map_err(|_| Status::INTERNAL.with_dnr())?
+        }
+        Cns::CS_NS if cmd.csi == Csi::NVM => {
+            // NVM command set specific namespace data: no limits or PI to report.
+            find()?;
+            vec![0; IDENTIFY_DATA_LEN]
+        }
+        Cns::CS_CTRL if cmd.csi == Csi::NVM => vec![0; IDENTIFY_DATA_LEN],
+        Cns::IND_CS_NS => {
+            let ns = find()?;
+            let nsfeat = if ns.backend.volatile_write_cache() { 0 } else { NSFEAT_VWC_NOT_PRESENT };
+            IdentifyNsIndep { nsfeat, nmic: NMIC_SHARED, nstat: NSTAT_NRDY, ..Default::default() }.encode()
+        }
+        _ => return Err(invalid_field()),
+    };
+    Ok(Response::data(buf))
+}
+
+/// Whether any namespace of the controller's subsystem sits on a volatile write cache.
+fn volatile_write_cache(ctrl: &Controller) -> bool {
+    ctrl.subsys.namespaces().values().any(|ns| ns.backend.volatile_write_cache())
+}
+
+/// Identify Controller (CNS 01h) for `ctrl`, values after nvmet
+/// (`nvmet_execute_identify_ctrl` / `nvmet_execute_disc_identify`).
+pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyController {
+    let limits = &target.limits;
+    let subsys = &ctrl.subsys;
+    let mut sgls = SGLS_SUPPORTED;
+    if limits.in_capsule_data > 0 {
+        sgls |= SGLS_OFFSET;
+    }
+    let common = IdentifyController {
+        sn: subsys.serial.clone(),
+        mn: subsys.model.clone(),
+        fr: FIRMWARE_REVISION.to_string(),
+        mdts: limits.mdts,
+        cntlid: ctrl.cntlid,
+        ver: VERSION,
+        kas: KAS,
+        aerl: (MAX_AERS - 1) as u8,
+        maxcmd: limits.max_queue_entries.min(0xFFFF) as u16,
+        sgls,
+        subnqn: subsys.nqn.clone(),
+        ..Default::default()
+    };
+    if ctrl.is_discovery() {
+        return IdentifyController { cntrltype: 2, oaes: DISC_AEC_SUPPORTED, lpa: LPA_DISC, ..common };
+    }
+    let max_nsid = subsys.namespaces().keys().next_back().copied().unwrap_or(0);
+    IdentifyController {
+        rab: 6,
+        cmic: CMIC_MULTI_PORT_CTRL,
+        oaes: aec::NS_ATTR,
+        ctratt: CTRATT_HID_128,
+        cntrltype: 1,
+        acl: 3,
+        frmw: FRMW,
+        lpa: LPA_IO,
+        elpe: (ERROR_LOG_ENTRIES - 1) as u8,
+        sqes: 0x66,
+        cqes: 0x44,
+        nn: MAX_NAMESPACES.max(max_nsid),
+        oncs: ONCS,
+        vwc: volatile_write_cache(ctrl) as u8,
+        mnan: MAX_NAMESPACES,
+        ioccsz: (64 + limits.in_capsule_data) / 16,
+        iorcsz: 1,
+        icdoff: 0,
+        msdbd: 1,
+        psd0: PowerStateDescriptor::NVMET_PSD0,
+        ..common
+    }
+}
+
+/// Identify Namespace (CNS 00h) for an active namespace: one LBA format, no
+/// metadata, capacity = size = utilisation, shared (nvmet).
+pub fn identify_ns(ns: &Namespace) -> IdentifyNamespace {
+    let blocks = ns.blocks();
+    IdentifyNamespace {
+        nsze: blocks,
+        ncap: blocks,
+        nuse: blocks,
+        nmic: NMIC_SHARED,
+        nguid: ns.nguid,
+        eui64: ns.eui64,
+        lbaf: vec![LbaFormat::new(ns.block_shift as u8)],
+        ..Default::default()
+    }
+}
+
+/// Namespace identification descriptors (CNS 03h): EUI-64, NGUID, UUID (those
+/// that are non-zero) and the CSI (NVM).
+fn ns_descriptors(ns: &Namespace) -> Vec<NsIdDescriptor> {
+    let mut d = Vec::with_capacity(4);
+    if ns.eui64 != [0; 8] {
+        d.push(NsIdDescriptor::Eui64(ns.eui64));
+    }
+    if ns.nguid != [0; 16] {
+        d.push(NsIdDescriptor::Nguid(ns.nguid));
+    }
+    if ns.uuid != [0; 16] {
+        d.push(NsIdDescriptor::Uuid(ns.uuid));
+    }
+    d.push(NsIdDescriptor::Csi(Csi::NVM));
+    d
+}
+
+// ---------------------------------------------------------------- Get Log Page
+
+/// Log pages an I/O controller serves (Supported Log Pages content).
+const IO_LOGS: [LogPageId; 6] = [
+    LogPageId::SUPPORTED,
+    LogPageId::ERROR,
+    LogPageId::SMART,
+    LogPageId::FW_SLOT,
+    LogPageId::CHANGED_NS,
+    LogPageId::CMD_EFFECTS,
+];
+
+fn get_log_page(target: &Target, ctrl: &Controller, sqe: &Sqe) -> Result<Response, Status> {
+    let cmd = GetLogPageCmd::from_sqe(sqe);
+    let len = usize::try_from(cmd.numd_bytes()).map_err(|_| invalid_field())?;
+    // LPO must be dword aligned; index offsets (OT) are not supported.
+    if cmd.lpo & 3 != 0 || cmd.ot {
+        return Err(invalid_field());
+    }
+    let page = if ctrl.is_discovery() {
+        // nvmet_execute_disc_get_log_page: LID 70h only.
+        if cmd.lid != LogPageId::DISCOVERY {
+            return Err(invalid_field());
+        }
+        discovery::discovery_log(target, ctrl)
+    } else {
+        match cmd.lid {
+            LogPageId::SUPPORTED => encode_supported_logs(&IO_LOGS),
+            LogPageId::ERROR => vec![0; ERROR_LOG_ENTRIES * ERROR_LOG_ENTRY_LEN],
+            LogPageId::SMART => smart_log(ctrl, cmd.nsid)?,
+            LogPageId::FW_SLOT => fw_slot_log(),
+            LogPageId::CHANGED_NS => {
+                // Keep the list (and the notice mask) when the read will fail.
+                let keep = cmd.rae || cmd.lpo > LOG_4K as u64;
+                ChangedNsList::List(ctrl.changed_ns_log(keep)).encode()
+            }
+            LogPageId::CMD_EFFECTS => {
+                if cmd.csi != Csi::NVM.0 {
+                    return Err(Status::INVALID_LOG_PAGE);
+                }
+                command_effects_log()
+            }
+            _ => return Err(invalid_field()),
+        }
+    };
+    if cmd.lpo > page.len() as u64 {
+        return Err(invalid_field());
+    }
+    if cmd.lid == LogPageId::DISCOVERY && !cmd.rae {
+        ctrl.clear_notice_mask();
+    }
+    Ok(Response::data(log_window(&page, cmd.lpo, len)))
+}
+
+/// SMART / Health log (LID 02h): controller-wide for NSID 0 or FFFFFFFFh, else
+/// for an active namespace. No counters are kept, so it is all zero (as nvmet
+/// for file-backed namespaces).
+fn smart_log(ctrl: &Controller, nsid: u32) -> Result<Vec<u8>, Status> {
+    if nsid != 0 && nsid != 0xFFFF_FFFF && ctrl.subsys.namespace(nsid).is_none() {
+        return Err(invalid_ns());
+    }
+    Ok(SmartLog::default().encode())
+}
+
+/// Firmware Slot Information (LID 03h): slot 1 active, revision = [`FIRMWARE_REVISION`].
+fn fw_slot_log() -> Vec<u8> {
+    let mut log = FwSlotLog { afi: 1, ..Default::default() };
+    let mut frs = [b' '; 8];
+    let n = FIRMWARE_REVISION.len().min(8);
+    frs[..n].copy_from_slice(&FIRMWARE_REVISION.as_bytes()[..n]);
+    log.frs[0] = frs;
+    log.encode()
+}
+
+/// Commands Supported and Effects (LID 05h, CSI 0).
+fn command_effects_log() -> Vec<u8> {
+    let mut log = CommandEffectsLog::default();
+    for op in [
+        AdminOpcode::GET_LOG_PAGE,
+        AdminOpcode::IDENTIFY,
+        AdminOpcode::ABORT,
+        AdminOpcode::SET_FEATURES,
+        AdminOpcode::GET_FEATURES,
+        AdminOpcode::ASYNC_EVENT,
+        AdminOpcode::KEEP_ALIVE,
+    ] {
+        log.acs[op.0 as usize] = effects::CSUPP;
+    }
+    for op in [IoOpcode::FLUSH, IoOpcode::READ, IoOpcode::COMPARE] {
+        log.iocs[op.0 as usize] = effects::CSUPP;
+    }
+    for op in [IoOpcode::WRITE, IoOpcode::WRITE_ZEROES, IoOpcode::DSM] {
+        log.iocs[op.0 as usize] = effects::CSUPP | effects::LBCC;
+    }
+    log.encode()
+}
+
+// ---------------------------------------------------------------- Features
+
+/// Number of Queues answer: every allowed I/O queue, whatever was requested
+/// (nvmet answers `max_qid - 1` in both halves; the host uses the minimum).
+fn num_queues(ctrl: &Controller) -> u64 {
+    let n = ctrl.max_qid.saturating_sub(1);
+    NumQueues { nsq: n, ncq: n }.to_dw() as u64
+}
+
+/// KATO as reported: whole seconds (nvmet keeps KATO in seconds), in ms.
+fn kato_reported_ms(ctrl: &Controller) -> u64 {
+    (ctrl.kato_ms() as u64).div_ceil(1000) * 1000
+}
+
+fn set_features(ctrl: &Controller, sqe: &Sqe) -> Result<Response, Status> {
+    let cmd = SetFeaturesCmd::from_sqe(sqe);
+    if cmd.sv {
+        return Err(Status::FEATURE_NOT_SAVEABLE.with_dnr());
+    }
+    let disc = ctrl.is_discovery();
+    match cmd.fid {
+        FeatureId::KATO => {
+            // nvmet_set_feat_kato: rounded up to seconds; DW0 = seconds.
+            let secs = cmd.cdw11.div_ceil(1000);
+            ctrl.set_kato_ms(secs.saturating_mul(1000));
+            Ok(Response::result(secs as u64))
+        }
+        FeatureId::ASYNC_EVENT => {
+            let mask = if disc { DISC_AEC_SUPPORTED } else { IO_AEC_SUPPORTED };
+            if cmd.cdw11 & !mask != 0 {
+                return Err(invalid_field());
+            }
+            ctrl.set_aec(cmd.cdw11);
+            Ok(Response::result(cmd.cdw11 as u64))
+        }
+        FeatureId::NUM_QUEUES if !disc => {
+            let req = NumQueues::from_dw(cmd.cdw11);
+            if req.nsq == 0xFFFF || req.ncq == 0xFFFF {
+                return Err(invalid_field());
+            }
+            Ok(Response::result(num_queues(ctrl)))
+        }
+        // The host identifier comes from Connect on fabrics.
+        FeatureId::HOST_ID if !disc => Err(Status::CMD_SEQ_ERROR.with_dnr()),
+        _ => Err(invalid_field()),
+    }
+}
+
+fn get_features(ctrl: &Controller, sqe: &Sqe) -> Result<Response, Status> {
+    let cmd = GetFeaturesCmd::from_sqe(sqe);
+    let disc = ctrl.is_discovery();
+    // SEL is ignored (current = default = saved), as nvmet does.
+    match cmd.fid {
+        FeatureId::KATO => Ok(Response::result(kato_reported_ms(ctrl))),
+        FeatureId::ASYNC_EVENT => Ok(Response::result(ctrl.aec() as u64)),
+        FeatureId::NUM_QUEUES if !disc => Ok(Response::result(num_queues(ctrl))),
+        FeatureId::VOLATILE_WC if !disc => Ok(Response::result(volatile_write_cache(ctrl) as u64)),
+        FeatureId::HOST_ID if !disc => {
+            if cmd.cdw11 & EXHID == 0 {
+                return Err(invalid_field());
+            }
+            Ok(Response::data(ctrl.hostid.to_vec()))
+        }
+        _ => Err(invalid_field()),
+    }
+}
+
+// ---------------------------------------------------------------- Keep Alive
+
+fn keep_alive(ctrl: &Controller) -> Result<Response, Status> {
+    // nvmet_execute_keep_alive: KATO 0 ⇒ Keep Alive Timeout Invalid (no DNR).
+    if ctrl.kato_ms() == 0 {
+        return Err(Status::KAT_INVALID);
+    }
+    ctrl.touch();
+    Ok(Response::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use nvmeof_common::spec::features::{AbortCmd, AsyncEvent, FeatureSel};
+    use nvmeof_common::spec::identify::{ctrl_off, decode_ns_desc_list, decode_ns_list, ns_off};
+    use nvmeof_common::spec::log::decode_supported_logs;
+    use nvmeof_common::spec::property::Cc;
+    use nvmeof_common::spec::{DiscoveryLog, DISCOVERY_NQN};
+    use nvmeof_common::SglDescriptor;
+    use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+    use super::*;
+    use crate::backend::{IoCompletion, MemBackend};
+    use crate::core::{Limits, Subsystem};
+
+    const SUBNQN: &str = "nqn.2024-01.io.example:disk";
+    const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
+
+    struct Env {
+        target: Arc<Target>,
+        subsys: Arc<Subsystem>,
+        ctrl: Arc<Controller>,
+        ctx: QueueCtx,
+        rx: UnboundedReceiver<IoCompletion>,
+    }
+
+    fn env_for(discovery: bool, ready: bool) -> Env {
+        let target = Target::new(Limits::default());
+        let port = target.add_port("127.0.0.1:4420".parse().unwrap());
+        let subsys = Arc::new(Subsystem::new(SUBNQN, "nvmeof test", None, false));
+        subsys.add_namespace(Arc::new(Namespace::new(SUBNQN, 1, Arc::new(MemBackend::new(1 << 20, 512)))));
+        subsys.add_namespace(Arc::new(Namespace::new(SUBNQN, 3, Arc::new(MemBackend::new(1 << 20, 4096)))));
+        target.add_subsystem(subsys.clone());
+        let s = if discovery { target.discovery.clone() } else { subsys.clone() };
+        let max_qid = if discovery { 0 } else { 8 };
+        let hostid = [0xAB; 16];
+        let ctrl = target
+            .create_controller(|id| Controller::new(id, s, HOST.into(), hostid, port, 5000, max_qid))
+            .unwrap();
+        if ready {
+            ctrl.set_cc(Cc::linux_host_default(Cc::CSS_NVM).with_en(true).0);
+            assert!(ctrl.is_ready());
+        }
+        let (sink, rx) = unbounded_channel();
+        let ctx = QueueCtx {
+            target: target.clone(),
+            port_id: port,
+            qid: Some(0),
+            ctrl: Some(ctrl.clone()),
+            sink,
+            sqsize: 31,
+            sqflow_disabled: false,
+            close_requested: false,
+        };
+        Env { target, subsys, ctrl, ctx, rx }
+    }
+
+    fn env() -> Env {
+        env_for(false, true)
+    }
+
+    impl Env {
+        /// parse + execute; the response of a finished command.
+        fn run(&mut self, sqe: &Sqe) -> Result<Response, Status> {
+            self.run_tag(sqe, 0)
+        }
+        fn run_tag(&mut self, sqe: &Sqe, tag: u32) -> Result<Response, Status> {
+            parse(&self.ctx, &self.ctrl, sqe)?;
+            match execute(&mut self.ctx, &self.ctrl.clone(), sqe, Bytes::new(), tag) {
+                Exec::Done(r) if r.status.is_success() => Ok(r),
+                Exec::Done(r) => Err(r.status),
+                Exec::Pending(p) => panic!("unexpected pending {p:?}"),
+            }
+        }
+        fn identify(&mut self, cns: Cns, nsid: u32) -> Result<Bytes, Status> {
+            let r = self.run(&IdentifyCmd::new(cns, nsid).to_sqe(1))?;
+            assert_eq!(r.data.len(), 4096);
+            Ok(r.data)
+        }
+        fn log(&mut self, lid: LogPageId, lpo: u64, len: u32, rae: bool) -> Result<Bytes, Status> {
+            let mut c = GetLogPageCmd::new(lid, 0xFFFF_FFFF, lpo, len);
+            c.rae = rae;
+            let r = self.run(&c.to_sqe(2))?;
+            assert_eq!(r.data.len() as u64, c.numd_bytes());
+            Ok(r.data)
+        }
+        fn set_feature(&mut self, fid: FeatureId, cdw11: u32) -> Result<u64, Status> {
+            self.run(&SetFeaturesCmd::new(fid, cdw11).to_sqe(3)).map(|r| r.result)
+        }
+        fn get_feature(&mut self, fid: FeatureId) -> Result<u64, Status> {
+            self.run(&GetFeaturesCmd::new(fid).to_sqe(4)).map(|r| r.result)
+        }
+    }
+
+    fn u16_at(b: &[u8], o: usize) -> u16 {
+        u16::from_le_bytes(b[o..o + 2].try_into().unwrap())
+    }
+    fn u32_at(b: &[u8], o: usize) -> u32 {
+        u32::from_le_bytes(b[o..o + 4].try_into().unwrap())
+    }
+
+    #[test]
+    fn identify_controller_fields_linux_checks() {
+        let mut e = env();
+        let b = e.identify(Cns::CTRL, 0).unwrap();
+        use ctrl_off as o;
+        assert_eq!(u16_at(&b, o::CNTLID), e.ctrl.cntlid);
+        assert_eq!(u32_at(&b, o::VER), 0x0001_0300);
+        assert_eq!(VERSION, 0x0001_0300);
+        assert_eq!(u16_at(&b, o::KAS), 10);
+        assert_eq!(u32_at(&b, o::IOCCSZ), (64 + 16384) / 16);
+        assert_eq!(u32_at(&b, o::IORCSZ), 1);
+        assert_eq!(u16_at(&b, o::ICDOFF), 0);
+        assert_eq!(u32_at(&b, o::SGLS), 1 | 1 << 20);
+        assert_eq!(b[o::MDTS], 8);
+        assert_eq!(u32_at(&b, o::OAES), 1 << 8);
+        assert_eq!(b[o::CNTRLTYPE], 1);
+        assert_eq!(b[o::CMIC] & 2, 2);
+        assert_eq!(b[o::SQES], 0x66);
+        assert_eq!(b[o::CQES], 0x44);
+        assert_eq!(u16_at(&b, o::MAXCMD), 1024);
+        assert_eq!(u32_at(&b, o::NN), 1024);
+        assert_eq!(u32_at(&b, o::MNAN), 1024);
+        assert_eq!(u16_at(&b, o::ONCS), 0x0D);
+        assert_eq!(b[o::VWC], 0); // RAM backends have no volatile cache
+        assert_eq!(b[o::ACL], 3);
+        assert_eq!(b[o::AERL], 3);
+        assert_eq!(b[o::LPA], 0x07);
+        assert_eq!(b[o::ELPE], 127);
+        assert_eq!(b[o::MSDBD], 1);
+        assert_eq!(u32_at(&b, o::CTRATT), 1);
+        assert_eq!(&b[o::SUBNQN..o::SUBNQN + SUBNQN.len()], SUBNQN.as_bytes());
+        assert_eq!(b[o::SUBNQN + SUBNQN.len()], 0);
+        let id = IdentifyController::decode(&b).unwrap();
+        assert_eq!(id.sn, e.subsys.serial);
+        assert_eq!(id.mn, "nvmeof test");
+        assert_eq!(id.fr, FIRMWARE_REVISION);
+        assert_eq!(&b[o::SN..o::SN + 20], e.subsys.serial.as_bytes());
+    }
+
+    #[test]
+    fn identify_discovery_controller() {
+        let mut e = env_for(true, true);
+        let b = e.identify(Cns::CTRL, 0).unwrap();
+        let id = IdentifyController::decode(&b).unwrap();
+        assert_eq!(id.cntrltype, 2);
+        assert_eq!(id.subnqn, DISCOVERY_NQN);
+        assert_eq!(id.oaes, 1 << 31);
+        assert_eq!(id.cntlid, e.ctrl.cntlid);
+        assert_eq!(id.sgls & 3, 1);
+        assert_eq!(id.icdoff, 0);
+        assert_eq!(id.ver, VERSION);
+        // Discovery: CNS other than 01h ⇒ Invalid Field; other opcodes ⇒ Invalid Opcode.
+        assert_eq!(e.identify(Cns::NS, 1), Err(invalid_field()));
+        assert_eq!(e.run(&AbortCmd { sqid: 0, cid: 1 }.to_sqe(9)).unwrap_err(), invalid_opcode());
+        assert_eq!(e.log(LogPageId::SMART, 0, 512, false), Err(invalid_field()));
+        assert_eq!(e.set_feature(FeatureId::NUM_QUEUES, 0), Err(invalid_field()));
+        assert_eq!(e.set_feature(FeatureId::ASYNC_EVENT, 1 << 8), Err(invalid_field()));
+        assert_eq!(e.set_feature(FeatureId::ASYNC_EVENT, 1 << 31), Ok(1 << 31));
+        assert_eq!(e.get_feature(FeatureId::ASYNC_EVENT), Ok(1 << 31));
+    }
+
+    #[test]
+    fn not_ready_statuses() {
+        let mut e = env_for(false, false);
+        assert_eq!(e.identify(Cns::CTRL, 0), Err(Status::CMD_SEQ_ERROR.with_dnr()));
+        let mut d = env_for(true, false);
+        assert_eq!(d.identify(Cns::CTRL, 0), Err(invalid_opcode()));
+    }
+
+    #[test]
+    fn opcodes_and_lengths() {
+        let mut e = env();
+        for op in [0x00, 0x01, 0x04, 0x05, 0x0D, 0x10, 0x11, 0x80, 0x81, 0x84, 0xC0] {
+            assert_eq!(e.run(&Sqe::new(op)).unwrap_err(), invalid_opcode(), "opcode {op:#x}");
+        }
+        let mut s = IdentifyCmd::new(Cns::CTRL, 0).to_sqe(1);
+        s.set_sgl(SglDescriptor::transport(4095));
+        assert_eq!(e.run(&s).unwrap_err(), Status::SGL_INVALID_DATA.with_dnr());
+        let mut s = GetLogPageCmd::new(LogPageId::SMART, 0, 0, 512).to_sqe(1);
+        s.set_sgl(SglDescriptor::transport(1024));
+        assert_eq!(e.run(&s).unwrap_err(), Status::SGL_INVALID_DATA.with_dnr());
+        // Beyond MDTS (1 MiB).
+        assert_eq!(e.log(LogPageId::ERROR, 0, 2 << 20, false), Err(invalid_field()));
+        let mut s = Sqe::new(AdminOpcode::KEEP_ALIVE.0);
+        s.set_sgl(SglDescriptor::transport(8));
+        assert_eq!(e.run(&s).unwrap_err(), Status::SGL_INVALID_DATA.with_dnr());
+        assert_eq!(e.identify(Cns(0x1F), 0), Err(invalid_field()));
+        // Abort: "not aborted".
+        let r = e.run(&AbortCmd { sqid: 1, cid: 7 }.to_sqe(9)).unwrap();
+        assert_eq!(r.result, 1);
+    }
+
+    #[test]
+    fn identify_namespaces() {
+        let mut e = env();
+        let b = e.identify(Cns::NS, 1).unwrap();
+        let id = IdentifyNamespace::decode(&b).unwrap();
+        assert_eq!((id.nsze, id.ncap, id.nuse), (2048, 2048, 2048));
+        assert_eq!(id.block_size(), Some(512));
+        assert_eq!(b[ns_off::NLBAF], 0);
+        assert_eq!(b[ns_off::NMIC], 1);
+        let ns1 = e.subsys.namespace(1).unwrap();
+        assert_eq!(id.nguid, ns1.nguid);
+        assert_eq!(id.eui64, ns1.eui64);
+        let id3 = IdentifyNamespace::decode(&e.identify(Cns::NS, 3).unwrap()).unwrap();
+        assert_eq!((id3.nsze, id3.block_size()), (256, Some(4096)));
+        // Inactive ⇒ zeros; broadcast ⇒ Invalid NS.
+        assert!(e.identify(Cns::NS, 2).unwrap().iter().all(|&x| x == 0));
+        assert_eq!(e.identify(Cns::NS, 0xFFFF_FFFF), Err(invalid_ns()));
+        // Active list.
+        assert_eq!(decode_ns_list(&e.identify(Cns::ACTIVE_NS_LIST, 0).unwrap()), vec![1, 3]);
+        assert_eq!(decode_ns_list(&e.identify(Cns::ACTIVE_NS_LIST, 1).unwrap()), vec![3]);
+        assert!(decode_ns_list(&e.identify(Cns::ACTIVE_NS_LIST, 3).unwrap()).is_empty());
+        assert_eq!(e.identify(Cns::ACTIVE_NS_LIST, 0xFFFF_FFFE), Err(invalid_ns()));
+        assert_eq!(e.identify(Cns::ACTIVE_NS_LIST, 0xFFFF_FFFF), Err(invalid_ns()));
+        // Descriptors.
+        let d = decode_ns_desc_list(&e.identify(Cns::NS_DESC_LIST, 1).unwrap()).unwrap();
+        assert_eq!(
+            d,
+            vec![
+                NsIdDescriptor::Eui64(ns1.eui64),
+                NsIdDescriptor::Nguid(ns1.nguid),
+                NsIdDescriptor::Uuid(ns1.uuid),
+                NsIdDescriptor::Csi(Csi::NVM)
+            ]
+        );
+        assert_eq!(e.identify(Cns::NS_DESC_LIST, 2), Err(invalid_ns()));
+        // CSI-specific structures.
+        let mut cs = IdentifyCmd::new(Cns::CS_NS, 1);
+        assert!(e.run(&cs.to_sqe(1)).unwrap().data.iter().all(|&x| x == 0));
+        cs.csi = Csi::ZNS;
+        assert_eq!(e.run(&cs.to_sqe(1)).unwrap_err(), invalid_field());
+        let mut cc = IdentifyCmd::new(Cns::CS_CTRL, 0);
+        assert!(e.run(&cc.to_sqe(1)).unwrap().data.iter().all(|&x| x == 0));
+        cc.csi = Csi::KV;
+        assert_eq!(e.run(&cc.to_sqe(1)).unwrap_err(), invalid_field());
+        let ind = IdentifyNsIndep::decode(&e.identify(Cns::IND_CS_NS, 3).unwrap()).unwrap();
+        assert_eq!((ind.nstat, ind.nmic, ind.nsfeat), (1, 1, NSFEAT_VWC_NOT_PRESENT));
+        assert_eq!(e.identify(Cns::IND_CS_NS, 9), Err(invalid_ns()));
+        let mut l = IdentifyCmd::new(Cns::ACTIVE_NS_LIST_CS, 0);
+        assert_eq!(decode_ns_list(&e.run(&l.to_sqe(1)).unwrap().data), vec![1, 3]);
+        l.csi = Csi::ZNS;
+        assert!(decode_ns_list(&e.run(&l.to_sqe(1)).unwrap().data).is_empty());
+    }
+
+    #[test]
+    fn log_page_window_and_errors() {
+        let mut e = env();
+        let fw = e.log(LogPageId::FW_SLOT, 0, 512, false).unwrap();
+        assert_eq!(fw[0], 1);
+        assert_eq!(FwSlotLog::decode(&fw).unwrap().revision(1).unwrap(), FIRMWARE_REVISION);
+        // LPO/NUMD slicing: 8 bytes at offset 8 = FRS1.
+        let w = e.log(LogPageId::FW_SLOT, 8, 8, false).unwrap();
+        assert_eq!(&w[..], &fw[8..16]);
+        // Past the end of the page: zero padded.
+        let w = e.log(LogPageId::FW_SLOT, 504, 16, false).unwrap();
+        assert_eq!(&w[..], &[0; 16]);
+        assert_eq!(e.log(LogPageId::FW_SLOT, 516, 4, false), Err(invalid_field()));
+        assert_eq!(e.log(LogPageId::FW_SLOT, 2, 4, false), Err(invalid_field()));
+        let smart = e.log(LogPageId::SMART, 0, 512, false).unwrap();
+        assert_eq!(smart.len(), 512);
+        let mut c = GetLogPageCmd::new(LogPageId::SMART, 7, 0, 512);
+        assert_eq!(e.run(&c.to_sqe(1)).unwrap_err(), invalid_ns());
+        c.nsid = 3;
+        assert!(e.run(&c.to_sqe(1)).is_ok());
+        assert_eq!(e.log(LogPageId::ERROR, 0, 8192, false).unwrap().len(), 8192);
+        assert_eq!(e.log(LogPageId::ANA, 0, 4096, false), Err(invalid_field()));
+        assert_eq!(e.log(LogPageId::DISCOVERY, 0, 20, false), Err(invalid_field()));
+        assert_eq!(e.log(LogPageId(0xC0), 0, 4, false), Err(invalid_field()));
+        let sl = decode_supported_logs(&e.log(LogPageId::SUPPORTED, 0, 1024, false).unwrap());
+        assert_eq!(sl, IO_LOGS.to_vec());
+        // Command effects.
+        let ce = CommandEffectsLog::decode(&e.log(LogPageId::CMD_EFFECTS, 0, 4096, false).unwrap()).unwrap();
+        assert_eq!(ce.acs[0x06], effects::CSUPP);
+        assert_eq!(ce.acs[0x18], effects::CSUPP);
+        assert_eq!(ce.acs[0x80], 0);
+        assert_eq!(ce.iocs[0x01], effects::CSUPP | effects::LBCC);
+        assert_eq!(ce.iocs[0x02], effects::CSUPP);
+        assert_eq!(ce.iocs[0x09], effects::CSUPP | effects::LBCC);
+        let mut c = GetLogPageCmd::new(LogPageId::CMD_EFFECTS, 0, 0, 4096);
+        c.csi = 2;
+        assert_eq!(e.run(&c.to_sqe(1)).unwrap_err(), Status::INVALID_LOG_PAGE);
+    }
+
+    #[test]
+    fn changed_ns_and_aer_flow() {
+        let mut e = env();
+        assert_eq!(e.set_feature(FeatureId::ASYNC_EVENT, aec::NS_ATTR), Ok(aec::NS_ATTR as u64));
+        assert_eq!(e.get_feature(FeatureId::ASYNC_EVENT), Ok(aec::NS_ATTR as u64));
+        let aer = Sqe::new(AdminOpcode::ASYNC_EVENT.0);
+        parse(&e.ctx, &e.ctrl, &aer).unwrap();
+        let ctrl = e.ctrl.clone();
+        assert!(matches!(execute(&mut e.ctx, &ctrl, &aer, Bytes::new(), 31), Exec::Pending(Pending::Plain)));
+        assert!(e.rx.try_recv().is_err());
+        e.subsys.add_namespace(Arc::new(Namespace::new(SUBNQN, 5, Arc::new(MemBackend::new(1 << 20, 512)))));
+        let c = e.rx.try_recv().unwrap();
+        assert_eq!(c.tag, 31);
+        assert!(c.status.is_success());
+        assert_eq!(c.result as u32, AsyncEvent::NS_CHANGED.to_dw0());
+        // RAE=1 keeps the list.
+        let l = e.log(LogPageId::CHANGED_NS, 0, 4096, true).unwrap();
+        assert_eq!(decode_ns_list(&l), vec![5]);
+        // Masked until read with RAE=0: another change raises nothing yet.
+        assert!(matches!(execute(&mut e.ctx, &ctrl, &aer, Bytes::new(), 30), Exec::Pending(_)));
+        e.subsys.remove_namespace(1);
+        assert!(e.rx.try_recv().is_err());
+        let l = e.log(LogPageId::CHANGED_NS, 0, 4096, false).unwrap();
+        assert_eq!(decode_ns_list(&l), vec![5, 1]);
+        assert!(decode_ns_list(&e.log(LogPageId::CHANGED_NS, 0, 4096, false).unwrap()).is_empty());
+        // Unmasked now: the outstanding AER (tag 30) completes on the next change.
+        e.subsys.add_namespace(Arc::new(Namespace::new(SUBNQN, 1, Arc::new(MemBackend::new(1 << 20, 512)))));
+        assert_eq!(e.rx.try_recv().unwrap().tag, 30);
+        // Identify reflects the change.
+        assert_eq!(decode_ns_list(&e.identify(Cns::ACTIVE_NS_LIST, 0).unwrap()), vec![1, 3, 5]);
+        // AER limit: 4 outstanding.
+        for t in 0..4 {
+            assert!(matches!(execute(&mut e.ctx, &ctrl, &aer, Bytes::new(), t), Exec::Pending(_)));
+        }
+        match execute(&mut e.ctx, &ctrl, &aer, Bytes::new(), 9) {
+            Exec::Done(r) => assert_eq!(r.status, Status::ASYNC_LIMIT.with_dnr()),
+            Exec::Pending(_) => panic!("fifth AER accepted"),
+        }
+    }
+
+    #[test]
+    fn features() {
+        let mut e = env();
+        // Number of Queues: max_qid - 1 in both halves.
+        assert_eq!(e.set_feature(FeatureId::NUM_QUEUES, 0x0003_0003), Ok(0x0007_0007));
+        assert_eq!(e.set_feature(FeatureId::NUM_QUEUES, 0x00FF_00FF), Ok(0x0007_0007));
+        assert_eq!(e.get_feature(FeatureId::NUM_QUEUES), Ok(0x0007_0007));
+        assert_eq!(e.set_feature(FeatureId::NUM_QUEUES, 0xFFFF_0000), Err(invalid_field()));
+        assert_eq!(e.set_feature(FeatureId::NUM_QUEUES, 0x0000_FFFF), Err(invalid_field()));
+        // AEC mask.
+        assert_eq!(e.set_feature(FeatureId::ASYNC_EVENT, 1 << 11), Err(invalid_field()));
+        assert_eq!(e.set_feature(FeatureId::ASYNC_EVENT, 1 << 31), Err(invalid_field()));
+        // KATO, rounded up to seconds.
+        assert_eq!(e.get_feature(FeatureId::KATO), Ok(5000));
+        assert_eq!(e.set_feature(FeatureId::KATO, 1500), Ok(2));
+        assert_eq!(e.ctrl.kato_ms(), 2000);
+        assert_eq!(e.get_feature(FeatureId::KATO), Ok(2000));
+        // VWC.
+        assert_eq!(e.get_feature(FeatureId::VOLATILE_WC), Ok(0));
+        assert_eq!(e.set_feature(FeatureId::VOLATILE_WC, 1), Err(invalid_field()));
+        // Host identifier.
+        let mut g = GetFeaturesCmd::new(FeatureId::HOST_ID);
+        g.cdw11 = 1;
+        let mut s = g.to_sqe(1);
+        s.set_sgl(SglDescriptor::transport(16));
+        assert_eq!(&e.run(&s).unwrap().data[..], &[0xAB; 16]);
+        s.set_cdw(11, 0);
+        assert_eq!(e.run(&s).unwrap_err(), invalid_field());
+        assert_eq!(e.run(&g.to_sqe(1)).unwrap_err(), Status::SGL_INVALID_DATA.with_dnr());
+        assert_eq!(e.set_feature(FeatureId::HOST_ID, 1), Err(Status::CMD_SEQ_ERROR.with_dnr()));
+        // Unsupported features.
+        for fid in
+            [FeatureId::ARBITRATION, FeatureId::POWER_MGMT, FeatureId::TEMP_THRESH, FeatureId::IRQ_COALESCE]
+        {
+            assert_eq!(e.set_feature(fid, 0), Err(invalid_field()));
+            assert_eq!(e.get_feature(fid), Err(invalid_field()));
+        }
+        // SV ⇒ not saveable; SEL ignored.
+        let sv = SetFeaturesCmd { sv: true, ..SetFeaturesCmd::new(FeatureId::KATO, 1000) };
+        assert_eq!(e.run(&sv.to_sqe(1)).unwrap_err(), Status::FEATURE_NOT_SAVEABLE.with_dnr());
+        let sel = GetFeaturesCmd { sel: FeatureSel::DEFAULT, ..GetFeaturesCmd::new(FeatureId::KATO) };
+        assert_eq!(e.run(&sel.to_sqe(1)).unwrap().result, 2000);
+    }
+
+    #[test]
+    fn keep_alive_and_kato_zero() {
+        let mut e = env();
+        let ka = Sqe::new(AdminOpcode::KEEP_ALIVE.0);
+        assert!(e.run(&ka).is_ok());
+        assert!(e.ctrl.keep_alive_remaining().unwrap() > std::time::Duration::from_millis(4000));
+        assert_eq!(e.set_feature(FeatureId::KATO, 0), Ok(0));
+        assert_eq!(e.run(&ka).unwrap_err(), Status::KAT_INVALID);
+    }
+
+    #[test]
+    fn discovery_log_page_and_aen() {
+        let mut e = env_for(true, true);
+        let hdr = e.log(LogPageId::DISCOVERY, 0, 20, true).unwrap();
+        let h = DiscoveryLog::decode(&hdr).unwrap().header;
+        assert_eq!(h.numrec, 2);
+        assert_eq!(h.genctr, e.target.genctr());
+        let entries = e.log(LogPageId::DISCOVERY, 1024, 2048, false).unwrap();
+        assert_eq!(entries[2], 3);
+        assert_eq!(&entries[1024 + 256..1024 + 256 + SUBNQN.len()], SUBNQN.as_bytes());
+        let mut full = hdr.to_vec();
+        full.resize(1024, 0);
+        full.extend_from_slice(&entries);
+        assert!(DiscoveryLog::decode(&full).unwrap().is_complete());
+        assert_eq!(e.log(LogPageId::DISCOVERY, 3 * 1024 + 4, 4, false), Err(invalid_field()));
+        assert_eq!(e.log(LogPageId::DISCOVERY, 2, 4, false), Err(invalid_field()));
+        // AEN F0h on change, re-armed by a RAE=0 read.
+        e.set_feature(FeatureId::ASYNC_EVENT, aec::DISC_CHANGE).unwrap();
+        let aer = Sqe::new(AdminOpcode::ASYNC_EVENT.0);
+        let ctrl = e.ctrl.clone();
+        parse(&e.ctx, &ctrl, &aer).unwrap();
+        assert!(matches!(execute(&mut e.ctx, &ctrl, &aer, Bytes::new(), 31), Exec::Pending(_)));
+        e.target.add_subsystem(Arc::new(Subsystem::new("nqn.2024-01.io.example:two", "m", None, false)));
+        assert_eq!(e.rx.try_recv().unwrap().result as u32, AsyncEvent::DISC_CHANGED.to_dw0());
+        assert!(matches!(execute(&mut e.ctx, &ctrl, &aer, Bytes::new(), 30), Exec::Pending(_)));
+        e.target.add_subsystem(Arc::new(Subsystem::new("nqn.2024-01.io.example:three", "m", None, false)));
+        assert!(e.rx.try_recv().is_err(), "masked until the log is read");
+        let h = DiscoveryLog::decode(&e.log(LogPageId::DISCOVERY, 0, 20, false).unwrap()).unwrap().header;
+        assert_eq!(h.numrec, 4);
+        e.target.remove_subsystem("nqn.2024-01.io.example:two");
+        assert_eq!(e.rx.try_recv().unwrap().tag, 30);
+        // Keep Alive on discovery.
+        assert!(e.run(&Sqe::new(AdminOpcode::KEEP_ALIVE.0)).is_ok());
+    }
+}

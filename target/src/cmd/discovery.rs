@@ -39,7 +39,8 @@ pub fn discovery_log_with_local_addr(target: &Target, ctrl: &Controller, local: 
     for port in &ports {
         let (adrfam, traddr) = port_address(port, local);
         let trsvcid = port.addr.port().to_string();
-        let entry = |subtype, nqn: &str| DiscoveryLogEntry::tcp(subtype, nqn, adrfam, &traddr, &trsvcid, port.id);
+        let entry =
+            |subtype, nqn: &str| DiscoveryLogEntry::tcp(subtype, nqn, adrfam, &traddr, &trsvcid, port.id);
         entries.push(entry(SubType::CURRENT_DISCOVERY, DISCOVERY_NQN));
         for s in subsystems.iter().filter(|s| !s.discovery && s.host_allowed(&ctrl.hostnqn)) {
             entries.push(entry(SubType::NVME, &s.nqn));
@@ -102,7 +103,9 @@ mod tests {
             false,
         )));
         let c = t
-            .create_controller(|id| Controller::new(id, t.discovery.clone(), HOST.into(), [0; 16], port, 0, 0))
+            .create_controller(|id| {
+                Controller::new(id, t.discovery.clone(), HOST.into(), [0; 16], port, 0, 0)
+            })
             .unwrap();
         (t, c)
     }

@@ -94,15 +94,18 @@ fn connect(ctx: &mut QueueCtx, sqe: &Sqe, data: &[u8]) -> Response {
             return invalid_param(true, data_off::CNTLID);
         }
         if cmd.sqsize == 0 || cmd.queue_entries() > ADMIN_QUEUE_ENTRIES {
-            warn!(sqsize = cmd.sqsize, "admin Connect SQSIZE out of range (limit {ADMIN_QUEUE_ENTRIES} entries)");
+            warn!(
+                sqsize = cmd.sqsize,
+                "admin Connect SQSIZE out of range (limit {ADMIN_QUEUE_ENTRIES} entries)"
+            );
             return invalid_param(false, fabrics_off::SQSIZE);
         }
         let kato = if subsys.discovery && cmd.kato_ms == 0 { DISCOVERY_KATO_MS } else { cmd.kato_ms };
         let max_qid = if subsys.discovery { 0 } else { limits.max_io_queues };
         let (hostnqn, hostid, port) = (d.hostnqn.clone(), d.hostid, ctx.port_id);
-        let Some(ctrl) = target
-            .create_controller(|id| Controller::new(id, subsys.clone(), hostnqn, hostid, port, kato, max_qid))
-        else {
+        let Some(ctrl) = target.create_controller(|id| {
+            Controller::new(id, subsys.clone(), hostnqn, hostid, port, kato, max_qid)
+        }) else {
             warn!("controller ID space exhausted");
             return Status::CONNECT_CTRL_BUSY.with_dnr().into();
         };

@@ -160,9 +160,9 @@ impl Target {
         for _ in 0..0xFFEF {
             let id = *next;
             *next = if *next >= 0xFFEF { 1 } else { *next + 1 };
-            if !ctrls.contains_key(&id) {
+            if let std::collections::btree_map::Entry::Vacant(e) = ctrls.entry(id) {
                 let c = Arc::new(make(id));
-                ctrls.insert(id, Arc::downgrade(&c));
+                e.insert(Arc::downgrade(&c));
                 c.subsys.attach_controller(&c);
                 return Some(c);
             }
