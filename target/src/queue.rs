@@ -500,6 +500,7 @@ mod tests {
             sqsize: 0,
             sqflow_disabled: false,
             close_requested: false,
+            local_addr: None,
         })
     }
 

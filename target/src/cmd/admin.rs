@@ -57,8 +57,9 @@ pub const IO_AEC_SUPPORTED: u32 = 0x1F | aec::NS_ATTR;
 /// Async event configuration bits a discovery controller accepts.
 pub const DISC_AEC_SUPPORTED: u32 = aec::DISC_CHANGE;
 
-/// CTRATT bit 0: 128-bit host identifier supported.
-const CTRATT_HID_128: u32 = 1 << 0;
+/// CTRATT: 128-bit host identifier (bit 0) and traffic-based keep-alive
+/// (bit 6, TBKAS: the queue restarts the timer on every command), as nvmet.
+const CTRATT: u32 = (1 << 0) | (1 << 6);
 /// CMIC: multi-port (bit 0) and multi-controller (bit 1) subsystem; no ANA.
 const CMIC_MULTI_PORT_CTRL: u8 = 0x03;
 /// ONCS: Compare (bit 0), Dataset Management (bit 2), Write Zeroes (bit 3).
@@ -164,7 +165,7 @@ pub fn execute(ctx: &mut QueueCtx, ctrl: &Arc<Controller>, sqe: &Sqe, data: Byte
     let disc = ctrl.is_discovery();
     let r = match AdminOpcode(sqe.opcode()) {
         AdminOpcode::IDENTIFY => identify(&ctx.target, ctrl, sqe),
-        AdminOpcode::GET_LOG_PAGE => get_log_page(&ctx.target, ctrl, sqe),
+        AdminOpcode::GET_LOG_PAGE => get_log_page(&ctx.target, ctrl, sqe, ctx.local_addr.map(|a| a.ip())),
         AdminOpcode::SET_FEATURES => set_features(ctrl, sqe),
         AdminOpcode::GET_FEATURES => get_features(ctrl, sqe),
         AdminOpcode::KEEP_ALIVE => keep_alive(ctrl),
@@ -274,7 +275,7 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
         rab: 6,
         cmic: CMIC_MULTI_PORT_CTRL,
         oaes: aec::NS_ATTR,
-        ctratt: CTRATT_HID_128,
+        ctratt: CTRATT,
         cntrltype: 1,
         acl: 3,
         frmw: FRMW,
@@ -340,7 +341,12 @@ const IO_LOGS: [LogPageId; 6] = [
     LogPageId::CMD_EFFECTS,
 ];
 
-fn get_log_page(target: &Target, ctrl: &Controller, sqe: &Sqe) -> Result<Response, Status> {
+fn get_log_page(
+    target: &Target,
+    ctrl: &Controller,
+    sqe: &Sqe,
+    local: Option<std::net::IpAddr>,
+) -> Result<Response, Status> {
     let cmd = GetLogPageCmd::from_sqe(sqe);
     let len = usize::try_from(cmd.numd_bytes()).map_err(|_| invalid_field())?;
     // LPO must be dword aligned; index offsets (OT) are not supported.
@@ -352,7 +358,7 @@ fn get_log_page(target: &Target, ctrl: &Controller, sqe: &Sqe) -> Result<Respons
         if cmd.lid != LogPageId::DISCOVERY {
             return Err(invalid_field());
         }
-        discovery::discovery_log(target, ctrl)
+        discovery::discovery_log_with_local_addr(target, ctrl, local)
     } else {
         match cmd.lid {
             LogPageId::SUPPORTED => encode_supported_logs(&IO_LOGS),
@@ -555,6 +561,7 @@ mod tests {
             sqsize: 31,
             sqflow_disabled: false,
             close_requested: false,
+            local_addr: None,
         };
         Env { target, subsys, ctrl, ctx, rx }
     }
@@ -632,7 +639,7 @@ mod tests {
         assert_eq!(b[o::LPA], 0x07);
         assert_eq!(b[o::ELPE], 127);
         assert_eq!(b[o::MSDBD], 1);
-        assert_eq!(u32_at(&b, o::CTRATT), 1);
+        assert_eq!(u32_at(&b, o::CTRATT), 0x41);
         assert_eq!(&b[o::SUBNQN..o::SUBNQN + SUBNQN.len()], SUBNQN.as_bytes());
         assert_eq!(b[o::SUBNQN + SUBNQN.len()], 0);
         let id = IdentifyController::decode(&b).unwrap();

@@ -35,9 +35,26 @@ pub struct QueueCtx {
     pub sqflow_disabled: bool,
     /// Set by a command (Disconnect) that closes the queue once its response is sent.
     pub close_requested: bool,
+    /// Local address of the connection (discovery log entries of wildcard listeners report it).
+    pub local_addr: Option<std::net::SocketAddr>,
 }
 
 impl QueueCtx {
+    /// A context for a fresh, unconnected queue.
+    pub fn new(target: Arc<Target>, port_id: u16, sink: CompletionSink) -> Self {
+        Self {
+            target,
+            port_id,
+            qid: None,
+            ctrl: None,
+            sink,
+            sqsize: 0,
+            sqflow_disabled: false,
+            close_requested: false,
+            local_addr: None,
+        }
+    }
+
     /// Whether this is the admin queue (QID 0) of a connected controller.
     pub fn is_admin(&self) -> bool {
         self.qid == Some(0)

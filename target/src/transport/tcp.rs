@@ -93,16 +93,8 @@ pub async fn run_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let ctx = QueueCtx {
-        target: target.clone(),
-        port_id,
-        qid: None,
-        ctrl: None,
-        sink: tx,
-        sqsize: 0,
-        sqflow_disabled: false,
-        close_requested: false,
-    };
+    let mut ctx = QueueCtx::new(target.clone(), port_id, tx);
+    ctx.local_addr = stream.local_addr().ok();
     let mut q = QueueState::new(ctx);
     let mut rbuf = BytesMut::with_capacity(256 * 1024);
     let mut teardown: Option<watch::Receiver<Teardown>> = None;
