@@ -218,7 +218,7 @@ impl QueueShared {
     }
 
     /// Takes `n` tickets (at most [`Self::depth`]) at once.
-    pub(crate) async fn acquire_many(&self, n: usize, out: &mut Vec<Ticket<'_>>) -> Result<()> {
+    pub(crate) async fn acquire_many<'q>(&'q self, n: usize, out: &mut Vec<Ticket<'q>>) -> Result<()> {
         let n = n.min(self.depth());
         if n == 0 {
             return Ok(());
@@ -227,7 +227,6 @@ impl QueueShared {
         p.forget();
         let mut f = lock(&self.free);
         for _ in 0..n {
-            // SAFETY of the lifetime: tickets borrow `self` like `acquire` does.
             out.push(Ticket { q: self, idx: f.pop().expect("permits guarantee free tickets") });
         }
         Ok(())
@@ -284,7 +283,7 @@ impl QueueShared {
             let n = ops.len().min(self.depth());
             tickets.clear();
             if let Err(e) = self.acquire_many(n, &mut tickets).await {
-                results.extend(std::iter::repeat(Err(e)).take(ops.len()));
+                results.extend(std::iter::repeat_n(Err(e), ops.len()));
                 return results;
             }
             subs.clear();
@@ -302,7 +301,7 @@ impl QueueShared {
                 for t in &tickets {
                     lock(&self.tickets[t.idx as usize]).phase = Phase::Idle;
                 }
-                results.extend(std::iter::repeat(Err(e)).take(n));
+                results.extend(std::iter::repeat_n(Err(e), n));
                 continue;
             }
             for ((t, info), read) in tickets.drain(..).zip(infos).zip(reads.drain(..)) {
@@ -377,7 +376,11 @@ impl Ticket<'_> {
 
     /// Turns the caller's payload into the state machine's form; returns the
     /// read buffer to fill after completion.
-    fn prepare<'b>(&self, payload: Payload<'b>, timeout: Option<Duration>) -> (DataXfer, Option<&'b mut [u8]>) {
+    fn prepare<'b>(
+        &self,
+        payload: Payload<'b>,
+        timeout: Option<Duration>,
+    ) -> (DataXfer, Option<&'b mut [u8]>) {
         let mut st = self.state();
         st.timeout = timeout.unwrap_or(self.q.default_timeout);
         match payload {
@@ -546,7 +549,7 @@ struct Conn {
     /// Connect command to send once the ICResp arrives.
     connect: Option<(Command, oneshot::Sender<Result<Cqe>>)>,
     /// Reply for the Connect in flight.
-    connect_reply: Option<(oneshot::Sender<Result<Cqe>>, CommandInfo)>,
+    connect_reply: Option<(oneshot::Sender<Result<Cqe>>, CommandInfo, u16)>,
     connected: bool,
     release_on_connect: bool,
     /// Set when the connection must be closed after this wake-up (Connect failed).
@@ -774,9 +777,9 @@ impl Driver {
     /// deliver events, write everything queued.
     fn pump(&mut self) -> Result<()> {
         let now = Instant::now();
-        let c = self.conn.as_mut().expect("pump needs a connection");
         let mut budget = READ_BUDGET;
         loop {
+            let c = self.conn.as_mut().expect("pump needs a connection");
             if c.rbuf.capacity() - c.rbuf.len() < 16 << 10 {
                 c.rbuf.reserve(128 << 10);
             }
@@ -820,8 +823,13 @@ impl Driver {
         if c.queue.is_live() {
             if let Some((cmd, reply)) = c.connect.take() {
                 let info = command_info(c.queue.config().qid, &cmd.sqe);
+                // CNTLID from the Connect data (offset 16), for the span of I/O queues.
+                let cntlid = match &cmd.data {
+                    DataXfer::Write(b) if b.len() >= 18 => u16::from_le_bytes([b[16], b[17]]),
+                    _ => 0xFFFF,
+                };
                 match c.queue.submit(CONNECT_UD, cmd, now) {
-                    Ok(_) => c.connect_reply = Some((reply, info)),
+                    Ok(_) => c.connect_reply = Some((reply, info, cntlid)),
                     Err(_) => {
                         let _ = reply.send(Err(Error::Controller("cannot submit Connect".into())));
                         c.dead = Some(Error::ConnectionLost);
@@ -834,7 +842,7 @@ impl Driver {
             match ev {
                 Event::Data { user_data, offset, data } => self.shared.deliver_data(user_data, offset, data),
                 Event::Completion { user_data: CONNECT_UD, result, .. } => {
-                    let Some((reply, info)) = c.connect_reply.take() else { continue };
+                    let Some((reply, info, cntlid)) = c.connect_reply.take() else { continue };
                     let r = match result {
                         Ok(cqe) => check_status(cqe, info),
                         Err(f) => Err(Error::Command(f)),
@@ -843,9 +851,8 @@ impl Driver {
                         Ok(cqe) => {
                             c.connected = true;
                             became_connected = true;
-                            if c.queue.config().qid == 0 {
-                                self.span.record("cntlid", cqe.dw0() & 0xFFFF);
-                            }
+                            let id = if c.queue.config().qid == 0 { cqe.dw0() as u16 } else { cntlid };
+                            self.span.record("cntlid", id);
                         }
                         Err(e) => c.dead = Some(e.clone()),
                     }
@@ -878,7 +885,7 @@ impl Driver {
         if let Some((_, reply)) = c.connect.take() {
             let _ = reply.send(Err(err.clone()));
         }
-        if let Some((reply, _)) = c.connect_reply.take() {
+        if let Some((reply, _, _)) = c.connect_reply.take() {
             let _ = reply.send(Err(err.clone()));
         }
         // Deliver what completed before the failure.

@@ -104,7 +104,10 @@ impl Error {
     }
 
     pub(crate) fn closed() -> Self {
-        Error::io(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed by the controller"))
+        Error::io(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "connection closed by the controller",
+        ))
     }
 }
 

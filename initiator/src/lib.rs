@@ -1,1 +1,61 @@
-//! Async NVMe-over-TCP initiator library (work in progress).
+//! Async NVMe-over-TCP initiator (host) library.
+//!
+//! # Layout
+//! - [`queue`]: the sans-IO per-queue state machine (ICReq/ICResp, CID
+//!   allocation with a generation counter, in-capsule vs R2T writes, H2CData
+//!   splitting, C2HData assembly and the SUCCESS flag, per-command deadlines).
+//!   No sockets, no clock: time comes in as `Instant` arguments.
+//! - `driver` (private): one tokio task per queue connection owns the socket
+//!   and a [`queue::Queue`]; callers hold preallocated completion tickets and
+//!   push submissions; each wake-up drains all submissions into one vectored
+//!   write and decodes everything readable.
+//! - [`Controller`] (`controller`): association setup (Connect, CC enable,
+//!   Identify, Number of Queues, I/O queue Connects), admin commands,
+//!   keep-alive and reconnect with backoff, orderly shutdown.
+//! - [`Namespace`] (`namespace`): block I/O (read/write/FUA, flush, write
+//!   zeroes, deallocate, compare, batches), split by MDTS.
+//! - [`discover`] (`discovery`): discovery log retrieval.
+//! - [`ConnectOptions`], [`HostIdentity`], [`ReconnectPolicy`] (`options`).
+//! - [`Error`] (`error`): typed errors.
+//!
+//! Data flow: `Namespace::read` → ticket + [`queue::Command`] → driver task →
+//! `Queue::submit` → CapsuleCmd bytes → socket; socket → `PduDecoder` →
+//! `Queue::handle_pdu` → `Event::Data` (zero-copy `Bytes` slices parked in the
+//! ticket) + `Event::Completion` → caller wakes and copies the data into its
+//! buffer (the only copy).
+//!
+//! Everything runs on the caller's tokio runtime (multi-thread recommended):
+//! [`Controller::connect`] spawns one driver task per queue plus a supervisor
+//! task (keep-alive, reconnect).
+//!
+//! # Example
+//! ```no_run
+//! # async fn f() -> nvmeof_initiator::Result<()> {
+//! use nvmeof_initiator::{ConnectOptions, Controller};
+//! let ctrl = Controller::connect("127.0.0.1:4420", "nqn.2024-01.io.example:disk", ConnectOptions::default()).await?;
+//! let ns = ctrl.namespace(1).await?;
+//! let mut buf = vec![0u8; 4096];
+//! ns.read(0, &mut buf).await?;
+//! ns.write(8, &buf).await?;
+//! ctrl.shutdown().await?;
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
+mod controller;
+mod discovery;
+mod driver;
+mod error;
+mod namespace;
+mod options;
+pub mod queue;
+
+pub use controller::{Controller, ControllerInfo, ControllerState};
+pub use discovery::{discover, nvme_subsystems};
+pub use driver::Payload;
+pub use error::{CommandInfo, Error, Result};
+pub use namespace::{Batch, IoFlags, Namespace};
+pub use options::{ConnectOptions, HostIdentity, QueueSelect, ReconnectPolicy};
+
+/// The codec crate, re-exported for SQE/CQE/status and spec types.
+pub use nvmeof_common as common;

@@ -462,7 +462,7 @@ impl Queue {
         };
         self.active += 1;
         self.stats.submitted += 1;
-        if self.next_deadline.map_or(true, |d| deadline < d) {
+        if self.next_deadline.is_none_or(|d| deadline < d) {
             self.next_deadline = Some(deadline);
         }
         self.out.push_back(Pdu::CapsuleCmd(CapsuleCmd { sqe, data: capsule_data }));
@@ -505,7 +505,12 @@ impl Queue {
     /// consumed it): the command fails with [`CommandFailure::DataDigest`]
     /// when it completes; the connection stays (Linux host behaviour,
     /// reference §1.6). `datal` and `success` come from the PDU header.
-    pub fn handle_data_digest_error(&mut self, cccid: u16, datal: u32, success: bool) -> Result<(), QueueError> {
+    pub fn handle_data_digest_error(
+        &mut self,
+        cccid: u16,
+        datal: u32,
+        success: bool,
+    ) -> Result<(), QueueError> {
         let Some(tag) = self.lookup(cccid) else {
             self.stats.stale += 1;
             tracing::warn!(cid = cccid, "data digest error on a stale CID");
@@ -545,11 +550,15 @@ impl Queue {
                 continue;
             }
             if s.deadline <= now {
-                tracing::warn!(qid = self.cfg.qid, cid = make_cid(s.gen, tag as u16), opcode = s.sqe.opcode(),
-                    "command timed out");
+                tracing::warn!(
+                    qid = self.cfg.qid,
+                    cid = make_cid(s.gen, tag as u16),
+                    opcode = s.sqe.opcode(),
+                    "command timed out"
+                );
                 self.stats.timeouts += 1;
                 self.complete(tag, Err(CommandFailure::Timeout));
-            } else if next.map_or(true, |n| s.deadline < n) {
+            } else if next.is_none_or(|n| s.deadline < n) {
                 next = Some(s.deadline);
             }
         }
@@ -626,7 +635,11 @@ impl Queue {
     fn handle_c2h(&mut self, d: C2hData) -> Result<(), QueueError> {
         let Some(tag) = self.lookup(d.cccid) else {
             self.stats.stale += 1;
-            tracing::warn!(qid = self.cfg.qid, cid = d.cccid, "C2HData for a CID that is not outstanding; dropped");
+            tracing::warn!(
+                qid = self.cfg.qid,
+                cid = d.cccid,
+                "C2HData for a CID that is not outstanding; dropped"
+            );
             return Ok(());
         };
         let qid = self.cfg.qid;
@@ -668,7 +681,11 @@ impl Queue {
         }
         let Some(tag) = self.lookup(r.cccid) else {
             self.stats.stale += 1;
-            tracing::warn!(qid = self.cfg.qid, cid = r.cccid, "R2T for a CID that is not outstanding; dropped");
+            tracing::warn!(
+                qid = self.cfg.qid,
+                cid = r.cccid,
+                "R2T for a CID that is not outstanding; dropped"
+            );
             return Ok(());
         };
         let maxh2c = self.negotiated.map_or(4096, |n| n.maxh2cdata).max(4096);

@@ -1,0 +1,860 @@
+//! A connected NVMe-oF controller: association setup (reference §4.5, §5.1),
+//! admin commands, keep-alive and reconnect.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use nvmeof_common::opcode::AdminOpcode;
+use nvmeof_common::spec::discovery::{DiscoveryLog, DiscoveryLogHeader, DISC_RECORD_LEN};
+use nvmeof_common::spec::features::{FeatureId, GetFeaturesCmd, NumQueues, SetFeaturesCmd};
+use nvmeof_common::spec::identify::{decode_ns_list, Cns, IdentifyCmd, IDENTIFY_DATA_LEN, NS_LIST_MAX};
+use nvmeof_common::spec::log::{GetLogPageCmd, LogPageId};
+use nvmeof_common::spec::{
+    Cap, Cc, ConnectCmd, ConnectData, Csts, IdentifyController, IdentifyNamespace, PropertyGet,
+    PropertyOffset, PropertySet, Vs, CNTLID_DYNAMIC, DISCOVERY_NQN,
+};
+use nvmeof_common::{Cqe, Sqe};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tracing::{debug, info, info_span, warn, Instrument};
+
+use crate::driver::{spawn_driver, DriverCtrl, DriverParams, Payload, QueueShared, SupMsg};
+use crate::error::{Error, Result};
+use crate::namespace::Namespace;
+use crate::options::{ConnectOptions, HostIdentity, QueueSelect};
+use crate::queue::{Command, DataXfer, QueueConfig, ADMIN_INLINE_LIMIT, MAX_TAGS};
+
+/// Admin queue entries (SQSIZE 31, like Linux).
+const ADMIN_ENTRIES: u16 = 32;
+/// Commands outstanding at once on the admin queue.
+const ADMIN_TICKETS: u32 = 30;
+/// Linux default shutdown timeout.
+const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Association state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ControllerState {
+    /// All queues connected.
+    Live,
+    /// A connection failed; reconnecting. Requests wait (or fail, per policy).
+    Reconnecting,
+    /// Reconnecting gave up; every request fails with [`Error::ControllerLost`].
+    Failed,
+    /// [`Controller::shutdown`] ran or the last handle was dropped.
+    Shutdown,
+}
+
+/// What the controller told us at connect time (refreshed on reconnect).
+#[derive(Clone, Debug)]
+pub struct ControllerInfo {
+    /// Controller ID of the current association.
+    pub cntlid: u16,
+    /// CAP register.
+    pub cap: Cap,
+    /// VS register.
+    pub vs: Vs,
+    /// The CC value written when enabling (EN = 1).
+    pub cc: Cc,
+    /// Identify Controller data.
+    pub identify: IdentifyController,
+    /// Connected I/O queues.
+    pub io_queues: u16,
+    /// Entries per I/O queue (SQSIZE + 1).
+    pub queue_depth: u16,
+    /// Largest data transfer per command in bytes (MDTS and the `max_transfer` option), if limited.
+    pub max_transfer: Option<u32>,
+    /// In-capsule data limit on I/O queues (IOCCSZ·16 − 64, 0 if unsupported).
+    pub inline_data: u32,
+    /// Whether this is a discovery controller.
+    pub discovery: bool,
+}
+
+/// Shared state behind every handle, also held by the supervisor task.
+pub(crate) struct Core {
+    addr: SocketAddr,
+    subnqn: String,
+    host: HostIdentity,
+    opts: ConnectOptions,
+    admin: Arc<QueueShared>,
+    pub(crate) io: Vec<Arc<QueueShared>>,
+    info: RwLock<Arc<ControllerInfo>>,
+    state: watch::Sender<ControllerState>,
+    epoch: AtomicU64,
+    rr: AtomicUsize,
+}
+
+struct Handle {
+    core: Arc<Core>,
+    supervisor: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        if let Some(h) = self.supervisor.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            h.abort();
+        }
+        for q in self.core.io.iter().chain(std::iter::once(&self.core.admin)) {
+            q.send_ctrl(DriverCtrl::Shutdown);
+        }
+        self.core.state.send_replace(ControllerState::Shutdown);
+    }
+}
+
+/// A connected controller. Cheap to clone; all clones share the association.
+/// Dropping the last clone closes every connection (without the CC shutdown
+/// handshake; call [`Controller::shutdown`] for that).
+#[derive(Clone)]
+pub struct Controller {
+    inner: Arc<Handle>,
+}
+
+impl std::fmt::Debug for Controller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let c = &self.inner.core;
+        f.debug_struct("Controller")
+            .field("addr", &c.addr)
+            .field("subnqn", &c.subnqn)
+            .field("cntlid", &self.info().cntlid)
+            .field("state", &self.state())
+            .finish()
+    }
+}
+
+async fn tcp_connect(addr: SocketAddr, timeout: Duration) -> Result<TcpStream> {
+    let s = tokio::time::timeout(timeout, TcpStream::connect(addr))
+        .await
+        .map_err(|_| Error::Timeout(timeout))??;
+    let sock = socket2::SockRef::from(&s);
+    sock.set_nodelay(true)?;
+    Ok(s)
+}
+
+/// Everything needed to (re)build the association.
+struct Setup<'a> {
+    addr: SocketAddr,
+    subnqn: &'a str,
+    host: &'a HostIdentity,
+    opts: &'a ConnectOptions,
+}
+
+struct AdminSetup {
+    cntlid: u16,
+    cap: Cap,
+    vs: Vs,
+    cc: Cc,
+    identify: IdentifyController,
+    discovery: bool,
+}
+
+impl Setup<'_> {
+    fn connect_cmd(&self, qid: u16, entries: u16, kato_ms: u32, cntlid: u16) -> Command {
+        let c = ConnectCmd { recfmt: 0, qid, sqsize: entries - 1, cattr: 0, kato_ms }
+            .with_disable_sqflow(self.opts.disable_sqflow);
+        let data = ConnectData {
+            hostid: self.host.id,
+            cntlid,
+            subnqn: self.subnqn.to_string(),
+            hostnqn: self.host.nqn.clone(),
+        };
+        Command {
+            sqe: c.to_sqe(0),
+            data: DataXfer::Write(Bytes::copy_from_slice(&data.encode())),
+            timeout: Some(self.opts.connect_timeout),
+        }
+    }
+
+    fn queue_config(&self, qid: u16, tags: u16, inline_limit: u32) -> QueueConfig {
+        QueueConfig {
+            qid,
+            tags,
+            hdgst: self.opts.hdr_digest,
+            ddgst: self.opts.data_digest,
+            inline_limit,
+            command_timeout: self.opts.command_timeout,
+            icresp_timeout: self.opts.connect_timeout,
+            // One C2HData never carries more than a whole command's data.
+            max_c2h_data: self.opts.max_transfer.map_or(u32::MAX, |m| m.max(64 << 20)),
+        }
+    }
+
+    async fn attach(
+        &self,
+        q: &QueueShared,
+        cfg: QueueConfig,
+        connect: Command,
+        epoch: u64,
+        release: bool,
+    ) -> Result<Cqe> {
+        let stream = tcp_connect(self.addr, self.opts.connect_timeout).await?;
+        let (tx, rx) = oneshot::channel();
+        q.send_ctrl(DriverCtrl::Attach { stream, cfg, connect, epoch, release, reply: tx });
+        rx.await.map_err(|_| Error::Shutdown)?
+    }
+
+    /// Admin queue: connect, enable, identify (reference §4.5 steps 1–7).
+    async fn admin(&self, admin: &QueueShared, epoch: u64) -> Result<AdminSetup> {
+        let kato_ms = self.opts.kato.as_millis().min(u32::MAX as u128) as u32;
+        let cfg = self.queue_config(0, ADMIN_ENTRIES, ADMIN_INLINE_LIMIT);
+        let cqe = self
+            .attach(admin, cfg, self.connect_cmd(0, ADMIN_ENTRIES, kato_ms, CNTLID_DYNAMIC), epoch, false)
+            .await?;
+        let cntlid = cqe.dw0() as u16;
+        if cqe.dw0() & (1 << 17) != 0 {
+            return Err(Error::Controller(
+                "controller requires in-band authentication (not supported)".into(),
+            ));
+        }
+        let cap = Cap(prop_get(admin, PropertyOffset::CAP, true).await?);
+        if cap.mpsmin() > 0 {
+            return Err(Error::Controller(format!(
+                "CAP.MPSMIN {} (pages above 4 KiB) not supported",
+                cap.mpsmin()
+            )));
+        }
+        let css = if cap.css() & Cap::CSS_IOCS != 0 { Cc::CSS_CSI } else { Cc::CSS_NVM };
+        let cc = Cc::linux_host_default(css);
+        prop_set(admin, PropertyOffset::CC, cc.0 as u64, true).await?;
+        let cc = cc.with_en(true);
+        prop_set(admin, PropertyOffset::CC, cc.0 as u64, true).await?;
+        wait_csts(admin, ready_timeout(cap), |c| c.rdy(), true).await?;
+        let vs = Vs(prop_get(admin, PropertyOffset::VS, true).await? as u32);
+        let identify = identify_ctrl(admin, true).await?;
+        if identify.cntlid != cntlid {
+            warn!(connect = cntlid, identify = identify.cntlid, "CNTLID from Identify differs from Connect");
+        }
+        let discovery = self.subnqn == DISCOVERY_NQN || identify.cntrltype == 2;
+        if !discovery && identify.sgls & 3 == 0 {
+            // Linux `nvme_tcp_alloc_admin_queue` refuses such a controller; we only warn.
+            warn!(sgls = identify.sgls, "controller reports no SGL support");
+        }
+        Ok(AdminSetup { cntlid, cap, vs, cc, identify, discovery })
+    }
+
+    /// Set Features Number of Queues; returns the pairs granted (capped by `want`).
+    async fn num_queues(&self, admin: &QueueShared, want: u16) -> Result<u16> {
+        let cmd = SetFeaturesCmd::new(
+            FeatureId::NUM_QUEUES,
+            NumQueues::from_counts(want as u32, want as u32).to_dw(),
+        );
+        let cqe = admin.execute(cmd.to_sqe(0), Payload::None, None, true).await?;
+        Ok((NumQueues::from_dw(cqe.dw0()).io_queue_pairs().min(want as u32)) as u16)
+    }
+
+    fn io_params(&self, a: &AdminSetup) -> (u16, u32) {
+        let mut entries = self.opts.queue_depth.max(2) as u32;
+        entries = entries.min(a.cap.mqes() as u32 + 1).min(MAX_TAGS as u32);
+        if a.identify.maxcmd > 1 {
+            entries = entries.min(a.identify.maxcmd as u32);
+        }
+        let inline =
+            if a.identify.icdoff == 0 && a.identify.ioccsz >= 4 { a.identify.ioccsz * 16 - 64 } else { 0 };
+        (entries.max(2) as u16, inline)
+    }
+
+    fn max_transfer(&self, a: &AdminSetup) -> Option<u32> {
+        // MDTS is a power of two in CAP.MPSMIN pages (4 KiB here); 0 = no limit.
+        let mdts = (a.identify.mdts != 0)
+            .then(|| 4096u64 << a.identify.mdts.min(20))
+            .map(|v| v.min(u32::MAX as u64) as u32);
+        match (mdts, self.opts.max_transfer) {
+            (Some(m), Some(o)) => Some(m.min(o)),
+            (m, o) => m.or(o),
+        }
+    }
+
+    /// Connects the I/O queues in parallel.
+    async fn io_queues(&self, io: &[Arc<QueueShared>], a: &AdminSetup, epoch: u64) -> Result<()> {
+        let (entries, inline) = self.io_params(a);
+        let futs = io.iter().map(|q| {
+            let cfg = self.queue_config(q.qid, entries, inline);
+            let cmd = self.connect_cmd(q.qid, entries, 0, a.cntlid);
+            self.attach(q, cfg, cmd, epoch, true)
+        });
+        for r in join_all(futs).await {
+            r?;
+        }
+        Ok(())
+    }
+
+    fn info(&self, a: AdminSetup, io_queues: u16) -> ControllerInfo {
+        let (entries, inline) = self.io_params(&a);
+        ControllerInfo {
+            max_transfer: self.max_transfer(&a),
+            cntlid: a.cntlid,
+            cap: a.cap,
+            vs: a.vs,
+            cc: a.cc,
+            identify: a.identify,
+            io_queues,
+            queue_depth: entries,
+            inline_data: inline,
+            discovery: a.discovery,
+        }
+    }
+}
+
+/// Polls a set of futures to completion concurrently (no extra tasks).
+async fn join_all<F: std::future::Future>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let mut futs: Vec<_> = futs.into_iter().map(|f| Some(Box::pin(f))).collect();
+    let mut out: Vec<Option<F::Output>> = futs.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (f, o) in futs.iter_mut().zip(out.iter_mut()) {
+            if let Some(fut) = f {
+                match fut.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => {
+                        *o = Some(v);
+                        *f = None;
+                    }
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    out.into_iter().map(|o| o.expect("all finished")).collect()
+}
+
+fn ready_timeout(cap: Cap) -> Duration {
+    // Linux `nvme_wait_ready`: (CAP.TO + 1) · 500 ms.
+    Duration::from_millis((cap.to() as u64 + 1) * 500)
+}
+
+async fn prop_get(admin: &QueueShared, off: PropertyOffset, setup: bool) -> Result<u64> {
+    let cqe = admin.execute(PropertyGet::new(off).to_sqe(0), Payload::None, None, setup).await?;
+    Ok(cqe.result)
+}
+
+async fn prop_set(admin: &QueueShared, off: PropertyOffset, value: u64, setup: bool) -> Result<()> {
+    let cmd = if off.size() == Some(8) {
+        PropertySet::new64(off, value)
+    } else {
+        PropertySet::new32(off, value as u32)
+    };
+    admin.execute(cmd.to_sqe(0), Payload::None, None, setup).await.map(drop)
+}
+
+/// Polls CSTS until `done` holds (1 ms, doubling up to 32 ms), failing on CFS
+/// or an all-ones register (Linux `nvme_wait_ready`).
+async fn wait_csts(
+    admin: &QueueShared,
+    timeout: Duration,
+    done: impl Fn(Csts) -> bool,
+    setup: bool,
+) -> Result<Csts> {
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let csts = Csts(prop_get(admin, PropertyOffset::CSTS, setup).await? as u32);
+        if csts.0 == u32::MAX {
+            return Err(Error::Controller("CSTS reads all ones (controller dead)".into()));
+        }
+        if csts.cfs() {
+            return Err(Error::Controller("controller fatal status (CSTS.CFS)".into()));
+        }
+        if done(csts) {
+            return Ok(csts);
+        }
+        if start.elapsed() >= timeout {
+            return Err(Error::Timeout(timeout));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(32));
+    }
+}
+
+async fn identify_ctrl(admin: &QueueShared, setup: bool) -> Result<IdentifyController> {
+    let mut buf = vec![0u8; IDENTIFY_DATA_LEN];
+    let sqe = IdentifyCmd::new(Cns::CTRL, 0).to_sqe(0);
+    admin.execute(sqe, Payload::Read(&mut buf), None, setup).await?;
+    Ok(IdentifyController::decode(&buf)?)
+}
+
+impl Core {
+    fn all_queues(&self) -> impl Iterator<Item = &Arc<QueueShared>> {
+        std::iter::once(&self.admin).chain(self.io.iter())
+    }
+
+    fn setup(&self) -> Setup<'_> {
+        Setup { addr: self.addr, subnqn: &self.subnqn, host: &self.host, opts: &self.opts }
+    }
+
+    pub(crate) fn info(&self) -> Arc<ControllerInfo> {
+        self.info.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// An I/O queue for the next request.
+    pub(crate) fn pick_io(&self) -> Result<&QueueShared> {
+        let n = self.io.len();
+        if n == 0 {
+            return Err(Error::InvalidArgument("controller has no I/O queues".into()));
+        }
+        let i = match self.opts.queue_select {
+            QueueSelect::RoundRobin => self.rr.fetch_add(1, Ordering::Relaxed) % n,
+            QueueSelect::PerThread => {
+                thread_local!(static SLOT: usize = {
+                    static NEXT: AtomicUsize = AtomicUsize::new(0);
+                    NEXT.fetch_add(1, Ordering::Relaxed)
+                });
+                SLOT.with(|s| *s) % n
+            }
+        };
+        Ok(&self.io[i])
+    }
+
+    /// Re-establishes the association after a failure (all queues).
+    async fn reestablish(&self, epoch: u64) -> Result<ControllerInfo> {
+        let s = self.setup();
+        let a = s.admin(&self.admin, epoch).await?;
+        if !self.io.is_empty() {
+            let n = s.num_queues(&self.admin, self.io.len() as u16).await?;
+            if (n as usize) < self.io.len() {
+                return Err(Error::Controller(format!(
+                    "controller now grants {n} I/O queues, {} in use",
+                    self.io.len()
+                )));
+            }
+            s.io_queues(&self.io, &a, epoch).await?;
+        }
+        self.admin.send_ctrl(DriverCtrl::Release);
+        Ok(s.info(a, self.io.len() as u16))
+    }
+
+    /// Reconnect loop (Linux error recovery + `nvme_tcp_reconnect_or_remove`).
+    /// Returns false when the controller is lost for good.
+    async fn recover(&self, err: Error) -> bool {
+        warn!(error = %err, "association failed; reconnecting");
+        self.state.send_replace(ControllerState::Reconnecting);
+        for q in self.all_queues() {
+            q.send_ctrl(DriverCtrl::Detach);
+        }
+        let policy = &self.opts.reconnect;
+        let start = Instant::now();
+        let mut last = err;
+        let mut attempt = 0u32;
+        loop {
+            if let Some(t) = policy.ctrl_loss_timeout {
+                if start.elapsed() + policy.delay > t {
+                    break;
+                }
+            }
+            tokio::time::sleep(policy.delay).await;
+            attempt += 1;
+            let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+            match self.reestablish(epoch).await {
+                Ok(info) => {
+                    info!(attempt, cntlid = info.cntlid, "reconnected");
+                    *self.info.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(info);
+                    self.state.send_replace(ControllerState::Live);
+                    return true;
+                }
+                Err(e) => {
+                    warn!(attempt, error = %e, "reconnect attempt failed");
+                    for q in self.all_queues() {
+                        q.send_ctrl(DriverCtrl::Detach);
+                    }
+                    let permanent = e.is_permanent();
+                    last = e;
+                    if permanent {
+                        break;
+                    }
+                }
+            }
+        }
+        let why: Arc<str> = format!("{} (after {attempt} reconnect attempts)", last).into();
+        warn!(reason = %why, "controller lost");
+        self.state.send_replace(ControllerState::Failed);
+        for q in self.all_queues() {
+            q.send_ctrl(DriverCtrl::Fail(Error::ControllerLost(why.clone())));
+        }
+        false
+    }
+
+    async fn keep_alive(&self, setup: bool) -> Result<()> {
+        let timeout = self.opts.kato.max(Duration::from_secs(1));
+        self.admin
+            .execute(Sqe::new(AdminOpcode::KEEP_ALIVE.0), Payload::None, Some(timeout), setup)
+            .await
+            .map(drop)
+    }
+}
+
+/// Keep-alive and failure handling for one association.
+async fn supervise(core: Arc<Core>, mut rx: mpsc::UnboundedReceiver<SupMsg>) {
+    let kato = core.opts.kato;
+    let mut ka = (!kato.is_zero()).then(|| {
+        let period = kato / 2;
+        let mut i = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        i
+    });
+    loop {
+        let failure = tokio::select! {
+            m = rx.recv() => match m {
+                None => return,
+                Some(SupMsg::QueueLost { qid, epoch, error }) => {
+                    if epoch != core.epoch.load(Ordering::SeqCst) {
+                        debug!(qid, epoch, "ignoring loss report from an older association");
+                        continue;
+                    }
+                    warn!(qid, error = %error, "queue connection lost");
+                    error
+                }
+            },
+            _ = async { match ka.as_mut() { Some(i) => { i.tick().await; } None => std::future::pending().await } } => {
+                // Keep Alive runs as a setup command: it fails at once (instead of waiting
+                // for a reconnect) when the admin connection drops.
+                match core.keep_alive(true).await {
+                    Ok(()) => continue,
+                    Err(e) => {
+                        warn!(error = %e, "keep-alive failed");
+                        e
+                    }
+                }
+            }
+        };
+        if !core.recover(failure).await {
+            return;
+        }
+        // Loss reports from the association just replaced are stale.
+        while let Ok(SupMsg::QueueLost { .. }) = rx.try_recv() {}
+        if let Some(i) = ka.as_mut() {
+            i.reset();
+        }
+    }
+}
+
+impl Controller {
+    /// Connects to subsystem `subnqn` at `addr`: admin queue (Connect,
+    /// CC enable, Identify Controller), Number of Queues, then the I/O queues.
+    pub async fn connect(
+        addr: impl tokio::net::ToSocketAddrs,
+        subnqn: &str,
+        opts: ConnectOptions,
+    ) -> Result<Self> {
+        let addr = tokio::net::lookup_host(addr)
+            .await?
+            .next()
+            .ok_or_else(|| Error::InvalidArgument("address resolves to nothing".into()))?;
+        if subnqn.is_empty() || subnqn.len() >= 256 {
+            return Err(Error::InvalidArgument(format!(
+                "subsystem NQN length {} out of range",
+                subnqn.len()
+            )));
+        }
+        let host = opts.host.clone().unwrap_or_else(HostIdentity::default_for_host);
+        let (sup_tx, sup_rx) = mpsc::unbounded_channel();
+        let ctrl_span = info_span!("nvme_ctrl", %addr, subnqn, cntlid = tracing::field::Empty);
+        let queue_span =
+            |qid: u16| info_span!(parent: &ctrl_span, "nvme_queue", qid, cntlid = tracing::field::Empty);
+        let params = |qid: u16| DriverParams {
+            requeue: opts.reconnect.requeue,
+            busy_poll: if qid == 0 { Duration::ZERO } else { opts.busy_poll },
+            sup_tx: Some(sup_tx.clone()),
+            span: queue_span(qid),
+        };
+        let admin = spawn_driver(0, ADMIN_TICKETS, opts.command_timeout, params(0));
+        let setup = Setup { addr, subnqn, host: &host, opts: &opts };
+        let epoch = 1;
+        let mut io = Vec::new();
+        let r: Result<ControllerInfo> = async {
+            let a = setup.admin(&admin, epoch).await?;
+            let want = if a.discovery { 0 } else { opts.io_queues };
+            let n = if want > 0 { setup.num_queues(&admin, want).await? } else { 0 };
+            if want > 0 && n == 0 {
+                return Err(Error::Controller("controller grants no I/O queues".into()));
+            }
+            let (entries, _) = setup.io_params(&a);
+            for qid in 1..=n {
+                io.push(spawn_driver(qid, entries as u32 - 1, opts.command_timeout, params(qid)));
+            }
+            setup.io_queues(&io, &a, epoch).await?;
+            admin.send_ctrl(DriverCtrl::Release);
+            Ok(setup.info(a, n))
+        }
+        .instrument(ctrl_span.clone())
+        .await;
+        let info = match r {
+            Ok(i) => i,
+            Err(e) => {
+                for q in io.iter().chain(std::iter::once(&admin)) {
+                    q.send_ctrl(DriverCtrl::Shutdown);
+                }
+                return Err(e);
+            }
+        };
+        ctrl_span.record("cntlid", info.cntlid);
+        info!(parent: &ctrl_span, cntlid = info.cntlid, io_queues = info.io_queues, depth = info.queue_depth,
+            max_transfer = ?info.max_transfer, "connected");
+        let (state, _) = watch::channel(ControllerState::Live);
+        let core = Arc::new(Core {
+            addr,
+            subnqn: subnqn.to_string(),
+            host,
+            opts,
+            admin,
+            io,
+            info: RwLock::new(Arc::new(info)),
+            state,
+            epoch: AtomicU64::new(epoch),
+            rr: AtomicUsize::new(0),
+        });
+        let sup = tokio::spawn(supervise(core.clone(), sup_rx).instrument(ctrl_span));
+        Ok(Self { inner: Arc::new(Handle { core, supervisor: Mutex::new(Some(sup)) }) })
+    }
+
+    pub(crate) fn core(&self) -> &Core {
+        &self.inner.core
+    }
+
+    /// Controller data of the current association.
+    pub fn info(&self) -> Arc<ControllerInfo> {
+        self.core().info()
+    }
+
+    /// Current association state.
+    pub fn state(&self) -> ControllerState {
+        *self.core().state.borrow()
+    }
+
+    /// Watches association state changes.
+    pub fn subscribe_state(&self) -> watch::Receiver<ControllerState> {
+        self.core().state.subscribe()
+    }
+
+    /// The host identity used in Connect.
+    pub fn host(&self) -> &HostIdentity {
+        &self.core().host
+    }
+
+    /// The subsystem NQN.
+    pub fn subnqn(&self) -> &str {
+        &self.core().subnqn
+    }
+
+    /// The controller's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.core().addr
+    }
+
+    /// Number of I/O queues.
+    pub fn io_queue_count(&self) -> usize {
+        self.core().io.len()
+    }
+
+    /// Sends any admin command. `payload` gives the data direction and buffer;
+    /// a non-success status becomes [`Error::Nvme`].
+    pub async fn admin_command(&self, sqe: Sqe, payload: Payload<'_>) -> Result<Cqe> {
+        self.core().admin.execute(sqe, payload, None, false).await
+    }
+
+    /// Like [`Self::admin_command`] with a timeout for this command.
+    pub async fn admin_command_timeout(
+        &self,
+        sqe: Sqe,
+        payload: Payload<'_>,
+        timeout: Duration,
+    ) -> Result<Cqe> {
+        self.core().admin.execute(sqe, payload, Some(timeout), false).await
+    }
+
+    /// Sends any I/O command on an I/O queue chosen by the queue policy.
+    pub async fn io_command(&self, sqe: Sqe, payload: Payload<'_>) -> Result<Cqe> {
+        self.core().pick_io()?.execute(sqe, payload, None, false).await
+    }
+
+    /// Sends any I/O command on I/O queue `qid` (1-based).
+    pub async fn io_command_on(&self, qid: u16, sqe: Sqe, payload: Payload<'_>) -> Result<Cqe> {
+        let q = self
+            .core()
+            .io
+            .get((qid as usize).wrapping_sub(1))
+            .ok_or_else(|| Error::InvalidArgument(format!("no I/O queue {qid}")))?;
+        q.execute(sqe, payload, None, false).await
+    }
+
+    /// Identify Controller (CNS 01h), fresh from the controller.
+    pub async fn identify_controller(&self) -> Result<IdentifyController> {
+        identify_ctrl(&self.core().admin, false).await
+    }
+
+    /// Identify with any CNS into a 4096-byte buffer.
+    pub async fn identify_raw(&self, cmd: IdentifyCmd, buf: &mut [u8; IDENTIFY_DATA_LEN]) -> Result<()> {
+        self.admin_command(cmd.to_sqe(0), Payload::Read(buf)).await.map(drop)
+    }
+
+    /// Identify Namespace (CNS 00h).
+    pub async fn identify_namespace(&self, nsid: u32) -> Result<IdentifyNamespace> {
+        let mut buf = [0u8; IDENTIFY_DATA_LEN];
+        self.identify_raw(IdentifyCmd::new(Cns::NS, nsid), &mut buf).await?;
+        Ok(IdentifyNamespace::decode(&buf)?)
+    }
+
+    /// Active namespace IDs (CNS 02h, continued while the 1024-entry list is full).
+    pub async fn active_namespaces(&self) -> Result<Vec<u32>> {
+        let mut all = Vec::new();
+        let mut after = 0u32;
+        let mut buf = [0u8; IDENTIFY_DATA_LEN];
+        loop {
+            self.identify_raw(IdentifyCmd::new(Cns::ACTIVE_NS_LIST, after), &mut buf).await?;
+            let list = decode_ns_list(&buf);
+            let full = list.len() == NS_LIST_MAX;
+            match list.last() {
+                Some(&last) if full && last > after && last < 0xFFFF_FFFE => after = last,
+                _ => {
+                    all.extend(list);
+                    return Ok(all);
+                }
+            }
+            all.extend(list);
+        }
+    }
+
+    /// A handle for I/O on namespace `nsid` (after Identify Namespace).
+    pub async fn namespace(&self, nsid: u32) -> Result<Namespace> {
+        let id = self.identify_namespace(nsid).await?;
+        Namespace::new(self.clone(), nsid, id)
+    }
+
+    /// Get Log Page: reads `buf.len()` bytes (a multiple of 4) of the log
+    /// described by `cmd` starting at `cmd.lpo`, split into commands no larger
+    /// than the maximum transfer size. `cmd.numd` is recomputed; RAE is kept on
+    /// every command but the last, which uses `cmd.rae`.
+    pub async fn get_log_page(&self, cmd: GetLogPageCmd, buf: &mut [u8]) -> Result<()> {
+        if buf.is_empty() || !buf.len().is_multiple_of(4) || !cmd.lpo.is_multiple_of(4) {
+            return Err(Error::InvalidArgument(
+                "log page length and offset must be non-zero dword multiples".into(),
+            ));
+        }
+        let chunk = self.info().max_transfer.unwrap_or(1 << 20).max(4096) as usize & !3;
+        let total = buf.len();
+        let mut off = 0usize;
+        for part in buf.chunks_mut(chunk) {
+            let mut c = GetLogPageCmd::new(cmd.lid, cmd.nsid, cmd.lpo + off as u64, part.len() as u32);
+            c.lsp = cmd.lsp;
+            c.lsi = cmd.lsi;
+            c.csi = cmd.csi;
+            c.uuid_index = cmd.uuid_index;
+            c.ot = cmd.ot;
+            off += part.len();
+            c.rae = if off < total { true } else { cmd.rae };
+            self.admin_command(c.to_sqe(0), Payload::Read(part)).await?;
+        }
+        Ok(())
+    }
+
+    /// Get Features; returns CQE DW0. `buf` receives the feature's data, if it has any.
+    pub async fn get_features(&self, cmd: GetFeaturesCmd, buf: Option<&mut [u8]>) -> Result<u32> {
+        let payload = buf.map_or(Payload::None, Payload::Read);
+        Ok(self.admin_command(cmd.to_sqe(0), payload).await?.dw0())
+    }
+
+    /// Set Features; returns CQE DW0.
+    pub async fn set_features(&self, cmd: SetFeaturesCmd, data: Option<&[u8]>) -> Result<u32> {
+        let payload = data.map_or(Payload::None, Payload::Write);
+        Ok(self.admin_command(cmd.to_sqe(0), payload).await?.dw0())
+    }
+
+    /// Property Get (fabrics); 8-byte access for CAP, else 4 bytes.
+    pub async fn property_get(&self, offset: PropertyOffset) -> Result<u64> {
+        prop_get(&self.core().admin, offset, false).await
+    }
+
+    /// Property Set (fabrics).
+    pub async fn property_set(&self, offset: PropertyOffset, value: u64) -> Result<()> {
+        prop_set(&self.core().admin, offset, value, false).await
+    }
+
+    /// Sends one Keep Alive command now.
+    pub async fn keep_alive(&self) -> Result<()> {
+        self.core().keep_alive(false).await
+    }
+
+    /// Reads the whole discovery log page (LID 70h) like libnvme: header,
+    /// then every record with LPO paging, then the header again; retried while
+    /// GENCTR changes in between.
+    pub async fn discovery_log(&self) -> Result<DiscoveryLog> {
+        const MAX_RECORDS: u64 = 1 << 16;
+        for attempt in 0..10 {
+            let mut hdr = [0u8; 20];
+            let mut cmd = GetLogPageCmd::new(LogPageId::DISCOVERY, 0, 0, 20);
+            cmd.rae = true;
+            self.get_log_page(cmd, &mut hdr).await?;
+            let h = DiscoveryLogHeader::decode(&hdr)?;
+            if h.numrec > MAX_RECORDS {
+                return Err(Error::Controller(format!("discovery log claims {} records", h.numrec)));
+            }
+            let mut recs = vec![0u8; h.numrec as usize * DISC_RECORD_LEN];
+            if !recs.is_empty() {
+                // libnvme splits the records into 4 KiB reads.
+                let mut off = 0;
+                let total = recs.len();
+                for part in recs.chunks_mut(4096) {
+                    let mut c = GetLogPageCmd::new(
+                        LogPageId::DISCOVERY,
+                        0,
+                        (DISC_RECORD_LEN + off) as u64,
+                        part.len() as u32,
+                    );
+                    off += part.len();
+                    c.rae = off < total;
+                    self.admin_command(c.to_sqe(0), Payload::Read(part)).await?;
+                }
+            }
+            let mut hdr2 = [0u8; 20];
+            self.get_log_page(GetLogPageCmd::new(LogPageId::DISCOVERY, 0, 0, 20), &mut hdr2).await?;
+            let h2 = DiscoveryLogHeader::decode(&hdr2)?;
+            if h2.genctr != h.genctr || h2.numrec != h.numrec {
+                debug!(attempt, "discovery log changed while reading; retrying");
+                continue;
+            }
+            let mut full = Vec::with_capacity(DISC_RECORD_LEN + recs.len());
+            full.extend_from_slice(&hdr);
+            full.resize(DISC_RECORD_LEN, 0);
+            full.extend_from_slice(&recs);
+            return Ok(DiscoveryLog::decode(&full)?);
+        }
+        Err(Error::Controller("discovery log kept changing (GENCTR) while being read".into()))
+    }
+
+    /// Orderly shutdown (reference §4.5): stops keep-alive and reconnects,
+    /// closes the I/O queues, sets CC.SHN = 01b, waits for CSTS.SHST = 10b,
+    /// then closes the admin queue. Outstanding and later requests fail with
+    /// [`Error::Shutdown`].
+    pub async fn shutdown(&self) -> Result<()> {
+        let core = self.core();
+        if let Some(h) = self.inner.supervisor.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            h.abort();
+        }
+        let was_live = self.state() == ControllerState::Live;
+        core.state.send_replace(ControllerState::Shutdown);
+        for q in &core.io {
+            q.send_ctrl(DriverCtrl::Shutdown);
+        }
+        let r = if was_live {
+            let info = self.info();
+            let timeout = SHUTDOWN_TIMEOUT
+                .max(Duration::from_micros(info.identify.rtd3e as u64))
+                .min(Duration::from_secs(60));
+            async {
+                prop_set(&core.admin, PropertyOffset::CC, info.cc.with_shn(Cc::SHN_NORMAL).0 as u64, false)
+                    .await?;
+                wait_csts(&core.admin, timeout, |c| c.shst() == Csts::SHST_COMPLETE, false).await.map(drop)
+            }
+            .await
+        } else {
+            Ok(())
+        };
+        core.admin.send_ctrl(DriverCtrl::Shutdown);
+        r
+    }
+}

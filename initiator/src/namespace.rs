@@ -1,0 +1,367 @@
+//! Namespace handle: block I/O split by the maximum transfer size.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use nvmeof_common::opcode::IoOpcode;
+use nvmeof_common::spec::dsm::{DsmCmd, DsmRange, DSM_MAX_RANGES};
+use nvmeof_common::spec::IdentifyNamespace;
+use nvmeof_common::{Cqe, Sqe, Status};
+
+use crate::controller::Controller;
+use crate::driver::Payload;
+use crate::error::{Error, Result};
+
+/// NLB is a 16-bit 0's based field: at most 65536 blocks per command.
+const MAX_NLB: u64 = 1 << 16;
+
+/// Options of a read or write.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoFlags {
+    /// Force Unit Access (CDW12 bit 30).
+    pub fua: bool,
+    /// Limited Retry (CDW12 bit 31).
+    pub limited_retry: bool,
+}
+
+impl IoFlags {
+    /// Flags with FUA set.
+    pub const FUA: Self = Self { fua: true, limited_retry: false };
+
+    fn cdw12_bits(self) -> u32 {
+        (self.fua as u32) << 30 | (self.limited_retry as u32) << 31
+    }
+}
+
+/// A namespace of a connected controller. Cheap to clone, `Send + Sync`,
+/// usable from many tasks at once; every request goes to an I/O queue picked
+/// by [`crate::QueueSelect`] and may have many siblings in flight.
+#[derive(Clone)]
+pub struct Namespace {
+    ctrl: Controller,
+    nsid: u32,
+    lba_shift: u32,
+    nsze: u64,
+    /// Most blocks per command (MDTS, option, 16-bit NLB).
+    max_blocks: u64,
+    identify: Arc<IdentifyNamespace>,
+}
+
+impl std::fmt::Debug for Namespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Namespace")
+            .field("nsid", &self.nsid)
+            .field("block_size", &self.block_size())
+            .field("blocks", &self.nsze)
+            .finish()
+    }
+}
+
+/// One request of a [`Batch`].
+struct Op<'a> {
+    owner: usize,
+    sqe: Sqe,
+    payload: Payload<'a>,
+}
+
+/// Requests submitted together: one wake-up of the queue driver and one
+/// vectored write for all of them (up to the queue depth at a time).
+pub struct Batch<'a> {
+    ns: &'a Namespace,
+    ops: Vec<Op<'a>>,
+    count: usize,
+    invalid: Vec<(usize, Error)>,
+}
+
+impl Namespace {
+    pub(crate) fn new(ctrl: Controller, nsid: u32, id: IdentifyNamespace) -> Result<Self> {
+        if id.nsze == 0 || id.ncap == 0 {
+            return Err(Error::InvalidArgument(format!("namespace {nsid} is not active")));
+        }
+        let bs = id
+            .block_size()
+            .filter(|b| b.is_power_of_two() && (512..=1 << 16).contains(b))
+            .ok_or_else(|| Error::Controller(format!("namespace {nsid}: unusable LBA format")))?;
+        if id.lbaf.get(id.lba_format_index()).is_some_and(|f| f.ms != 0) && id.flbas & 0x10 != 0 {
+            return Err(Error::Controller(format!("namespace {nsid}: extended-LBA metadata not supported")));
+        }
+        let lba_shift = bs.trailing_zeros();
+        let max_blocks = match ctrl.info().max_transfer {
+            Some(m) => ((m as u64) >> lba_shift).clamp(1, MAX_NLB),
+            None => MAX_NLB,
+        };
+        Ok(Self { ctrl, nsid, lba_shift, nsze: id.nsze, max_blocks, identify: Arc::new(id) })
+    }
+
+    /// Namespace ID.
+    pub fn nsid(&self) -> u32 {
+        self.nsid
+    }
+
+    /// Logical block size in bytes.
+    pub fn block_size(&self) -> u32 {
+        1 << self.lba_shift
+    }
+
+    /// Size in logical blocks (NSZE).
+    pub fn blocks(&self) -> u64 {
+        self.nsze
+    }
+
+    /// Size in bytes.
+    pub fn size_bytes(&self) -> u64 {
+        self.nsze << self.lba_shift
+    }
+
+    /// Largest transfer one command carries (longer requests are split).
+    pub fn max_transfer(&self) -> u64 {
+        self.max_blocks << self.lba_shift
+    }
+
+    /// The Identify Namespace data this handle was built from.
+    pub fn identify(&self) -> &IdentifyNamespace {
+        &self.identify
+    }
+
+    /// The controller.
+    pub fn controller(&self) -> &Controller {
+        &self.ctrl
+    }
+
+    fn blocks_of(&self, len: usize) -> Result<u64> {
+        if len == 0 || len & ((1 << self.lba_shift) - 1) != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "buffer length {len} is not a non-zero multiple of the block size {}",
+                self.block_size()
+            )));
+        }
+        Ok((len >> self.lba_shift) as u64)
+    }
+
+    fn rw_sqe(&self, opcode: IoOpcode, lba: u64, blocks: u64, flags: IoFlags) -> Sqe {
+        let mut s = Sqe::new(opcode.0);
+        s.set_nsid(self.nsid).set_slba(lba).set_cdw(12, (blocks - 1) as u32 | flags.cdw12_bits());
+        s
+    }
+
+    /// Splits `[lba, lba+blocks)` into per-command pieces: (lba, blocks, byte offset).
+    fn pieces(&self, lba: u64, blocks: u64) -> impl Iterator<Item = (u64, u64, usize)> + '_ {
+        let max = self.max_blocks;
+        (0..blocks.div_ceil(max)).map(move |i| {
+            let start = i * max;
+            (lba + start, (blocks - start).min(max), (start << self.lba_shift) as usize)
+        })
+    }
+
+    async fn run(&self, ops: Vec<(Sqe, Payload<'_>)>) -> Result<()> {
+        let q = self.ctrl.core().pick_io()?;
+        if ops.len() == 1 {
+            let (sqe, p) = ops.into_iter().next().expect("one op");
+            return q.execute(sqe, p, None, false).await.map(drop);
+        }
+        q.execute_batch(ops).await.into_iter().collect::<Result<Vec<Cqe>>>().map(drop)
+    }
+
+    /// Reads `buf.len()` bytes (a multiple of the block size) starting at `lba`.
+    pub async fn read(&self, lba: u64, buf: &mut [u8]) -> Result<()> {
+        self.read_with(lba, buf, IoFlags::default()).await
+    }
+
+    /// Reads with flags.
+    pub async fn read_with(&self, lba: u64, buf: &mut [u8], flags: IoFlags) -> Result<()> {
+        let blocks = self.blocks_of(buf.len())?;
+        if blocks <= self.max_blocks {
+            let q = self.ctrl.core().pick_io()?;
+            let sqe = self.rw_sqe(IoOpcode::READ, lba, blocks, flags);
+            return q.execute(sqe, Payload::Read(buf), None, false).await.map(drop);
+        }
+        let chunk = self.max_transfer() as usize;
+        let ops = self
+            .pieces(lba, blocks)
+            .zip(buf.chunks_mut(chunk))
+            .map(|((l, n, _), b)| (self.rw_sqe(IoOpcode::READ, l, n, flags), Payload::Read(b)))
+            .collect();
+        self.run(ops).await
+    }
+
+    /// Writes `buf` (a multiple of the block size) starting at `lba`. The data
+    /// is copied once, into a buffer the queue reuses.
+    pub async fn write(&self, lba: u64, buf: &[u8]) -> Result<()> {
+        self.write_with(lba, buf, IoFlags::default()).await
+    }
+
+    /// Writes with flags (e.g. [`IoFlags::FUA`]).
+    pub async fn write_with(&self, lba: u64, buf: &[u8], flags: IoFlags) -> Result<()> {
+        self.data_out(IoOpcode::WRITE, lba, buf, flags).await
+    }
+
+    /// Writes `data` without copying it.
+    pub async fn write_bytes(&self, lba: u64, data: Bytes, flags: IoFlags) -> Result<()> {
+        let blocks = self.blocks_of(data.len())?;
+        let ops = self
+            .pieces(lba, blocks)
+            .map(|(l, n, off)| {
+                let end = off + ((n as usize) << self.lba_shift);
+                (self.rw_sqe(IoOpcode::WRITE, l, n, flags), Payload::WriteBytes(data.slice(off..end)))
+            })
+            .collect();
+        self.run(ops).await
+    }
+
+    async fn data_out(&self, op: IoOpcode, lba: u64, buf: &[u8], flags: IoFlags) -> Result<()> {
+        let blocks = self.blocks_of(buf.len())?;
+        if blocks <= self.max_blocks {
+            let q = self.ctrl.core().pick_io()?;
+            let sqe = self.rw_sqe(op, lba, blocks, flags);
+            return q.execute(sqe, Payload::Write(buf), None, false).await.map(drop);
+        }
+        let chunk = self.max_transfer() as usize;
+        let ops = self
+            .pieces(lba, blocks)
+            .zip(buf.chunks(chunk))
+            .map(|((l, n, _), b)| (self.rw_sqe(op, l, n, flags), Payload::Write(b)))
+            .collect();
+        self.run(ops).await
+    }
+
+    /// Compares `buf` with the blocks at `lba` (Compare, OPC 05h). Returns
+    /// `Ok(false)` on a miscompare (status Compare Failure).
+    pub async fn compare(&self, lba: u64, buf: &[u8]) -> Result<bool> {
+        match self.data_out(IoOpcode::COMPARE, lba, buf, IoFlags::default()).await {
+            Ok(()) => Ok(true),
+            Err(Error::Nvme { status, .. }) if status.code() == Status::COMPARE_FAILED => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Flush (volatile write cache to media).
+    pub async fn flush(&self) -> Result<()> {
+        let mut s = Sqe::new(IoOpcode::FLUSH.0);
+        s.set_nsid(self.nsid);
+        self.run(vec![(s, Payload::None)]).await
+    }
+
+    /// Write Zeroes over `blocks` blocks from `lba`; `deallocate` sets DEAC
+    /// (the controller may deallocate instead of writing).
+    pub async fn write_zeroes(&self, lba: u64, blocks: u64, deallocate: bool, flags: IoFlags) -> Result<()> {
+        if blocks == 0 {
+            return Err(Error::InvalidArgument("write_zeroes of 0 blocks".into()));
+        }
+        let ops = (0..blocks.div_ceil(MAX_NLB))
+            .map(|i| {
+                let start = i * MAX_NLB;
+                let n = (blocks - start).min(MAX_NLB);
+                let mut s = self.rw_sqe(IoOpcode::WRITE_ZEROES, lba + start, n, flags);
+                s.set_cdw(12, s.cdw(12) | (deallocate as u32) << 25);
+                (s, Payload::None)
+            })
+            .collect();
+        self.run(ops).await
+    }
+
+    /// Deallocates (TRIM) the given `(lba, blocks)` ranges with Dataset
+    /// Management (AD), 256 ranges per command.
+    pub async fn deallocate(&self, ranges: &[(u64, u32)]) -> Result<()> {
+        if ranges.is_empty() {
+            return Ok(());
+        }
+        let bufs: Vec<Vec<u8>> = ranges
+            .chunks(DSM_MAX_RANGES)
+            .map(|c| c.iter().flat_map(|&(slba, nlb)| DsmRange { cattr: 0, nlb, slba }.encode()).collect())
+            .collect();
+        let ops = bufs
+            .iter()
+            .map(|b| (DsmCmd::deallocate(self.nsid, b.len() / 16).to_sqe(0), Payload::Write(b)))
+            .collect();
+        self.run(ops).await
+    }
+
+    /// Starts a batch of requests submitted together.
+    pub fn batch(&self) -> Batch<'_> {
+        Batch { ns: self, ops: Vec::new(), count: 0, invalid: Vec::new() }
+    }
+}
+
+impl<'a> Batch<'a> {
+    fn add(&mut self, f: impl FnOnce(&Namespace, usize, &mut Vec<Op<'a>>) -> Result<()>) -> usize {
+        let id = self.count;
+        self.count += 1;
+        if let Err(e) = f(self.ns, id, &mut self.ops) {
+            self.invalid.push((id, e));
+        }
+        id
+    }
+
+    /// Adds a read; returns its index in the results.
+    pub fn read(&mut self, lba: u64, buf: &'a mut [u8], flags: IoFlags) -> usize {
+        self.add(|ns, owner, ops| {
+            let blocks = ns.blocks_of(buf.len())?;
+            let chunk = ns.max_transfer() as usize;
+            for ((l, n, _), b) in ns.pieces(lba, blocks).zip(buf.chunks_mut(chunk)) {
+                ops.push(Op {
+                    owner,
+                    sqe: ns.rw_sqe(IoOpcode::READ, l, n, flags),
+                    payload: Payload::Read(b),
+                });
+            }
+            Ok(())
+        })
+    }
+
+    /// Adds a write; returns its index in the results.
+    pub fn write(&mut self, lba: u64, buf: &'a [u8], flags: IoFlags) -> usize {
+        self.add(|ns, owner, ops| {
+            let blocks = ns.blocks_of(buf.len())?;
+            let chunk = ns.max_transfer() as usize;
+            for ((l, n, _), b) in ns.pieces(lba, blocks).zip(buf.chunks(chunk)) {
+                ops.push(Op {
+                    owner,
+                    sqe: ns.rw_sqe(IoOpcode::WRITE, l, n, flags),
+                    payload: Payload::Write(b),
+                });
+            }
+            Ok(())
+        })
+    }
+
+    /// Adds a flush; returns its index in the results.
+    pub fn flush(&mut self) -> usize {
+        self.add(|ns, owner, ops| {
+            let mut s = Sqe::new(IoOpcode::FLUSH.0);
+            s.set_nsid(ns.nsid);
+            ops.push(Op { owner, sqe: s, payload: Payload::None });
+            Ok(())
+        })
+    }
+
+    /// Number of requests added.
+    pub fn len(&self) -> usize {
+        self.count
+    }
+
+    /// Whether nothing was added.
+    pub fn is_empty(&self) -> bool {
+        self.count == 0
+    }
+
+    /// Submits everything on one I/O queue and waits; one result per added
+    /// request, in the order added.
+    pub async fn submit(self) -> Vec<Result<()>> {
+        let mut results: Vec<Result<()>> = (0..self.count).map(|_| Ok(())).collect();
+        for (id, e) in self.invalid {
+            results[id] = Err(e);
+        }
+        let q = match self.ns.ctrl.core().pick_io() {
+            Ok(q) => q,
+            Err(e) => return results.into_iter().map(|_| Err(e.clone())).collect(),
+        };
+        let owners: Vec<usize> = self.ops.iter().map(|o| o.owner).collect();
+        let done = q.execute_batch(self.ops.into_iter().map(|o| (o.sqe, o.payload)).collect()).await;
+        for (owner, r) in owners.into_iter().zip(done) {
+            if let (Err(e), Ok(())) = (r, &results[owner]) {
+                results[owner] = Err(e);
+            }
+        }
+        results
+    }
+}

@@ -1,0 +1,236 @@
+//! Connection options, reconnect policy and the host identity.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nvmeof_common::spec::nqn;
+
+/// Host NQN and host identifier (HOSTID) sent in every Connect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostIdentity {
+    /// Host NQN.
+    pub nqn: String,
+    /// Host identifier (UUID bytes in textual order).
+    pub id: [u8; 16],
+}
+
+impl HostIdentity {
+    /// Identity from a host ID, with the UUID-form NQN
+    /// `nqn.2014-08.org.nvmexpress:uuid:<id>`.
+    pub fn from_id(id: [u8; 16]) -> Self {
+        Self { nqn: nqn::uuid_nqn(&id), id }
+    }
+
+    /// Identity with an explicit NQN and ID.
+    pub fn new(nqn: impl Into<String>, id: [u8; 16]) -> Self {
+        Self { nqn: nqn.into(), id }
+    }
+
+    /// A stable identity for this machine and user, found in this order:
+    /// 1. a UUID stored in `$XDG_CONFIG_HOME/nvmeof/hostid` (or `~/.config/nvmeof/hostid`);
+    /// 2. a UUID derived from `/etc/machine-id` (hashed with an application key, so the
+    ///    machine ID itself is not disclosed);
+    /// 3. a random UUID, stored in the file of step 1 so that it stays the same.
+    ///
+    /// The NQN is the UUID form (like the Linux host's default).
+    pub fn default_for_host() -> Self {
+        let path = config_dir().map(|d| d.join("nvmeof").join("hostid"));
+        if let Some(id) = path
+            .as_ref()
+            .and_then(|p| std::fs::read_to_string(p).ok())
+            .and_then(|s| nqn::parse_uuid(s.trim()))
+        {
+            return Self::from_id(id);
+        }
+        if let Some(id) = std::fs::read_to_string("/etc/machine-id").ok().and_then(|s| id_from_machine_id(&s))
+        {
+            return Self::from_id(id);
+        }
+        let id = random_uuid();
+        if let Some(p) = path {
+            if let Some(dir) = p.parent() {
+                let _ = std::fs::create_dir_all(dir);
+            }
+            if let Err(e) = std::fs::write(&p, format!("{}\n", nqn::format_uuid(&id))) {
+                tracing::debug!(path = %p.display(), error = %e, "could not store the generated host ID");
+            }
+        }
+        Self::from_id(id)
+    }
+}
+
+fn config_dir() -> Option<PathBuf> {
+    if let Some(d) = std::env::var_os("XDG_CONFIG_HOME").filter(|d| !d.is_empty()) {
+        return Some(PathBuf::from(d));
+    }
+    std::env::var_os("HOME").filter(|d| !d.is_empty()).map(|h| PathBuf::from(h).join(".config"))
+}
+
+/// FNV-1a, 128-bit.
+fn fnv128(data: &[u8]) -> u128 {
+    const OFFSET: u128 = 0x6c62272e07bb014262b821756295c58d;
+    const PRIME: u128 = 0x0000000001000000000000000000013B;
+    data.iter().fold(OFFSET, |h, &b| (h ^ b as u128).wrapping_mul(PRIME))
+}
+
+/// Marks 16 bytes as a version-4 (random) RFC 4122 UUID.
+fn as_uuid_v4(mut b: [u8; 16]) -> [u8; 16] {
+    b[6] = (b[6] & 0x0F) | 0x40;
+    b[8] = (b[8] & 0x3F) | 0x80;
+    b
+}
+
+/// Derives a host ID from the contents of `/etc/machine-id` (32 hex digits);
+/// `None` if it does not look like one.
+pub(crate) fn id_from_machine_id(s: &str) -> Option<[u8; 16]> {
+    let s = s.trim();
+    if s.len() != 32 || !s.bytes().all(|c| c.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut key = b"nvmeof-initiator host id v1:".to_vec();
+    key.extend_from_slice(s.as_bytes());
+    Some(as_uuid_v4(fnv128(&key).to_be_bytes()))
+}
+
+fn random_uuid() -> [u8; 16] {
+    let mut b = [0u8; 16];
+    let ok = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_ok();
+    if !ok {
+        // Last resort: time, process ID and an address, hashed.
+        let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let seed = format!("{:?}{}{:p}", t, std::process::id(), &b);
+        b = fnv128(seed.as_bytes()).to_be_bytes();
+    }
+    as_uuid_v4(b)
+}
+
+/// What happens when a connection of the controller fails.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReconnectPolicy {
+    /// Wait between reconnect attempts (Linux `reconnect_delay`, 10 s).
+    pub delay: Duration,
+    /// Give up after this long without a working association (Linux
+    /// `ctrl_loss_tmo`, 600 s); `None` retries forever, `Some(ZERO)` never reconnects.
+    pub ctrl_loss_timeout: Option<Duration>,
+    /// Resubmit commands that were outstanding on the lost connection once
+    /// reconnected (`true`), or fail them at once with
+    /// [`crate::Error::ConnectionLost`] (`false`). Commands submitted while
+    /// reconnecting always wait for the outcome.
+    pub requeue: bool,
+}
+
+impl Default for ReconnectPolicy {
+    fn default() -> Self {
+        Self {
+            delay: Duration::from_secs(2),
+            ctrl_loss_timeout: Some(Duration::from_secs(600)),
+            requeue: true,
+        }
+    }
+}
+
+impl ReconnectPolicy {
+    /// No reconnect: the first connection failure loses the controller.
+    pub fn never() -> Self {
+        Self { delay: Duration::ZERO, ctrl_loss_timeout: Some(Duration::ZERO), requeue: false }
+    }
+}
+
+/// How namespace handles pick an I/O queue for each request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum QueueSelect {
+    /// Rotate over the I/O queues, one request at a time.
+    #[default]
+    RoundRobin,
+    /// Stick to one queue per OS thread (good locality with a multi-thread runtime).
+    PerThread,
+}
+
+/// Options of [`crate::Controller::connect`].
+#[derive(Clone, Debug)]
+pub struct ConnectOptions {
+    /// Host NQN and ID; `None` uses [`HostIdentity::default_for_host`].
+    pub host: Option<HostIdentity>,
+    /// I/O queues to ask for (capped by the controller's Number of Queues answer).
+    pub io_queues: u16,
+    /// Entries per I/O queue (SQSIZE + 1), clamped to CAP.MQES + 1 and MAXCMD;
+    /// at most `depth − 1` commands are outstanding per queue.
+    pub queue_depth: u16,
+    /// Ask for header digests.
+    pub hdr_digest: bool,
+    /// Ask for data digests.
+    pub data_digest: bool,
+    /// Keep-alive timeout sent in the admin Connect; a Keep Alive command goes
+    /// out every KATO/2. `Duration::ZERO` disables keep-alive.
+    pub kato: Duration,
+    /// Default per-command timeout (I/O and admin).
+    pub command_timeout: Duration,
+    /// Timeout of TCP connect and of the ICReq/ICResp exchange.
+    pub connect_timeout: Duration,
+    /// Reconnect behaviour.
+    pub reconnect: ReconnectPolicy,
+    /// Ask the controller to disable SQ flow control (Connect CATTR bit 2);
+    /// nvmet then completes reads with SUCCESS-flagged C2HData and no CapsuleResp.
+    pub disable_sqflow: bool,
+    /// Largest data transfer per command (in addition to the controller's MDTS).
+    pub max_transfer: Option<u32>,
+    /// Queue choice for namespace I/O.
+    pub queue_select: QueueSelect,
+    /// Busy-poll the socket for this long after activity before sleeping
+    /// (trades CPU for latency; zero disables).
+    pub busy_poll: Duration,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        Self {
+            host: None,
+            io_queues: std::thread::available_parallelism().map_or(1, |n| n.get().min(64) as u16),
+            queue_depth: 128,
+            hdr_digest: false,
+            data_digest: false,
+            kato: Duration::from_secs(5),
+            command_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            reconnect: ReconnectPolicy::default(),
+            disable_sqflow: false,
+            max_transfer: Some(1 << 20),
+            queue_select: QueueSelect::RoundRobin,
+            busy_poll: Duration::ZERO,
+        }
+    }
+}
+
+impl ConnectOptions {
+    /// Options for a discovery controller: no I/O queues, KATO 0 (Linux default
+    /// for non-persistent discovery), no reconnect.
+    pub fn discovery() -> Self {
+        Self { io_queues: 0, kato: Duration::ZERO, reconnect: ReconnectPolicy::never(), ..Self::default() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn machine_id_derivation_is_stable_and_uuid_shaped() {
+        let a = id_from_machine_id("0123456789abcdef0123456789abcdef\n").unwrap();
+        let b = id_from_machine_id("0123456789abcdef0123456789abcdef").unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a[6] >> 4, 4);
+        assert_eq!(a[8] >> 6, 2);
+        assert_ne!(a, id_from_machine_id("0123456789abcdef0123456789abcdee").unwrap());
+        assert!(id_from_machine_id("xyz").is_none());
+        let h = HostIdentity::from_id(a);
+        assert!(h.nqn.starts_with("nqn.2014-08.org.nvmexpress:uuid:"));
+        assert_eq!(nqn::uuid_from_nqn(&h.nqn), Some(a));
+    }
+
+    #[test]
+    fn default_identity_is_stable() {
+        assert_eq!(HostIdentity::default_for_host(), HostIdentity::default_for_host());
+    }
+}
