@@ -149,6 +149,7 @@ pub struct QueueState {
     slots: Vec<Slot>,
     free: Vec<u16>,
     sqhd: u16,
+    draining: bool,
     /// Encoded PDUs waiting for the socket.
     pub out: OutBuf,
 }
@@ -170,6 +171,7 @@ impl QueueState {
             slots: Vec::new(),
             free: Vec::new(),
             sqhd: 0,
+            draining: false,
             out: OutBuf::default(),
         };
         q.grow_slots(INITIAL_SLOTS);
@@ -184,6 +186,28 @@ impl QueueState {
     /// Commands in flight (slots in use).
     pub fn in_flight(&self) -> usize {
         self.slots.len() - self.free.len()
+    }
+
+    /// Whether a command waits for H2CData (the socket must still be read).
+    pub fn awaiting_data(&self) -> bool {
+        self.slots.iter().any(|s| matches!(s.state, SlotState::AwaitData { .. }))
+    }
+
+    /// Graceful shutdown: commands that arrive from now on are answered with
+    /// Command Aborted due to SQ Deletion; those in flight complete normally.
+    pub fn set_draining(&mut self) {
+        self.draining = true;
+    }
+
+    /// Commands in flight that will complete on their own, i.e. not counting
+    /// Asynchronous Event Requests, which wait for an event indefinitely.
+    pub fn in_flight_io(&self) -> usize {
+        let admin = self.ctx.is_admin();
+        self.slots
+            .iter()
+            .filter(|s| !matches!(s.state, SlotState::Free))
+            .filter(|s| !(admin && s.sqe.opcode() == nvmeof_common::opcode::AdminOpcode::ASYNC_EVENT.0))
+            .count()
     }
 
     fn grow_slots(&mut self, n: usize) {
@@ -328,6 +352,9 @@ impl QueueState {
             Ok(())
         };
         let status = status.and_then(|()| {
+            if self.draining {
+                return Err(Status::ABORT_QUEUE);
+            }
             let max = self.ctx.target.limits.max_transfer();
             if sgl.length > max && sqe.opcode() != 0x09 {
                 warn!(len = sgl.length, max, "transfer larger than MDTS");

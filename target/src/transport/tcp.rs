@@ -101,7 +101,11 @@ pub async fn run_connection(
     let icreq_deadline = Instant::now() + Duration::from_millis(target.limits.icreq_timeout_ms);
     let poll = Duration::from_micros(opts.poll_us);
     let mut last_activity = Instant::now();
+    // Peer closed its side: nothing more can be delivered, so the queue closes
+    // at once (an outstanding AER would otherwise keep it open until KATO).
     let mut eof = false;
+    // Graceful shutdown: no new commands; close once in-flight I/O has completed.
+    let mut draining = false;
 
     loop {
         // Write out everything queued; stop at WouldBlock.
@@ -112,7 +116,7 @@ pub async fn run_connection(
         if q.phase() == Phase::Closing && q.out.is_empty() {
             break;
         }
-        if eof && q.in_flight() == 0 {
+        if eof || (draining && q.in_flight_io() == 0) {
             break;
         }
         if teardown.is_none() {
@@ -131,7 +135,7 @@ pub async fn run_connection(
         }
 
         // Adaptive polling: spin on non-blocking reads/completions for `poll` after activity.
-        if !poll.is_zero() && last_activity.elapsed() < poll && !eof {
+        if !poll.is_zero() && last_activity.elapsed() < poll && !draining {
             match stream.try_read_buf(&mut rbuf) {
                 Ok(0) => eof = true,
                 Ok(_) => {
@@ -166,9 +170,10 @@ pub async fn run_connection(
                     }
                 }
             }
-            r = stream.ready(interest), if !eof || want_write => {
+            // While draining, keep reading only for commands still waiting for H2C data.
+            r = stream.ready(interest), if !draining || want_write || q.awaiting_data() => {
                 let Ok(ready) = r else { break };
-                if ready.is_readable() && !eof {
+                if ready.is_readable() && (!draining || q.awaiting_data()) {
                     loop {
                         match stream.try_read_buf(&mut rbuf) {
                             Ok(0) => { eof = true; break; }
@@ -197,10 +202,10 @@ pub async fn run_connection(
                 break;
             }
             _ = async { match &mut teardown { Some(t) => { let _ = t.changed().await; } None => std::future::pending().await } } => {}
-            _ = stop.changed() => {
+            _ = stop.changed(), if !draining => {
                 // Graceful shutdown: finish what is in flight, then close.
-                if q.in_flight() == 0 { break; }
-                eof = true;
+                draining = true;
+                q.set_draining();
             }
         }
     }
@@ -208,10 +213,13 @@ pub async fn run_connection(
     // Queue teardown (nvmet_tcp_release_queue): the admin queue takes its controller with it.
     if let Some(ctrl) = &q.ctx.ctrl {
         match q.ctx.qid {
-            Some(0) => {
+            // While draining for shutdown the I/O queues finish on their own;
+            // tearing the controller down here would cut their in-flight commands.
+            Some(0) if !draining => {
                 info!(cntlid = ctrl.cntlid, "admin queue closed; controller removed");
                 ctrl.shutdown(Teardown::Closed);
             }
+            Some(0) => {}
             Some(qid) => ctrl.remove_io_queue(qid),
             None => {}
         }

@@ -1,0 +1,57 @@
+# Scenario kernel-target: the Linux nvmet target in the guest, listening on
+# 0.0.0.0:4420, exported to the host by QEMU hostfwd (127.0.0.1:HOSTPORT).
+# After "TARGET READY" the guest asks the host (HOOK run-client) to run its
+# client (HOST_CLIENT_CMD in run.sh) and waits up to CLIENT_TIMEOUT seconds
+# for the HOOKACK carrying the client's exit code.
+#
+# Parameters: NQN, NS_SIZE (bytes), BACKEND (brd|file), CLIENT_TIMEOUT (s),
+#             NVME_PORT (guest-side port, default 4420)
+#
+# Later steps can go after host-client, e.g. checking on the target side
+# what the initiator wrote (the host hook can pass an offset/md5 back in its
+# HOOKACK text), or a second client round with the target reconfigured.
+
+: "${NQN:=nqn.2026-11.io.nvmeof:interop}"
+: "${NS_SIZE:=268435456}"
+: "${BACKEND:=brd}"
+: "${CLIENT_TIMEOUT:=300}"
+: "${NVME_PORT:=4420}"
+export NQN NS_SIZE BACKEND CLIENT_TIMEOUT NVME_PORT
+
+kt_modules() {
+    # nvme_tcp only for the self-check discovery below
+    load_mod configfs nvmet nvmet_tcp nvme_tcp || fail "module load"
+}
+
+kt_net() { net_up || fail "network setup"; }
+
+kt_setup() { nvmet_setup "$BACKEND" 0.0.0.0 "$NVME_PORT" "$NQN" "$NS_SIZE"; }
+
+kt_selfcheck() { # the target answers discovery on the guest's loopback
+    t 30 nvme discover -t tcp -a 127.0.0.1 -s "$NVME_PORT" >/tmp/disc.txt 2>&1 \
+        || fail "self discovery failed: $(tail -n 1 /tmp/disc.txt)"
+    grep -q "subnqn: *$NQN\$" /tmp/disc.txt || fail "discovery log lacks $NQN"
+    info "self-discovery lists $NQN"
+}
+
+kt_client() {
+    hook_call run-client "$CLIENT_TIMEOUT" "nqn=$NQN" "size=$NS_SIZE" "backend=$BACKEND"
+    _rc=$?
+    [ $_rc = 0 ] || fail "host client failed (rc=$_rc): ${HOOK_REPLY:-no reply}"
+    info "host client rc=${HOOK_REPLY#HOOKACK run-client }"
+}
+
+kt_teardown() {
+    nvmet_teardown "$NQN"
+}
+
+scenario_main() {
+    info "scenario: kernel target backend=$BACKEND nqn=$NQN size=$NS_SIZE port=$NVME_PORT"
+    run_step modules 60 kt_modules
+    run_step net 30 kt_net
+    run_step target-setup 60 kt_setup || return 0
+    run_step target-selfcheck 40 kt_selfcheck
+    echo "TARGET READY port=$NVME_PORT nqn=$NQN size=$NS_SIZE backend=$BACKEND"
+    run_step host-client $((CLIENT_TIMEOUT + 10)) kt_client
+    run_step target-teardown 60 kt_teardown
+}
