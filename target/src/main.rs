@@ -57,6 +57,9 @@ struct ServeArgs {
     /// Busy-poll sockets for this many µs after activity (trades CPU for latency).
     #[arg(long)]
     poll_us: Option<u64>,
+    /// Worker threads (cores) serving connections; default: one per CPU.
+    #[arg(long)]
+    threads: Option<usize>,
 }
 
 fn hostname() -> String {
@@ -139,7 +142,11 @@ fn main() -> std::process::ExitCode {
     if let Some(p) = args.poll_us {
         cfg.poll_us = p;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let mut rt = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = args.threads {
+        rt.worker_threads(n.max(1));
+    }
+    let rt = rt.thread_name("nvmeof-target").enable_all().build().expect("tokio runtime");
     rt.block_on(async move {
         let server = match Server::start(&cfg).await {
             Ok(s) => s,

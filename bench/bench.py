@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""Benchmark driver for bench/run.sh.
+
+Runs on loopback only (127.0.0.1). Target pinned to core 0, client to core 1
+(taskset), as SPDK's nvmf_tgt/spdk_nvme_perf were measured. Every number is
+the median of --rounds rounds taken in this same run, next to the baselines.
+"""
+import argparse, json, os, platform, re, signal, socket, statistics, subprocess, sys, tempfile, time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TARGET = os.path.join(ROOT, "build/release/nvmeof-target")
+PROBE = os.path.join(ROOT, "build/release/nvmeof-probe")
+NQN = "nqn.2026-11.io.nvmeof:bench"
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def wait_port(port, timeout=10.0):
+    end = time.time() + timeout
+    while time.time() < end:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"port {port} not listening")
+
+
+def proc_cpu(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK
+
+
+def taskset(core):
+    ncpu = os.cpu_count() or 1
+    return ["taskset", "-c", str(core % ncpu)]
+
+
+class Target:
+    def __init__(self, args, extra=()):
+        self.port = free_port()
+        cmd = taskset(0) + [TARGET, "serve", "--listen", f"127.0.0.1:{self.port}", "--nqn", NQN] + list(extra)
+        self.log = tempfile.NamedTemporaryFile(prefix="bench-target-", suffix=".log", delete=False)
+        self.p = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, start_new_session=True)
+        wait_port(self.port)
+
+    def cpu(self):
+        return proc_cpu(self.p.pid)
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        try:
+            self.p.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+        os.unlink(self.log.name)
+
+
+def probe(t, secs, *flags):
+    """Runs the probe on core 1; returns (report json, probe cpu seconds, target cpu seconds)."""
+    out = tempfile.NamedTemporaryFile(prefix="bench-time-", delete=False)
+    out.close()
+    cmd = taskset(1) + ["/usr/bin/time", "-f", "%U %S", "-o", out.name, PROBE, f"127.0.0.1:{t.port}",
+                        "--nqn", NQN, "--time", f"{secs}s", "--json"] + list(flags)
+    c0 = t.cpu()
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 60)
+    c1 = t.cpu()
+    if r.returncode != 0:
+        raise RuntimeError(f"probe failed: {' '.join(cmd)}\n{r.stderr[-2000:]}")
+    with open(out.name) as f:
+        u, s = f.read().split()[-2:]
+    os.unlink(out.name)
+    return json.loads(r.stdout), float(u) + float(s), c1 - c0
+
+
+def side(rep, name):
+    return rep["jobs"][0][name]
+
+
+def iperf3(secs):
+    port = free_port()
+    srv = subprocess.Popen(taskset(0) + ["iperf3", "-s", "-1", "-p", str(port)], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_port(port)
+        r = subprocess.run(taskset(1) + ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", str(secs), "-J"],
+                           capture_output=True, text=True, timeout=secs + 30)
+        return json.loads(r.stdout)["end"]["sum_received"]["bits_per_second"] / 8
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+def sockperf(secs, size):
+    port = free_port()
+    srv = subprocess.Popen(taskset(0) + ["sockperf", "sr", "--tcp", "-i", "127.0.0.1", "-p", str(port)],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        time.sleep(0.5)
+        r = subprocess.run(taskset(1) + ["sockperf", "pp", "--tcp", "-i", "127.0.0.1", "-p", str(port), "-t",
+                                         str(secs), "-m", str(size)], capture_output=True, text=True,
+                           timeout=secs + 30)
+        m = re.search(r"percentile 50\.000 =\s*([\d.]+)", r.stdout + r.stderr)
+        return float(m.group(1)) if m else float("nan")
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+def med(xs):
+    xs = [x for x in xs if x == x]
+    return statistics.median(xs) if xs else float("nan")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--time", type=int, default=5, help="seconds per measurement")
+    ap.add_argument("--quick", action="store_true", help="1 round, 2 s each (smoke test of the script)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "docs/benchmarks.md"))
+    a = ap.parse_args()
+    if a.quick:
+        a.rounds, a.time = 1, 2
+    T = a.time
+    rows = []  # (name, value, unit, note)
+    res = {}
+
+    def record(key, v):
+        res.setdefault(key, []).append(v)
+
+    ram = ["--ram", "512M", "--block-size", "512"]
+    probe_poll = ["--poll-us", "50"]
+    for rnd in range(a.rounds):
+        print(f"round {rnd + 1}/{a.rounds}", file=sys.stderr)
+        record("iperf3", iperf3(T))
+        record("sockperf64", sockperf(T, 64))
+        record("sockperf4k", sockperf(T, 4096))
+        for poll in (False, True):
+            t = Target(a, ram + (["--poll-us", "50"] if poll else []) + ["--threads", "1"])
+            try:
+                rep, _, _ = probe(t, T, "--rw", "randread", "--bs", "4k", "--qd", "1",
+                                  *(probe_poll if poll else []))
+                lat = side(rep, "read")["lat_ns"]
+                tag = "poll" if poll else "nopoll"
+                for p in ("50.000000", "99.000000", "99.900000"):
+                    record(f"qd1_{tag}_{p}", lat["percentile"][p] / 1000)
+                record(f"qd1_{tag}_iops", side(rep, "read")["iops"])
+            finally:
+                t.stop()
+        for threads in (1, 2):
+            t = Target(a, ram + ["--threads", str(threads)])
+            try:
+                for rw, nq in (("randread", 1), ("randwrite", 1), ("randread", 2), ("randwrite", 2)):
+                    if threads == 2 and rw == "randwrite":
+                        continue
+                    rep, pcpu, tcpu = probe(t, T, "--rw", rw, "--bs", "4k", "--qd", "32", "--queues", str(nq))
+                    s = side(rep, "read" if rw == "randread" else "write")
+                    ios = s["total_ios"]
+                    key = f"{rw}_qd32_q{nq}_t{threads}"
+                    record(key + "_iops", s["iops"])
+                    record(key + "_tcpu", tcpu / ios * 1e6)
+                    record(key + "_pcpu", pcpu / ios * 1e6)
+                for dig in (False, True):
+                    for rw in ("read", "write"):
+                        if threads == 2:
+                            continue
+                        rep, _, _ = probe(t, T, "--rw", rw, "--bs", "128k", "--qd", "16",
+                                          *(["--digests"] if dig else []))
+                        s = side(rep, rw)
+                        record(f"seq{rw}_128k{'_dig' if dig else ''}", s["bw_bytes"])
+            finally:
+                t.stop()
+
+    M = {k: med(v) for k, v in res.items()}
+    gb = lambda b: b / 1e9
+    ip = M["iperf3"]
+    lines = []
+    add = lambda name, val, note="": lines.append(f"| {name} | {val} | {note} |")
+    add("iperf3 single stream (baseline)", f"{gb(ip):.2f} GB/s")
+    add("sockperf ping-pong 64 B p50 (baseline)", f"{M['sockperf64']:.1f} µs")
+    add("sockperf ping-pong 4 KiB p50 (baseline)", f"{M['sockperf4k']:.1f} µs")
+    for tag, label in (("nopoll", "polling off"), ("poll", "polling on (--poll-us 50)")):
+        add(f"4 KiB randread QD1, {label}",
+            f"p50 {M[f'qd1_{tag}_50.000000']:.1f} µs, p99 {M[f'qd1_{tag}_99.000000']:.1f} µs, "
+            f"p99.9 {M[f'qd1_{tag}_99.900000']:.1f} µs", f"{M[f'qd1_{tag}_iops']:.0f} IOPS")
+    for rw in ("randread", "randwrite"):
+        for nq in (1, 2):
+            k = f"{rw}_qd32_q{nq}_t1"
+            iops = M[k + "_iops"]
+            add(f"4 KiB {rw} QD32, {nq} queue(s), 1 target core", f"{iops / 1e3:.0f}K IOPS",
+                f"{gb(iops * 4096):.2f} GB/s = {iops * 4096 / ip:.2f}× iperf3; CPU s per 1M I/Os: "
+                f"target {M[k + '_tcpu']:.2f}, probe {M[k + '_pcpu']:.2f}")
+    k = "randread_qd32_q2_t2"
+    add("4 KiB randread QD32, 2 queues, 2 target cores", f"{M[k + '_iops'] / 1e3:.0f}K IOPS",
+        f"scaling 1→2 cores: {M[k + '_iops'] / M['randread_qd32_q2_t1_iops']:.2f}×")
+    for rw in ("read", "write"):
+        b = M[f"seq{rw}_128k"]
+        bd = M[f"seq{rw}_128k_dig"]
+        add(f"128 KiB sequential {rw} QD16", f"{gb(b):.2f} GB/s", f"{b / ip:.2f}× iperf3")
+        add(f"128 KiB sequential {rw} QD16, header+data digests", f"{gb(bd):.2f} GB/s",
+            f"digest cost {100 * (1 - bd / b):.1f}%")
+    table = "| measurement | median | notes |\n|---|---|---|\n" + "\n".join(lines)
+    print(table)
+    cpu = ""
+    try:
+        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except Exception:
+        pass
+    with open(a.out, "w") as f:
+        f.write("# Benchmarks\n\nProduced by `bench/run.sh` (loopback, RAM namespace 512 MiB, target pinned to "
+                "core 0 and probe to core 1; medians of "
+                f"{a.rounds} rounds of {T} s, baselines measured in the same run).\n\n"
+                f"Machine: {platform.node()}, {os.cpu_count()} CPUs ({cpu}), {platform.release()}, "
+                f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n\n{table}\n")
+    print(f"\nwritten to {a.out}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
