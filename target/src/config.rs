@@ -1,6 +1,8 @@
 //! Target configuration: from the command line or a TOML file.
 //!
 //! ```toml
+//! io_engine = "threads"   # optional, before any table: "threads" | "uring" | "auto"
+//!
 //! [limits]            # all optional
 //! mdts = 8            # 2^8 × 4 KiB = 1 MiB per command
 //! max_io_queues = 128
@@ -23,10 +25,18 @@
 //! file = "/var/tmp/disk.img"             # or ram = "1G", or block = "/dev/sdb"
 //! size = "10G"                           # file only: create sparse / grow
 //! block_size = 512                       # optional
+//! io_engine = "uring"                    # optional (file/block only): overrides the top-level one
 //! ```
+//!
+//! `io_engine` chooses how file and block namespaces execute I/O: `threads` (a
+//! worker-thread pool, the default), `uring` (io_uring; opening fails where the
+//! kernel does not offer it) or `auto` (io_uring where available, else the
+//! thread pool with a warning).
 
+use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::str::FromStr;
 
 use serde::Deserialize;
 
@@ -82,6 +92,51 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     n.checked_mul(mul).ok_or_else(|| format!("size too large: {s:?}"))
 }
 
+/// How a file or block-device namespace executes I/O.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum IoEngine {
+    /// Blocking I/O on a small worker-thread pool ([`FileBackend`](crate::backend::FileBackend),
+    /// [`BlockBackend`](crate::backend::BlockBackend)).
+    #[default]
+    Threads,
+    /// io_uring ([`UringBackend`](crate::backend::UringBackend)); opening fails where
+    /// the kernel does not offer it.
+    Uring,
+    /// io_uring where available, else the thread pool (with a warning).
+    Auto,
+}
+
+impl IoEngine {
+    /// The configuration spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Threads => "threads",
+            Self::Uring => "uring",
+            Self::Auto => "auto",
+        }
+    }
+}
+
+impl fmt::Display for IoEngine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for IoEngine {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "threads" => Ok(Self::Threads),
+            "uring" | "io_uring" | "io-uring" => Ok(Self::Uring),
+            "auto" => Ok(Self::Auto),
+            _ => Err(format!("unknown I/O engine {s:?} (use threads, uring or auto)")),
+        }
+    }
+}
+
 /// Where a namespace's data lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NamespaceSource {
@@ -91,9 +146,16 @@ pub enum NamespaceSource {
         path: PathBuf,
         /// Create/grow to this many bytes.
         size: Option<u64>,
+        /// I/O engine.
+        io_engine: IoEngine,
     },
     /// Block device.
-    Block(PathBuf),
+    Block {
+        /// Device path.
+        path: PathBuf,
+        /// I/O engine.
+        io_engine: IoEngine,
+    },
     /// RAM of this many bytes.
     Ram(u64),
 }
@@ -138,6 +200,7 @@ pub struct TargetConfig {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawConfig {
+    io_engine: Option<IoEngine>,
     #[serde(default)]
     limits: RawLimits,
     #[serde(default)]
@@ -183,6 +246,7 @@ struct RawNamespace {
     block: Option<PathBuf>,
     size: Option<String>,
     block_size: Option<u32>,
+    io_engine: Option<IoEngine>,
 }
 
 /// Default model string.
@@ -249,12 +313,19 @@ impl TargetConfig {
                     .map(parse_size)
                     .transpose()
                     .map_err(|e| invalid(format!("{nkey}.size"), e))?;
+                let io_engine = n.io_engine.or(raw.io_engine).unwrap_or_default();
                 let source = match (n.file, n.ram, n.block) {
-                    (Some(path), None, None) => NamespaceSource::File { path, size },
+                    (Some(path), None, None) => NamespaceSource::File { path, size, io_engine },
                     (None, Some(r), None) => {
+                        if n.io_engine.is_some() {
+                            return Err(invalid(
+                                format!("{nkey}.io_engine"),
+                                "applies to file and block namespaces only",
+                            ));
+                        }
                         NamespaceSource::Ram(parse_size(&r).map_err(|e| invalid(format!("{nkey}.ram"), e))?)
                     }
-                    (None, None, Some(b)) => NamespaceSource::Block(b),
+                    (None, None, Some(path)) => NamespaceSource::Block { path, io_engine },
                     _ => return Err(invalid(nkey, "exactly one of file, ram or block is required")),
                 };
                 let block_size = n.block_size.unwrap_or(512);
@@ -274,6 +345,19 @@ impl TargetConfig {
             });
         }
         Ok(Self { listen, subsystems, limits, poll_us: l.poll_us.unwrap_or(0) })
+    }
+
+    /// Sets the I/O engine of every file and block-device namespace (the
+    /// `--io-engine` command-line override).
+    pub fn set_io_engine(&mut self, engine: IoEngine) {
+        for ns in self.subsystems.iter_mut().flat_map(|s| s.namespaces.iter_mut()) {
+            match &mut ns.source {
+                NamespaceSource::File { io_engine, .. } | NamespaceSource::Block { io_engine, .. } => {
+                    *io_engine = engine
+                }
+                NamespaceSource::Ram(_) => {}
+            }
+        }
     }
 
     /// Reads and parses a TOML file.
@@ -317,5 +401,43 @@ mod tests {
         assert!(e.contains("port[0].listen"), "{e}");
         let e = TargetConfig::from_toml("[bogus]\n").unwrap_err().to_string();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn io_engine_choice() {
+        let engines = |c: &TargetConfig| {
+            c.subsystems[0]
+                .namespaces
+                .iter()
+                .map(|n| match &n.source {
+                    NamespaceSource::File { io_engine, .. } | NamespaceSource::Block { io_engine, .. } => {
+                        Some(*io_engine)
+                    }
+                    NamespaceSource::Ram(_) => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let nss = "[[subsystem]]\nnqn = \"nqn.2026-11.x:y\"\n\
+                   [[subsystem.namespace]]\nfile = \"/x\"\n\
+                   [[subsystem.namespace]]\nblock = \"/dev/y\"\nio_engine = \"uring\"\n\
+                   [[subsystem.namespace]]\nram = \"1M\"\n";
+        let c = TargetConfig::from_toml(nss).unwrap();
+        assert_eq!(engines(&c), [Some(IoEngine::Threads), Some(IoEngine::Uring), None]);
+        let mut c = TargetConfig::from_toml(&format!("io_engine = \"auto\"\n{nss}")).unwrap();
+        assert_eq!(engines(&c), [Some(IoEngine::Auto), Some(IoEngine::Uring), None]);
+        c.set_io_engine(IoEngine::Threads);
+        assert_eq!(engines(&c), [Some(IoEngine::Threads), Some(IoEngine::Threads), None]);
+
+        let e = TargetConfig::from_toml(&format!("io_engine = \"fast\"\n{nss}")).unwrap_err().to_string();
+        assert!(e.contains("io_engine") && e.contains("uring"), "{e}");
+        let e = TargetConfig::from_toml(
+            "[[subsystem]]\nnqn = \"nqn.2026-11.x:y\"\n[[subsystem.namespace]]\nram = \"1M\"\nio_engine = \"uring\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("subsystem[0].namespace[0].io_engine"), "{e}");
+        assert_eq!("URING".parse::<IoEngine>(), Ok(IoEngine::Uring));
+        assert_eq!(IoEngine::Auto.to_string(), "auto");
+        assert!("x".parse::<IoEngine>().is_err());
     }
 }

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use nvmeof_target::config::{
-    default_listen, parse_size, NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig,
+    default_listen, parse_size, IoEngine, NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig,
     DEFAULT_MODEL,
 };
 use nvmeof_target::core::Limits;
@@ -60,6 +60,10 @@ struct ServeArgs {
     /// Worker threads (cores) serving connections; default: one per CPU.
     #[arg(long)]
     threads: Option<usize>,
+    /// I/O engine of file and block namespaces: threads (default), uring, or auto
+    /// (io_uring if available, else threads); overrides the configuration file.
+    #[arg(long)]
+    io_engine: Option<IoEngine>,
 }
 
 fn hostname() -> String {
@@ -75,7 +79,11 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
     for f in &a.file {
         nss.push(NamespaceConfig {
             nsid: None,
-            source: NamespaceSource::File { path: f.clone(), size: a.size },
+            source: NamespaceSource::File {
+                path: f.clone(),
+                size: a.size,
+                io_engine: a.io_engine.unwrap_or_default(),
+            },
             block_size: a.block_size,
         });
     }
@@ -83,7 +91,8 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
         nss.push(NamespaceConfig { nsid: None, source: NamespaceSource::Ram(*r), block_size: a.block_size });
     }
     for b in &a.block {
-        nss.push(NamespaceConfig { nsid: None, source: NamespaceSource::Block(b.clone()), block_size: 512 });
+        let source = NamespaceSource::Block { path: b.clone(), io_engine: a.io_engine.unwrap_or_default() };
+        nss.push(NamespaceConfig { nsid: None, source, block_size: 512 });
     }
     if nss.is_empty() {
         return Err("nothing to export: give --file, --ram, --block or --config".into());
@@ -141,6 +150,9 @@ fn main() -> std::process::ExitCode {
     };
     if let Some(p) = args.poll_us {
         cfg.poll_us = p;
+    }
+    if let Some(e) = args.io_engine {
+        cfg.set_io_engine(e);
     }
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = args.threads {

@@ -9,8 +9,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::backend::{Backend, BlockBackend, FileBackend, MemBackend};
-use crate::config::{NamespaceConfig, NamespaceSource, TargetConfig};
+use crate::backend::{Backend, BlockBackend, FileBackend, MemBackend, UringBackend};
+use crate::config::{IoEngine, NamespaceConfig, NamespaceSource, TargetConfig};
 use crate::core::{Namespace, Subsystem, Target};
 use crate::transport::tcp::{self, ConnOptions};
 
@@ -24,12 +24,42 @@ pub struct Server {
     accept_tasks: Vec<JoinHandle<()>>,
 }
 
-/// Opens the backend for a namespace.
+/// Opens the backend for a namespace, with the namespace's [`IoEngine`]: `auto`
+/// falls back to the thread pool (with one warning) where io_uring is unavailable.
 pub fn open_backend(ns: &NamespaceConfig) -> std::io::Result<Arc<dyn Backend>> {
+    /// Opens with io_uring per `engine`; `Ok(None)` means "use the thread pool".
+    fn uring(
+        engine: IoEngine,
+        path: &std::path::Path,
+        open: impl FnOnce() -> std::io::Result<UringBackend>,
+    ) -> std::io::Result<Option<Arc<dyn Backend>>> {
+        match engine {
+            IoEngine::Threads => Ok(None),
+            IoEngine::Uring => Ok(Some(Arc::new(open()?))),
+            IoEngine::Auto => match open() {
+                Ok(b) => Ok(Some(Arc::new(b))),
+                Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+                    warn!(path = %path.display(), error = %e, "io_engine auto: io_uring unavailable, using worker threads");
+                    Ok(None)
+                }
+                Err(e) => Err(e),
+            },
+        }
+    }
     Ok(match &ns.source {
         NamespaceSource::Ram(size) => Arc::new(MemBackend::new(*size, ns.block_size)),
-        NamespaceSource::File { path, size } => Arc::new(FileBackend::open(path, *size, ns.block_size)?),
-        NamespaceSource::Block(path) => Arc::new(BlockBackend::open(path, None)?),
+        NamespaceSource::File { path, size, io_engine } => {
+            match uring(*io_engine, path, || UringBackend::open_file(path, *size, ns.block_size))? {
+                Some(b) => b,
+                None => Arc::new(FileBackend::open(path, *size, ns.block_size)?),
+            }
+        }
+        NamespaceSource::Block { path, io_engine } => {
+            match uring(*io_engine, path, || UringBackend::open_block(path, None))? {
+                Some(b) => b,
+                None => Arc::new(BlockBackend::open(path, None)?),
+            }
+        }
     })
 }
 
@@ -109,7 +139,7 @@ impl Server {
                 let new_size = match &n.source {
                     NamespaceSource::Ram(sz) => Some(*sz),
                     NamespaceSource::File { size, .. } => *size,
-                    NamespaceSource::Block(_) => None,
+                    NamespaceSource::Block { .. } => None,
                 };
                 match s.namespace(nsid) {
                     None => {

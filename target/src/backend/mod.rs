@@ -10,6 +10,7 @@
 pub mod block;
 pub mod file;
 pub mod mem;
+pub mod uring;
 
 use bytes::Bytes;
 use nvmeof_common::Status;
@@ -17,6 +18,7 @@ use nvmeof_common::Status;
 pub use block::BlockBackend;
 pub use file::FileBackend;
 pub use mem::MemBackend;
+pub use uring::UringBackend;
 
 /// One backend operation, in bytes (the command layer converts LBAs).
 #[derive(Clone, Debug)]

@@ -291,6 +291,8 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
         iorcsz: 1,
         icdoff: 0,
         msdbd: 1,
+        // OFCS bit 0: Disconnect is supported (cmd::fabrics deletes the I/O queue).
+        ofcs: 1,
         psd0: PowerStateDescriptor::NVMET_PSD0,
         ..common
     }

@@ -1,0 +1,705 @@
+//! `interop_initiator`: our initiator library (`nvmeof_initiator`) against an
+//! NVMe/TCP target, normally the Linux kernel target (nvmet) of the interop
+//! suite (`tests/interop/run.sh kernel-target`).
+//!
+//! Steps (each prints `STEP <name> PASS` or `STEP <name> FAIL <reason>`):
+//!
+//! * `discovery`: the discovery log lists the subsystem NQN (TCP, NVM subsystem).
+//! * then twice, `plain` (no digests) and `digest` (header + data digests),
+//!   each on its own association:
+//!   * `connect-MODE`: N I/O queues (default 3) of depth 32;
+//!   * `identify-MODE`: Identify Controller (subnqn, sn, mn, cntlid), active
+//!     namespace list, Identify Namespace (block size, size);
+//!   * `io-MODE`: verified random I/O for a bounded time: one task per queue
+//!     slot (queues × (depth − 1)), each on its own stripe of the namespace,
+//!     random LBAs and sizes from one block to 128 KiB (in-capsule writes up to
+//!     the controller's in-capsule size, R2T writes above), plus one 1 MiB
+//!     write at the start; every read is checked against an in-memory model of
+//!     what was written (the model spans both associations, so the `digest`
+//!     round also re-reads data written by the `plain` round);
+//!   * `shutdown-MODE`: CC shutdown handshake and close.
+//!
+//! Configuration (environment, each also as `--flag value`):
+//!
+//! | env | flag | default | |
+//! | --- | --- | --- | --- |
+//! | `NVME_ADDR` | `--addr` | 127.0.0.1 | target address |
+//! | `NVME_PORT` | `--port` | 4420 | target port |
+//! | `NVME_NQN` | `--nqn` | (required) | subsystem NQN |
+//! | `NVME_NS_SIZE` | `--ns-size` | | expected namespace size in bytes |
+//! | `NVME_BACKEND` | `--backend` | | `brd` (expect 512 B LBAs) or `file` (4 KiB) |
+//! | `NVME_FRESH` | `--fresh` | 0 | 1: never-written blocks must read as zeros |
+//! | `INTEROP_IO_SECS` | `--secs` | 5 | seconds of verified I/O per round |
+//! | `INTEROP_QUEUES` | `--queues` | 3 | I/O queues |
+//! | `INTEROP_DEPTH` | `--depth` | 32 | queue depth (entries per I/O queue) |
+//! | `INTEROP_ROUNDS` | `--rounds` | plain,digest | which rounds |
+//! | `INTEROP_SEED` | `--seed` | time | pattern / LBA seed |
+//!
+//! Exit status: 0 if every step passed, 1 if one failed, 2 for usage errors.
+//! The last line is `interop_initiator: N passed, M failed`.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nvmeof_initiator::common::spec::discovery::{SubType, TrType};
+use nvmeof_initiator::{discover, ConnectOptions, Controller, HostIdentity, Namespace, ReconnectPolicy};
+
+/// Host ID of this client (differs from the guest's own host NQN).
+const HOST_ID: [u8; 16] = [
+    0x6e, 0x76, 0x6d, 0x65, 0x6f, 0x66, 0x49, 0x74, 0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02,
+];
+/// Largest random transfer.
+const MAX_IO: usize = 128 << 10;
+/// The one large transfer per round (split by the initiator if MDTS is smaller).
+const BIG_IO: usize = 1 << 20;
+/// Mismatch descriptions kept per round.
+const MAX_REPORTS: usize = 8;
+
+#[derive(Clone, Debug)]
+struct Args {
+    addr: String,
+    port: u16,
+    nqn: String,
+    ns_size: Option<u64>,
+    backend: Option<String>,
+    fresh: bool,
+    secs: u64,
+    queues: u16,
+    depth: u16,
+    rounds: Vec<String>,
+    seed: u64,
+}
+
+fn usage(msg: &str) -> ! {
+    eprintln!("interop_initiator: {msg}");
+    eprintln!(
+        "usage: interop_initiator [--addr A] [--port P] --nqn NQN [--ns-size BYTES] [--backend brd|file]\n\
+         \x20      [--fresh 0|1] [--secs S] [--queues N] [--depth D] [--rounds plain,digest] [--seed X]\n\
+         (or the environment: NVME_ADDR NVME_PORT NVME_NQN NVME_NS_SIZE NVME_BACKEND NVME_FRESH\n\
+         \x20INTEROP_IO_SECS INTEROP_QUEUES INTEROP_DEPTH INTEROP_ROUNDS INTEROP_SEED)"
+    );
+    std::process::exit(2)
+}
+
+fn parse_args() -> Args {
+    let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let mut kv: Vec<(String, String)> = Vec::new();
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        if a == "-h" || a == "--help" {
+            usage("help");
+        }
+        let Some(name) = a.strip_prefix("--") else { usage(&format!("unexpected argument {a:?}")) };
+        let (name, val) = match name.split_once('=') {
+            Some((n, v)) => (n.to_string(), v.to_string()),
+            None => (name.to_string(), it.next().unwrap_or_else(|| usage(&format!("--{name} needs a value")))),
+        };
+        kv.push((name, val));
+    }
+    let get = |flag: &str, var: &str| -> Option<String> {
+        kv.iter().rev().find(|(n, _)| n == flag).map(|(_, v)| v.clone()).or_else(|| env(var))
+    };
+    for (n, _) in &kv {
+        const KNOWN: [&str; 11] =
+            ["addr", "port", "nqn", "ns-size", "backend", "fresh", "secs", "queues", "depth", "rounds", "seed"];
+        if !KNOWN.contains(&n.as_str()) {
+            usage(&format!("unknown flag --{n}"));
+        }
+    }
+    fn num<T: std::str::FromStr>(what: &str, v: Option<String>, d: T) -> T {
+        match v {
+            None => d,
+            Some(s) => s.trim().parse().unwrap_or_else(|_| usage(&format!("{what}: not a number: {s:?}"))),
+        }
+    }
+    let seed = num(
+        "seed",
+        get("seed", "INTEROP_SEED"),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(1, |d| d.as_nanos() as u64),
+    );
+    let a = Args {
+        addr: get("addr", "NVME_ADDR").unwrap_or_else(|| "127.0.0.1".into()),
+        port: num("port", get("port", "NVME_PORT"), 4420),
+        nqn: get("nqn", "NVME_NQN").unwrap_or_else(|| usage("no subsystem NQN (--nqn or NVME_NQN)")),
+        ns_size: get("ns-size", "NVME_NS_SIZE").map(|s| num("ns-size", Some(s), 0u64)),
+        backend: get("backend", "NVME_BACKEND"),
+        fresh: num("fresh", get("fresh", "NVME_FRESH"), 0u8) != 0,
+        secs: num("secs", get("secs", "INTEROP_IO_SECS"), 5),
+        queues: num("queues", get("queues", "INTEROP_QUEUES"), 3),
+        depth: num("depth", get("depth", "INTEROP_DEPTH"), 32),
+        rounds: get("rounds", "INTEROP_ROUNDS")
+            .unwrap_or_else(|| "plain,digest".into())
+            .split(',')
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
+            .collect(),
+        seed,
+    };
+    if a.queues == 0 || a.depth < 2 || a.secs == 0 || a.secs > 600 {
+        usage("--queues ≥ 1, --depth ≥ 2, 1 ≤ --secs ≤ 600");
+    }
+    for r in &a.rounds {
+        if r != "plain" && r != "digest" {
+            usage(&format!("unknown round {r:?} (plain, digest)"));
+        }
+    }
+    a
+}
+
+// ------------------------------------------------------------------ steps
+
+#[derive(Default)]
+struct Steps {
+    pass: u32,
+    fail: u32,
+}
+
+impl Steps {
+    /// Runs one step with a time limit; prints its result line.
+    async fn run<T, F>(&mut self, name: &str, limit: Duration, f: F) -> Option<T>
+    where
+        F: Future<Output = Result<T, String>>,
+    {
+        let t0 = Instant::now();
+        let r = match tokio::time::timeout(limit, f).await {
+            Ok(r) => r,
+            Err(_) => Err(format!("timeout after {limit:?}")),
+        };
+        let dt = t0.elapsed().as_secs_f64();
+        match r {
+            Ok(v) => {
+                println!("STEP {name} PASS ({dt:.1}s)");
+                self.pass += 1;
+                Some(v)
+            }
+            Err(e) => {
+                println!("STEP {name} FAIL {e} ({dt:.1}s)");
+                self.fail += 1;
+                None
+            }
+        }
+    }
+
+    fn skip(&mut self, name: &str, why: &str) {
+        println!("STEP {name} FAIL skipped: {why}");
+        self.fail += 1;
+    }
+}
+
+fn info(step: &str, msg: impl std::fmt::Display) {
+    println!("INFO {step}: {msg}");
+}
+
+// ------------------------------------------------------------------ data model
+
+fn splitmix(x: &mut u64) -> u64 {
+    *x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    let mut z = *x;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Block contents for (lba, stamp): LBA and stamp in clear in the first 16
+/// bytes (readable in a hex dump), then a keyed pseudo-random stream.
+fn fill_block(b: &mut [u8], seed: u64, lba: u64, stamp: u32) {
+    b[0..8].copy_from_slice(&lba.to_le_bytes());
+    b[8..12].copy_from_slice(&stamp.to_le_bytes());
+    b[12..16].copy_from_slice(b"nvmf");
+    let mut s = seed ^ lba.wrapping_mul(0x2545_F491_4F6C_DD1D) ^ (stamp as u64) << 17;
+    for w in b[16..].chunks_exact_mut(8) {
+        w.copy_from_slice(&splitmix(&mut s).to_le_bytes());
+    }
+}
+
+/// Stamp meaning "never written" (expected zeros with --fresh, else unknown).
+const UNWRITTEN: u32 = 0;
+/// Stamp meaning "a write failed here: contents unknown".
+const UNKNOWN: u32 = u32::MAX;
+
+/// One task's stripe of the namespace and what it wrote there.
+struct Stripe {
+    first: u64,
+    blocks: u64,
+    stamps: Vec<u32>,
+    next_stamp: u32,
+    /// Recently written extents (lba, blocks), re-read preferentially.
+    recent: VecDeque<(u64, u64)>,
+}
+
+#[derive(Default)]
+struct Counters {
+    writes_inline: AtomicU64,
+    writes_r2t: AtomicU64,
+    reads: AtomicU64,
+    bytes_written: AtomicU64,
+    bytes_read: AtomicU64,
+    blocks_verified: AtomicU64,
+    mismatches: AtomicU64,
+    errors: AtomicU64,
+}
+
+struct Shared {
+    seed: u64,
+    fresh: bool,
+    block: usize,
+    inline_data: usize,
+    counters: Counters,
+    reports: Mutex<Vec<String>>,
+    stop: AtomicBool,
+}
+
+impl Shared {
+    fn report(&self, s: String) {
+        let mut r = self.reports.lock().unwrap();
+        if r.len() < MAX_REPORTS {
+            eprintln!("interop_initiator: {s}");
+            r.push(s);
+        }
+    }
+}
+
+/// Checks `buf` (read from `lba`) against the stripe model; counts and
+/// reports mismatching blocks.
+fn verify(sh: &Shared, st: &Stripe, lba: u64, buf: &[u8], what: &str) -> bool {
+    let bs = sh.block;
+    let mut expect = vec![0u8; bs];
+    let mut bad = 0u64;
+    let mut first_bad = None;
+    for (i, got) in buf.chunks_exact(bs).enumerate() {
+        let l = lba + i as u64;
+        let stamp = st.stamps[(l - st.first) as usize];
+        let ok = match stamp {
+            UNKNOWN => continue,
+            UNWRITTEN if !sh.fresh => continue,
+            UNWRITTEN => got.iter().all(|&b| b == 0),
+            s => {
+                fill_block(&mut expect, sh.seed, l, s);
+                got == &expect[..]
+            }
+        };
+        sh.counters.blocks_verified.fetch_add(1, Ordering::Relaxed);
+        if !ok {
+            bad += 1;
+            if first_bad.is_none() {
+                let g_lba = u64::from_le_bytes(got[0..8].try_into().unwrap());
+                let g_stamp = u32::from_le_bytes(got[8..12].try_into().unwrap());
+                first_bad = Some(format!(
+                    "lba {l}: expected stamp {stamp}, got header lba={g_lba} stamp={g_stamp} tag={:02x?}",
+                    &got[12..16]
+                ));
+            }
+        }
+    }
+    if bad > 0 {
+        sh.counters.mismatches.fetch_add(bad, Ordering::Relaxed);
+        sh.report(format!(
+            "MISMATCH {what} lba {lba} +{} blocks: {bad} bad; first: {}",
+            buf.len() / bs,
+            first_bad.unwrap_or_default()
+        ));
+        return false;
+    }
+    true
+}
+
+/// One worker: random writes and verified reads on its stripe until `deadline`.
+async fn worker(
+    ns: Namespace,
+    sh: Arc<Shared>,
+    st: Arc<Mutex<Stripe>>,
+    id: usize,
+    deadline: Instant,
+    big_first: bool,
+) {
+    let bs = sh.block;
+    let mut rng = sh.seed ^ (id as u64 + 1).wrapping_mul(0xA076_1D64_78BD_642F);
+    let mut wbuf = vec![0u8; BIG_IO.max(MAX_IO)];
+    let mut rbuf = vec![0u8; BIG_IO.max(MAX_IO)];
+    // Sizes: a block, odd multiples, around the in-capsule limit, and R2T sizes.
+    let inl = sh.inline_data.max(bs);
+    let mut sizes: Vec<usize> =
+        vec![bs, 3 * bs, 4096, 8192, inl.saturating_sub(bs), inl, inl + bs, 20 << 10, 32 << 10, 64 << 10, 96 << 10, MAX_IO];
+    sizes.retain(|&s| s >= bs && s % bs == 0 && s <= MAX_IO);
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut first = big_first;
+    while Instant::now() < deadline && !sh.stop.load(Ordering::Relaxed) {
+        let r = splitmix(&mut rng);
+        let len = if first { BIG_IO } else { sizes[(r % sizes.len() as u64) as usize] };
+        first = false;
+        let nblk = (len / bs) as u64;
+        let (lba, stamp, is_write) = {
+            let mut s = st.lock().unwrap();
+            if nblk > s.blocks {
+                continue;
+            }
+            let roll = (r >> 32) % 100;
+            let is_write = roll < 55;
+            let lba = if !is_write && roll >= 80 && !s.recent.is_empty() {
+                // re-read a recent write (possibly partially overwritten since)
+                s.recent[(r >> 40) as usize % s.recent.len()].0
+            } else {
+                s.first + splitmix(&mut rng) % (s.blocks - nblk + 1)
+            };
+            let lba = lba.clamp(s.first, s.first + s.blocks - nblk);
+            let stamp = if is_write {
+                s.next_stamp += 1;
+                if s.next_stamp == UNKNOWN {
+                    s.next_stamp = 1;
+                }
+                s.next_stamp
+            } else {
+                0
+            };
+            (lba, stamp, is_write)
+        };
+        if is_write {
+            for (i, b) in wbuf[..len].chunks_exact_mut(bs).enumerate() {
+                fill_block(b, sh.seed, lba + i as u64, stamp);
+            }
+            // Only this task touches its stripe, so the model can be updated
+            // around the write without racing another writer.
+            let res = ns.write(lba, &wbuf[..len]).await;
+            let mut s = st.lock().unwrap();
+            let off = (lba - s.first) as usize;
+            match res {
+                Ok(()) => {
+                    s.stamps[off..off + nblk as usize].fill(stamp);
+                    s.recent.push_back((lba, nblk));
+                    if s.recent.len() > 64 {
+                        s.recent.pop_front();
+                    }
+                    let c = if len <= sh.inline_data { &sh.counters.writes_inline } else { &sh.counters.writes_r2t };
+                    c.fetch_add(1, Ordering::Relaxed);
+                    sh.counters.bytes_written.fetch_add(len as u64, Ordering::Relaxed);
+                }
+                Err(e) => {
+                    s.stamps[off..off + nblk as usize].fill(UNKNOWN);
+                    sh.counters.errors.fetch_add(1, Ordering::Relaxed);
+                    sh.report(format!("ERROR write lba {lba} len {len}: {e}"));
+                    if e.is_permanent() || matches!(e, nvmeof_initiator::Error::Shutdown) {
+                        sh.stop.store(true, Ordering::Relaxed);
+                    }
+                    continue;
+                }
+            }
+            drop(s);
+            // read back at once half of the time
+            if r & 1 == 0 {
+                continue;
+            }
+        }
+        match ns.read(lba, &mut rbuf[..len]).await {
+            Ok(()) => {
+                sh.counters.reads.fetch_add(1, Ordering::Relaxed);
+                sh.counters.bytes_read.fetch_add(len as u64, Ordering::Relaxed);
+                let s = st.lock().unwrap();
+                verify(&sh, &s, lba, &rbuf[..len], if is_write { "read-back" } else { "read" });
+            }
+            Err(e) => {
+                sh.counters.errors.fetch_add(1, Ordering::Relaxed);
+                sh.report(format!("ERROR read lba {lba} len {len}: {e}"));
+                if e.is_permanent() {
+                    sh.stop.store(true, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+// ------------------------------------------------------------------ rounds
+
+struct Model {
+    stripes: Vec<Arc<Mutex<Stripe>>>,
+}
+
+impl Model {
+    fn new(blocks: u64, tasks: usize, reserve_first: u64) -> Self {
+        let usable = blocks - reserve_first;
+        let per = usable / tasks as u64;
+        let stripes = (0..tasks)
+            .map(|i| {
+                Arc::new(Mutex::new(Stripe {
+                    first: reserve_first + i as u64 * per,
+                    blocks: per,
+                    stamps: vec![UNWRITTEN; per as usize],
+                    next_stamp: 0,
+                    recent: VecDeque::new(),
+                }))
+            })
+            .collect();
+        Self { stripes }
+    }
+}
+
+fn opts(a: &Args, digest: bool) -> ConnectOptions {
+    ConnectOptions {
+        host: Some(HostIdentity::from_id(HOST_ID)),
+        io_queues: a.queues,
+        queue_depth: a.depth,
+        hdr_digest: digest,
+        data_digest: digest,
+        command_timeout: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(15),
+        // A lost connection must show up as a failure, not be papered over.
+        reconnect: ReconnectPolicy::never(),
+        ..ConnectOptions::default()
+    }
+}
+
+async fn step_discovery(a: &Args) -> Result<(), String> {
+    let mut o = ConnectOptions::discovery();
+    o.host = Some(HostIdentity::from_id(HOST_ID));
+    o.connect_timeout = Duration::from_secs(15);
+    let log = discover((a.addr.as_str(), a.port), o).await.map_err(|e| format!("discover: {e}"))?;
+    info("discovery", format!("genctr {} numrec {} entries {}", log.header.genctr, log.header.numrec, log.entries.len()));
+    for e in &log.entries {
+        info(
+            "discovery",
+            format!(
+                "entry trtype {:?} subtype {:?} portid {} traddr {} trsvcid {} subnqn {}",
+                e.trtype, e.subtype, e.portid, e.traddr, e.trsvcid, e.subnqn
+            ),
+        );
+    }
+    let hit = log.entries.iter().any(|e| e.subnqn == a.nqn && e.subtype == SubType::NVME && e.trtype == TrType::TCP);
+    if !hit {
+        return Err(format!("discovery log does not list {} (tcp, nvme subsystem)", a.nqn));
+    }
+    Ok(())
+}
+
+async fn step_connect(a: &Args, digest: bool, name: &str) -> Result<Controller, String> {
+    let c = Controller::connect((a.addr.as_str(), a.port), &a.nqn, opts(a, digest)).await.map_err(|e| format!("connect: {e}"))?;
+    let i = c.info();
+    info(
+        name,
+        format!(
+            "cntlid {} io_queues {} depth {} inline_data {} max_transfer {:?} digests {} kato {:?}",
+            i.cntlid,
+            i.io_queues,
+            i.queue_depth,
+            i.inline_data,
+            i.max_transfer,
+            if digest { "hdr+data" } else { "off" },
+            opts(a, digest).kato
+        ),
+    );
+    if i.io_queues != a.queues || c.io_queue_count() != a.queues as usize {
+        let _ = c.shutdown().await;
+        return Err(format!("asked for {} I/O queues, got {}", a.queues, i.io_queues));
+    }
+    if i.queue_depth != a.depth {
+        let _ = c.shutdown().await;
+        return Err(format!("asked for queue depth {}, got {}", a.depth, i.queue_depth));
+    }
+    Ok(c)
+}
+
+async fn step_identify(a: &Args, c: &Controller, name: &str) -> Result<Namespace, String> {
+    let id = c.identify_controller().await.map_err(|e| format!("identify controller: {e}"))?;
+    info(
+        name,
+        format!(
+            "mn '{}' sn '{}' fr '{}' ver {:#x} cntlid {} mdts {} ioccsz {} maxcmd {} nn {} sgls {:#x} subnqn {}",
+            id.mn, id.sn, id.fr, id.ver, id.cntlid, id.mdts, id.ioccsz, id.maxcmd, id.nn, id.sgls, id.subnqn
+        ),
+    );
+    if id.subnqn != a.nqn {
+        return Err(format!("subnqn {:?} != {:?}", id.subnqn, a.nqn));
+    }
+    if id.sn.trim().is_empty() || id.mn.trim().is_empty() {
+        return Err("empty serial or model number".into());
+    }
+    if id.cntlid != c.info().cntlid {
+        return Err(format!("Identify cntlid {} != Connect cntlid {}", id.cntlid, c.info().cntlid));
+    }
+    let nss = c.active_namespaces().await.map_err(|e| format!("active namespace list: {e}"))?;
+    info(name, format!("active namespaces {nss:?}"));
+    if nss.first() != Some(&1) {
+        return Err(format!("namespace 1 not active: {nss:?}"));
+    }
+    let ns = c.namespace(1).await.map_err(|e| format!("namespace 1: {e}"))?;
+    info(
+        name,
+        format!(
+            "ns1 nsze {} ncap {} block {} size {} max_transfer {}",
+            ns.identify().nsze,
+            ns.identify().ncap,
+            ns.block_size(),
+            ns.size_bytes(),
+            ns.max_transfer()
+        ),
+    );
+    if let Some(sz) = a.ns_size {
+        if ns.size_bytes() != sz {
+            return Err(format!("namespace size {} != expected {sz}", ns.size_bytes()));
+        }
+    }
+    let want_bs = match a.backend.as_deref() {
+        Some("brd") => Some(512),
+        Some("file") => Some(4096),
+        _ => None,
+    };
+    if let Some(bs) = want_bs {
+        if ns.block_size() != bs {
+            return Err(format!("block size {} != {bs} expected for backend {:?}", ns.block_size(), a.backend));
+        }
+    }
+    if ns.identify().ncap == 0 || ns.identify().ncap > ns.identify().nsze {
+        return Err(format!("ncap {} out of range", ns.identify().ncap));
+    }
+    Ok(ns)
+}
+
+async fn step_io(
+    a: &Args,
+    c: &Controller,
+    ns: &Namespace,
+    model: &mut Option<Model>,
+    name: &str,
+) -> Result<(), String> {
+    let tasks = a.queues as usize * (a.depth as usize - 1);
+    let bs = ns.block_size() as usize;
+    let m = model.get_or_insert_with(|| Model::new(ns.blocks(), tasks, 0));
+    if m.stripes.len() != tasks {
+        return Err("model/tasks mismatch".into());
+    }
+    let stripe_bytes = m.stripes[0].lock().unwrap().blocks as usize * bs;
+    if stripe_bytes < BIG_IO {
+        return Err(format!("namespace too small for {tasks} stripes of ≥ 1 MiB"));
+    }
+    let sh = Arc::new(Shared {
+        seed: a.seed,
+        fresh: a.fresh,
+        block: bs,
+        inline_data: c.info().inline_data as usize,
+        counters: Counters::default(),
+        reports: Mutex::new(Vec::new()),
+        stop: AtomicBool::new(false),
+    });
+    let t0 = Instant::now();
+    let deadline = t0 + Duration::from_secs(a.secs);
+    let mut hs = Vec::new();
+    for (i, st) in m.stripes.iter().enumerate() {
+        hs.push(tokio::spawn(worker(ns.clone(), sh.clone(), st.clone(), i, deadline, i == 0)));
+    }
+    // Workers finish their last request after the deadline: bound that too.
+    let mut hung = 0;
+    for h in hs {
+        match tokio::time::timeout_at((deadline + Duration::from_secs(60)).into(), h).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(format!("worker panicked: {e}")),
+            Err(_) => hung += 1,
+        }
+    }
+    if hung > 0 {
+        sh.stop.store(true, Ordering::Relaxed);
+        return Err(format!("{hung} workers still waiting for I/O 60 s after the deadline"));
+    }
+    ns.flush().await.map_err(|e| format!("flush: {e}"))?;
+    let dt = t0.elapsed().as_secs_f64();
+    let k = &sh.counters;
+    let (wi, wr, rd) =
+        (k.writes_inline.load(Ordering::Relaxed), k.writes_r2t.load(Ordering::Relaxed), k.reads.load(Ordering::Relaxed));
+    let (bw, br) = (k.bytes_written.load(Ordering::Relaxed), k.bytes_read.load(Ordering::Relaxed));
+    info(
+        name,
+        format!(
+            "{tasks} tasks on {} queues (depth {}), {dt:.1}s: writes {} (in-capsule ≤{} B: {wi}, R2T: {wr}), reads {rd}, \
+             {:.1} MiB written, {:.1} MiB read ({:.1} MiB/s), {:.0} IOPS, {} blocks verified, {} mismatching, {} errors",
+            a.queues,
+            a.depth,
+            wi + wr,
+            sh.inline_data,
+            bw as f64 / 1048576.0,
+            br as f64 / 1048576.0,
+            (bw + br) as f64 / 1048576.0 / dt,
+            (wi + wr + rd) as f64 / dt,
+            k.blocks_verified.load(Ordering::Relaxed),
+            k.mismatches.load(Ordering::Relaxed),
+            k.errors.load(Ordering::Relaxed),
+        ),
+    );
+    let mism = k.mismatches.load(Ordering::Relaxed);
+    let errs = k.errors.load(Ordering::Relaxed);
+    if mism > 0 || errs > 0 {
+        let first = sh.reports.lock().unwrap().first().cloned().unwrap_or_default();
+        return Err(format!("{mism} mismatching blocks, {errs} I/O errors; first: {first}"));
+    }
+    if wr == 0 || rd == 0 || (sh.inline_data >= bs && wi == 0) {
+        return Err(format!("too little I/O: in-capsule writes {wi}, R2T writes {wr}, reads {rd}"));
+    }
+    Ok(())
+}
+
+async fn step_shutdown(c: Controller) -> Result<(), String> {
+    c.shutdown().await.map_err(|e| format!("shutdown: {e}"))?;
+    let st = c.state();
+    if st != nvmeof_initiator::ControllerState::Shutdown {
+        return Err(format!("state after shutdown: {st:?}"));
+    }
+    Ok(())
+}
+
+async fn run(a: Args) -> Steps {
+    let mut s = Steps::default();
+    println!(
+        "INFO interop_initiator: target {}:{} nqn {} queues {} depth {} io {} s per round, rounds {:?}, seed {:#x}{}",
+        a.addr,
+        a.port,
+        a.nqn,
+        a.queues,
+        a.depth,
+        a.secs,
+        a.rounds,
+        a.seed,
+        if a.fresh { ", fresh namespace (unwritten blocks must read as zeros)" } else { "" }
+    );
+    s.run("discovery", Duration::from_secs(40), step_discovery(&a)).await;
+    let mut model = None;
+    for round in a.rounds.clone() {
+        let digest = round == "digest";
+        let cname = format!("connect-{round}");
+        let Some(c) = s.run(&cname, Duration::from_secs(60), step_connect(&a, digest, &cname)).await else {
+            for n in ["identify", "io", "shutdown"] {
+                s.skip(&format!("{n}-{round}"), "not connected");
+            }
+            continue;
+        };
+        let iname = format!("identify-{round}");
+        let ns = s.run(&iname, Duration::from_secs(30), step_identify(&a, &c, &iname)).await;
+        let ioname = format!("io-{round}");
+        match &ns {
+            Some(ns) => {
+                let lim = Duration::from_secs(a.secs + 90);
+                s.run(&ioname, lim, step_io(&a, &c, ns, &mut model, &ioname)).await;
+            }
+            None => s.skip(&ioname, "no namespace"),
+        }
+        drop(ns);
+        s.run(&format!("shutdown-{round}"), Duration::from_secs(20), step_shutdown(c)).await;
+    }
+    s
+}
+
+fn main() {
+    let a = parse_args();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
+    let t0 = Instant::now();
+    let s = rt.block_on(run(a));
+    rt.shutdown_timeout(Duration::from_secs(1));
+    println!("interop_initiator: {} passed, {} failed in {:.1}s", s.pass, s.fail, t0.elapsed().as_secs_f64());
+    std::process::exit(if s.fail == 0 { 0 } else { 1 });
+}

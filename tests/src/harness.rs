@@ -1,0 +1,107 @@
+//! Starting a target for a test: loopback, port 0, RAM namespaces.
+
+use std::net::SocketAddr;
+
+use nvmeof_target::config::{NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig};
+use nvmeof_target::core::Limits;
+use nvmeof_target::server::Server;
+
+use crate::raw_client::{RawClient, HOSTNQN};
+
+/// NQN of the subsystem every test target exports.
+pub const SUBNQN: &str = "nqn.2024-01.io.nvmeof.test:sub1";
+/// Size of namespace 1 (RAM).
+pub const NS1_SIZE: u64 = 8 << 20;
+/// Block size of namespace 1.
+pub const NS1_BS: u32 = 512;
+
+/// Initialises tracing once (honours `RUST_LOG`; silent by default).
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+/// A RAM namespace configuration.
+pub fn ram_ns(nsid: u32, size: u64, block_size: u32) -> NamespaceConfig {
+    NamespaceConfig { nsid: Some(nsid), source: NamespaceSource::Ram(size), block_size }
+}
+
+/// One subsystem ([`SUBNQN`], any host) with namespace 1 ([`NS1_SIZE`], [`NS1_BS`]),
+/// listening on 127.0.0.1:0, default limits.
+pub fn default_config() -> TargetConfig {
+    TargetConfig {
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
+        subsystems: vec![SubsystemConfig {
+            nqn: SUBNQN.to_string(),
+            model: "nvmeof-test".to_string(),
+            allowed_hosts: None,
+            namespaces: vec![ram_ns(1, NS1_SIZE, NS1_BS)],
+        }],
+        limits: Limits::default(),
+        poll_us: 0,
+    }
+}
+
+/// Starts `cfg` and returns the server and its first address.
+pub async fn start(cfg: &TargetConfig) -> (Server, SocketAddr) {
+    init_tracing();
+    let server = Server::start(cfg).await.expect("target starts");
+    let addr = server.local_addrs[0];
+    (server, addr)
+}
+
+/// A started target with an enabled controller: admin queue and I/O queue 1.
+pub struct Setup {
+    /// The server.
+    pub server: Server,
+    /// Its address.
+    pub addr: SocketAddr,
+    /// Admin queue (connected, CC.EN = 1, CSTS.RDY = 1).
+    pub admin: RawClient,
+    /// I/O queue 1.
+    pub io: RawClient,
+}
+
+/// Starts `cfg`, connects and enables a controller of [`SUBNQN`] and connects I/O queue 1.
+pub async fn setup(cfg: &TargetConfig) -> Setup {
+    let (server, addr) = start(cfg).await;
+    let admin = admin_queue(addr, SUBNQN).await;
+    let io = io_queue(addr, admin.cntlid, 1, cfg.limits.in_capsule_data).await;
+    Setup { server, addr, admin, io }
+}
+
+/// Connects and enables an admin queue of `subnqn`.
+pub async fn admin_queue(addr: SocketAddr, subnqn: &str) -> RawClient {
+    let mut admin = RawClient::connect(addr).await;
+    let cqe = admin.admin_connect(subnqn, HOSTNQN).await;
+    assert!(cqe.status.is_success(), "admin connect: {}", cqe.status);
+    admin.enable().await;
+    admin
+}
+
+/// Connects I/O queue `qid` of controller `cntlid` of [`SUBNQN`].
+pub async fn io_queue(addr: SocketAddr, cntlid: u16, qid: u16, icd_limit: u32) -> RawClient {
+    let mut io = RawClient::connect(addr).await;
+    let cqe = io.io_connect(qid, cntlid, SUBNQN, HOSTNQN).await;
+    assert!(cqe.status.is_success(), "I/O connect: {}", cqe.status);
+    io.icd_limit = icd_limit;
+    io
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}

@@ -1,0 +1,54 @@
+//! A backend that completes every operation asynchronously after a delay, so a
+//! test can have commands genuinely in flight inside the target.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use nvmeof_target::backend::{Backend, CompletionSink, IoOp, MemBackend};
+
+/// RAM storage whose completions arrive on the queue's sink after `delay`.
+pub struct SlowBackend {
+    inner: Arc<MemBackend>,
+    delay: Duration,
+}
+
+impl SlowBackend {
+    /// `size` bytes of RAM, completions delayed by `delay`.
+    pub fn new(size: u64, block_size: u32, delay: Duration) -> Self {
+        Self { inner: Arc::new(MemBackend::new(size, block_size)), delay }
+    }
+}
+
+impl Backend for SlowBackend {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn block_size(&self) -> u32 {
+        self.inner.block_size()
+    }
+    fn volatile_write_cache(&self) -> bool {
+        false
+    }
+    fn describe(&self) -> String {
+        format!("slow {}", self.inner.describe())
+    }
+    fn resize(&self, new_size: u64) -> Result<(), String> {
+        self.inner.resize(new_size)
+    }
+    fn submit(
+        &self,
+        tag: u32,
+        op: IoOp,
+        sink: &CompletionSink,
+    ) -> Option<nvmeof_target::backend::IoCompletion> {
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let c = self.inner.submit(tag, op, &tx).expect("RAM completes inline");
+        let sink = sink.clone();
+        let delay = self.delay;
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = sink.send(c);
+        });
+        None
+    }
+}

@@ -1,0 +1,325 @@
+//! Target integration tests: fabrics commands (Connect, Property Get/Set,
+//! enable/shutdown) and the discovery controller, over loopback TCP.
+
+use std::time::Duration;
+
+use nvmeof_common::opcode::AdminOpcode;
+use nvmeof_common::spec::connect::{data_off, invalid_param_dw0};
+use nvmeof_common::spec::discovery::{AdrFam, SubType, TrType};
+use nvmeof_common::spec::features::{FeatureId, SetFeaturesCmd};
+use nvmeof_common::spec::identify::{Cns, IdentifyController};
+use nvmeof_common::spec::log::LogPageId;
+use nvmeof_common::spec::property::{Cap, Cc, Csts, PropertyOffset, Vs};
+use nvmeof_common::spec::{ConnectCmd, DiscoveryLogEntry, DiscoveryLogHeader, CNTLID_DYNAMIC, DISCOVERY_NQN};
+use nvmeof_common::sqe::fabrics_off;
+use nvmeof_common::Status;
+use nvmeof_target::config::SubsystemConfig;
+use nvmeof_target::server::build_subsystem;
+use nvmeof_tests::harness::*;
+use nvmeof_tests::raw_client::{RawClient, HOSTNQN};
+
+const OTHER_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:99999999-8888-7777-6666-555555555555";
+const RESTRICTED: &str = "nqn.2024-01.io.nvmeof.test:restricted";
+
+#[tokio::test]
+async fn admin_connect_properties_enable_shutdown() {
+    let (_server, addr) = start(&default_config()).await;
+    let mut a = RawClient::connect(addr).await;
+    let cqe = a.admin_connect(SUBNQN, HOSTNQN).await;
+    assert!(cqe.status.is_success(), "{}", cqe.status);
+    let cntlid = cqe.dw0() as u16;
+    assert!((1..=0xFFEF).contains(&cntlid), "CNTLID {cntlid:#x}");
+    assert_eq!(cqe.dw0() >> 16, 0, "no ATR/ASCR expected");
+    assert_eq!(cqe.sqid, 0);
+
+    // CAP: 8 bytes only.
+    let c = a.property_get(PropertyOffset::CAP, true).await.ok();
+    let cap = Cap(c.cqe.result);
+    assert_eq!(cap.mqes(), 1023, "CAP.MQES = max_queue_entries - 1");
+    assert!(cap.cqr());
+    assert_ne!(cap.css() & Cap::CSS_NVM, 0);
+    assert!(cap.to() > 0);
+    assert_eq!(cap.mpsmin(), 0);
+    a.property_get(PropertyOffset::CAP, false).await.expect_status(Status::INVALID_FIELD);
+
+    let vs = Vs(a.property_get(PropertyOffset::VS, false).await.ok().cqe.dw0());
+    assert!(vs >= Vs::V1_2, "VS {vs:?}");
+    let cc = a.property_get(PropertyOffset::CC, false).await.ok().cqe.dw0();
+    assert_eq!(cc, 0, "CC before enable");
+    let csts = a.csts().await;
+    assert!(!csts.rdy() && !csts.cfs());
+    // Unknown property offset.
+    a.property_get(PropertyOffset(0x30), false).await.expect_status(Status::INVALID_FIELD);
+
+    a.enable().await;
+    let cc = Cc(a.property_get(PropertyOffset::CC, false).await.ok().cqe.dw0());
+    assert!(cc.en());
+    assert_eq!((cc.iosqes(), cc.iocqes()), (6, 4));
+
+    // Identify works now and names our controller.
+    let id = a.identify(Cns::CTRL, 0).await.ok();
+    assert_eq!(IdentifyController::decode(&id.data).unwrap().cntlid, cntlid);
+
+    // Normal shutdown: SHST complete.
+    a.property_set(PropertyOffset::CC, cc.with_shn(Cc::SHN_NORMAL).0).await.ok();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+    loop {
+        let csts = a.csts().await;
+        if csts.shst() == Csts::SHST_COMPLETE {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "SHST not complete: {csts:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test]
+async fn io_connect_with_cntlid() {
+    let (_server, addr) = start(&default_config()).await;
+    let admin = admin_queue(addr, SUBNQN).await;
+    let mut io = RawClient::connect(addr).await;
+    let cqe = io.io_connect(1, admin.cntlid, SUBNQN, HOSTNQN).await;
+    assert!(cqe.status.is_success(), "{}", cqe.status);
+    assert_eq!(cqe.dw0() as u16, admin.cntlid);
+    assert_eq!(cqe.sqid, 1);
+    // A second I/O queue of the same controller.
+    let mut io2 = RawClient::connect(addr).await;
+    assert!(io2.io_connect(2, admin.cntlid, SUBNQN, HOSTNQN).await.status.is_success());
+    let r = io2.read(1, 0, 1, NS1_BS).await.ok();
+    assert_eq!(r.data.len(), 512);
+}
+
+async fn connect_status(
+    addr: std::net::SocketAddr,
+    cmd: ConnectCmd,
+    subnqn: &str,
+    hostnqn: &str,
+    cntlid: u16,
+) -> (Status, u32) {
+    let mut c = RawClient::connect(addr).await;
+    c.hostnqn = hostnqn.to_string();
+    let data = c.connect_data(subnqn, cntlid);
+    let r = c.connect_cmd(cmd, data).await;
+    (r.status(), r.cqe.dw0())
+}
+
+#[tokio::test]
+async fn connect_errors() {
+    let mut cfg = default_config();
+    cfg.limits.max_io_queues = 4;
+    cfg.subsystems.push(SubsystemConfig {
+        nqn: RESTRICTED.to_string(),
+        model: "m".to_string(),
+        allowed_hosts: Some(vec![OTHER_HOST.to_string()]),
+        namespaces: vec![ram_ns(1, 1 << 20, 512)],
+    });
+    let (_server, addr) = start(&cfg).await;
+
+    // Unknown subsystem: 1/0x82, IATTR=1, IPO=256.
+    let (s, dw0) = connect_status(
+        addr,
+        ConnectCmd::admin(0),
+        "nqn.2024-01.io.nvmeof.test:nope",
+        HOSTNQN,
+        CNTLID_DYNAMIC,
+    )
+    .await;
+    assert_eq!(s, Status::CONNECT_INVALID_PARAM.with_dnr());
+    assert_eq!(dw0, invalid_param_dw0(true, data_off::SUBNQN as u16));
+    assert_eq!(dw0, 0x0001_0100);
+
+    // Host not allowed: 1/0x84 (IATTR=1, IPO=512 as nvmet).
+    let (s, dw0) = connect_status(addr, ConnectCmd::admin(0), RESTRICTED, HOSTNQN, CNTLID_DYNAMIC).await;
+    assert_eq!(s, Status::CONNECT_INVALID_HOST.with_dnr());
+    assert_eq!(dw0, invalid_param_dw0(true, data_off::HOSTNQN as u16));
+    // ... while the allowed host gets in.
+    let (s, _) = connect_status(addr, ConnectCmd::admin(0), RESTRICTED, OTHER_HOST, CNTLID_DYNAMIC).await;
+    assert!(s.is_success(), "{s}");
+
+    // Admin Connect with a CNTLID other than FFFFh: IPO 16.
+    let (s, dw0) = connect_status(addr, ConnectCmd::admin(0), SUBNQN, HOSTNQN, 5).await;
+    assert_eq!(s, Status::CONNECT_INVALID_PARAM.with_dnr());
+    assert_eq!(dw0, 0x0001_0010);
+
+    // RECFMT != 0: Incompatible Format.
+    let mut cmd = ConnectCmd::admin(0);
+    cmd.recfmt = 1;
+    let (s, _) = connect_status(addr, cmd, SUBNQN, HOSTNQN, CNTLID_DYNAMIC).await;
+    assert_eq!(s, Status::CONNECT_FORMAT.with_dnr());
+
+    // Admin SQSIZE 0: IATTR=0, IPO=44.
+    let mut cmd = ConnectCmd::admin(0);
+    cmd.sqsize = 0;
+    let (s, dw0) = connect_status(addr, cmd, SUBNQN, HOSTNQN, CNTLID_DYNAMIC).await;
+    assert_eq!(s, Status::CONNECT_INVALID_PARAM.with_dnr());
+    assert_eq!(dw0, fabrics_off::SQSIZE as u32);
+
+    let mut admin = admin_queue(addr, SUBNQN).await;
+    let cntlid = admin.cntlid;
+
+    // I/O Connect with a bogus CNTLID: IATTR=1, IPO=16.
+    let bogus = if cntlid == 0x1234 { 0x1235 } else { 0x1234 };
+    let (s, dw0) = connect_status(addr, ConnectCmd::io(1, 32), SUBNQN, HOSTNQN, bogus).await;
+    assert_eq!(s, Status::CONNECT_INVALID_PARAM.with_dnr());
+    assert_eq!(dw0, 0x0001_0010);
+    // The right CNTLID but another host NQN is just as unknown.
+    let (s, dw0) = connect_status(addr, ConnectCmd::io(1, 32), SUBNQN, OTHER_HOST, cntlid).await;
+    assert_eq!(s, Status::CONNECT_INVALID_PARAM.with_dnr());
+    assert_eq!(dw0, 0x0001_0010);
+
+    // QID above the maximum (4): IATTR=0, IPO=42.
+    let (s, dw0) = connect_status(addr, ConnectCmd::io(5, 32), SUBNQN, HOSTNQN, cntlid).await;
+    assert_eq!(s, Status::CONNECT_INVALID_PARAM.with_dnr());
+    assert_eq!(dw0, fabrics_off::QID as u32);
+    assert_eq!(dw0, 42);
+
+    // I/O SQSIZE 0, and above CAP.MQES: IPO=44.
+    let mut cmd = ConnectCmd::io(1, 32);
+    cmd.sqsize = 0;
+    let (s, dw0) = connect_status(addr, cmd, SUBNQN, HOSTNQN, cntlid).await;
+    assert_eq!(s, Status::CONNECT_INVALID_PARAM.with_dnr());
+    assert_eq!(dw0, 44);
+    let mut cmd = ConnectCmd::io(1, 32);
+    cmd.sqsize = 4096;
+    let (s, dw0) = connect_status(addr, cmd, SUBNQN, HOSTNQN, cntlid).await;
+    assert_eq!(s, Status::CONNECT_INVALID_PARAM.with_dnr());
+    assert_eq!(dw0, 44);
+
+    // QID 4 is the last allowed one.
+    let mut io4 = RawClient::connect(addr).await;
+    assert!(io4.io_connect(4, cntlid, SUBNQN, HOSTNQN).await.status.is_success());
+
+    // A second Connect on a connected queue: Command Sequence Error.
+    let again = admin.connect_data(SUBNQN, CNTLID_DYNAMIC);
+    let r = admin.connect_cmd(ConnectCmd::admin(0), again).await;
+    assert_eq!(r.status(), Status::CMD_SEQ_ERROR.with_dnr());
+    let again = io4.connect_data(SUBNQN, cntlid);
+    let r = io4.connect_cmd(ConnectCmd::io(3, 32), again).await;
+    assert_eq!(r.status(), Status::CMD_SEQ_ERROR.with_dnr());
+    // The same QID on another connection: Command Sequence Error too.
+    let (s, _) = connect_status(addr, ConnectCmd::io(4, 32), SUBNQN, HOSTNQN, cntlid).await;
+    assert_eq!(s, Status::CMD_SEQ_ERROR.with_dnr());
+
+    // Nothing but Connect before Connect: Invalid Opcode.
+    let mut fresh = RawClient::connect(addr).await;
+    fresh.property_get(PropertyOffset::VS, false).await.expect_status(Status::INVALID_OPCODE);
+    let r = fresh.identify(Cns::CTRL, 0).await;
+    assert_eq!(r.status(), Status::INVALID_OPCODE.with_dnr());
+
+    // The failures did not disturb the live controller.
+    admin.identify(Cns::CTRL, 0).await.ok();
+    io4.read(1, 0, 1, NS1_BS).await.ok();
+}
+
+async fn read_discovery(c: &mut RawClient) -> (DiscoveryLogHeader, Vec<DiscoveryLogEntry>) {
+    // Header first, then one 1024-byte entry per Get Log Page (LPO paging), as libnvme does.
+    let h = c.get_log_page(LogPageId::DISCOVERY, 0, 0, 1024, false).await.ok();
+    assert_eq!(h.data.len(), 1024);
+    let header = DiscoveryLogHeader::decode(&h.data).unwrap();
+    assert_eq!(header.recfmt, 0);
+    let mut entries = Vec::new();
+    for i in 0..header.numrec {
+        let r = c.get_log_page(LogPageId::DISCOVERY, 0, 1024 * (1 + i), 1024, false).await.ok();
+        entries.push(DiscoveryLogEntry::decode(&r.data).unwrap());
+    }
+    // The header did not move meanwhile.
+    let h2 = c.get_log_page(LogPageId::DISCOVERY, 0, 0, 20, false).await.ok();
+    assert_eq!(h2.data.len(), 20);
+    assert_eq!(DiscoveryLogHeader::decode(&h2.data).unwrap().genctr, header.genctr);
+    (header, entries)
+}
+
+#[tokio::test]
+async fn discovery_log_lists_subsystems_and_genctr_moves() {
+    let (server, addr) = start(&default_config()).await;
+    let mut d = RawClient::connect(addr).await;
+    let cqe = d.admin_connect(DISCOVERY_NQN, HOSTNQN).await;
+    assert!(cqe.status.is_success(), "{}", cqe.status);
+    d.enable().await;
+
+    let id = IdentifyController::decode(&d.identify(Cns::CTRL, 0).await.ok().data).unwrap();
+    assert_eq!(id.subnqn, DISCOVERY_NQN);
+
+    let (h, entries) = read_discovery(&mut d).await;
+    assert!(h.numrec >= 2, "{h:?}");
+    let port = addr.port().to_string();
+    let ours = entries.iter().find(|e| e.subnqn == SUBNQN).expect("our subsystem listed");
+    assert_eq!(ours.subtype, SubType::NVME);
+    assert_eq!(ours.trtype, TrType::TCP);
+    assert_eq!(ours.adrfam, AdrFam::IPV4);
+    assert_eq!(ours.traddr, "127.0.0.1");
+    assert_eq!(ours.trsvcid, port);
+    assert_eq!(ours.cntlid, 0xFFFF);
+    assert!(entries.iter().any(|e| e.subtype == SubType::CURRENT_DISCOVERY && e.subnqn == DISCOVERY_NQN));
+
+    // Whole log in one read (header + entries) agrees.
+    let len = 1024 * (1 + h.numrec as u32);
+    let all = d.get_log_page(LogPageId::DISCOVERY, 0, 0, len, false).await.ok();
+    let log = nvmeof_common::spec::DiscoveryLog::decode(&all.data).unwrap();
+    assert!(log.is_complete());
+    assert_eq!(log.entries, entries);
+
+    // Discovery log change notices (AEC bit 31) with an AER outstanding.
+    let set = SetFeaturesCmd::new(FeatureId::ASYNC_EVENT, 1 << 31);
+    d.submit(set.to_sqe(0), None).await.ok();
+    let mut aer = nvmeof_common::Sqe::new(AdminOpcode::ASYNC_EVENT.0);
+    aer.set_sgl(nvmeof_common::SglDescriptor::transport(0));
+    let aer = d.start(aer).await;
+
+    // Adding a subsystem changes GENCTR and the entries, and raises the notice.
+    let sub2 = "nqn.2024-01.io.nvmeof.test:sub2";
+    server.target.add_subsystem(build_subsystem(sub2, "m", None, &[ram_ns(1, 1 << 20, 512)]).unwrap());
+    let ev = d.wait(aer).await.ok();
+    assert_eq!(ev.cqe.dw0(), 0x0070_F002, "discovery log change AEN");
+    let (h2, entries2) = read_discovery(&mut d).await;
+    assert_ne!(h2.genctr, h.genctr, "GENCTR unchanged after adding a subsystem");
+    assert_eq!(h2.numrec, h.numrec + 1);
+    assert!(entries2.iter().any(|e| e.subnqn == sub2 && e.subtype == SubType::NVME));
+
+    // Subsystems the host may not reach are not listed.
+    server.target.add_subsystem(
+        build_subsystem(RESTRICTED, "m", Some(vec![OTHER_HOST.into()]), &[ram_ns(1, 1 << 20, 512)]).unwrap(),
+    );
+    let (_, entries3) = read_discovery(&mut d).await;
+    assert!(!entries3.iter().any(|e| e.subnqn == RESTRICTED));
+
+    // The discovery controller has no I/O queues and serves no other log pages.
+    d.get_log_page(LogPageId::SMART, 0xFFFF_FFFF, 0, 512, false).await.expect_status(Status::INVALID_FIELD);
+    let mut io = RawClient::connect(addr).await;
+    let s = io.io_connect(1, d.cntlid, DISCOVERY_NQN, HOSTNQN).await.status;
+    assert!(!s.is_success(), "I/O queue on the discovery controller: {s}");
+}
+
+#[tokio::test]
+async fn disconnect_io_queue() {
+    let (_server, addr) = start(&default_config()).await;
+    let mut admin = admin_queue(addr, SUBNQN).await;
+    let mut io = io_queue(addr, admin.cntlid, 1, 16384).await;
+    let mut sqe = nvmeof_common::Sqe::new(0x7F);
+    sqe.set_fctype(nvmeof_common::opcode::FabricsType::DISCONNECT.0);
+    io.submit(sqe, None).await.ok();
+    io.expect_closed_within(Duration::from_secs(2)).await;
+    // The controller lives on and the QID can be connected again.
+    admin.identify(Cns::CTRL, 0).await.ok();
+    let mut io = io_queue(addr, admin.cntlid, 1, 16384).await;
+    io.read(1, 0, 1, NS1_BS).await.ok();
+    // Disconnect is not an admin-queue command.
+    admin.submit(sqe, None).await.expect_status(Status::INVALID_OPCODE);
+}
+
+#[tokio::test]
+async fn enable_with_bad_queue_entry_sizes_is_fatal() {
+    let (_server, addr) = start(&default_config()).await;
+    let mut a = RawClient::connect(addr).await;
+    assert!(a.admin_connect(SUBNQN, HOSTNQN).await.status.is_success());
+    // IOSQES 0 / IOCQES 0 on an I/O controller: CSTS.CFS instead of RDY (nvmet_start_ctrl).
+    let cc = Cc(0).with_en(true);
+    a.property_set(PropertyOffset::CC, cc.0).await.ok();
+    let csts = a.csts().await;
+    assert!(csts.cfs() && !csts.rdy(), "{csts:?}");
+    // 8-byte Set of CC: Invalid Field.
+    let set = nvmeof_common::spec::PropertySet::new64(PropertyOffset::CC, 1);
+    a.submit(set.to_sqe(0), None).await.expect_status(Status::INVALID_FIELD);
+    // Read-only registers cannot be set.
+    a.property_set(PropertyOffset::CSTS, 1).await.expect_status(Status::INVALID_FIELD);
+}

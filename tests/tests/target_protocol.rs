@@ -1,0 +1,268 @@
+//! Target integration tests: NVMe/TCP protocol errors. Each must be answered
+//! with a C2HTermReq carrying the right FES/FEI, after which the target sends
+//! nothing more and closes the connection.
+
+use bytes::Bytes;
+use nvmeof_common::error::Fes;
+use nvmeof_common::opcode::IoOpcode;
+use nvmeof_common::pdu::{CapsuleCmd, DigestFlags, H2cData, IcReq, Pdu, R2t, TermReq};
+use nvmeof_common::{SglDescriptor, Sqe};
+use nvmeof_tests::harness::*;
+use nvmeof_tests::raw_client::RawClient;
+
+fn icreq() -> IcReq {
+    IcReq { pfv: 0, hpda: 0, dgst: DigestFlags::default(), maxr2t: 0 }
+}
+
+fn read_capsule() -> Pdu {
+    let mut sqe = RawClient::rw_sqe(IoOpcode::READ, 1, 0, 1);
+    sqe.set_cid(7).set_sgl(SglDescriptor::transport(512));
+    Pdu::CapsuleCmd(CapsuleCmd::new(sqe))
+}
+
+#[track_caller]
+fn assert_fes(t: &TermReq, fes: Fes, fei: u32) {
+    assert_eq!((t.fes, t.fei), (fes, fei), "TermReq {t:?}");
+    assert!(t.data.len() <= 128, "error data longer than 128 bytes");
+}
+
+/// Sends a write capsule (transport SGL, `len` bytes) and returns the R2T.
+async fn write_awaiting_r2t(io: &mut RawClient, cid: u16, len: u32) -> R2t {
+    let mut sqe = RawClient::rw_sqe(IoOpcode::WRITE, 1, 0, len / NS1_BS);
+    sqe.set_cid(cid).set_sgl(SglDescriptor::transport(len));
+    io.send_pdu(&Pdu::CapsuleCmd(CapsuleCmd::new(sqe))).await;
+    match io.recv_pdu().await {
+        Ok(Pdu::R2t(r)) => {
+            assert_eq!((r.cccid, r.r2to, r.r2tl), (cid, 0, len));
+            r
+        }
+        other => panic!("expected R2T, got {other:?}"),
+    }
+}
+
+fn h2c(cccid: u16, ttag: u16, datao: u32, len: usize, last: bool) -> Pdu {
+    Pdu::H2cData(H2cData { cccid, ttag, datao, data: Bytes::from(vec![0xA5; len]), last })
+}
+
+#[tokio::test]
+async fn icreq_bad_pfv() {
+    let (_server, addr) = start(&default_config()).await;
+    let mut c = RawClient::tcp(addr).await;
+    c.send_pdu(&Pdu::IcReq(IcReq { pfv: 1, ..icreq() })).await;
+    let t = c.expect_term().await;
+    assert_fes(&t, Fes::INVALID_HEADER_FIELD, 8);
+    // The offending header is quoted.
+    assert!(t.data.len() >= 16 && t.data[0] == 0x00 && t.data[2] == 128, "{:?}", t.data);
+}
+
+#[tokio::test]
+async fn icreq_bad_hpda_and_digest_bits() {
+    let (_server, addr) = start(&default_config()).await;
+    let mut c = RawClient::tcp(addr).await;
+    c.send_pdu(&Pdu::IcReq(IcReq { hpda: 1, ..icreq() })).await;
+    assert_fes(&c.expect_term().await, Fes::INVALID_HEADER_FIELD, 10);
+    let mut c = RawClient::tcp(addr).await;
+    c.send_pdu(&Pdu::IcReq(IcReq { dgst: DigestFlags(0x84), ..icreq() })).await;
+    assert_fes(&c.expect_term().await, Fes::INVALID_HEADER_FIELD, 11);
+}
+
+#[tokio::test]
+async fn bad_hlen() {
+    let (_server, addr) = start(&default_config()).await;
+    // ICReq with HLEN 64.
+    let mut c = RawClient::tcp(addr).await;
+    let mut b = c.encode(&Pdu::IcReq(icreq()));
+    b[2] = 64;
+    c.send_raw(&b).await;
+    assert_fes(&c.expect_term().await, Fes::INVALID_HEADER_FIELD, 2);
+    // CapsuleCmd with HLEN 70 after a good ICReq.
+    let mut c = RawClient::connect(addr).await;
+    let mut b = c.encode(&read_capsule());
+    b[2] = 70;
+    c.send_raw(&b).await;
+    let t = c.expect_term().await;
+    assert_fes(&t, Fes::INVALID_HEADER_FIELD, 2);
+    assert_eq!(t.data.first(), Some(&0x04), "offending header quoted");
+}
+
+#[tokio::test]
+async fn bad_plen_pdo_and_type() {
+    let (_server, addr) = start(&default_config()).await;
+    // ICReq with PLEN 200.
+    let mut c = RawClient::tcp(addr).await;
+    let mut b = c.encode(&Pdu::IcReq(icreq()));
+    b[4] = 200;
+    c.send_raw(&b).await;
+    assert_fes(&c.expect_term().await, Fes::INVALID_HEADER_FIELD, 4);
+    // A controller-to-host type (R2T) from the host.
+    let mut c = RawClient::connect(addr).await;
+    let r2t = Pdu::R2t(R2t { cccid: 1, ttag: 1, r2to: 0, r2tl: 512 }).encode_to_vec(&Default::default());
+    c.send_raw(&r2t).await;
+    assert_fes(&c.expect_term().await, Fes::INVALID_HEADER_FIELD, 0);
+    // A reserved type.
+    let mut c = RawClient::connect(addr).await;
+    let mut b = vec![0u8; 24];
+    b[0] = 0x0B;
+    b[2] = 24;
+    b[4] = 24;
+    c.send_raw(&b).await;
+    assert_fes(&c.expect_term().await, Fes::INVALID_HEADER_FIELD, 0);
+    // CapsuleCmd with data whose PDO points into the header.
+    let mut c = RawClient::connect(addr).await;
+    let mut sqe = RawClient::rw_sqe(IoOpcode::WRITE, 1, 0, 1);
+    sqe.set_sgl(SglDescriptor::in_capsule(512));
+    let mut b = c.encode(&Pdu::CapsuleCmd(CapsuleCmd { sqe, data: Bytes::from(vec![1; 512]) }));
+    b[3] = 64;
+    c.send_raw(&b).await;
+    assert_fes(&c.expect_term().await, Fes::INVALID_HEADER_FIELD, 3);
+}
+
+#[tokio::test]
+async fn capsule_before_icreq_and_second_icreq() {
+    let (_server, addr) = start(&default_config()).await;
+    let mut c = RawClient::tcp(addr).await;
+    c.send_pdu(&read_capsule()).await;
+    assert_eq!(c.expect_term().await.fes, Fes::PDU_SEQUENCE);
+    let mut c = RawClient::connect(addr).await;
+    c.send_pdu(&Pdu::IcReq(icreq())).await;
+    assert_eq!(c.expect_term().await.fes, Fes::PDU_SEQUENCE);
+}
+
+#[tokio::test]
+async fn header_digest_errors() {
+    let (_server, addr) = start(&default_config()).await;
+    // Mismatch: FES 3.
+    let mut c = RawClient::connect_with(addr, DigestFlags::new(true, false)).await;
+    let mut b = c.encode(&read_capsule());
+    assert_eq!(b.len(), 76);
+    b[73] ^= 0x55;
+    c.send_raw(&b).await;
+    assert_eq!(c.expect_term().await.fes, Fes::HEADER_DIGEST);
+    // Header digests negotiated but HDGSTF clear: invalid FLAGS.
+    let mut c = RawClient::connect_with(addr, DigestFlags::new(true, false)).await;
+    let b = read_capsule().encode_to_vec(&Default::default());
+    c.send_raw(&b).await;
+    assert_fes(&c.expect_term().await, Fes::INVALID_HEADER_FIELD, 1);
+    // HDGSTF set without negotiation.
+    let mut c = RawClient::connect(addr).await;
+    let mut b =
+        read_capsule().encode_to_vec(&nvmeof_common::pdu::EncodeConfig { hdgst: true, ..Default::default() });
+    b[1] |= 1;
+    c.send_raw(&b).await;
+    assert_fes(&c.expect_term().await, Fes::INVALID_HEADER_FIELD, 1);
+}
+
+#[tokio::test]
+async fn h2c_data_over_maxh2cdata() {
+    let mut cfg = default_config();
+    cfg.limits.max_h2c_data = 4096;
+    let mut s = setup(&cfg).await;
+    assert_eq!(s.io.maxh2cdata, 4096);
+    let r = write_awaiting_r2t(&mut s.io, 9, 16384).await;
+    s.io.send_pdu(&h2c(9, r.ttag, 0, 8192, false)).await;
+    assert_fes(&s.io.expect_term().await, Fes::DATA_LIMIT_EXCEEDED, 0);
+}
+
+#[tokio::test]
+async fn h2c_data_unknown_ttag() {
+    let mut s = setup(&default_config()).await;
+    let r = write_awaiting_r2t(&mut s.io, 9, 4096).await;
+    let bogus = r.ttag.wrapping_add(0x4000);
+    s.io.send_pdu(&h2c(9, bogus, 0, 4096, true)).await;
+    let t = s.io.expect_term().await;
+    // An unknown TTAG is an invalid header field (FEI = TTAG offset 10) or a sequence error.
+    assert!(
+        (t.fes == Fes::INVALID_HEADER_FIELD && t.fei == 10) || t.fes == Fes::PDU_SEQUENCE,
+        "TermReq {t:?}"
+    );
+}
+
+#[tokio::test]
+async fn h2c_data_unsolicited_or_wrong_cccid() {
+    let mut s = setup(&default_config()).await;
+    // No write outstanding at all.
+    s.io.send_pdu(&h2c(3, 0, 0, 512, true)).await;
+    let t = s.io.expect_term().await;
+    assert!(t.fes == Fes::PDU_SEQUENCE || t.fes == Fes::INVALID_HEADER_FIELD, "{t:?}");
+
+    // Right TTAG, another command's CID.
+    let mut io = io_queue(s.addr, s.admin.cntlid, 2, 16384).await;
+    let r = write_awaiting_r2t(&mut io, 9, 4096).await;
+    io.send_pdu(&h2c(10, r.ttag, 0, 4096, true)).await;
+    assert_eq!(io.expect_term().await.fes, Fes::PDU_SEQUENCE);
+}
+
+#[tokio::test]
+async fn h2c_data_outside_r2t_window() {
+    let mut s = setup(&default_config()).await;
+    // DATAO not the next expected offset.
+    let r = write_awaiting_r2t(&mut s.io, 9, 8192).await;
+    s.io.send_pdu(&h2c(9, r.ttag, 512, 4096, false)).await;
+    assert_fes(&s.io.expect_term().await, Fes::DATA_OUT_OF_RANGE, 0);
+
+    // Right offsets, but more data than the R2T asked for.
+    let mut io = io_queue(s.addr, s.admin.cntlid, 2, 16384).await;
+    let r = write_awaiting_r2t(&mut io, 9, 8192).await;
+    io.send_pdu(&h2c(9, r.ttag, 0, 4096, false)).await;
+    io.send_pdu(&h2c(9, r.ttag, 4096, 8192, true)).await;
+    assert_fes(&io.expect_term().await, Fes::DATA_OUT_OF_RANGE, 0);
+}
+
+#[tokio::test]
+async fn host_term_req_closes_silently_and_target_keeps_serving() {
+    let mut s = setup(&default_config()).await;
+    let t = TermReq { fes: Fes::PDU_SEQUENCE, fei: 0, data: Bytes::new() };
+    s.io.send_pdu(&Pdu::H2cTermReq(t)).await;
+    let after = s.io.expect_closed_within(std::time::Duration::from_secs(5)).await;
+    assert!(after.is_empty(), "target answered an H2CTermReq: {after:?}");
+
+    // Protocol errors on one queue leave the controller and the target usable.
+    let mut io = io_queue(s.addr, s.admin.cntlid, 1, 16384).await;
+    let d = pattern(4096, 1);
+    io.write(1, 0, &d, NS1_BS).await.ok();
+    assert_eq!(io.read(1, 0, 8, NS1_BS).await.ok().data, d);
+    s.admin.property_get(nvmeof_common::spec::PropertyOffset::VS, false).await.ok();
+    let mut garbage = RawClient::tcp(s.addr).await;
+    garbage.send_raw(&[0xFF; 64]).await;
+    assert_fes(&garbage.expect_term().await, Fes::INVALID_HEADER_FIELD, 0);
+    assert_eq!(io.read(1, 0, 8, NS1_BS).await.ok().data, d);
+}
+
+#[tokio::test]
+async fn data_digest_error_on_capsule_terminates() {
+    let (_server, addr) = start(&default_config()).await;
+    let mut c = RawClient::connect_with(addr, DigestFlags::new(false, true)).await;
+    let mut sqe = Sqe::new(0x7F);
+    sqe.set_sgl(SglDescriptor::in_capsule(16));
+    let mut b = c.encode(&Pdu::CapsuleCmd(CapsuleCmd { sqe, data: Bytes::from(vec![1; 16]) }));
+    let n = b.len();
+    b[n - 1] ^= 0xFF;
+    c.send_raw(&b).await;
+    // nvmet treats a data digest error on H2C data as fatal; SPDK reports FES 3 for it.
+    let t = c.expect_term().await;
+    assert_eq!(t.fes, Fes::HEADER_DIGEST, "{t:?}");
+}
+
+#[tokio::test]
+async fn icreq_timeout_and_connection_limit() {
+    let mut cfg = default_config();
+    cfg.limits.icreq_timeout_ms = 300;
+    cfg.limits.max_connections = 2;
+    let (_server, addr) = start(&cfg).await;
+    // No ICReq: closed after the ICReq timeout.
+    let mut idle = RawClient::tcp(addr).await;
+    let t0 = std::time::Instant::now();
+    idle.expect_closed_within(std::time::Duration::from_secs(3)).await;
+    assert!(t0.elapsed() >= std::time::Duration::from_millis(250), "closed after {:?}", t0.elapsed());
+    // Give the target a moment to uncount it.
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    // Two connections fit; a third is refused (closed without ICResp).
+    let mut a = RawClient::connect(addr).await;
+    let _b = RawClient::connect(addr).await;
+    let mut c = RawClient::tcp(addr).await;
+    let _ = c.try_send_raw(&Pdu::IcReq(icreq()).encode_to_vec(&Default::default())).await;
+    let got = c.expect_closed_within(std::time::Duration::from_secs(2)).await;
+    assert!(got.is_empty(), "refused connection got {got:?}");
+    // The admitted ones work.
+    assert!(a.admin_connect(SUBNQN, nvmeof_tests::raw_client::HOSTNQN).await.status.is_success());
+}
