@@ -72,8 +72,11 @@ const CQ_ENTRIES: u32 = 4096;
 const WAKE_RESERVE: usize = 16;
 /// `user_data` of the NOP that wakes the reaper on shutdown.
 const WAKE: u64 = u64::MAX;
-/// How long the reaper sleeps in the kernel before it re-checks its queues.
+/// How long the reaper sleeps in the kernel before it re-checks its queues
+/// (a safety net: entries the kernel refused with `EAGAIN` get resubmitted).
 const REAP_TIMEOUT: Duration = Duration::from_millis(100);
+/// The same while no operation is registered.
+const REAP_TIMEOUT_IDLE: Duration = Duration::from_secs(1);
 /// Largest transfer per SQE (the kernel caps a single read/write below 2 GiB anyway).
 const MAX_RW: usize = 1 << 30;
 /// Retries of an operation that failed with `EINTR` / `EAGAIN`.
@@ -518,15 +521,14 @@ fn zeroing(mut ranges: Vec<(u64, u64)>, deallocate: bool) -> Option<Kind> {
 /// The reaper: waits for completions, resubmits unfinished operations, feeds
 /// pending ones into the ring and sends finished ones to their sinks.
 fn reap(sh: &Shared) {
-    let ts = types::Timespec::from(REAP_TIMEOUT);
-    let args = types::SubmitArgs::new().timespec(&ts);
+    let (busy, idle) = (types::Timespec::from(REAP_TIMEOUT), types::Timespec::from(REAP_TIMEOUT_IDLE));
+    let (busy, idle) = (types::SubmitArgs::new().timespec(&busy), types::SubmitArgs::new().timespec(&idle));
+    let mut is_idle = true;
     let mut cqes: Vec<(u64, i32)> = Vec::with_capacity(256);
     let mut done: Vec<(CompletionSink, IoCompletion)> = Vec::with_capacity(256);
     let mut failures = 0u32;
-    let (mut loops, mut total) = (0u64, 0u64);
     loop {
-        loops += 1;
-        match sh.ring.submitter().submit_with_args(1, &args) {
+        match sh.ring.submitter().submit_with_args(1, if is_idle { &idle } else { &busy }) {
             Ok(_) => failures = 0,
             Err(e)
                 if matches!(
@@ -546,7 +548,6 @@ fn reap(sh: &Shared) {
             let cq = unsafe { sh.ring.completion_shared() };
             cqes.extend(cq.map(|c| (c.user_data(), c.result())));
         }
-        total += cqes.len() as u64;
         let exit = {
             let mut st = sh.lock_state();
             for (user_data, res) in cqes.drain(..) {
@@ -575,6 +576,7 @@ fn reap(sh: &Shared) {
             if st.live == 0 && st.drain_waiters > 0 {
                 sh.drained.notify_all();
             }
+            is_idle = st.live == 0;
             st.shutdown && st.live == 0
         };
         for (sink, completion) in done.drain(..) {
@@ -582,7 +584,6 @@ fn reap(sh: &Shared) {
             let _ = sink.send(completion);
         }
         if exit {
-            eprintln!("DEBUG reaper loops={loops} cqes={total}");
             return;
         }
     }
@@ -1472,10 +1473,53 @@ mod tests {
         rate
     }
 
+    /// The thread-pool engine reading with `O_DIRECT` (what `BlockBackend` does),
+    /// as the like-for-like baseline of the comparison.
+    struct DirectThreads {
+        pool: crate::backend::file::WorkerPool,
+        size: u64,
+    }
+
+    struct DirectExec(File);
+
+    impl crate::backend::file::IoExecutor for DirectExec {
+        type Scratch = ();
+
+        fn execute(&self, _: &mut (), op: IoOp) -> Result<Bytes, Status> {
+            let IoOp::Read { offset, len } = op else { return Err(Status::INVALID_OPCODE) };
+            let buf = AlignedBuf::new_uninit(len);
+            // SAFETY: `buf` is valid for `len` bytes of writes.
+            unsafe { crate::backend::file::pread_exact_raw(&self.0, buf.ptr.as_ptr(), len, offset) }
+                .map_err(|e| io_error_to_status(&e))?;
+            Ok(Bytes::from_owner(buf))
+        }
+    }
+
+    impl Backend for DirectThreads {
+        fn size(&self) -> u64 {
+            self.size
+        }
+        fn block_size(&self) -> u32 {
+            4096
+        }
+        fn volatile_write_cache(&self) -> bool {
+            true
+        }
+        fn describe(&self) -> String {
+            "threads O_DIRECT".into()
+        }
+        fn resize(&self, _: u64) -> Result<(), String> {
+            Err("no".into())
+        }
+        fn submit(&self, tag: u32, op: IoOp, sink: &CompletionSink) -> Option<IoCompletion> {
+            self.pool.submit(tag, op, sink)
+        }
+    }
+
     /// Information only: `cargo test --release -p nvmeof-target uring_compare -- --ignored --nocapture`.
     #[test]
     #[ignore]
-    fn uring_compare_qd32_random_reads() {
+    fn uring_compare_random_reads() {
         let t = TempPath::new("bench");
         let size = 256u64 << 20;
         {
@@ -1486,23 +1530,35 @@ mod tests {
             }
             f.sync_all().unwrap();
         }
-        let dur = Duration::from_secs(3);
-        if std::env::var("ONLYBUF").is_ok() {
-            let u = UringBackend::open_file_opts(&t.0, None, 4096, false).unwrap();
-            let r = qd_reads(&u, 32, dur);
-            eprintln!("uring (buffered): {r:>10.0} reads/s");
-            return;
+        let Some(probe) = open(&t, size, 4096) else { return };
+        drop(probe);
+        let dur = Duration::from_secs(2);
+        let direct = OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&t.0).unwrap();
+        let engines: Vec<(&str, Box<dyn Backend>)> = vec![
+            (
+                "threads, buffered (FileBackend, 4 workers)",
+                Box::new(FileBackend::open(&t.0, None, 4096).unwrap()),
+            ),
+            ("uring, buffered", Box::new(UringBackend::open_file_opts(&t.0, None, 4096, false).unwrap())),
+            (
+                "threads, O_DIRECT (4 workers)",
+                Box::new(DirectThreads {
+                    pool: crate::backend::file::WorkerPool::start("bench", 4, Arc::new(DirectExec(direct)))
+                        .unwrap(),
+                    size,
+                }),
+            ),
+            ("uring, O_DIRECT", Box::new(UringBackend::open_file(&t.0, None, 4096).unwrap())),
+        ];
+        eprintln!("4 KiB random reads, 256 MiB file, one submitting thread, {} CPUs:", num_cpus());
+        for (name, b) in &engines {
+            let qd32 = qd_reads(&**b, 32, dur);
+            let qd1 = qd_reads(&**b, 1, dur);
+            eprintln!("  {name:<44} QD32 {qd32:>9.0}/s   QD1 {qd1:>8.0}/s ({:.1} us)", 1e6 / qd1);
         }
-        let threads = FileBackend::open(&t.0, None, 4096).unwrap();
-        let r = qd_reads(&threads, 32, dur);
-        eprintln!("threads (4 workers, buffered): {r:>10.0} reads/s");
-        drop(threads);
-        let Some(u) = open(&t, size, 4096) else { return };
-        let r = qd_reads(&u, 32, dur);
-        eprintln!("uring ({}): {r:>10.0} reads/s", if u.is_direct() { "O_DIRECT" } else { "buffered" });
-        drop(u);
-        let u = UringBackend::open_file_opts(&t.0, None, 4096, false).unwrap();
-        let r = qd_reads(&u, 32, dur);
-        eprintln!("uring (buffered): {r:>10.0} reads/s");
+    }
+
+    fn num_cpus() -> usize {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
     }
 }
