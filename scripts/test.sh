@@ -21,6 +21,8 @@ echo "== cargo test"
 cargo test --workspace --release 2>&1 | tee /tmp/nvmeof-cargo-test.log
 if [ -x tests/interop/run.sh ] && [ "${NVMEOF_SKIP_INTEROP:-0}" != 1 ]; then
   echo "== kernel interop suite"
+  # Fresh binaries for the suite (it uses build/release/*).
+  cargo build --release -p nvmeof-target -p nvmeof-tools -p nvmeof-tests --bins
   tests/interop/run.sh
 fi
 echo "== test suite finished in $(( $(date +%s) - start )) s"

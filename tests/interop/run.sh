@@ -8,7 +8,8 @@
 #                       nvmeof-target; TARGET=kernel-guest: Linux nvmet in
 #                       the same guest instead, to validate the harness)
 #   kernel-target       Linux nvmet (guest, brd namespace, 512 B LBAs) ->
-#                       HOST_CLIENT_CMD on this host
+#                       clients on this host: icreq-smoke.py, our initiator
+#                       (interop_initiator), nvmeof-probe (or HOST_CLIENT_CMD)
 #   kernel-target-file  same, file namespace on tmpfs (4 KiB LBAs)
 #   smoke               (not in "all") boot + control channel round trip
 #
@@ -29,14 +30,29 @@ ALL_SCENARIOS=(kernel-host kernel-target kernel-target-file)
 : "${NS_SIZE_MB:=256}"
 : "${FIO_RUNTIME:=10}"
 : "${CLIENT_TIMEOUT:=300}"
-: "${HOST_CLIENT_CMD:=python3 \"$HERE/icreq-smoke.py\"}"
+: "${HOST_CLIENT_CMD:=}"                 # kernel-target: replaces the built-in clients
 : "${NVMEOF_TARGET_BIN:=$REPO/build/release/nvmeof-target}"
 : "${NVMEOF_TARGET_ARGS:=}"
+: "${INTEROP_INITIATOR_BIN:=$REPO/build/release/interop_initiator}"
+: "${NVMEOF_PROBE_BIN:=$REPO/build/release/nvmeof-probe}"
+: "${INTEROP_IO_SECS:=5}"                # interop_initiator: verified I/O per round
+: "${NS2_SIZE_MB:=64}"                   # kernel-host ns-add-aen: namespace 2
+: "${NS_GROW_MB:=64}"                    # kernel-host ns-resize-aen: growth of namespace 1
+: "${RESTART_DOWN_S:=2}"                 # kernel-host target-restart: seconds without a target
+# The guest's fixed host NQN (guest/lib.sh); our target allows only it
+# (empty: any host).
+: "${INTEROP_ALLOW_HOST=nqn.2014-08.org.nvmexpress:uuid:6e766d65-6f66-4974-8000-000000000001}"
 : "${INTEROP_QEMU_CPU:=qemu64}"
 : "${INTEROP_SMP:=2}"
 : "${INTEROP_MEM:=1024}"
 : "${INTEROP_VERBOSE:=0}"
 NS_SIZE=$((NS_SIZE_MB * 1024 * 1024))
+# kernel-target: host-side clients, one guest step (host-NAME) each
+if [ -n "$HOST_CLIENT_CMD" ]; then
+    : "${CLIENT_STEPS:=custom}"
+else
+    : "${CLIENT_STEPS:=icreq initiator probe-randread probe-verify}"
+fi
 
 say() { printf '%s\n' "$*"; }
 die() { say "run.sh: ERROR: $*" >&2; exit 2; }
@@ -93,9 +109,33 @@ trap 'cleanup_pids' EXIT
 trap 'cleanup_pids; exit 130' INT TERM
 
 # ---------------------------------------------------------- our target
-# (kernel-host with TARGET=host)  The target's PID lives in $DIR/target.pid
-# so that hooks (run in the console monitor, a subshell) can restart it.
+# (kernel-host with TARGET=host)  The target runs from a TOML configuration,
+# $DIR/target.toml, rendered from $DIR/ns.list ("NSID SIZE_BYTES FILE" per
+# line), so that hooks can change namespaces and SIGHUP it.  Its PID lives in
+# $DIR/target.pid so that hooks (run in the console monitor, a subshell) can
+# signal and restart it.
 TARGET_PORT=""
+write_target_config() {
+    local nsid size file
+    {
+        echo "# written by tests/interop/run.sh; SIGHUP re-reads it"
+        echo "[[port]]"
+        echo "listen = \"127.0.0.1:$TARGET_PORT\""
+        echo
+        echo "[[subsystem]]"
+        echo "nqn = \"$NQN\""
+        [ -n "$INTEROP_ALLOW_HOST" ] && echo "allowed_hosts = [\"$INTEROP_ALLOW_HOST\"]"
+        while read -r nsid size file; do
+            [ -n "$nsid" ] || continue
+            echo
+            echo "[[subsystem.namespace]]"
+            echo "nsid = $nsid"
+            echo "file = \"$file\""
+            echo "size = \"$size\""
+        done <"$DIR/ns.list"
+    } >"$DIR/target.toml.new" && mv "$DIR/target.toml.new" "$DIR/target.toml"
+}
+
 start_target() {
     local bin=$NVMEOF_TARGET_BIN
     if [ ! -x "$bin" ] && [ "$bin" = "$REPO/build/release/nvmeof-target" ]; then
@@ -105,10 +145,11 @@ start_target() {
     fi
     [ -x "$bin" ] || { say "[$SCEN] target binary not found: $bin"; return 1; }
     [ -n "$TARGET_PORT" ] || TARGET_PORT=$(free_port)
+    [ -f "$DIR/ns.list" ] || echo "1 $NS_SIZE $DIR/ns1.img" >"$DIR/ns.list"
+    write_target_config
     # shellcheck disable=SC2086
     # own session/process group, so stop_target can stop anything it forks
-    setsid "$bin" serve --file "$DIR/ns1.img" --size "${NS_SIZE_MB}M" --listen "127.0.0.1:$TARGET_PORT" \
-        --nqn "$NQN" $NVMEOF_TARGET_ARGS >>"$DIR/target.log" 2>&1 </dev/null &
+    setsid "$bin" serve --config "$DIR/target.toml" $NVMEOF_TARGET_ARGS >>"$DIR/target.log" 2>&1 </dev/null &
     echo $! >"$DIR/target.pid"; disown $!
     local i
     for i in $(seq 1 150); do
@@ -118,6 +159,26 @@ start_target() {
     done
     say "[$SCEN] target did not start listening on 127.0.0.1:$TARGET_PORT; target.log:"
     tail -n 20 "$DIR/target.log" | sed 's/^/    /'
+    return 1
+}
+
+# reload_target: rewrite target.toml from ns.list, SIGHUP the target and wait
+# (10 s) for its log to say whether the reload worked.
+reload_target() {
+    local pid n0 e0 i
+    pid=$(cat "$DIR/target.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null || { echo "target not running"; return 1; }
+    n0=$(grep -c 'configuration reloaded' "$DIR/target.log")
+    e0=$(grep -c 'reload failed' "$DIR/target.log")
+    write_target_config
+    kill -HUP "$pid" || { echo "kill -HUP $pid failed"; return 1; }
+    for i in $(seq 1 100); do
+        [ "$(grep -c 'reload failed' "$DIR/target.log")" -gt "$e0" ] && {
+            echo "reload failed: $(grep 'reload failed' "$DIR/target.log" | tail -n 1 | sed 's/\x1b\[[0-9;]*m//g' | cut -c1-200)"
+            return 1; }
+        [ "$(grep -c 'configuration reloaded' "$DIR/target.log")" -gt "$n0" ] && return 0
+        sleep 0.1
+    done
+    echo "target did not log a reload within 10s"
     return 1
 }
 
@@ -168,28 +229,139 @@ ctl_send() {
 }
 hook_ping() { echo "pong $*"; }
 
-hook_run_client() { # kernel-target: run HOST_CLIENT_CMD against the forwarded port
-    say "[$SCEN] host client: $HOST_CLIENT_CMD (NVME_ADDR=127.0.0.1 NVME_PORT=$HOST_PORT NVME_NQN=$NQN)" >&2
+# kernel-target clients.  client_cmd NAME prints the command (bash -c) for
+# the guest step host-NAME; client_limit NAME its time limit in seconds.
+client_cmd() {
+    local probe="\"$NVMEOF_PROBE_BIN\" 127.0.0.1:\$NVME_PORT --nqn \"\$NVME_NQN\" -q"
+    case $1 in
+        custom) printf '%s' "$HOST_CLIENT_CMD" ;;
+        icreq) printf 'python3 %q' "$HERE/icreq-smoke.py" ;;
+        initiator) printf '%q' "$INTEROP_INITIATOR_BIN" ;;
+        probe-randread) printf '%s' "$probe --rw randread --bs 4k --qd 8 --time 3s" ;;
+        # --verify checks blocks the probe wrote itself: fill a 16 MiB region
+        # sequentially (128 KiB writes, R2T), then random 4 KiB reads of it
+        # with digests on, every block checked.
+        probe-verify) printf '%s' "$probe --rw write --bs 128k --qd 8 --verify --offset 16M --size 16M --count 128 --time 60s \
+            && $probe --rw randread --bs 4k --qd 8 --verify --digests --offset 16M --size 16M --time 3s" ;;
+        *) return 1 ;;
+    esac
+}
+client_limit() {
+    local l
+    case $1 in
+        custom) l=$((CLIENT_TIMEOUT - 15)) ;;
+        icreq) l=75 ;;
+        initiator) l=$((2 * INTEROP_IO_SECS + 150)) ;;
+        probe-*) l=90 ;;
+        *) l=60 ;;
+    esac
+    [ "$l" -le $((CLIENT_TIMEOUT - 15)) ] || l=$((CLIENT_TIMEOUT - 15))
+    echo "$l"
+}
+client_binary() { # the binary a client needs, or nothing
+    case $1 in
+        initiator) echo "$INTEROP_INITIATOR_BIN" ;;
+        probe-*) echo "$NVMEOF_PROBE_BIN" ;;
+    esac
+}
+# build_clients: build the default initiator/probe binaries the selected
+# clients need if they are missing (before the guest boots, so build time
+# does not count against guest timeouts).  A failed build leaves the binary
+# missing; the client step then fails with "... binary missing".
+build_clients() {
+    local c bin
+    for c in $CLIENT_STEPS; do
+        bin=$(client_binary "$c")
+        [ -n "$bin" ] && [ ! -x "$bin" ] || continue
+        case $bin in
+            "$REPO/build/release/interop_initiator")
+                say "[$SCEN] building interop_initiator (cargo build --release -p nvmeof-tests --bin interop_initiator)"
+                ( cd "$REPO" && timeout 1800 cargo build --release -p nvmeof-tests --bin interop_initiator ) >>"$DIR/cargo.log" 2>&1 \
+                    || { say "[$SCEN] building interop_initiator failed:"; tail -n 20 "$DIR/cargo.log" | sed 's/^/    /'; } ;;
+            "$REPO/build/release/nvmeof-probe")
+                say "[$SCEN] building nvmeof-probe (cargo build --release -p nvmeof-tools --bin nvmeof-probe)"
+                ( cd "$REPO" && timeout 1800 cargo build --release -p nvmeof-tools --bin nvmeof-probe ) >>"$DIR/cargo.log" 2>&1 \
+                    || { say "[$SCEN] building nvmeof-probe failed:"; tail -n 20 "$DIR/cargo.log" | sed 's/^/    /'; } ;;
+        esac
+    done
+}
+
+hook_run_client() { # kernel-target: run client $1 against the forwarded port
+    local name=${1:-custom} cmd lim bin rc log
+    cmd=$(client_cmd "$name") || { echo "unknown client '$name'"; return 127; }
+    lim=$(client_limit "$name")
+    bin=$(client_binary "$name")
+    log=$DIR/client-$name.log
+    if [ -n "$bin" ] && [ ! -x "$bin" ]; then
+        echo "$name: binary missing: $bin" | tee "$log"
+        return 127
+    fi
+    # NVME_FRESH=1: nothing has written to the namespace yet (never-written
+    # blocks must read as zeros); icreq and probe-randread do not write
+    local fresh=1
+    [ -e "$DIR/ns-written" ] && fresh=0
+    case $name in icreq|probe-randread) ;; *) touch "$DIR/ns-written" ;; esac
+    say "[$SCEN] host client $name (limit ${lim}s): $cmd (NVME_ADDR=127.0.0.1 NVME_PORT=$HOST_PORT NVME_NQN=$NQN NVME_FRESH=$fresh)" >&2
     NVME_ADDR=127.0.0.1 NVME_PORT=$HOST_PORT NVME_NQN=$NQN NVME_NS_SIZE=$NS_SIZE \
-        NVME_BACKEND=$BACKEND timeout --kill-after=5 $((CLIENT_TIMEOUT - 15)) \
-        bash -c "$HOST_CLIENT_CMD" </dev/null >"$DIR/client.log" 2>&1
-    local rc=$?
-    sed "s/^/[$SCEN] client| /" "$DIR/client.log" >&2
-    echo "$(tail -n 1 "$DIR/client.log" | tr -cd '[:print:]' | head -c 200)"
+        NVME_BACKEND=$BACKEND NVME_FRESH=$fresh INTEROP_IO_SECS=$INTEROP_IO_SECS timeout --kill-after=5 "$lim" \
+        bash -c "$cmd" </dev/null >"$log" 2>&1
+    rc=$?
+    sed "s/^/[$SCEN] $name| /" "$log" >&2
+    [ $rc = 124 ] && echo "timed out after ${lim}s" >>"$log"
+    # reply text: the client's last summary-like line (else its last line)
+    { grep -E 'IOPS=|verify:|passed|PASS|FAIL|timed out|missing' "$log" || grep -v '^ *$' "$log"; } \
+        | tail -n 1 | sed 's/^ *//' | tr -cd '[:print:]' | head -c 200; echo
     return $rc
 }
 
-hook_restart_target() { # kernel-host TARGET=host: kill and restart the target
-    [ "$SCEN" = kernel-host ] && [ "$TARGET" = host ] || { echo "not applicable"; return 2; }
+# ---- kernel-host hooks (TARGET=host; "not applicable" otherwise)
+kh_host_target() { [ "$SCEN" = kernel-host ] && [ "$TARGET" = host ]; }
+
+hook_restart_target() { # stop the target (SIGTERM), RESTART_DOWN_S s down, start it again (same config, port)
+    kh_host_target || { echo "not applicable"; return 2; }
+    local t0=$SECONDS
     stop_target
+    sleep "$RESTART_DOWN_S"
     start_target >&2 || { echo "restart failed"; return 1; }
-    echo "restarted"
+    echo "restarted (stopped, ${RESTART_DOWN_S}s down, started) in $((SECONDS - t0))s"
 }
 
-# Placeholders for the ns-add / ns-resize AEN steps: the target will need a
-# control interface (control file or signal) first.
-hook_add_namespace() { echo "not implemented"; return 2; }
-hook_resize_namespace() { echo "not implemented"; return 2; }
+hook_add_namespace() { # add-namespace NSID SIZE_BYTES: file namespace, SIGHUP
+    kh_host_target || { echo "not applicable"; return 2; }
+    local nsid=$1 size=$2
+    [[ $nsid =~ ^[0-9]+$ && $size =~ ^[0-9]+$ ]] || { echo "usage: add-namespace NSID SIZE"; return 2; }
+    grep -q "^$nsid " "$DIR/ns.list" && { echo "nsid $nsid already configured"; return 1; }
+    echo "$nsid $size $DIR/ns$nsid.img" >>"$DIR/ns.list"
+    reload_target || return 1
+    echo "namespace $nsid ($size bytes, $DIR/ns$nsid.img) added, target reloaded"
+}
+
+hook_resize_namespace() { # resize-namespace NSID SIZE_BYTES: new file size, SIGHUP
+    kh_host_target || { echo "not applicable"; return 2; }
+    local nsid=$1 size=$2
+    [[ $nsid =~ ^[0-9]+$ && $size =~ ^[0-9]+$ ]] || { echo "usage: resize-namespace NSID SIZE"; return 2; }
+    grep -q "^$nsid " "$DIR/ns.list" || { echo "nsid $nsid not configured"; return 1; }
+    sed -i "s|^$nsid [0-9]* |$nsid $size |" "$DIR/ns.list"
+    reload_target || return 1
+    echo "namespace $nsid resized to $size bytes (file now $(stat -c %s "$DIR/ns$nsid.img") bytes), target reloaded"
+}
+
+hook_target_check() { # the target still runs, logged no panic / error, and
+    # (since its last start) removed every controller it created: the host
+    # has disconnected everything, so each admin queue's close must have
+    # taken its controller along
+    kh_host_target || { echo "not applicable"; return 2; }
+    local pid bad log created removed
+    pid=$(cat "$DIR/target.pid" 2>/dev/null) && kill -0 "$pid" 2>/dev/null || { echo "target not running"; return 1; }
+    log=$(sed 's/\x1b\[[0-9;]*m//g' "$DIR/target.log")
+    bad=$(grep -E 'panicked|ERROR' <<<"$log" | head -n 1 | cut -c1-200)
+    [ -z "$bad" ] || { echo "target.log: $bad"; return 1; }
+    log=$(awk '/target running/{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' <<<"$log")
+    created=$(grep -c 'controller created' <<<"$log")
+    removed=$(grep -c 'controller removed' <<<"$log")
+    [ "$created" = "$removed" ] || { echo "since its last start the target created $created controllers but removed only $removed"; return 1; }
+    echo "target pid $pid alive, no errors logged, all $created controllers since its last start removed on close"
+}
 
 handle_hook() { # handle_hook NAME ARGS...
     local name=$1 fn out rc
@@ -239,8 +411,11 @@ run_scenario() {
     case $SCEN in
         kernel-host)
             gscen=kernel-host
-            env="TARGET=$TARGET"
-            qtimeout=${INTEROP_TIMEOUT:-$((FIO_RUNTIME + 420))}
+            env="TARGET=$TARGET NS2_SIZE=$((NS2_SIZE_MB << 20)) NS_GROW=$((NS_GROW_MB << 20)) RESTART_DOWN_S=$RESTART_DOWN_S"
+            qtimeout=${INTEROP_TIMEOUT:-$((FIO_RUNTIME + 540))}
+            # Linux nvmet as the kernel-host target: file namespaces, so that
+            # ns-resize-aen can grow namespace 1
+            [ "$TARGET" = kernel-guest ] && BACKEND=${KH_GUEST_BACKEND:-file}
             if [ "$TARGET" = host ]; then
                 start_target || { record "$SCEN" 0 1 "$t0" "target did not start"; return; }
                 fwd=",guestfwd=tcp:10.0.2.100:4420-cmd:socat - TCP:127.0.0.1:$TARGET_PORT"
@@ -259,20 +434,26 @@ run_scenario() {
             [ "$SCEN" = kernel-target-file ] && BACKEND=file
             HOST_PORT=$(free_port)
             fwd=",hostfwd=tcp:127.0.0.1:$HOST_PORT-:4420"
-            env="CLIENT_TIMEOUT=$CLIENT_TIMEOUT"
-            qtimeout=${INTEROP_TIMEOUT:-$((CLIENT_TIMEOUT + 180))} ;;
+            build_clients
+            local c climits=0
+            for c in $CLIENT_STEPS; do
+                client_cmd "$c" >/dev/null || die "unknown client '$c' in CLIENT_STEPS (custom icreq initiator probe-randread probe-verify)"
+                climits=$((climits + $(client_limit "$c") + 20))
+            done
+            env="CLIENT_TIMEOUT=$CLIENT_TIMEOUT CLIENT_STEPS='$CLIENT_STEPS'"
+            qtimeout=${INTEROP_TIMEOUT:-$((climits + 180))} ;;
     esac
 
     # Overlay cpio: current guest scripts + parameters, appended to the base.
     mkdir -p "$DIR/overlay"
     cp -r "$HERE/guest" "$DIR/overlay/guest"
     mv "$DIR/overlay/guest/init" "$DIR/overlay/init"
-    {
+    (   # a subshell: `set --` below must not touch run_scenario's arguments
         echo "NQN='$NQN'"; echo "NS_SIZE=$NS_SIZE"; echo "FIO_RUNTIME=$FIO_RUNTIME"
         echo "BACKEND=$BACKEND"; echo "VERBOSE=$INTEROP_VERBOSE"
-        for kv in $env; do echo "$kv"; done
+        eval "set -- $env"; for kv in "$@"; do printf '%s=%q\n' "${kv%%=*}" "${kv#*=}"; done
         [ -n "${GUEST_ENV:-}" ] && printf '%s\n' $GUEST_ENV
-    } >"$DIR/overlay/scenario.env"
+    ) >"$DIR/overlay/scenario.env"
     ( cd "$DIR/overlay" && find . -mindepth 1 | LC_ALL=C sort | cpio -o -H newc -R 0:0 --quiet | gzip -1 ) >"$DIR/overlay.cpio.gz"
     cat "$CACHE/initramfs.cpio.gz" "$DIR/overlay.cpio.gz" >"$DIR/initrd.img"
 
@@ -301,7 +482,7 @@ run_scenario() {
     MON_PID=""
     stop_target
     [ -s "$DIR/qemu.log" ] && sed "s/^/[$SCEN] qemu: /" "$DIR/qemu.log"
-    rm -rf "$DIR/initrd.img" "$DIR/overlay" "$DIR/ns1.img"   # big; keep the logs
+    rm -rf "$DIR/initrd.img" "$DIR/overlay" "$DIR"/ns*.img   # big; keep the logs
 
     # ---- results
     local steps pass fail done_line

@@ -21,12 +21,12 @@ pub struct Namespace {
 }
 
 impl Namespace {
-    /// A namespace whose identifiers derive from the subsystem NQN, the NSID
-    /// and the backend description, so they survive restarts.
+    /// A namespace whose identifiers derive from the subsystem NQN and the
+    /// NSID only, so they survive restarts and resizes (hosts use them to
+    /// recognise the same namespace after a reconnect).
     pub fn new(subnqn: &str, nsid: u32, backend: Arc<dyn Backend>) -> Self {
-        let desc = backend.describe();
-        let nguid = super::stable_id(&[b"nguid", subnqn.as_bytes(), &nsid.to_le_bytes(), desc.as_bytes()]);
-        let mut uuid = super::stable_id(&[b"uuid", subnqn.as_bytes(), &nsid.to_le_bytes(), desc.as_bytes()]);
+        let nguid = super::stable_id(&[b"nguid", subnqn.as_bytes(), &nsid.to_le_bytes()]);
+        let mut uuid = super::stable_id(&[b"uuid", subnqn.as_bytes(), &nsid.to_le_bytes()]);
         // RFC 4122 version 4 / variant 1 bits so tools print it as a UUID.
         uuid[6] = (uuid[6] & 0x0F) | 0x40;
         uuid[8] = (uuid[8] & 0x3F) | 0x80;

@@ -159,6 +159,31 @@ wait_ns_dev() { # wait_ns_dev NQN SECS: echo device once present
     return 1
 }
 
+# Block device (multipath head) of namespace NSID of subsystem NQN, or nothing.
+ns_dev_nsid() { # ns_dev_nsid NQN NSID
+    for _d in /sys/block/nvme*n*; do
+        [ -e "$_d" ] || continue
+        _n=${_d##*/}
+        case $_n in nvme*c*) continue ;; esac
+        [ "$(cat "$_d/device/subsysnqn" 2>/dev/null)" = "$1" ] || continue
+        _id=$(cat "$_d/nsid" 2>/dev/null) || _id=${_n##*n}
+        [ "$_id" = "$2" ] && [ -b "/dev/$_n" ] && { echo "/dev/$_n"; return 0; }
+    done
+    return 1
+}
+
+wait_ns_nsid() { # wait_ns_nsid NQN NSID SECS: echo the device once present
+    _dl=$(( $(date +%s) + $3 ))
+    while [ "$(date +%s)" -le $_dl ]; do
+        ns_dev_nsid "$1" "$2" && return 0
+        sleep 0.2
+    done
+    return 1
+}
+
+# uptime in ms (sub-second timing; busybox date has no %N)
+now_ms() { awk '{printf "%d\n", $1 * 1000}' /proc/uptime; }
+
 wait_no_ctrl() { # wait_no_ctrl NQN SECS
     _dl=$(( $(date +%s) + $2 ))
     while [ "$(date +%s)" -le $_dl ]; do
@@ -224,9 +249,36 @@ nvmet_teardown() { # nvmet_teardown NQN
     _s=$NVMET/subsystems/$1; _p=$NVMET/ports/1
     rm -f "$_p/subsystems/$1" || fail "unlink subsystem from port"
     rmdir "$_p" || fail "rmdir port"
-    echo 0 >"$_s/namespaces/1/enable"
-    rmdir "$_s/namespaces/1" || fail "rmdir namespace"
+    for _nsd in "$_s"/namespaces/*; do
+        [ -d "$_nsd" ] || continue
+        echo 0 >"$_nsd/enable"
+        rmdir "$_nsd" || fail "rmdir namespace ${_nsd##*/}"
+    done
     rmdir "$_s" || fail "rmdir subsystem"
+}
+
+# nvmet_port_down NQN / nvmet_port_up NQN TRADDR TRSVCID: take port 1 away
+# (hosts lose their connections and get refused) and bring it back.
+nvmet_port_down() {
+    rm -f "$NVMET/ports/1/subsystems/$1" || fail "unlink subsystem from port"
+    rmdir "$NVMET/ports/1" || fail "rmdir port"
+}
+nvmet_port_up() {
+    _p=$NVMET/ports/1
+    mkdir "$_p" || fail "mkdir port"
+    echo tcp >"$_p/addr_trtype"; echo ipv4 >"$_p/addr_adrfam"
+    echo "$2" >"$_p/addr_traddr"; echo "$3" >"$_p/addr_trsvcid"
+    ln -s "$NVMET/subsystems/$1" "$_p/subsystems/$1" || fail "link subsystem to port"
+}
+
+# nvmet_add_file_ns NQN NSID PATH SIZE: a buffered file namespace (AEN to hosts)
+nvmet_add_file_ns() {
+    _d=$NVMET/subsystems/$1/namespaces/$2
+    truncate -s "$4" "$3" || fail "truncate $3"
+    mkdir "$_d" || fail "mkdir namespace $2"
+    echo -n "$3" >"$_d/device_path" || fail "device_path"
+    echo 1 >"$_d/buffered_io"
+    echo 1 >"$_d/enable" || fail "enable namespace $2"
 }
 
 # ------------------------------------------------------------------ main

@@ -48,9 +48,8 @@ use nvmeof_initiator::common::spec::discovery::{SubType, TrType};
 use nvmeof_initiator::{discover, ConnectOptions, Controller, HostIdentity, Namespace, ReconnectPolicy};
 
 /// Host ID of this client (differs from the guest's own host NQN).
-const HOST_ID: [u8; 16] = [
-    0x6e, 0x76, 0x6d, 0x65, 0x6f, 0x66, 0x49, 0x74, 0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02,
-];
+const HOST_ID: [u8; 16] =
+    [0x6e, 0x76, 0x6d, 0x65, 0x6f, 0x66, 0x49, 0x74, 0x80, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x02];
 /// Largest random transfer.
 const MAX_IO: usize = 128 << 10;
 /// The one large transfer per round (split by the initiator if MDTS is smaller).
@@ -95,7 +94,9 @@ fn parse_args() -> Args {
         let Some(name) = a.strip_prefix("--") else { usage(&format!("unexpected argument {a:?}")) };
         let (name, val) = match name.split_once('=') {
             Some((n, v)) => (n.to_string(), v.to_string()),
-            None => (name.to_string(), it.next().unwrap_or_else(|| usage(&format!("--{name} needs a value")))),
+            None => {
+                (name.to_string(), it.next().unwrap_or_else(|| usage(&format!("--{name} needs a value"))))
+            }
         };
         kv.push((name, val));
     }
@@ -103,8 +104,9 @@ fn parse_args() -> Args {
         kv.iter().rev().find(|(n, _)| n == flag).map(|(_, v)| v.clone()).or_else(|| env(var))
     };
     for (n, _) in &kv {
-        const KNOWN: [&str; 11] =
-            ["addr", "port", "nqn", "ns-size", "backend", "fresh", "secs", "queues", "depth", "rounds", "seed"];
+        const KNOWN: [&str; 11] = [
+            "addr", "port", "nqn", "ns-size", "backend", "fresh", "secs", "queues", "depth", "rounds", "seed",
+        ];
         if !KNOWN.contains(&n.as_str()) {
             usage(&format!("unknown flag --{n}"));
         }
@@ -321,8 +323,20 @@ async fn worker(
     let mut rbuf = vec![0u8; BIG_IO.max(MAX_IO)];
     // Sizes: a block, odd multiples, around the in-capsule limit, and R2T sizes.
     let inl = sh.inline_data.max(bs);
-    let mut sizes: Vec<usize> =
-        vec![bs, 3 * bs, 4096, 8192, inl.saturating_sub(bs), inl, inl + bs, 20 << 10, 32 << 10, 64 << 10, 96 << 10, MAX_IO];
+    let mut sizes: Vec<usize> = vec![
+        bs,
+        3 * bs,
+        4096,
+        8192,
+        inl.saturating_sub(bs),
+        inl,
+        inl + bs,
+        20 << 10,
+        32 << 10,
+        64 << 10,
+        96 << 10,
+        MAX_IO,
+    ];
     sizes.retain(|&s| s >= bs && s % bs == 0 && s <= MAX_IO);
     sizes.sort_unstable();
     sizes.dedup();
@@ -373,7 +387,11 @@ async fn worker(
                     if s.recent.len() > 64 {
                         s.recent.pop_front();
                     }
-                    let c = if len <= sh.inline_data { &sh.counters.writes_inline } else { &sh.counters.writes_r2t };
+                    let c = if len <= sh.inline_data {
+                        &sh.counters.writes_inline
+                    } else {
+                        &sh.counters.writes_r2t
+                    };
                     c.fetch_add(1, Ordering::Relaxed);
                     sh.counters.bytes_written.fetch_add(len as u64, Ordering::Relaxed);
                 }
@@ -456,7 +474,10 @@ async fn step_discovery(a: &Args) -> Result<(), String> {
     o.host = Some(HostIdentity::from_id(HOST_ID));
     o.connect_timeout = Duration::from_secs(15);
     let log = discover((a.addr.as_str(), a.port), o).await.map_err(|e| format!("discover: {e}"))?;
-    info("discovery", format!("genctr {} numrec {} entries {}", log.header.genctr, log.header.numrec, log.entries.len()));
+    info(
+        "discovery",
+        format!("genctr {} numrec {} entries {}", log.header.genctr, log.header.numrec, log.entries.len()),
+    );
     for e in &log.entries {
         info(
             "discovery",
@@ -466,7 +487,10 @@ async fn step_discovery(a: &Args) -> Result<(), String> {
             ),
         );
     }
-    let hit = log.entries.iter().any(|e| e.subnqn == a.nqn && e.subtype == SubType::NVME && e.trtype == TrType::TCP);
+    let hit = log
+        .entries
+        .iter()
+        .any(|e| e.subnqn == a.nqn && e.subtype == SubType::NVME && e.trtype == TrType::TCP);
     if !hit {
         return Err(format!("discovery log does not list {} (tcp, nvme subsystem)", a.nqn));
     }
@@ -474,7 +498,9 @@ async fn step_discovery(a: &Args) -> Result<(), String> {
 }
 
 async fn step_connect(a: &Args, digest: bool, name: &str) -> Result<Controller, String> {
-    let c = Controller::connect((a.addr.as_str(), a.port), &a.nqn, opts(a, digest)).await.map_err(|e| format!("connect: {e}"))?;
+    let c = Controller::connect((a.addr.as_str(), a.port), &a.nqn, opts(a, digest))
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
     let i = c.info();
     info(
         name,
@@ -547,7 +573,11 @@ async fn step_identify(a: &Args, c: &Controller, name: &str) -> Result<Namespace
     };
     if let Some(bs) = want_bs {
         if ns.block_size() != bs {
-            return Err(format!("block size {} != {bs} expected for backend {:?}", ns.block_size(), a.backend));
+            return Err(format!(
+                "block size {} != {bs} expected for backend {:?}",
+                ns.block_size(),
+                a.backend
+            ));
         }
     }
     if ns.identify().ncap == 0 || ns.identify().ncap > ns.identify().nsze {
@@ -570,9 +600,11 @@ async fn step_io(
         return Err("model/tasks mismatch".into());
     }
     let stripe_bytes = m.stripes[0].lock().unwrap().blocks as usize * bs;
-    if stripe_bytes < BIG_IO {
-        return Err(format!("namespace too small for {tasks} stripes of ≥ 1 MiB"));
+    if stripe_bytes < 2 * MAX_IO {
+        return Err(format!("namespace too small for {tasks} stripes of ≥ {} KiB", (2 * MAX_IO) >> 10));
     }
+    // the one 1 MiB transfer, if the stripes have room for it
+    let big = stripe_bytes >= 2 * BIG_IO;
     let sh = Arc::new(Shared {
         seed: a.seed,
         fresh: a.fresh,
@@ -586,7 +618,7 @@ async fn step_io(
     let deadline = t0 + Duration::from_secs(a.secs);
     let mut hs = Vec::new();
     for (i, st) in m.stripes.iter().enumerate() {
-        hs.push(tokio::spawn(worker(ns.clone(), sh.clone(), st.clone(), i, deadline, i == 0)));
+        hs.push(tokio::spawn(worker(ns.clone(), sh.clone(), st.clone(), i, deadline, big && i == 0)));
     }
     // Workers finish their last request after the deadline: bound that too.
     let mut hung = 0;
@@ -604,8 +636,11 @@ async fn step_io(
     ns.flush().await.map_err(|e| format!("flush: {e}"))?;
     let dt = t0.elapsed().as_secs_f64();
     let k = &sh.counters;
-    let (wi, wr, rd) =
-        (k.writes_inline.load(Ordering::Relaxed), k.writes_r2t.load(Ordering::Relaxed), k.reads.load(Ordering::Relaxed));
+    let (wi, wr, rd) = (
+        k.writes_inline.load(Ordering::Relaxed),
+        k.writes_r2t.load(Ordering::Relaxed),
+        k.reads.load(Ordering::Relaxed),
+    );
     let (bw, br) = (k.bytes_written.load(Ordering::Relaxed), k.bytes_read.load(Ordering::Relaxed));
     info(
         name,
@@ -696,7 +731,11 @@ fn main() {
         )
         .with_writer(std::io::stderr)
         .try_init();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("tokio runtime");
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     let t0 = Instant::now();
     let s = rt.block_on(run(a));
     rt.shutdown_timeout(Duration::from_secs(1));

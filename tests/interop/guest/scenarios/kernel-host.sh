@@ -7,29 +7,34 @@
 #                               guestfwd (default 10.0.2.100:4420)
 #               kernel-guest  : Linux nvmet inside this same guest on
 #                               127.0.0.1:4420 (validates the harness itself)
-#   NVME_ADDR, NVME_PORT, NQN, NS_SIZE (bytes), FIO_RUNTIME (s), BACKEND
+#   NVME_ADDR, NVME_PORT, NQN, NS_SIZE (bytes), FIO_RUNTIME (s), BACKEND,
+#   NS2_SIZE, NS_GROW (bytes), RESTART_DOWN_S, DISCONNECT_MAX_MS,
+#   KH_RECONF (1; 0 leaves out connect-reconf ... disconnect-reconf)
 #
 # Step list.  To add a step: write a kh_<name> function below and add a
 # run_step line to scenario_main.  A step that needs the host to act calls
 # `hook_call NAME TIMEOUT [ARGS]` and run.sh's hook_<NAME> runs on the host.
 #
-# PLACEHOLDERS (not implemented yet; wire them in scenario_main when the
-# target side exists):
-#   - ns-add-aen:        host hook "add-namespace" (TARGET=host: run.sh tells
-#                        the target, e.g. via a control file or signal;
-#                        kernel-guest: mkdir namespaces/2 in configfs) then wait
-#                        for the AEN-driven rescan: a second namespace device
-#                        for NQN appears within N s (nvme list-ns shows 2).
-#   - ns-resize-aen:     host hook "resize-namespace SIZE" (kernel-guest: file
-#                        backend, truncate + echo 1 > revalidate_size), then
-#                        wait until blockdev --getsize64 reports SIZE.
-#   - target-restart:    connect with --ctrl-loss-tmo=60 --reconnect-delay=1,
-#                        start a background dd, host hook "restart-target"
-#                        (run.sh kills and restarts the target process on the
-#                        same file; kernel-guest: unlink/relink the port in
-#                        configfs), then wait for the controller state to go
-#                        resetting/connecting -> live and the dd to finish;
-#                        dd-verify afterwards.
+# Reconfiguration while connected (connect-reconf: --reconnect-delay=1
+# --ctrl-loss-tmo=60), TARGET=host through run.sh hooks, TARGET=kernel-guest
+# through configfs here:
+#   - ns-add-aen:     hook "add-namespace 2 NS2_SIZE" (our target: file
+#                     namespace added to its config + SIGHUP; nvmet: mkdir
+#                     namespaces/2) -> the Namespace Attribute Changed AEN
+#                     makes the kernel rescan: the block device of nsid 2
+#                     appears (bounded wait), right size, dd verify on it.
+#   - ns-resize-aen:  hook "resize-namespace 1 SIZE+NS_GROW" (config + SIGHUP;
+#                     nvmet: truncate + revalidate_size) -> the sysfs size of
+#                     namespace 1 grows; data before the old end survives,
+#                     the new end is writable.
+#   - target-restart: data written, a writer running, hook "restart-target"
+#                     (SIGTERM, RESTART_DOWN_S s down, same config and port;
+#                     nvmet: port removed and re-created) -> the controller
+#                     reconnects (dmesg "Successfully reconnected"), the writer
+#                     finishes, everything written reads back, new I/O works,
+#                     namespace 2 is still there with its data.
+#
+# PLACEHOLDERS (not implemented yet):
 #   - keep-alive:        idle > KATO with no I/O, controller stays live.
 #   - auth / TLS:        nvme connect --dhchap-secret / --tls when supported.
 
@@ -44,7 +49,11 @@ else
     : "${NVME_ADDR:=10.0.2.100}"
 fi
 : "${NVME_PORT:=4420}"
-export TARGET NQN NS_SIZE FIO_RUNTIME BACKEND NVME_ADDR NVME_PORT
+: "${NS2_SIZE:=67108864}"
+: "${NS_GROW:=67108864}"
+: "${RESTART_DOWN_S:=2}"
+: "${DISCONNECT_MAX_MS:=10000}"
+export TARGET NQN NS_SIZE FIO_RUNTIME BACKEND NVME_ADDR NVME_PORT NS2_SIZE NS_GROW RESTART_DOWN_S DISCONNECT_MAX_MS
 
 kh_modules() {
     load_mod nvme_tcp crc32c_generic ext4 || fail "module load"
@@ -158,18 +167,161 @@ kh_queues() { # kh_queues N: expect N I/O queues
     [ "$_mq" = "$1" ] || fail "expected $1 I/O queues, blk-mq has $_mq"
 }
 
-kh_disconnect() {
+kh_disconnect() { # must be clean and quick (DISCONNECT_MAX_MS)
     need_dev
+    _t0=$(now_ms)
     t 60 nvme disconnect -n "$NQN" >/tmp/disc-out.txt 2>&1; _rc=$?
     cat /tmp/disc-out.txt
     [ $_rc = 0 ] || fail "nvme disconnect rc=$_rc"
     grep -q 'disconnected [1-9]' /tmp/disc-out.txt || fail "disconnect: $(cat /tmp/disc-out.txt)"
     wait_no_ctrl "$NQN" 30 || fail "controller still present 30s after disconnect"
+    _dt=$(( $(now_ms) - _t0 ))
     rm -f "$STATE/dev" "$STATE/ctrl"
+    info "disconnected in ${_dt} ms"
+    [ "$_dt" -le "$DISCONNECT_MAX_MS" ] || fail "disconnect took ${_dt} ms (> ${DISCONNECT_MAX_MS} ms)"
+}
+
+# ---------------------------------------------------------------- reconfiguration
+
+kh_ns_add_aen() {
+    need_dev
+    _d2=$(ns_dev_nsid "$NQN" 2) && fail "namespace 2 already present ($_d2)"
+    _t0=$(now_ms)
+    if [ "$TARGET" = kernel-guest ]; then
+        nvmet_add_file_ns "$NQN" 2 /srv/ns2.img "$NS2_SIZE"
+    else
+        hook_call add-namespace 60 2 "$NS2_SIZE" || fail "hook add-namespace: ${HOOK_REPLY:-no reply}"
+    fi
+    _th=$(now_ms)
+    _d2=$(wait_ns_nsid "$NQN" 2 60) \
+        || fail "no block device for namespace 2 within 60s (AEN/rescan missing?); target's active list: $(t 20 nvme list-ns "/dev/$CTRL" 2>&1 | tr '\n' ' ')"
+    info "namespace 2 appeared as $_d2 $(( $(now_ms) - _th )) ms after the target added it"
+    _bd=$(blockdev --getsize64 "$_d2")
+    [ "$_bd" = "$NS2_SIZE" ] || fail "$_d2 has $_bd bytes, expected $NS2_SIZE"
+    dd_verify "$_d2" 0 4 ns2
+    # a pattern that must survive target-restart
+    t 60 dd if=/dev/urandom of="$STATE/ns2-pat" bs=1M count=2 2>/dev/null || fail "pattern"
+    t 60 dd if="$STATE/ns2-pat" of="$_d2" bs=1M seek=8 oflag=direct conv=fsync 2>/dev/null \
+        || fail "dd write to $_d2"
+    echo "$_d2" >"$STATE/dev2"
+}
+
+kh_ns_resize_aen() {
+    need_dev
+    _blk=${DEV##*/}
+    _old=$(( $(cat "/sys/block/$_blk/size") * 512 ))
+    _new=$(( _old + NS_GROW ))
+    _om=$(( _old / 1048576 ))
+    # data just below the old end must survive
+    dd_write_pat() { t 60 dd if=/dev/urandom of="$1" bs=1M count="$2" 2>/dev/null && \
+        t 120 dd if="$1" of="$DEV" bs=1M seek="$3" oflag=direct conv=fsync 2>/dev/null; }
+    dd_write_pat /tmp/rz-pat 4 $(( _om - 4 )) || fail "writing below the old end"
+    _t0=$(now_ms)
+    if [ "$TARGET" = kernel-guest ]; then
+        [ "$BACKEND" = file ] || fail "TARGET=kernel-guest needs BACKEND=file to resize"
+        truncate -s "$_new" /srv/ns1.img || fail "truncate"
+        echo 1 >"$NVMET/subsystems/$NQN/namespaces/1/revalidate_size" || fail "revalidate_size"
+    else
+        hook_call resize-namespace 60 1 "$_new" || fail "hook resize-namespace: ${HOOK_REPLY:-no reply}"
+    fi
+    _th=$(now_ms)
+    _dl=$(( $(date +%s) + 60 ))
+    while [ $(( $(cat "/sys/block/$_blk/size") * 512 )) != "$_new" ]; do
+        [ "$(date +%s)" -le $_dl ] || fail "/sys/block/$_blk/size still $(cat "/sys/block/$_blk/size") sectors 60s after the resize to $_new bytes (AEN/rescan missing?); id-ns nsze now $(t 20 nvme id-ns "$DEV" 2>/dev/null | field nsze)"
+        sleep 0.2
+    done
+    info "$_blk grew from $_old to $_new bytes, $(( $(now_ms) - _th )) ms after the target resized it"
+    _bd=$(blockdev --getsize64 "$DEV")
+    [ "$_bd" = "$_new" ] || fail "blockdev --getsize64 $_bd != $_new"
+    t 120 dd if="$DEV" of=/tmp/rz-rb bs=1M count=4 skip=$(( _om - 4 )) iflag=direct 2>/dev/null || fail "read below the old end"
+    cmp /tmp/rz-pat /tmp/rz-rb || fail "data below the old end changed by the resize"
+    rm -f /tmp/rz-pat /tmp/rz-rb
+    dd_verify "$DEV" $(( _new / 1048576 - 8 )) 8 grown-end
+    echo "$_new" >"$STATE/ns1-size"
+}
+
+kh_target_restart() {
+    need_dev
+    _st=/sys/class/nvme/$CTRL/state
+    [ "$(cat "$_st")" = live ] || fail "controller $CTRL is $(cat "$_st") before the restart"
+    # written (and synced) before the restart
+    t 60 dd if=/dev/urandom of=/tmp/rs-a bs=1M count=8 2>/dev/null || fail "pattern"
+    t 120 dd if=/tmp/rs-a of="$DEV" bs=1M seek=32 oflag=direct conv=fsync 2>/dev/null || fail "write before the restart"
+    # a writer that runs across the restart: 24 chunks of 1 MiB at 64 MiB, 64 KiB requests
+    t 60 dd if=/dev/urandom of=/tmp/rs-b bs=1M count=24 2>/dev/null || fail "pattern"
+    rm -f /tmp/rs-w.n /tmp/rs-w.rc /tmp/rs-stop /tmp/rs-states
+    (
+        _i=0
+        while [ $_i -lt 24 ]; do
+            t 150 dd if=/tmp/rs-b of="$DEV" bs=64k count=16 skip=$((_i * 16)) seek=$((1024 + _i * 16)) \
+                oflag=direct conv=fsync 2>/dev/null || { echo "chunk $_i: dd rc $?" >/tmp/rs-w.rc; exit 1; }
+            _i=$((_i + 1)); echo $_i >/tmp/rs-w.n
+        done
+        echo ok >/tmp/rs-w.rc
+    ) &
+    _wpid=$!
+    # controller states seen (bounded: 200 s)
+    (
+        _i=0; _last=""
+        while [ $_i -lt 2000 ] && [ ! -f /tmp/rs-stop ]; do
+            _s=$(cat "$_st" 2>/dev/null || echo gone)
+            [ "$_s" != "$_last" ] && { echo "$(now_ms) $_s" >>/tmp/rs-states; _last=$_s; }
+            sleep 0.1; _i=$((_i + 1))
+        done
+    ) &
+    _mpid=$!
+    _r0=$(dmesg | grep -c 'Successfully reconnected')
+    sleep 1
+    _n0=$(cat /tmp/rs-w.n 2>/dev/null || echo 0)
+    _t0=$(now_ms)
+    if [ "$TARGET" = kernel-guest ]; then
+        nvmet_port_down "$NQN"
+        sleep "$RESTART_DOWN_S"
+        nvmet_port_up "$NQN" 127.0.0.1 "$NVME_PORT"
+    else
+        hook_call restart-target 90 || { touch /tmp/rs-stop; fail "hook restart-target: ${HOOK_REPLY:-no reply}"; }
+    fi
+    _how=${HOOK_REPLY#"HOOKACK restart-target 0 "}
+    info "restart: ${_how:-nvmet port removed for ${RESTART_DOWN_S}s and re-created}; writer had done $_n0/24 chunks"
+    _dl=$(( $(date +%s) + 90 ))
+    while :; do
+        _r=$(dmesg | grep -c 'Successfully reconnected')
+        [ "$_r" -gt "$_r0" ] && [ "$(cat "$_st" 2>/dev/null)" = live ] && break
+        [ "$(date +%s)" -le $_dl ] || { touch /tmp/rs-stop; fail "no reconnect within 90s: state $(cat "$_st" 2>/dev/null), states seen: $(cut -d' ' -f2 /tmp/rs-states | tr '\n' ' ')"; }
+        sleep 0.2
+    done
+    info "reconnected $(( $(now_ms) - _t0 )) ms after the restart began: $(dmesg | grep 'Successfully reconnected' | tail -n 1 | sed 's/^\[[^]]*\] //')"
+    _dl=$(( $(date +%s) + 150 ))
+    while kill -0 $_wpid 2>/dev/null; do
+        [ "$(date +%s)" -le $_dl ] || { touch /tmp/rs-stop; kill $_wpid; fail "writer still running 150s after the reconnect ($(cat /tmp/rs-w.n 2>/dev/null)/24 chunks)"; }
+        sleep 0.2
+    done
+    touch /tmp/rs-stop
+    wait $_mpid 2>/dev/null
+    info "controller states: $(awk -v t="$_t0" '{printf "%s@%+dms ", $2, $1 - t}' /tmp/rs-states)"
+    [ "$(cat /tmp/rs-w.rc 2>/dev/null)" = ok ] || fail "writer across the restart failed: $(cat /tmp/rs-w.rc 2>/dev/null)"
+    grep -q -v live /tmp/rs-states || info "note: never saw a non-live state (reconnect faster than 100 ms polling)"
+    t 120 dd if="$DEV" of=/tmp/rs-ra bs=1M count=8 skip=32 iflag=direct 2>/dev/null || fail "read back (before)"
+    cmp /tmp/rs-a /tmp/rs-ra || fail "data written before the restart differs after it"
+    t 120 dd if="$DEV" of=/tmp/rs-rb bs=1M count=24 skip=64 iflag=direct 2>/dev/null || fail "read back (writer)"
+    cmp /tmp/rs-b /tmp/rs-rb || fail "data of the writer running across the restart differs"
+    info "8 MiB written before and 24 MiB written across the restart read back intact"
+    rm -f /tmp/rs-a /tmp/rs-ra /tmp/rs-b /tmp/rs-rb
+    dd_verify "$DEV" 128 4 after-restart
+    if [ -f "$STATE/dev2" ]; then
+        _d2=$(wait_ns_nsid "$NQN" 2 30) || fail "namespace 2 gone after the restart"
+        t 60 dd if="$_d2" of=/tmp/rs-n2 bs=1M count=2 skip=8 iflag=direct 2>/dev/null || fail "read namespace 2"
+        cmp "$STATE/ns2-pat" /tmp/rs-n2 || fail "namespace 2 data differs after the restart"
+        info "namespace 2 ($_d2) still present with its data"
+    fi
 }
 
 kh_final_clean() {
     [ -z "$(ctrls_for_nqn "$NQN")" ] || fail "controllers left: $(ctrls_for_nqn "$NQN")"
+    if [ "$TARGET" = host ]; then
+        hook_call target-check 30 || fail "target check: ${HOOK_REPLY:-no reply}"
+        info "${HOOK_REPLY#HOOKACK target-check 0 }"
+    fi
     if [ "$TARGET" = kernel-guest ]; then
         nvmet_teardown "$NQN"
         t 30 rmmod nvmet_tcp nvmet && info "nvmet modules unloaded" || info "nvmet modules still busy"
@@ -204,10 +356,16 @@ scenario_main() {
     run_step queues-2q 20 kh_queues 2
     run_step dd-verify-2q 180 kh_dd_verify 2q
     run_step disconnect-2q 60 kh_disconnect
-    # PLACEHOLDERS (see the header): ns-add-aen, ns-resize-aen,
-    # target-restart, keep-alive, auth/TLS.  E.g.:
-    #   run_step connect-restart 90 kh_connect --ctrl-loss-tmo=60 --reconnect-delay=1
-    #   run_step target-restart 180 kh_target_restart   # uses hook_call restart-target
-    #   run_step disconnect-restart 60 kh_disconnect
+    # reconfiguration while connected: AENs, target restart -> reconnect
+    if [ "${KH_RECONF:-1}" = 1 ]; then
+        run_step connect-reconf 90 kh_connect --reconnect-delay=1 --ctrl-loss-tmo=60
+        run_step ns-add-aen 150 kh_ns_add_aen
+        run_step ns-resize-aen 180 kh_ns_resize_aen
+        run_step target-restart 420 kh_target_restart
+        run_step disconnect-reconf 60 kh_disconnect
+    else
+        info "reconfiguration steps (connect-reconf ... disconnect-reconf) left out: KH_RECONF=$KH_RECONF"
+    fi
+    # PLACEHOLDERS (see the header): keep-alive, auth/TLS.
     run_step final-clean 60 kh_final_clean
 }

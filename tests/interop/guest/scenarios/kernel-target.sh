@@ -1,11 +1,17 @@
 # Scenario kernel-target: the Linux nvmet target in the guest, listening on
 # 0.0.0.0:4420, exported to the host by QEMU hostfwd (127.0.0.1:HOSTPORT).
-# After "TARGET READY" the guest asks the host (HOOK run-client) to run its
-# client (HOST_CLIENT_CMD in run.sh) and waits up to CLIENT_TIMEOUT seconds
-# for the HOOKACK carrying the client's exit code.
+# After "TARGET READY" the guest asks the host to run its clients, one step
+# each (HOOK run-client NAME; run.sh's client_cmd says what NAME runs) and
+# waits up to CLIENT_TIMEOUT seconds for the HOOKACK carrying the client's
+# exit code.  CLIENT_STEPS (from run.sh), default
+#   icreq           icreq-smoke.py: ICReq/ICResp only          -> host-icreq
+#   initiator       interop_initiator (our initiator library)  -> host-initiator
+#   probe-randread  nvmeof-probe randread 4k QD8 3 s           -> host-probe-randread
+#   probe-verify    nvmeof-probe write + randread --verify     -> host-probe-verify
+# or "custom" (HOST_CLIENT_CMD)                                -> host-client
 #
 # Parameters: NQN, NS_SIZE (bytes), BACKEND (brd|file), CLIENT_TIMEOUT (s),
-#             NVME_PORT (guest-side port, default 4420)
+#             CLIENT_STEPS, NVME_PORT (guest-side port, default 4420)
 #
 # Later steps can go after host-client, e.g. checking on the target side
 # what the initiator wrote (the host hook can pass an offset/md5 back in its
@@ -16,7 +22,8 @@
 : "${BACKEND:=brd}"
 : "${CLIENT_TIMEOUT:=300}"
 : "${NVME_PORT:=4420}"
-export NQN NS_SIZE BACKEND CLIENT_TIMEOUT NVME_PORT
+: "${CLIENT_STEPS:=custom}"
+export NQN NS_SIZE BACKEND CLIENT_TIMEOUT NVME_PORT CLIENT_STEPS
 
 kt_modules() {
     # nvme_tcp only for the self-check discovery below
@@ -34,11 +41,11 @@ kt_selfcheck() { # the target answers discovery on the guest's loopback
     info "self-discovery lists $NQN"
 }
 
-kt_client() {
-    hook_call run-client "$CLIENT_TIMEOUT" "nqn=$NQN" "size=$NS_SIZE" "backend=$BACKEND"
+kt_client() { # kt_client NAME
+    hook_call run-client "$CLIENT_TIMEOUT" "$1" "nqn=$NQN" "size=$NS_SIZE" "backend=$BACKEND"
     _rc=$?
-    [ $_rc = 0 ] || fail "host client failed (rc=$_rc): ${HOOK_REPLY:-no reply}"
-    info "host client rc=${HOOK_REPLY#HOOKACK run-client }"
+    [ $_rc = 0 ] || fail "host client $1 failed (rc=$_rc): ${HOOK_REPLY:-no reply}"
+    info "host client $1: rc=${HOOK_REPLY#HOOKACK run-client }"
 }
 
 kt_teardown() {
@@ -52,6 +59,9 @@ scenario_main() {
     run_step target-setup 60 kt_setup || return 0
     run_step target-selfcheck 40 kt_selfcheck
     echo "TARGET READY port=$NVME_PORT nqn=$NQN size=$NS_SIZE backend=$BACKEND"
-    run_step host-client $((CLIENT_TIMEOUT + 10)) kt_client
+    for _c in $CLIENT_STEPS; do
+        _sn=host-$_c; [ "$_c" = custom ] && _sn=host-client
+        run_step "$_sn" $((CLIENT_TIMEOUT + 10)) kt_client "$_c"
+    done
     run_step target-teardown 60 kt_teardown
 }
