@@ -1,4 +1,26 @@
+//! `nvmeof`: NVMe/TCP admin CLI (discover, identify, list, read, write).
+//! See `nvmeof --help` and tools/README.md for the exit codes.
+
+use clap::Parser;
+use nvmeof_tools::admin::{run, Cli};
+
 fn main() {
-    eprintln!("nvmeof: not implemented yet");
-    std::process::exit(2);
+    let cli = Cli::parse();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
+        )
+        .with_writer(std::io::stderr)
+        .try_init();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    let r = rt.block_on(async {
+        let mut stdin = std::io::stdin().lock();
+        let mut stdout = std::io::stdout().lock();
+        run(&cli, &mut stdin, &mut stdout).await
+    });
+    if let Err(e) = r {
+        eprintln!("nvmeof: {e}");
+        std::process::exit(e.exit_code() as i32);
+    }
 }

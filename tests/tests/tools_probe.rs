@@ -1,0 +1,614 @@
+//! The bundled tools (`nvmeof-tools`) against an in-process RAM target on
+//! 127.0.0.1: the probe's library API (fio JSON layout for many flag
+//! combinations, percentiles against raw samples, verify mode catching a
+//! corrupted block, rate limiting, ping mode, HdrHistogram log and plot
+//! files), the `nvmeof` admin CLI's output and exit codes, and one
+//! end-to-end run of each built binary.
+//!
+//! Every test body runs under a time bound; the whole file takes ~15 s.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nvmeof_target::backend::MemBackend;
+use nvmeof_target::config::TargetConfig;
+use nvmeof_target::core::{Limits, Namespace, Subsystem};
+use nvmeof_target::server::Server;
+use nvmeof_tools::admin;
+use nvmeof_tools::probe::{Hooks, OpKind, ProbeEvent, ProbeOptions, Report};
+use nvmeof_tools::report::{percentile_key, ping_line, PERCENTILES};
+use nvmeof_tools::{ExitCode, ToolError};
+use serde_json::Value;
+
+const NQN: &str = "nqn.2024-01.io.nvmeof.test:tools";
+const NS_SIZE: u64 = 16 << 20;
+
+fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+async fn bounded<T>(secs: u64, f: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(Duration::from_secs(secs), f).await {
+        Ok(v) => v,
+        Err(_) => panic!("test body exceeded its {secs} s bound"),
+    }
+}
+
+/// A target with subsystem [`NQN`] and namespace 1 on a RAM backend we keep a handle to.
+struct TestTarget {
+    server: Server,
+    addr: String,
+    mem: Arc<MemBackend>,
+}
+
+async fn start_target(block_size: u32, allowed_hosts: Option<Vec<String>>) -> TestTarget {
+    init_tracing();
+    let cfg = TargetConfig {
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
+        subsystems: Vec::new(),
+        limits: Limits::default(),
+        poll_us: 0,
+    };
+    let server = Server::start(&cfg).await.expect("target starts");
+    let mem = Arc::new(MemBackend::new(NS_SIZE, block_size));
+    let sub = Arc::new(Subsystem::new(NQN, "nvmeof-tools-test", allowed_hosts, false));
+    sub.add_namespace(Arc::new(Namespace::new(NQN, 1, mem.clone())));
+    server.target.add_subsystem(sub);
+    let addr = server.local_addrs[0].to_string();
+    TestTarget { server, addr, mem }
+}
+
+impl TestTarget {
+    fn opts(&self, extra: &[&str]) -> ProbeOptions {
+        let mut args = vec!["nvmeof-probe", self.addr.as_str(), "--nqn", NQN];
+        args.extend_from_slice(extra);
+        ProbeOptions::parse_args(&args).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    }
+
+    async fn probe(&self, extra: &[&str]) -> Report {
+        nvmeof_tools::run_probe(&self.opts(extra)).await.unwrap_or_else(|e| panic!("{extra:?}: {e}"))
+    }
+
+    async fn stop(self) {
+        self.server.shutdown(Duration::from_secs(1)).await;
+    }
+}
+
+fn u(v: &Value, what: &str) -> u64 {
+    v.as_u64().unwrap_or_else(|| panic!("{what} is not an unsigned integer: {v}"))
+}
+
+fn f(v: &Value, what: &str) -> f64 {
+    v.as_f64().unwrap_or_else(|| panic!("{what} is not a number: {v}"))
+}
+
+/// Checks fio's JSON layout and its internal consistency; returns (read, write) total_ios.
+fn check_fio_json(j: &Value, bs: u64, ctx: &str) -> (u64, u64) {
+    // The output must survive a text round trip, as a consumer would read it.
+    let j: Value = serde_json::from_str(&serde_json::to_string_pretty(j).unwrap()).unwrap();
+    let jobs = j["jobs"].as_array().unwrap_or_else(|| panic!("{ctx}: no jobs array"));
+    assert_eq!(jobs.len(), 1, "{ctx}");
+    let job = &jobs[0];
+    assert!(job["jobname"].is_string(), "{ctx}: jobname");
+    let mut totals = [0, 0];
+    for (i, op) in ["read", "write"].into_iter().enumerate() {
+        let o = &job[op];
+        assert!(o.is_object(), "{ctx}: {op} missing");
+        let ios = u(&o["total_ios"], "total_ios");
+        let bytes = u(&o["io_bytes"], "io_bytes");
+        assert_eq!(bytes, ios * bs, "{ctx}: {op} io_bytes");
+        let bw = u(&o["bw_bytes"], "bw_bytes");
+        let iops = f(&o["iops"], "iops");
+        assert!((iops * bs as f64 - bw as f64).abs() <= 1.0 + bw as f64 * 1e-9, "{ctx}: {op} bw vs iops");
+        let lat = &o["lat_ns"];
+        let (min, max) = (u(&lat["min"], "min"), u(&lat["max"], "max"));
+        let (mean, sd) = (f(&lat["mean"], "mean"), f(&lat["stddev"], "stddev"));
+        let pct = lat["percentile"].as_object().unwrap_or_else(|| panic!("{ctx}: {op} percentile"));
+        assert_eq!(pct.len(), PERCENTILES.len(), "{ctx}");
+        let mut prev = 0;
+        for p in PERCENTILES {
+            let k = percentile_key(p);
+            let v = u(&pct[&k], &k);
+            assert!(v >= prev, "{ctx}: {op} percentiles not monotonic");
+            prev = v;
+        }
+        for k in ["50.000000", "90.000000", "99.000000", "99.900000", "99.990000", "99.999000"] {
+            assert!(pct.contains_key(k), "{ctx}: {op} lacks percentile {k}");
+        }
+        if ios > 0 {
+            assert!(min > 0 && min <= max && sd >= 0.0, "{ctx}: {op} min/max");
+            assert!(mean >= min as f64 && mean <= max as f64, "{ctx}: {op} mean");
+            // Histogram values are within 0.1 % of the exact extremes.
+            let p50 = u(&pct["50.000000"], "p50");
+            assert!(p50 as f64 >= min as f64 * 0.999 && p50 as f64 <= max as f64 * 1.001, "{ctx}: p50");
+        } else {
+            assert_eq!((min, max, bw), (0, 0, 0), "{ctx}: {op} empty");
+        }
+        totals[i] = ios;
+    }
+    let own = &job["nvmeof_probe"];
+    assert!(own.is_object(), "{ctx}: own keys");
+    assert_eq!(own["nqn"], NQN, "{ctx}");
+    (totals[0], totals[1])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_flag_combination_reports_fio_json() {
+    bounded(60, async {
+        let t = start_target(512, None).await;
+        let combos: &[&[&str]] = &[
+            &["--rw", "read", "--count", "300"],
+            &["--rw", "write", "--count", "300", "--bs", "128k", "--qd", "2"],
+            &["--rw", "randread", "--time", "300ms", "--qd", "4", "--queues", "2"],
+            &["--rw", "randwrite", "--count", "200", "--bs", "1m"],
+            &["--rw", "randrw", "--mix", "70", "--count", "400", "--qd", "8", "--queues", "3"],
+            &["--rw", "rw", "--mix", "0", "--count", "100"],
+            &["--rw", "randrw", "--mix", "100", "--count", "100"],
+            &["--count", "200", "--digests", "--bs", "64k", "--qd", "2"],
+            &["--time", "600ms", "--warmup", "300ms", "--qd", "2"],
+            &["--count", "300", "--rate", "3000", "--qd", "2"],
+            &["--rw", "write", "--verify", "--size", "256k", "--offset", "1m", "--count", "64"],
+            &[
+                "--rw", "randrw", "--verify", "--size", "256k", "--offset", "1m", "--count", "200", "--qd",
+                "4",
+            ],
+            &["--count", "100", "--bs", "512", "--size", "4k", "--offset", "8m", "--poll-us", "20"],
+            &["--ping", "--count", "5", "--interval", "1ms"],
+            &["--ping", "--rw", "write", "--count", "3", "--interval", "0", "--verify"],
+        ];
+        for extra in combos {
+            let opts = t.opts(extra);
+            let r = nvmeof_tools::run_probe(&opts).await.unwrap_or_else(|e| panic!("{extra:?}: {e}"));
+            let ctx = format!("{extra:?}");
+            assert!(r.error.is_none(), "{ctx}: {:?}", r.error);
+            let (reads, writes) = check_fio_json(&r.to_fio_json(), opts.bs, &ctx);
+            if let Some(c) = opts.count {
+                assert_eq!(reads + writes, c, "{ctx}: count");
+            }
+            assert_eq!(reads > 0, opts.rw.reads() && opts.mix > 0 || !opts.rw.writes(), "{ctx}: reads");
+            if !opts.rw.reads() {
+                assert_eq!(reads, 0, "{ctx}");
+            }
+            if opts.verify {
+                assert_eq!(r.verify.as_ref().unwrap().mismatches, 0, "{ctx}");
+                assert_eq!(r.exit_code(), ExitCode::Ok, "{ctx}");
+            }
+            let text = if opts.ping { r.ping_summary() } else { r.to_text() };
+            assert!(text.contains(if opts.ping { "requests completed" } else { "IOPS=" }), "{ctx}: {text}");
+            assert!(!text.contains("NaN"), "{ctx}: {text}");
+            if opts.warmup > Duration::ZERO {
+                assert!(r.timeline.iter().any(|p| p.warmup), "{ctx}: warm-up in the timeline");
+                let s = r.runtime.as_secs_f64();
+                assert!((0.55..1.5).contains(&s), "{ctx}: measured time {s} excludes the warm-up");
+            }
+        }
+        t.stop().await;
+    })
+    .await;
+}
+
+/// hdrhistogram's rank: the smallest sample with at least ceil(q·n) samples at or below it.
+fn reference_percentile(sorted: &[u64], p: f64) -> u64 {
+    let n = sorted.len();
+    let rank = ((p / 100.0 * n as f64).ceil() as usize).clamp(1, n);
+    sorted[rank - 1]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn percentiles_match_sorted_raw_samples() {
+    bounded(60, async {
+        let t = start_target(512, None).await;
+        let r = t
+            .probe(&["--rw", "randrw", "--count", "6000", "--qd", "4", "--queues", "2", "--record-samples"])
+            .await;
+        let samples = r.samples.clone().expect("samples recorded");
+        let j = r.to_fio_json();
+        for op in [OpKind::Read, OpKind::Write] {
+            let mut v = samples[op as usize].clone();
+            v.sort_unstable();
+            let st = r.stats(op);
+            assert_eq!(v.len() as u64, st.ops);
+            assert!(v.len() > 1000, "both kinds got requests");
+            assert_eq!((st.min(), st.max_ns), (v[0], *v.last().unwrap()), "exact extremes");
+            let mean = v.iter().map(|&x| x as f64).sum::<f64>() / v.len() as f64;
+            assert!((st.mean() - mean).abs() <= mean * 1e-9, "exact mean");
+            let var = v.iter().map(|&x| (x as f64 - mean).powi(2)).sum::<f64>() / (v.len() - 1) as f64;
+            assert!((st.stddev() - var.sqrt()).abs() <= var.sqrt() * 1e-6 + 1e-6, "exact stddev");
+            for p in PERCENTILES {
+                let want = reference_percentile(&v, p);
+                let got = u(&j["jobs"][0][op.as_str()]["lat_ns"]["percentile"][percentile_key(p)], "pct");
+                // 3 significant digits: the reported value is the top of the sample's bucket.
+                let tol = want / 1000 + 1;
+                assert!(
+                    got >= want && got - want <= tol,
+                    "{} p{p}: histogram {got} vs samples {want}",
+                    op.as_str()
+                );
+            }
+        }
+        t.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_reports_exactly_the_corrupted_lba() {
+    bounded(60, async {
+        let t = start_target(512, None).await;
+        let region = ["--size", "1m", "--offset", "1m", "--bs", "4k"];
+        let mut w = vec!["--rw", "write", "--verify", "--count", "256", "--qd", "4"];
+        w.extend_from_slice(&region);
+        let r = t.probe(&w).await;
+        let v = r.verify.as_ref().unwrap();
+        assert_eq!((v.written_blocks, v.mismatches), (2048, 0));
+        // Clean read-back of the whole region.
+        let mut rd = vec!["--rw", "read", "--verify", "--count", "256", "--qd", "4"];
+        rd.extend_from_slice(&region);
+        let r = t.probe(&rd).await;
+        assert_eq!(
+            (r.verify.as_ref().unwrap().checked_blocks, r.verify.as_ref().unwrap().mismatches),
+            (2048, 0)
+        );
+        // One flipped byte inside LBA 2048 + 37 (the region starts at LBA 2048).
+        let bad_lba = 2048 + 37;
+        t.mem.corrupt_byte(bad_lba * 512 + 100);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s2 = seen.clone();
+        let hooks = Hooks {
+            on_event: Some(Arc::new(move |e: &ProbeEvent| {
+                if let ProbeEvent::Mismatch(m) = e {
+                    s2.lock().unwrap().push(m.lba);
+                }
+            })),
+            ..Hooks::default()
+        };
+        let r = nvmeof_tools::run_probe_with(&t.opts(&rd), hooks).await.unwrap();
+        let v = r.verify.as_ref().unwrap();
+        assert_eq!(v.mismatches, 1, "{:?}", v.first);
+        assert_eq!(v.first[0].lba, bad_lba);
+        assert_eq!(v.first[0].offset, 100);
+        assert_eq!(*seen.lock().unwrap(), vec![bad_lba]);
+        assert_eq!(r.exit_code(), ExitCode::VerifyFailed);
+        let j = r.to_fio_json();
+        assert_eq!(j["jobs"][0]["nvmeof_probe"]["verify"]["mismatches"], 1);
+        assert_eq!(j["jobs"][0]["nvmeof_probe"]["verify"]["first_mismatches"][0]["lba"], bad_lba);
+        assert!(r.to_text().contains(&format!("lba={bad_lba}")));
+        // Random reads find it too (and only it), whatever the request size.
+        let r = t
+            .probe(&[
+                "--rw", "randread", "--verify", "--size", "1m", "--offset", "1m", "--bs", "8k", "--count",
+                "2000", "--qd", "4",
+            ])
+            .await;
+        let v = r.verify.as_ref().unwrap();
+        assert!(v.first.iter().all(|m| m.lba == bad_lba) && v.mismatches > 0, "{:?}", v.first);
+        t.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rate_limit_holds_within_five_percent() {
+    bounded(60, async {
+        let t = start_target(512, None).await;
+        let r = t.probe(&["--rate", "2000", "--time", "2s", "--qd", "4"]).await;
+        let n = r.read.ops as f64;
+        assert!((n - 4000.0).abs() <= 200.0, "{n} requests in 2 s at 2000 IOPS");
+        let iops = r.iops(OpKind::Read);
+        assert!((iops - 2000.0).abs() <= 100.0, "measured {iops} IOPS");
+        // Coordinated omission: latency is measured from the schedule, and the lag is reported.
+        let lag = r.sched_lag.as_ref().expect("schedule lag");
+        assert_eq!(lag.ops, r.read.ops);
+        assert!(r.to_fio_json()["jobs"][0]["nvmeof_probe"]["sched_lag_ns"]["percentile"].is_object());
+        t.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ping_mode_emits_one_line_per_request() {
+    bounded(60, async {
+        let t = start_target(4096, None).await;
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let l2 = lines.clone();
+        let addr = t.addr.clone();
+        let hooks = Hooks {
+            on_event: Some(Arc::new(move |e: &ProbeEvent| {
+                if let ProbeEvent::Ping(p) = e {
+                    l2.lock().unwrap().push(ping_line(&addr, 1, p));
+                }
+            })),
+            ..Hooks::default()
+        };
+        let opts = t.opts(&["--ping", "--count", "7", "--interval", "2ms", "--warmup", "0"]);
+        let r = nvmeof_tools::run_probe_with(&opts, hooks).await.unwrap();
+        let lines = lines.lock().unwrap().clone();
+        assert_eq!(lines.len(), 7);
+        for (i, l) in lines.iter().enumerate() {
+            assert!(l.starts_with(&format!("4 KiB from {} nsid=1 lba=", t.addr)), "{l}");
+            assert!(l.contains(&format!(": request={} time=", i + 1)), "{l}");
+            assert!([" ns", " us", " ms", " s"].iter().any(|u| l.ends_with(u)), "{l}");
+        }
+        assert_eq!(r.read.ops, 7);
+        let s = r.ping_summary();
+        assert!(s.contains("7 requests completed") && s.contains("min/avg/max/mdev"), "{s}");
+        t.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hdr_interval_log_and_svg_plot() {
+    bounded(60, async {
+        let t = start_target(512, None).await;
+        let dir = std::env::temp_dir().join(format!("nvmeof-tools-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (log, svg) = (dir.join("lat.hlog"), dir.join("lat.svg"));
+        let r = t
+            .probe(&["--rw", "randrw", "--time", "1500ms", "--qd", "2", "--hdr-log", log.to_str().unwrap()])
+            .await;
+        nvmeof_tools::hdrlog::write_interval_log_file(&r, &log).unwrap();
+        nvmeof_tools::plot::write_plot(&r, &svg).unwrap();
+        let text = std::fs::read(&log).unwrap();
+        assert!(text.starts_with(b"#[Histogram log format version 1.3]"));
+        use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
+        use hdrhistogram::serialization::Deserializer;
+        let mut counts = [0u64; 2];
+        let mut intervals = 0;
+        let mut base = false;
+        for e in IntervalLogIterator::new(&text) {
+            match e.expect("log parses") {
+                LogEntry::BaseTime(_) => base = true,
+                LogEntry::StartTime(_) => {}
+                LogEntry::Interval(h) => {
+                    intervals += 1;
+                    let hist: hdrhistogram::Histogram<u64> = Deserializer::new()
+                        .deserialize(&mut base64_decode(h.encoded_histogram()).as_slice())
+                        .expect("V2 deflate histogram");
+                    let i = match h.tag().map(|t| t.as_str()) {
+                        Some("read") => 0,
+                        Some("write") => 1,
+                        other => panic!("tag {other:?}"),
+                    };
+                    counts[i] += hist.len();
+                    assert!(h.duration() <= Duration::from_secs(1));
+                }
+            }
+        }
+        assert!(base);
+        assert!(intervals >= 4, "2 tags × 2 intervals, got {intervals}");
+        assert_eq!(counts, [r.read.ops, r.write.ops]);
+        let svg_text = std::fs::read_to_string(&svg).unwrap();
+        assert!(svg_text.contains("<svg") && svg_text.contains("Latency by percentile"));
+        assert!(svg_text.contains("IOPS over time"));
+        let _ = std::fs::remove_dir_all(&dir);
+        t.stop().await;
+    })
+    .await;
+}
+
+/// Standard base64 (the interval log's histogram encoding).
+fn base64_decode(s: &str) -> Vec<u8> {
+    let val = |c: u8| -> u32 {
+        match c {
+            b'A'..=b'Z' => (c - b'A') as u32,
+            b'a'..=b'z' => (c - b'a' + 26) as u32,
+            b'0'..=b'9' => (c - b'0' + 52) as u32,
+            b'+' => 62,
+            b'/' => 63,
+            _ => panic!("bad base64 {c}"),
+        }
+    };
+    let b: Vec<u8> = s.bytes().filter(|&c| c != b'=').collect();
+    let mut out = Vec::new();
+    for chunk in b.chunks(4) {
+        let mut acc = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            acc |= val(c) << (18 - 6 * i);
+        }
+        out.extend_from_slice(&acc.to_be_bytes()[1..chunk.len()]);
+    }
+    out
+}
+
+async fn admin_raw(args: &[&str], stdin: &[u8]) -> Result<Vec<u8>, ToolError> {
+    let cli = admin::Cli::parse_args(args).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    let mut out = Vec::new();
+    let mut input = stdin;
+    admin::run(&cli, &mut input, &mut out).await?;
+    Ok(out)
+}
+
+async fn admin(args: &[&str], stdin: &[u8]) -> Result<String, ToolError> {
+    admin_raw(args, stdin).await.map(|o| String::from_utf8(o).expect("text output"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_cli_outputs_and_exit_codes() {
+    bounded(60, async {
+        let allowed = "nqn.2024-01.io.nvmeof.test:allowed-host";
+        let t = start_target(512, Some(vec![allowed.to_string()])).await;
+        let a = t.addr.as_str();
+        let h = ["--hostnqn", allowed];
+        // discover (the log lists only the subsystems this host may use)
+        let j: Value = serde_json::from_str(
+            &admin(&["nvmeof", "discover", a, "--json", h[0], h[1]], b"").await.unwrap(),
+        )
+        .unwrap();
+        let recs = j["records"].as_array().unwrap();
+        assert!(recs
+            .iter()
+            .any(|r| r["subnqn"] == NQN && r["trtype"] == "tcp" && r["subtype"] == "nvme subsystem"));
+        let text = admin(&["nvmeof", "discover", a, h[0], h[1]], b"").await.unwrap();
+        assert!(text.contains(&format!("subnqn:  {NQN}")), "{text}");
+        // identify
+        let j: Value = serde_json::from_str(
+            &admin(&["nvmeof", "identify", a, "--nqn", NQN, "--json", h[0], h[1]], b"").await.unwrap(),
+        )
+        .unwrap();
+        assert_eq!(j["subnqn"], NQN);
+        assert_eq!(j["mn"], "nvmeof-tools-test");
+        let j: Value = serde_json::from_str(
+            &admin(&["nvmeof", "identify", a, "--nqn", NQN, "--nsid", "1", "--json", h[0], h[1]], b"")
+                .await
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!((j["nsze"].as_u64(), j["block_size"].as_u64()), (Some(NS_SIZE / 512), Some(512)));
+        // list
+        let text = admin(&["nvmeof", "list", a, "--nqn", NQN, h[0], h[1]], b"").await.unwrap();
+        assert!(
+            text.lines().nth(1).unwrap().split_whitespace().collect::<Vec<_>>()[..4]
+                == ["1", "16", "MiB", "32768"],
+            "{text}"
+        );
+        let j: Value = serde_json::from_str(
+            &admin(&["nvmeof", "list", a, "--nqn", NQN, "--json", h[0], h[1]], b"").await.unwrap(),
+        )
+        .unwrap();
+        assert_eq!(j["namespaces"][0]["size_bytes"], NS_SIZE);
+        // write from stdin (zero-padded), read back to stdout and to a file
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
+        let w = admin(&["nvmeof", "write", a, "--nqn", NQN, "--lba", "5", h[0], h[1]], &data).await.unwrap();
+        assert!(w.contains("wrote 2 blocks"), "{w}");
+        let raw =
+            admin_raw(&["nvmeof", "read", a, "--nqn", NQN, "--lba", "5", "--count", "2", h[0], h[1]], b"")
+                .await
+                .unwrap();
+        assert_eq!(raw.len(), 1024);
+        assert_eq!(&raw[..1000], &data[..]);
+        let file = std::env::temp_dir().join(format!("nvmeof-tools-read-{}", std::process::id()));
+        let fs = file.to_str().unwrap();
+        admin(
+            &["nvmeof", "read", a, "--nqn", NQN, "--lba", "5", "--count", "2", "--file", fs, h[0], h[1]],
+            b"",
+        )
+        .await
+        .unwrap();
+        let got = std::fs::read(&file).unwrap();
+        let _ = std::fs::remove_file(&file);
+        assert_eq!(&got[..1000], &data[..]);
+        assert!(got[1000..].iter().all(|&b| b == 0));
+        // Errors: exit codes and messages.
+        let e = admin(
+            &["nvmeof", "list", a, "--nqn", NQN, "--hostnqn", "nqn.2024-01.io.nvmeof.test:intruder"],
+            b"",
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::NvmeStatus, "{e}");
+        assert!(e.message.contains("host not allowed") && e.message.contains("SCT 1 SC 0x84"), "{e}");
+        let e = admin(&["nvmeof", "list", a, "--nqn", "nqn.2024-01.io.nvmeof.test:nope", h[0], h[1]], b"")
+            .await
+            .unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::NotFound, "{e}");
+        assert!(e.message.contains("subsystem not found") && e.message.contains("SC 0x82"), "{e}");
+        let e = admin(&["nvmeof", "identify", a, "--nqn", NQN, "--nsid", "9", h[0], h[1]], b"")
+            .await
+            .unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::NotFound, "{e}");
+        assert!(e.message.contains("namespace 9 not found"), "{e}");
+        let e =
+            admin(&["nvmeof", "read", a, "--nqn", NQN, "--lba", "32767", "--count", "2", h[0], h[1]], b"")
+                .await
+                .unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
+        // A port nobody listens on: the target's port after it stopped.
+        let addr = t.addr.clone();
+        t.stop().await;
+        let e = admin(&["nvmeof", "list", &addr, "--nqn", NQN, h[0], h[1]], b"").await.unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::Transport, "{e}");
+        assert!(e.message.contains("refused"), "{e}");
+        assert!(admin::Cli::parse_args(["nvmeof", "list", "x"]).is_err(), "--nqn is required");
+    })
+    .await;
+}
+
+/// The built binaries, next to this test executable's `deps/` folder; built on demand.
+fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    let path = profile_dir.join(name);
+    if !path.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-p", "nvmeof-tools", "--bins"]);
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let st = cmd.status().expect("cargo build runs");
+        assert!(st.success(), "building nvmeof-tools failed");
+    }
+    assert!(path.exists(), "{} not found", path.display());
+    path
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn binaries_end_to_end() {
+    bounded(300, async {
+        let t = start_target(512, None).await;
+        let probe = binary("nvmeof-probe");
+        let a = t.addr.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new(probe)
+                .args([
+                    a.as_str(),
+                    "--nqn",
+                    NQN,
+                    "--ping",
+                    "--count",
+                    "4",
+                    "--interval",
+                    "1ms",
+                    "--rw",
+                    "read",
+                ])
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+        let lines: Vec<&str> = stdout.lines().filter(|l| l.contains(" from ")).collect();
+        assert_eq!(lines.len(), 4, "{stdout}");
+        for (i, l) in lines.iter().enumerate() {
+            assert!(l.starts_with("4 KiB from ") && l.contains(&format!("request={}", i + 1)), "{l}");
+        }
+        assert!(stdout.contains("4 requests completed"), "{stdout}");
+        // JSON output parses; the exit code of a missing namespace is 4.
+        let probe = binary("nvmeof-probe");
+        let a = t.addr.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new(&probe)
+                .args([a.as_str(), "--nqn", NQN, "--count", "100", "--json"])
+                .output()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        assert!(out.status.success());
+        let j: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
+        check_fio_json(&j, 4096, "binary --json");
+        let cli = binary("nvmeof");
+        let a = t.addr.clone();
+        let out = tokio::task::spawn_blocking(move || {
+            Command::new(cli).args(["identify", a.as_str(), "--nqn", NQN, "--nsid", "3"]).output().unwrap()
+        })
+        .await
+        .unwrap();
+        assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("namespace 3 not found"));
+        t.stop().await;
+    })
+    .await;
+}

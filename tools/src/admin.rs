@@ -1,0 +1,608 @@
+//! The `nvmeof` admin CLI: discover, identify, list, read, write.
+//!
+//! Output goes to the writer the caller passes (the binary passes stdout),
+//! human-readable by default and JSON with `--json`. Every failure is a
+//! [`ToolError`] whose [`ToolError::exit_code`] scripts can trust.
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use nvmeof_common::spec::discovery::{AdrFam, DiscoveryLog, DiscoveryLogEntry, SecType, SubType, TrType};
+use nvmeof_common::spec::{IdentifyController, IdentifyNamespace};
+use nvmeof_initiator::{discover, ConnectOptions, Controller, IoFlags};
+use serde_json::{json, Value};
+
+use crate::error::ToolError;
+use crate::probe::{connect, connect_options, namespace_info};
+use crate::util::{fmt_bytes, parse_duration, with_default_port, DEFAULT_PORT};
+
+/// `nvmeof`: administer and access NVMe/TCP targets.
+#[derive(clap::Parser, Debug, Clone)]
+#[command(
+    name = "nvmeof",
+    version,
+    about = "NVMe/TCP admin CLI: discover, identify, list, read, write",
+    after_help = "ADDR is HOST[:PORT]; the default port is 4420 (nvmeof-target serves discovery and I/O \
+                  on the same port; a Linux nvmet discovery port is usually 8009: give it explicitly).\n\
+                  Exit codes: 0 ok, 1 NVMe error status (e.g. Connect rejected), 2 usage, \
+                  3 connection/transport error, 4 subsystem or namespace not found."
+)]
+pub struct Cli {
+    /// Print JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Host NQN to connect as (default: this machine's UUID host NQN).
+    #[arg(long, global = true)]
+    pub hostnqn: Option<String>,
+    /// Connect and command timeout (e.g. 10s).
+    #[arg(long, global = true, default_value = "10s", value_parser = parse_duration)]
+    pub timeout: Duration,
+    /// Enable header and data digests.
+    #[arg(long, global = true)]
+    pub digests: bool,
+    /// What to do.
+    #[command(subcommand)]
+    pub cmd: Command,
+}
+
+/// Subcommands.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum Command {
+    /// Read the discovery log of HOST or HOST:PORT (default port 4420).
+    Discover {
+        /// Target address.
+        addr: String,
+    },
+    /// Identify Controller, or Identify Namespace with --nsid.
+    Identify {
+        /// Target address.
+        addr: String,
+        /// Subsystem NQN.
+        #[arg(long)]
+        nqn: String,
+        /// Namespace ID (omit for the controller).
+        #[arg(long)]
+        nsid: Option<u32>,
+    },
+    /// List the active namespaces with their size and block size.
+    List {
+        /// Target address.
+        addr: String,
+        /// Subsystem NQN.
+        #[arg(long)]
+        nqn: String,
+    },
+    /// Read blocks to stdout or a file.
+    Read {
+        /// Target address.
+        addr: String,
+        /// Subsystem NQN.
+        #[arg(long)]
+        nqn: String,
+        /// Namespace ID.
+        #[arg(long, default_value_t = 1)]
+        nsid: u32,
+        /// First LBA.
+        #[arg(long)]
+        lba: u64,
+        /// Number of blocks.
+        #[arg(long)]
+        count: u64,
+        /// Write the data to this file instead of stdout.
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
+    /// Write blocks from a file or stdin (the last block is zero-padded).
+    Write {
+        /// Target address.
+        addr: String,
+        /// Subsystem NQN.
+        #[arg(long)]
+        nqn: String,
+        /// Namespace ID.
+        #[arg(long, default_value_t = 1)]
+        nsid: u32,
+        /// First LBA.
+        #[arg(long)]
+        lba: u64,
+        /// Number of blocks (default: the input length rounded up to whole blocks).
+        #[arg(long)]
+        count: Option<u64>,
+        /// Read the data from this file instead of stdin.
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// Force Unit Access.
+        #[arg(long)]
+        fua: bool,
+    },
+}
+
+impl Cli {
+    /// Parses command-line style arguments (the first is the program name).
+    pub fn parse_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        <Self as clap::Parser>::try_parse_from(args)
+    }
+
+    fn opts(&self, io_queues: u16) -> ConnectOptions {
+        ConnectOptions {
+            connect_timeout: self.timeout,
+            command_timeout: self.timeout,
+            ..connect_options(io_queues, 16, self.digests, self.hostnqn.as_deref(), 0)
+        }
+    }
+}
+
+fn out_err(e: std::io::Error) -> ToolError {
+    ToolError::usage(format!("output: {e}"))
+}
+
+fn emit(out: &mut dyn Write, v: &Value) -> Result<(), ToolError> {
+    writeln!(out, "{}", serde_json::to_string_pretty(v).expect("serializable")).map_err(out_err)
+}
+
+/// Runs one command; `input` is stdin for `write`, `out` is stdout.
+pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result<(), ToolError> {
+    match &cli.cmd {
+        Command::Discover { addr } => {
+            let addr = with_default_port(addr, DEFAULT_PORT);
+            let opts = ConnectOptions {
+                host: cli.opts(0).host,
+                connect_timeout: cli.timeout,
+                command_timeout: cli.timeout,
+                hdr_digest: cli.digests,
+                data_digest: cli.digests,
+                ..ConnectOptions::discovery()
+            };
+            let log = discover(addr.as_str(), opts)
+                .await
+                .map_err(|e| ToolError::from_initiator(&format!("discovery at {addr}"), &e))?;
+            if cli.json {
+                emit(out, &discovery_json(&log))
+            } else {
+                write!(out, "{}", discovery_text(&addr, &log)).map_err(out_err)
+            }
+        }
+        Command::Identify { addr, nqn, nsid } => {
+            let addr = with_default_port(addr, DEFAULT_PORT);
+            let ctrl = connect(&addr, nqn, cli.opts(0)).await?;
+            let r = identify(cli, &ctrl, *nsid, out).await;
+            close(ctrl).await;
+            r
+        }
+        Command::List { addr, nqn } => {
+            let addr = with_default_port(addr, DEFAULT_PORT);
+            let ctrl = connect(&addr, nqn, cli.opts(0)).await?;
+            let r = list(cli, &ctrl, out).await;
+            close(ctrl).await;
+            r
+        }
+        Command::Read { addr, nqn, nsid, lba, count, file } => {
+            if cli.json && file.is_none() {
+                return Err(ToolError::usage("read --json needs --file (the data goes to stdout otherwise)"));
+            }
+            let addr = with_default_port(addr, DEFAULT_PORT);
+            let ctrl = connect(&addr, nqn, cli.opts(1)).await?;
+            let r = read(cli, &ctrl, *nsid, *lba, *count, file.as_ref(), out).await;
+            close(ctrl).await;
+            r
+        }
+        Command::Write { addr, nqn, nsid, lba, count, file, fua } => {
+            let mut data = Vec::new();
+            let src = file.as_ref().map_or("stdin".to_string(), |f| f.display().to_string());
+            match file {
+                Some(f) => std::fs::File::open(f).and_then(|mut f| f.read_to_end(&mut data)),
+                None => input.read_to_end(&mut data),
+            }
+            .map_err(|e| ToolError::usage(format!("cannot read {src}: {e}")))?;
+            let addr = with_default_port(addr, DEFAULT_PORT);
+            let ctrl = connect(&addr, nqn, cli.opts(1)).await?;
+            let r = write(cli, &ctrl, *nsid, *lba, *count, data, *fua, &src, out).await;
+            close(ctrl).await;
+            r
+        }
+    }
+}
+
+async fn close(ctrl: Controller) {
+    if let Err(e) = ctrl.shutdown().await {
+        tracing::debug!(error = %e, "controller shutdown failed");
+    }
+}
+
+fn trtype(t: TrType) -> String {
+    match t {
+        TrType::TCP => "tcp".into(),
+        TrType::RDMA => "rdma".into(),
+        TrType::FC => "fc".into(),
+        TrType::LOOP => "loop".into(),
+        TrType(x) => format!("unknown ({x})"),
+    }
+}
+
+fn adrfam(a: AdrFam) -> String {
+    match a {
+        AdrFam::IPV4 => "ipv4".into(),
+        AdrFam::IPV6 => "ipv6".into(),
+        AdrFam::IB => "ib".into(),
+        AdrFam::FC => "fc".into(),
+        AdrFam::LOOP => "loop".into(),
+        AdrFam(x) => format!("unknown ({x})"),
+    }
+}
+
+fn subtype(s: SubType) -> String {
+    match s {
+        SubType::NVME => "nvme subsystem".into(),
+        SubType::REFERRAL => "discovery subsystem referral".into(),
+        SubType::CURRENT_DISCOVERY => "current discovery subsystem".into(),
+        SubType(x) => format!("unknown ({x})"),
+    }
+}
+
+fn treq(t: u8) -> String {
+    let mut s = match t & 3 {
+        0 => "not specified".to_string(),
+        1 => "required".to_string(),
+        2 => "not required".to_string(),
+        _ => "reserved".to_string(),
+    };
+    if t & nvmeof_common::spec::discovery::TREQ_DISABLE_SQFLOW != 0 {
+        s += ", sq flow control disable supported";
+    }
+    s
+}
+
+fn sectype(e: &DiscoveryLogEntry) -> String {
+    match e.tcp_sectype() {
+        SecType::NONE => "none".into(),
+        SecType::TLS12 => "tls1.2".into(),
+        SecType::TLS13 => "tls1.3".into(),
+        SecType(x) => format!("unknown ({x})"),
+    }
+}
+
+/// The discovery log in nvme-cli's JSON layout (`genctr`, `records[]`).
+pub fn discovery_json(log: &DiscoveryLog) -> Value {
+    let records: Vec<Value> = log
+        .entries
+        .iter()
+        .map(|e| {
+            json!({
+                "trtype": trtype(e.trtype),
+                "adrfam": adrfam(e.adrfam),
+                "subtype": subtype(e.subtype),
+                "treq": treq(e.treq),
+                "portid": e.portid,
+                "trsvcid": e.trsvcid,
+                "subnqn": e.subnqn,
+                "traddr": e.traddr,
+                "eflags": e.eflags,
+                "sectype": sectype(e),
+            })
+        })
+        .collect();
+    json!({ "genctr": log.header.genctr, "numrec": log.header.numrec, "records": records })
+}
+
+/// The discovery log as text (like `nvme discover`).
+pub fn discovery_text(addr: &str, log: &DiscoveryLog) -> String {
+    let mut s =
+        format!("Discovery Log at {addr}: generation {}, {} records\n", log.header.genctr, log.entries.len());
+    for (i, e) in log.entries.iter().enumerate() {
+        s += &format!("=====Discovery Log Entry {i}======\n");
+        s += &format!("trtype:  {}\n", trtype(e.trtype));
+        s += &format!("adrfam:  {}\n", adrfam(e.adrfam));
+        s += &format!("subtype: {}\n", subtype(e.subtype));
+        s += &format!("treq:    {}\n", treq(e.treq));
+        s += &format!("portid:  {}\n", e.portid);
+        s += &format!("trsvcid: {}\n", e.trsvcid);
+        s += &format!("subnqn:  {}\n", e.subnqn);
+        s += &format!("traddr:  {}\n", e.traddr);
+        s += &format!("eflags:  {:#x}\n", e.eflags);
+        s += &format!("sectype: {}\n", sectype(e));
+    }
+    s
+}
+
+fn version(v: u32) -> String {
+    format!("{}.{}.{}", v >> 16, (v >> 8) & 0xFF, v & 0xFF)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Identify Controller data (and connection facts) as JSON.
+pub fn controller_json(id: &IdentifyController, ctrl: &Controller) -> Value {
+    let info = ctrl.info();
+    json!({
+        "vid": id.vid,
+        "ssvid": id.ssvid,
+        "sn": id.sn.trim(),
+        "mn": id.mn.trim(),
+        "fr": id.fr.trim(),
+        "rab": id.rab,
+        "ieee": hex(&id.ieee),
+        "cmic": id.cmic,
+        "mdts": id.mdts,
+        "cntlid": id.cntlid,
+        "ver": id.ver,
+        "version": version(id.ver),
+        "oaes": id.oaes,
+        "ctratt": id.ctratt,
+        "cntrltype": id.cntrltype,
+        "oacs": id.oacs,
+        "acl": id.acl,
+        "aerl": id.aerl,
+        "lpa": id.lpa,
+        "elpe": id.elpe,
+        "kas": id.kas,
+        "sqes": id.sqes,
+        "cqes": id.cqes,
+        "maxcmd": id.maxcmd,
+        "nn": id.nn,
+        "oncs": id.oncs,
+        "fuses": id.fuses,
+        "vwc": id.vwc,
+        "sgls": id.sgls,
+        "subnqn": id.subnqn,
+        "ioccsz": id.ioccsz,
+        "iorcsz": id.iorcsz,
+        "icdoff": id.icdoff,
+        "fcatt": id.fcatt,
+        "msdbd": id.msdbd,
+        "connection": {
+            "address": ctrl.addr().to_string(),
+            "hostnqn": ctrl.host().nqn,
+            "io_queues": info.io_queues,
+            "queue_depth": info.queue_depth,
+            "max_transfer": info.max_transfer,
+            "inline_data": info.inline_data,
+        },
+    })
+}
+
+/// Identify Namespace data as JSON.
+pub fn namespace_json(nsid: u32, id: &IdentifyNamespace) -> Value {
+    let bs = id.block_size().unwrap_or(0) as u64;
+    let lbaf: Vec<Value> = id
+        .lbaf
+        .iter()
+        .map(|f| json!({ "ms": f.ms, "lbads": f.lbads, "rp": f.rp, "block_size": f.block_size() }))
+        .collect();
+    json!({
+        "nsid": nsid,
+        "nsze": id.nsze,
+        "ncap": id.ncap,
+        "nuse": id.nuse,
+        "nsfeat": id.nsfeat,
+        "nlbaf": id.lbaf.len().saturating_sub(1),
+        "flbas": id.flbas,
+        "block_size": bs,
+        "size_bytes": id.nsze * bs,
+        "nmic": id.nmic,
+        "anagrpid": id.anagrpid,
+        "nguid": hex(&id.nguid),
+        "eui64": hex(&id.eui64),
+        "lbafs": lbaf,
+    })
+}
+
+fn text_of(v: &Value, indent: &str) -> String {
+    let mut s = String::new();
+    if let Value::Object(m) = v {
+        for (k, val) in m {
+            match val {
+                Value::Object(_) => {
+                    s += &format!("{indent}{k}:\n");
+                    s += &text_of(val, &format!("{indent}  "));
+                }
+                Value::Array(a) => {
+                    for (i, x) in a.iter().enumerate() {
+                        s += &format!("{indent}{k}[{i}]: {}\n", x);
+                    }
+                }
+                Value::String(t) => s += &format!("{indent}{k:<12}: {t}\n"),
+                Value::Null => s += &format!("{indent}{k:<12}: -\n"),
+                x => s += &format!("{indent}{k:<12}: {x}\n"),
+            }
+        }
+    }
+    s
+}
+
+async fn identify(
+    cli: &Cli,
+    ctrl: &Controller,
+    nsid: Option<u32>,
+    out: &mut dyn Write,
+) -> Result<(), ToolError> {
+    let v = match nsid {
+        None => {
+            let id = ctrl
+                .identify_controller()
+                .await
+                .map_err(|e| ToolError::from_initiator("Identify Controller", &e))?;
+            controller_json(&id, ctrl)
+        }
+        Some(n) => {
+            namespace_info(ctrl, n).await?;
+            let id = ctrl
+                .identify_namespace(n)
+                .await
+                .map_err(|e| ToolError::from_initiator(&format!("Identify Namespace {n}"), &e))?;
+            namespace_json(n, &id)
+        }
+    };
+    if cli.json {
+        emit(out, &v)
+    } else {
+        write!(out, "{}", text_of(&v, "")).map_err(out_err)
+    }
+}
+
+async fn list(cli: &Cli, ctrl: &Controller, out: &mut dyn Write) -> Result<(), ToolError> {
+    let ids = ctrl
+        .active_namespaces()
+        .await
+        .map_err(|e| ToolError::from_initiator("Identify active namespaces", &e))?;
+    let mut rows = Vec::new();
+    for n in ids {
+        let id = ctrl
+            .identify_namespace(n)
+            .await
+            .map_err(|e| ToolError::from_initiator(&format!("Identify Namespace {n}"), &e))?;
+        rows.push(namespace_json(n, &id));
+    }
+    if cli.json {
+        return emit(out, &json!({ "subnqn": ctrl.subnqn(), "namespaces": rows }));
+    }
+    let mut s =
+        format!("{:<6} {:>12} {:>14} {:>10}  {:<32}\n", "NSID", "Size", "Blocks", "Block size", "NGUID");
+    for r in &rows {
+        s += &format!(
+            "{:<6} {:>12} {:>14} {:>10}  {}\n",
+            r["nsid"].to_string(),
+            fmt_bytes(r["size_bytes"].as_u64().unwrap_or(0)),
+            r["nsze"].to_string(),
+            r["block_size"].to_string(),
+            r["nguid"].as_str().unwrap_or("")
+        );
+    }
+    if rows.is_empty() {
+        s += "(no active namespaces)\n";
+    }
+    write!(out, "{s}").map_err(out_err)
+}
+
+fn check_range(nsid: u32, lba: u64, count: u64, blocks: u64) -> Result<(), ToolError> {
+    if count == 0 {
+        return Err(ToolError::usage("--count must be at least 1"));
+    }
+    match lba.checked_add(count) {
+        Some(end) if end <= blocks => Ok(()),
+        _ => Err(ToolError::usage(format!(
+            "blocks {lba}..{} are beyond namespace {nsid} ({blocks} blocks)",
+            lba.saturating_add(count)
+        ))),
+    }
+}
+
+/// Bytes per command the CLI uses for big transfers.
+const CHUNK: u64 = 1 << 20;
+
+async fn read(
+    cli: &Cli,
+    ctrl: &Controller,
+    nsid: u32,
+    lba: u64,
+    count: u64,
+    file: Option<&PathBuf>,
+    out: &mut dyn Write,
+) -> Result<(), ToolError> {
+    let info = namespace_info(ctrl, nsid).await?;
+    check_range(nsid, lba, count, info.blocks)?;
+    let ns = ctrl
+        .namespace(nsid)
+        .await
+        .map_err(|e| ToolError::from_initiator(&format!("namespace {nsid}"), &e))?;
+    let bs = info.block_size as u64;
+    let per = (CHUNK / bs).max(1);
+    let mut fout = match file {
+        Some(p) => Some(
+            std::fs::File::create(p)
+                .map_err(|e| ToolError::usage(format!("cannot create {}: {e}", p.display())))?,
+        ),
+        None => None,
+    };
+    let mut buf = vec![0u8; (per.min(count) * bs) as usize];
+    let mut done = 0;
+    while done < count {
+        let n = per.min(count - done);
+        let b = &mut buf[..(n * bs) as usize];
+        ns.read(lba + done, b).await.map_err(|e| {
+            ToolError::from_initiator(&format!("read of {n} blocks at lba {} (nsid {nsid})", lba + done), &e)
+        })?;
+        match fout.as_mut() {
+            Some(f) => f.write_all(b),
+            None => out.write_all(b),
+        }
+        .map_err(out_err)?;
+        done += n;
+    }
+    if let Some(f) = fout.as_mut() {
+        f.flush().map_err(out_err)?;
+        let summary = json!({ "nsid": nsid, "lba": lba, "blocks": count, "bytes": count * bs,
+                              "file": file.map(|p| p.display().to_string()) });
+        if cli.json {
+            emit(out, &summary)?;
+        } else {
+            writeln!(
+                out,
+                "read {count} blocks ({}) from lba {lba} of nsid {nsid} into {}",
+                fmt_bytes(count * bs),
+                file.map(|p| p.display().to_string()).unwrap_or_default()
+            )
+            .map_err(out_err)?;
+        }
+    } else {
+        out.flush().map_err(out_err)?;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn write(
+    cli: &Cli,
+    ctrl: &Controller,
+    nsid: u32,
+    lba: u64,
+    count: Option<u64>,
+    mut data: Vec<u8>,
+    fua: bool,
+    src: &str,
+    out: &mut dyn Write,
+) -> Result<(), ToolError> {
+    let info = namespace_info(ctrl, nsid).await?;
+    let bs = info.block_size as u64;
+    let need = (data.len() as u64).div_ceil(bs);
+    let count = match count {
+        Some(c) if need > c => {
+            return Err(ToolError::usage(format!(
+                "{src} holds {} bytes, more than --count {c} blocks of {bs} bytes",
+                data.len()
+            )))
+        }
+        Some(c) => c,
+        None if data.is_empty() => return Err(ToolError::usage(format!("{src} is empty: nothing to write"))),
+        None => need,
+    };
+    check_range(nsid, lba, count, info.blocks)?;
+    data.resize((count * bs) as usize, 0);
+    let ns = ctrl
+        .namespace(nsid)
+        .await
+        .map_err(|e| ToolError::from_initiator(&format!("namespace {nsid}"), &e))?;
+    let flags = IoFlags { fua, ..IoFlags::default() };
+    let per = (CHUNK / bs).max(1);
+    for (i, chunk) in data.chunks((per * bs) as usize).enumerate() {
+        let at = lba + i as u64 * per;
+        ns.write_with(at, chunk, flags).await.map_err(|e| {
+            ToolError::from_initiator(
+                &format!("write of {} blocks at lba {at} (nsid {nsid})", chunk.len() as u64 / bs),
+                &e,
+            )
+        })?;
+    }
+    if cli.json {
+        emit(out, &json!({ "nsid": nsid, "lba": lba, "blocks": count, "bytes": count * bs, "fua": fua }))
+    } else {
+        writeln!(out, "wrote {count} blocks ({}) at lba {lba} of nsid {nsid}", fmt_bytes(count * bs))
+            .map_err(out_err)
+    }
+}

@@ -1,0 +1,1352 @@
+//! The probe engine behind `nvmeof-probe`: options, connection set-up, the
+//! per-slot workers, ping mode, and the collected [`Report`].
+//!
+//! # How it measures
+//! - One tokio task per in-flight slot (`qd × queues`); slot `i` is bound to
+//!   I/O queue `i % queues + 1` and submits through
+//!   [`Controller::io_command_on`], so each queue sees exactly `qd` requests.
+//! - Each slot owns its data buffer, its histograms and its random generator,
+//!   all allocated before the run; the loop itself does not allocate (except
+//!   once per second when an HdrHistogram interval log is requested, and for
+//!   the optional raw-sample recording used by the tests).
+//! - Latency is taken with [`Instant`] right before the submission and right
+//!   after the `await` returns, recorded in ns into an HdrHistogram (3
+//!   significant digits) per operation type; exact min/max/mean/stddev are
+//!   kept beside it.
+//! - With `--rate`, every request has an intended send time on a global
+//!   schedule (`start + n / rate`); latency is measured from that intended
+//!   time, not from the actual send, so a stalled target is not hidden by
+//!   the probe waiting for it (coordinated omission). How late the probe
+//!   itself sent is reported separately (`sched_lag`).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use hdrhistogram::Histogram;
+use nvmeof_common::opcode::IoOpcode;
+use nvmeof_common::{Sqe, Status};
+use nvmeof_initiator::{ConnectOptions, Controller, HostIdentity, Payload, ReconnectPolicy};
+
+use crate::error::{ErrorKind, ToolError};
+use crate::pacer::Pacer;
+use crate::pattern::{self, Mismatch};
+use crate::util::{self, parse_duration, parse_size, DEFAULT_PORT};
+
+/// Most verify mismatches kept in the report (all are counted).
+pub const MAX_MISMATCHES_KEPT: usize = 100;
+/// Significant digits of every latency histogram (0.1 % precision).
+pub const HIST_SIGFIG: u8 = 3;
+
+/// I/O pattern.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RwMode {
+    /// Sequential reads.
+    Read,
+    /// Sequential writes.
+    Write,
+    /// Random reads.
+    Randread,
+    /// Random writes.
+    Randwrite,
+    /// Random mixed reads and writes (`--mix` % reads).
+    Randrw,
+    /// Sequential mixed reads and writes (`--mix` % reads).
+    Rw,
+}
+
+impl RwMode {
+    /// fio's name of the mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RwMode::Read => "read",
+            RwMode::Write => "write",
+            RwMode::Randread => "randread",
+            RwMode::Randwrite => "randwrite",
+            RwMode::Randrw => "randrw",
+            RwMode::Rw => "rw",
+        }
+    }
+
+    /// Whether offsets are random.
+    pub fn random(self) -> bool {
+        matches!(self, RwMode::Randread | RwMode::Randwrite | RwMode::Randrw)
+    }
+
+    /// Whether the mode issues reads.
+    pub fn reads(self) -> bool {
+        !matches!(self, RwMode::Write | RwMode::Randwrite)
+    }
+
+    /// Whether the mode issues writes.
+    pub fn writes(self) -> bool {
+        !matches!(self, RwMode::Read | RwMode::Randread)
+    }
+}
+
+/// Operation type of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    /// Read.
+    Read = 0,
+    /// Write.
+    Write = 1,
+}
+
+impl OpKind {
+    /// `"read"` or `"write"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OpKind::Read => "read",
+            OpKind::Write => "write",
+        }
+    }
+}
+
+/// Options of `nvmeof-probe` (also the library entry point's input).
+#[derive(clap::Parser, Clone, Debug)]
+#[command(
+    name = "nvmeof-probe",
+    version,
+    about = "Latency and throughput probe for NVMe/TCP targets (ioping/fio-like)",
+    after_help = "Exit codes: 0 ok, 1 NVMe error status, 2 usage, 3 connection/transport error, \
+                  4 subsystem or namespace not found, 5 verify mismatch."
+)]
+pub struct ProbeOptions {
+    /// Target address: HOST or HOST:PORT (default port 4420).
+    pub target: String,
+    /// Subsystem NQN.
+    #[arg(long)]
+    pub nqn: String,
+    /// Namespace ID.
+    #[arg(long, default_value_t = 1)]
+    pub nsid: u32,
+    /// I/O pattern.
+    #[arg(long, value_enum, default_value_t = RwMode::Randread)]
+    pub rw: RwMode,
+    /// Percentage of reads in mixed modes (randrw, rw).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
+    pub mix: u8,
+    /// Request size (e.g. 512, 4k, 128k, 1m); a multiple of the namespace block size.
+    #[arg(long, default_value = "4k", value_parser = parse_size)]
+    pub bs: u64,
+    /// Requests in flight per queue.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    pub qd: u32,
+    /// I/O queues (connections) to use.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub queues: u16,
+    /// Run time, e.g. 10s, 500ms, 2m (default 10s, or unlimited in ping mode; with --count, whichever ends first).
+    #[arg(long, value_parser = parse_duration)]
+    pub time: Option<Duration>,
+    /// Number of measured requests (after warm-up).
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Total request rate cap in IOPS; latency is then measured from the scheduled send time.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub rate: Option<u64>,
+    /// Warm-up time excluded from the statistics (seconds, or with a unit).
+    #[arg(long, default_value = "0", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// Enable header and data digests (CRC32C).
+    #[arg(long)]
+    pub digests: bool,
+    /// Write a self-checking pattern (LBA + generation) and check every block read.
+    #[arg(long)]
+    pub verify: bool,
+    /// Size of the region to use (default: from --offset to the end of the namespace).
+    #[arg(long, value_parser = parse_size)]
+    pub size: Option<u64>,
+    /// Start of the region in bytes (a multiple of the block size).
+    #[arg(long, default_value = "0", value_parser = parse_size)]
+    pub offset: u64,
+    /// ioping mode: one request at a time, one line each, then a summary.
+    #[arg(long)]
+    pub ping: bool,
+    /// Pause between ping requests (default 1s).
+    #[arg(long, value_parser = parse_duration)]
+    pub interval: Option<Duration>,
+    /// Print fio-style JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Write an HdrHistogram interval log (1 s intervals, tags read/write, values in ns).
+    #[arg(long)]
+    pub hdr_log: Option<PathBuf>,
+    /// Write an SVG with a latency percentile plot and IOPS over time.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+    /// Job name in the report.
+    #[arg(long, default_value = "nvmeof-probe")]
+    pub name: String,
+    /// Host NQN to connect as (default: this machine's UUID host NQN).
+    #[arg(long)]
+    pub hostnqn: Option<String>,
+    /// Seed of the random offsets (default: time based).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Busy-poll the sockets for this many µs after activity (trades CPU for latency).
+    #[arg(long, default_value_t = 0)]
+    pub poll_us: u64,
+    /// Runtime worker threads (default: min(queues, CPUs)); 1 runs everything on one thread.
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// No per-second progress lines on stderr.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// Keep every latency sample in the report (tests; memory grows with the run).
+    #[arg(long, hide = true)]
+    pub record_samples: bool,
+}
+
+impl ProbeOptions {
+    /// Parses command-line style arguments (the first is the program name).
+    pub fn parse_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        <Self as clap::Parser>::try_parse_from(args)
+    }
+
+    /// The target address with the default port added.
+    pub fn addr(&self) -> String {
+        util::with_default_port(&self.target, DEFAULT_PORT)
+    }
+
+    /// The runtime thread count the binary uses.
+    pub fn runtime_threads(&self) -> usize {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        self.threads.unwrap_or_else(|| (self.queues as usize).min(cpus)).max(1)
+    }
+
+    /// The run time limit in effect (`None`: until the count is reached or stopped).
+    pub fn time_limit(&self) -> Option<Duration> {
+        match (self.time, self.count, self.ping) {
+            (Some(t), _, _) => Some(t),
+            (None, None, false) => Some(Duration::from_secs(10)),
+            _ => None,
+        }
+    }
+
+    /// Checks combinations the parser cannot.
+    pub fn validate(&self) -> Result<(), ToolError> {
+        if self.bs == 0 || self.bs > u32::MAX as u64 {
+            return Err(ToolError::usage(format!("--bs {} out of range", self.bs)));
+        }
+        if self.count == Some(0) {
+            return Err(ToolError::usage("--count must be at least 1"));
+        }
+        if self.time == Some(Duration::ZERO) {
+            return Err(ToolError::usage("--time must be positive"));
+        }
+        if self.ping && (self.qd != 1 || self.queues != 1 || self.rate.is_some()) {
+            return Err(ToolError::usage(
+                "--ping sends one request at a time: --qd, --queues and --rate do not apply (use --interval)",
+            ));
+        }
+        if self.nqn.is_empty() {
+            return Err(ToolError::usage("--nqn must not be empty"));
+        }
+        Ok(())
+    }
+}
+
+/// Something the run reports while it goes.
+#[derive(Clone, Debug)]
+pub enum ProbeEvent {
+    /// Something worth telling that does not stop the run.
+    Warning(String),
+    /// One second of progress (every second, from the first).
+    Progress(TimelinePoint),
+    /// One ping-mode request.
+    Ping(PingSample),
+    /// A block failed verification.
+    Mismatch(Mismatch),
+}
+
+/// Callback for [`ProbeEvent`]s.
+pub type EventFn = Arc<dyn Fn(&ProbeEvent) + Send + Sync>;
+
+/// Hooks of a run: an event callback and a stop flag (Ctrl-C).
+#[derive(Clone, Default)]
+pub struct Hooks {
+    /// Called for every event (from worker tasks; keep it short).
+    pub on_event: Option<EventFn>,
+    /// Set to end the run early; the report covers what completed.
+    pub stop: Arc<AtomicBool>,
+}
+
+impl Hooks {
+    fn emit(&self, e: ProbeEvent) {
+        if let Some(f) = &self.on_event {
+            f(&e);
+        }
+    }
+}
+
+/// One ping-mode request.
+#[derive(Clone, Debug)]
+pub struct PingSample {
+    /// 1-based request number.
+    pub request: u64,
+    /// Read or write.
+    pub op: OpKind,
+    /// Bytes transferred.
+    pub bytes: u64,
+    /// First LBA.
+    pub lba: u64,
+    /// Round trip in ns.
+    pub latency_ns: u64,
+    /// Sent during warm-up (not in the statistics).
+    pub warmup: bool,
+}
+
+/// Requests and bandwidth of one second of the run.
+#[derive(Clone, Debug, Default)]
+pub struct TimelinePoint {
+    /// Seconds since the start (end of this interval).
+    pub t: f64,
+    /// Length of the interval in seconds.
+    pub secs: f64,
+    /// Read IOPS in this interval.
+    pub read_iops: f64,
+    /// Write IOPS.
+    pub write_iops: f64,
+    /// Read bytes/s.
+    pub read_bw: f64,
+    /// Write bytes/s.
+    pub write_bw: f64,
+    /// Mean read latency (ns) in this interval.
+    pub read_lat_mean_ns: f64,
+    /// Mean write latency (ns).
+    pub write_lat_mean_ns: f64,
+    /// Whether this interval is (partly) warm-up.
+    pub warmup: bool,
+}
+
+/// Latency statistics of one operation type.
+#[derive(Clone, Debug)]
+pub struct OpStats {
+    /// Completed requests.
+    pub ops: u64,
+    /// Bytes transferred.
+    pub bytes: u64,
+    /// Exact smallest latency (ns).
+    pub min_ns: u64,
+    /// Exact largest latency (ns).
+    pub max_ns: u64,
+    sum_ns: f64,
+    sum_sq: f64,
+    /// All latencies (ns), 3 significant digits.
+    pub hist: Histogram<u64>,
+}
+
+impl Default for OpStats {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl OpStats {
+    /// Empty statistics.
+    pub fn new() -> Self {
+        Self {
+            ops: 0,
+            bytes: 0,
+            min_ns: u64::MAX,
+            max_ns: 0,
+            sum_ns: 0.0,
+            sum_sq: 0.0,
+            hist: Histogram::new(HIST_SIGFIG).expect("valid sigfig"),
+        }
+    }
+
+    /// Records one request.
+    #[inline]
+    pub fn record(&mut self, lat_ns: u64, bytes: u64) {
+        self.ops += 1;
+        self.bytes += bytes;
+        self.min_ns = self.min_ns.min(lat_ns);
+        self.max_ns = self.max_ns.max(lat_ns);
+        let v = lat_ns as f64;
+        self.sum_ns += v;
+        self.sum_sq += v * v;
+        let _ = self.hist.record(lat_ns.max(1));
+    }
+
+    /// Adds another's statistics.
+    pub fn merge(&mut self, o: &OpStats) {
+        self.ops += o.ops;
+        self.bytes += o.bytes;
+        self.min_ns = self.min_ns.min(o.min_ns);
+        self.max_ns = self.max_ns.max(o.max_ns);
+        self.sum_ns += o.sum_ns;
+        self.sum_sq += o.sum_sq;
+        let _ = self.hist.add(&o.hist);
+    }
+
+    /// Smallest latency (0 without requests).
+    pub fn min(&self) -> u64 {
+        if self.ops == 0 {
+            0
+        } else {
+            self.min_ns
+        }
+    }
+
+    /// Mean latency in ns.
+    pub fn mean(&self) -> f64 {
+        if self.ops == 0 {
+            0.0
+        } else {
+            self.sum_ns / self.ops as f64
+        }
+    }
+
+    /// Sample standard deviation in ns (like fio).
+    pub fn stddev(&self) -> f64 {
+        if self.ops < 2 {
+            return 0.0;
+        }
+        let n = self.ops as f64;
+        let var = (self.sum_sq - self.sum_ns * self.sum_ns / n) / (n - 1.0);
+        var.max(0.0).sqrt()
+    }
+
+    /// Latency at percentile `p` (0–100), from the histogram.
+    pub fn percentile(&self, p: f64) -> u64 {
+        if self.ops == 0 {
+            0
+        } else {
+            self.hist.value_at_quantile(p / 100.0)
+        }
+    }
+}
+
+/// Histograms of one interval of an HdrHistogram log.
+#[derive(Clone, Debug)]
+pub struct IntervalHists {
+    /// Offset of the interval start from the measurement start.
+    pub start: Duration,
+    /// Interval length.
+    pub length: Duration,
+    /// Read latencies.
+    pub read: Histogram<u64>,
+    /// Write latencies.
+    pub write: Histogram<u64>,
+}
+
+/// Verification results.
+#[derive(Clone, Debug, Default)]
+pub struct VerifyStats {
+    /// Blocks written with the pattern.
+    pub written_blocks: u64,
+    /// Blocks read and checked.
+    pub checked_blocks: u64,
+    /// Blocks that failed the check.
+    pub mismatches: u64,
+    /// The first [`MAX_MISMATCHES_KEPT`] failures.
+    pub first: Vec<Mismatch>,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug)]
+pub struct Report {
+    /// The options of the run.
+    pub opts: ProbeOptions,
+    /// Resolved target address.
+    pub addr: String,
+    /// I/O queues actually used.
+    pub queues: u16,
+    /// Namespace block size.
+    pub block_size: u32,
+    /// Region used: first byte and length.
+    pub region: (u64, u64),
+    /// Wall-clock start of the measurement.
+    pub started: SystemTime,
+    /// Measured time (after warm-up).
+    pub runtime: Duration,
+    /// Reads.
+    pub read: OpStats,
+    /// Writes.
+    pub write: OpStats,
+    /// How late requests were sent against the `--rate` schedule (ns).
+    pub sched_lag: Option<OpStats>,
+    /// Verification results (with `--verify`).
+    pub verify: Option<VerifyStats>,
+    /// Failed requests.
+    pub errors: u64,
+    /// The first failure, which ended the run.
+    pub error: Option<ToolError>,
+    /// Per-second progress.
+    pub timeline: Vec<TimelinePoint>,
+    /// 1 s interval histograms (with `--hdr-log`).
+    pub intervals: Vec<IntervalHists>,
+    /// Raw latencies (ns) in completion order per slot, reads then writes (with `record_samples`).
+    pub samples: Option<[Vec<u64>; 2]>,
+}
+
+impl Report {
+    /// Statistics of `op`.
+    pub fn stats(&self, op: OpKind) -> &OpStats {
+        match op {
+            OpKind::Read => &self.read,
+            OpKind::Write => &self.write,
+        }
+    }
+
+    /// Requests per second of `op` over the measured time.
+    pub fn iops(&self, op: OpKind) -> f64 {
+        let s = self.runtime.as_secs_f64();
+        if s > 0.0 {
+            self.stats(op).ops as f64 / s
+        } else {
+            0.0
+        }
+    }
+
+    /// Bytes per second of `op`.
+    pub fn bw_bytes(&self, op: OpKind) -> f64 {
+        let s = self.runtime.as_secs_f64();
+        if s > 0.0 {
+            self.stats(op).bytes as f64 / s
+        } else {
+            0.0
+        }
+    }
+
+    /// The exit code this run deserves.
+    pub fn exit_code(&self) -> crate::error::ExitCode {
+        if let Some(e) = &self.error {
+            return e.exit_code();
+        }
+        if self.verify.as_ref().is_some_and(|v| v.mismatches > 0) {
+            return crate::error::ExitCode::VerifyFailed;
+        }
+        crate::error::ExitCode::Ok
+    }
+}
+
+/// Running totals of one slot (requests and latency sum per operation type,
+/// warm-up included) for the progress lines. Only its slot writes them, with
+/// plain stores (no locked read-modify-write in the I/O loop); a cache line
+/// each, so slots on different threads do not share lines.
+#[repr(align(64))]
+#[derive(Default)]
+struct SlotLive {
+    ops: [AtomicU64; 2],
+    lat_ns: [AtomicU64; 2],
+}
+
+/// Everything the slots share (read-only except atomics).
+struct Shared {
+    ctrl: Controller,
+    nsid: u32,
+    block_size: usize,
+    region_lba: u64,
+    units: u64,
+    blocks_per_io: u64,
+    bs: usize,
+    mode: RwMode,
+    mix: u64,
+    t0: Instant,
+    measure_start: Instant,
+    end: Option<Instant>,
+    period_ns: Option<f64>,
+    count: Option<u64>,
+    claimed: AtomicU64,
+    sched: AtomicU64,
+    seq: AtomicU64,
+    live: Box<[SlotLive]>,
+    verify: bool,
+    gen_base: u64,
+    gen: AtomicU64,
+    hooks: Hooks,
+    mismatches: Mutex<VerifyStats>,
+    errors: AtomicU64,
+    error: Mutex<Option<ToolError>>,
+    interval: Option<Duration>,
+    record_samples: bool,
+    samples_hint: usize,
+}
+
+/// What one slot collected.
+struct SlotOut {
+    stats: [OpStats; 2],
+    lag: Option<OpStats>,
+    intervals: Vec<(u32, [Histogram<u64>; 2])>,
+    samples: [Vec<u64>; 2],
+    written_blocks: u64,
+    checked_blocks: u64,
+}
+
+/// xorshift64* generator.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    #[inline]
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in `0..n`.
+    #[inline]
+    fn below(&mut self, n: u64) -> u64 {
+        ((self.next() as u128 * n as u128) >> 64) as u64
+    }
+}
+
+fn rw_sqe(op: OpKind, nsid: u32, lba: u64, blocks: u64) -> Sqe {
+    let opc = match op {
+        OpKind::Read => IoOpcode::READ,
+        OpKind::Write => IoOpcode::WRITE,
+    };
+    let mut s = Sqe::new(opc.0);
+    s.set_nsid(nsid).set_slba(lba).set_cdw(12, (blocks - 1) as u32);
+    s
+}
+
+fn new_hist() -> Histogram<u64> {
+    Histogram::new(HIST_SIGFIG).expect("valid sigfig")
+}
+
+impl Shared {
+    fn fail(&self, what: String, e: &nvmeof_initiator::Error) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        let mut slot = self.error.lock().unwrap();
+        if slot.is_none() {
+            *slot = Some(ToolError::from_initiator(&what, e));
+        }
+        self.hooks.stop.store(true, Ordering::Relaxed);
+    }
+
+    fn mismatch(&self, m: Mismatch) {
+        {
+            let mut v = self.mismatches.lock().unwrap();
+            v.mismatches += 1;
+            if v.first.len() < MAX_MISMATCHES_KEPT {
+                v.first.push(m.clone());
+            }
+        }
+        self.hooks.emit(ProbeEvent::Mismatch(m));
+    }
+
+    fn pick(&self, rng: &mut Rng) -> (OpKind, u64) {
+        let op = match self.mode {
+            RwMode::Read | RwMode::Randread => OpKind::Read,
+            RwMode::Write | RwMode::Randwrite => OpKind::Write,
+            RwMode::Randrw | RwMode::Rw => {
+                if rng.below(100) < self.mix {
+                    OpKind::Read
+                } else {
+                    OpKind::Write
+                }
+            }
+        };
+        let unit = if self.mode.random() {
+            rng.below(self.units)
+        } else {
+            self.seq.fetch_add(1, Ordering::Relaxed) % self.units
+        };
+        (op, self.region_lba + unit * self.blocks_per_io)
+    }
+}
+
+/// One in-flight slot: submits on queue `qid` until the run ends.
+async fn slot(sh: Arc<Shared>, idx: usize, qid: u16, seed: u64) -> SlotOut {
+    let mut buf = vec![0u8; sh.bs];
+    let mut rng = Rng::new(seed);
+    for w in buf.chunks_mut(8) {
+        let v = rng.next().to_le_bytes();
+        w.copy_from_slice(&v[..w.len()]);
+    }
+    let cap = if sh.record_samples { sh.samples_hint } else { 0 };
+    let mut out = SlotOut {
+        stats: [OpStats::new(), OpStats::new()],
+        lag: sh.period_ns.map(|_| OpStats::new()),
+        intervals: Vec::new(),
+        samples: [Vec::with_capacity(cap), Vec::with_capacity(cap)],
+        written_blocks: 0,
+        checked_blocks: 0,
+    };
+    let mut cur = sh.interval.map(|_| [new_hist(), new_hist()]);
+    let mut cur_idx = 0u32;
+    let mut next_boundary = sh.interval.map(|i| sh.measure_start + i);
+    let stop = &sh.hooks.stop;
+    let mut pacer = Pacer::new();
+    let mut clock = Instant::now();
+    let (mut live_ops, mut live_lat) = ([0u64; 2], [0u64; 2]);
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        // When this request is meant to go out.
+        let intended = match sh.period_ns {
+            Some(p) => {
+                let n = sh.sched.fetch_add(1, Ordering::Relaxed);
+                let t = sh.t0 + Duration::from_nanos((n as f64 * p) as u64);
+                if sh.end.is_some_and(|e| t >= e) {
+                    break;
+                }
+                if !pacer.wait_until(t, stop).await {
+                    break;
+                }
+                Some(t)
+            }
+            None => None,
+        };
+        // Without a schedule, decide with the last completion time: one clock read less per request.
+        let start_ref = intended.unwrap_or(clock);
+        if sh.end.is_some_and(|e| start_ref >= e) {
+            break;
+        }
+        let measured = start_ref >= sh.measure_start;
+        if measured {
+            if let Some(c) = sh.count {
+                if sh.claimed.fetch_add(1, Ordering::Relaxed) >= c {
+                    break;
+                }
+            }
+        }
+        let (op, lba) = sh.pick(&mut rng);
+        if op == OpKind::Write && sh.verify {
+            let generation = sh.gen_base.wrapping_add(sh.gen.fetch_add(1, Ordering::Relaxed));
+            pattern::fill(&mut buf, sh.block_size, lba, generation);
+        }
+        let sqe = rw_sqe(op, sh.nsid, lba, sh.blocks_per_io);
+        let send = Instant::now();
+        let r = match op {
+            OpKind::Read => sh.ctrl.io_command_on(qid, sqe, Payload::Read(&mut buf)).await,
+            OpKind::Write => sh.ctrl.io_command_on(qid, sqe, Payload::Write(&buf)).await,
+        };
+        let done = Instant::now();
+        clock = done;
+        if let Err(e) = r {
+            sh.fail(format!("{} of {} bytes at lba {lba} on queue {qid}", op.as_str(), sh.bs), &e);
+            break;
+        }
+        let lat = done.duration_since(intended.unwrap_or(send)).as_nanos() as u64;
+        let bytes = sh.bs as u64;
+        let k = op as usize;
+        live_ops[k] += 1;
+        live_lat[k] += lat;
+        sh.live[idx].ops[k].store(live_ops[k], Ordering::Relaxed);
+        sh.live[idx].lat_ns[k].store(live_lat[k], Ordering::Relaxed);
+        match op {
+            OpKind::Write => out.written_blocks += sh.blocks_per_io,
+            OpKind::Read if sh.verify => {
+                out.checked_blocks += sh.blocks_per_io;
+                pattern::check(&buf, sh.block_size, lba, |m| sh.mismatch(m));
+            }
+            OpKind::Read => {}
+        }
+        if !measured {
+            continue;
+        }
+        out.stats[op as usize].record(lat, bytes);
+        if let (Some(lag), Some(t)) = (out.lag.as_mut(), intended) {
+            lag.record(send.saturating_duration_since(t).as_nanos() as u64, 0);
+        }
+        if sh.record_samples {
+            out.samples[op as usize].push(lat);
+        }
+        if let (Some(h), Some(nb), Some(iv)) = (cur.as_mut(), next_boundary.as_mut(), sh.interval) {
+            while done >= *nb {
+                if h[0].len() + h[1].len() > 0 {
+                    out.intervals.push((cur_idx, h.clone()));
+                    h[0].reset();
+                    h[1].reset();
+                }
+                cur_idx += 1;
+                *nb += iv;
+            }
+            let _ = h[op as usize].record(lat.max(1));
+        }
+    }
+    if let Some(h) = cur {
+        if h[0].len() + h[1].len() > 0 {
+            out.intervals.push((cur_idx, h));
+        }
+    }
+    out
+}
+
+/// Connection options for the probe and the admin tool.
+pub fn connect_options(
+    io_queues: u16,
+    qd: u32,
+    digests: bool,
+    hostnqn: Option<&str>,
+    poll_us: u64,
+) -> ConnectOptions {
+    let host = hostnqn.map(|n| HostIdentity::new(n, HostIdentity::default_for_host().id));
+    ConnectOptions {
+        host,
+        io_queues,
+        queue_depth: (qd + 1).clamp(2, u16::MAX as u32) as u16,
+        hdr_digest: digests,
+        data_digest: digests,
+        reconnect: ReconnectPolicy::never(),
+        max_transfer: None,
+        busy_poll: Duration::from_micros(poll_us),
+        ..ConnectOptions::default()
+    }
+}
+
+/// Connects to `addr`/`nqn`; errors say what failed.
+pub async fn connect(addr: &str, nqn: &str, opts: ConnectOptions) -> Result<Controller, ToolError> {
+    let host = opts.host.clone();
+    Controller::connect(addr, nqn, opts).await.map_err(|e| {
+        let mut err = ToolError::from_initiator(&format!("connect to {addr} (subsystem {nqn})"), &e);
+        if e.status().is_some_and(|s| s.code() == Status::CONNECT_INVALID_HOST) {
+            let h = host.unwrap_or_else(HostIdentity::default_for_host).nqn;
+            err.message += &format!("; this host connected as {h} (choose another with --hostnqn)");
+        }
+        err
+    })
+}
+
+/// Namespace facts the probe needs.
+#[derive(Clone, Copy, Debug)]
+pub struct NsInfo {
+    /// Block size in bytes.
+    pub block_size: u32,
+    /// Size in blocks.
+    pub blocks: u64,
+}
+
+/// Identify Namespace `nsid`; a missing namespace becomes a not-found error listing the active ones.
+pub async fn namespace_info(ctrl: &Controller, nsid: u32) -> Result<NsInfo, ToolError> {
+    let not_found = |ctrl: &Controller| {
+        let ctrl = ctrl.clone();
+        async move {
+            let list = ctrl.active_namespaces().await.unwrap_or_default();
+            let list: Vec<String> = list.iter().map(u32::to_string).collect();
+            ToolError::not_found(format!(
+                "namespace {nsid} not found in {} (active namespaces: {})",
+                ctrl.subnqn(),
+                if list.is_empty() { "none".to_string() } else { list.join(", ") }
+            ))
+        }
+    };
+    let id = match ctrl.identify_namespace(nsid).await {
+        Ok(id) => id,
+        Err(e) if e.status().is_some_and(|s| s.code() == Status::INVALID_NS) => {
+            return Err(not_found(ctrl).await)
+        }
+        Err(e) => return Err(ToolError::from_initiator(&format!("Identify Namespace {nsid}"), &e)),
+    };
+    if id.nsze == 0 {
+        return Err(not_found(ctrl).await);
+    }
+    let block_size = id.block_size().ok_or_else(|| {
+        ToolError::new(ErrorKind::Transport, format!("namespace {nsid}: unusable LBA format"))
+    })?;
+    Ok(NsInfo { block_size, blocks: id.nsze })
+}
+
+/// The region and request geometry of a run.
+struct Geometry {
+    block_size: usize,
+    region_lba: u64,
+    region_bytes: u64,
+    units: u64,
+    blocks_per_io: u64,
+}
+
+fn geometry(opts: &ProbeOptions, ns: NsInfo, max_transfer: Option<u32>) -> Result<Geometry, ToolError> {
+    let bsz = ns.block_size as u64;
+    let ns_bytes = ns.blocks * bsz;
+    if !opts.bs.is_multiple_of(bsz) {
+        return Err(ToolError::usage(format!(
+            "--bs {} is not a multiple of the namespace block size {bsz}",
+            opts.bs
+        )));
+    }
+    let blocks_per_io = opts.bs / bsz;
+    if let Some(m) = max_transfer {
+        if opts.bs > m as u64 {
+            return Err(ToolError::usage(format!(
+                "--bs {} exceeds the controller's maximum transfer size {} (MDTS)",
+                util::fmt_bytes(opts.bs),
+                util::fmt_bytes(m as u64)
+            )));
+        }
+    }
+    if blocks_per_io > 1 << 16 {
+        return Err(ToolError::usage(format!("--bs {} exceeds 65536 blocks per command", opts.bs)));
+    }
+    if !opts.offset.is_multiple_of(bsz) {
+        return Err(ToolError::usage(format!(
+            "--offset {} is not a multiple of the block size {bsz}",
+            opts.offset
+        )));
+    }
+    if opts.offset >= ns_bytes {
+        return Err(ToolError::usage(format!(
+            "--offset {} is beyond the namespace ({})",
+            opts.offset,
+            util::fmt_bytes(ns_bytes)
+        )));
+    }
+    let avail = ns_bytes - opts.offset;
+    let size = opts.size.unwrap_or(avail);
+    if size > avail {
+        return Err(ToolError::usage(format!(
+            "--offset {} + --size {} is beyond the namespace ({})",
+            opts.offset,
+            size,
+            util::fmt_bytes(ns_bytes)
+        )));
+    }
+    let units = size / opts.bs;
+    if units == 0 {
+        return Err(ToolError::usage(format!(
+            "the region ({}) is smaller than one request ({})",
+            util::fmt_bytes(size),
+            util::fmt_bytes(opts.bs)
+        )));
+    }
+    if opts.verify && (ns.block_size as usize) <= pattern::HEADER_LEN {
+        return Err(ToolError::usage("--verify needs blocks larger than 24 bytes"));
+    }
+    Ok(Geometry {
+        block_size: ns.block_size as usize,
+        region_lba: opts.offset / bsz,
+        region_bytes: units * opts.bs,
+        units,
+        blocks_per_io,
+    })
+}
+
+fn time_seed() -> u64 {
+    let t = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+    (t.as_nanos() as u64) ^ ((std::process::id() as u64) << 40)
+}
+
+/// Runs the probe described by `opts` (connects, runs, disconnects).
+pub async fn run_probe(opts: &ProbeOptions) -> Result<Report, ToolError> {
+    run_probe_with(opts, Hooks::default()).await
+}
+
+/// Runs the probe with an event callback and a stop flag. Connection and
+/// set-up failures are errors; failures during the run end it early and are
+/// in [`Report::error`].
+pub async fn run_probe_with(opts: &ProbeOptions, hooks: Hooks) -> Result<Report, ToolError> {
+    opts.validate()?;
+    let addr = opts.addr();
+    let qd = if opts.ping { 1 } else { opts.qd };
+    let ctrl = connect(
+        &addr,
+        &opts.nqn,
+        connect_options(opts.queues, qd, opts.digests, opts.hostnqn.as_deref(), opts.poll_us),
+    )
+    .await?;
+    let r = run_connected(opts, &addr, &ctrl, hooks).await;
+    if let Err(e) = ctrl.shutdown().await {
+        tracing::debug!(error = %e, "controller shutdown failed");
+    }
+    r
+}
+
+async fn run_connected(
+    opts: &ProbeOptions,
+    addr: &str,
+    ctrl: &Controller,
+    hooks: Hooks,
+) -> Result<Report, ToolError> {
+    let ns = namespace_info(ctrl, opts.nsid).await?;
+    let info = ctrl.info();
+    let g = geometry(opts, ns, info.max_transfer)?;
+    let queues = ctrl.io_queue_count() as u16;
+    if queues < opts.queues {
+        hooks.emit(ProbeEvent::Warning(format!(
+            "the controller granted {queues} I/O queues of the {} asked for",
+            opts.queues
+        )));
+    }
+    let per_queue = info.queue_depth.saturating_sub(1) as u32;
+    if !opts.ping && per_queue < opts.qd {
+        hooks.emit(ProbeEvent::Warning(format!(
+            "queue depth capped by the controller: {per_queue} in flight per queue, not {}",
+            opts.qd
+        )));
+    }
+    if opts.ping {
+        return run_ping(opts, addr, ctrl, g, ns, hooks).await;
+    }
+    let slots = opts.qd as usize * queues as usize;
+    let seed = opts.seed.unwrap_or_else(time_seed);
+    let t0 = Instant::now();
+    let measure_start = t0 + opts.warmup;
+    let end = opts.time_limit().map(|t| measure_start + t);
+    let samples_hint = match opts.count {
+        Some(c) => (c as usize / slots + 16).min(1 << 24),
+        None => 1 << 12,
+    };
+    let sh = Arc::new(Shared {
+        ctrl: ctrl.clone(),
+        nsid: opts.nsid,
+        block_size: g.block_size,
+        region_lba: g.region_lba,
+        units: g.units,
+        blocks_per_io: g.blocks_per_io,
+        bs: opts.bs as usize,
+        mode: opts.rw,
+        mix: opts.mix as u64,
+        t0,
+        measure_start,
+        end,
+        period_ns: opts.rate.map(|r| 1e9 / r as f64),
+        count: opts.count,
+        claimed: AtomicU64::new(0),
+        sched: AtomicU64::new(0),
+        seq: AtomicU64::new(0),
+        live: (0..slots).map(|_| SlotLive::default()).collect(),
+        verify: opts.verify,
+        gen_base: time_seed().rotate_left(17),
+        gen: AtomicU64::new(0),
+        hooks: hooks.clone(),
+        mismatches: Mutex::new(VerifyStats::default()),
+        errors: AtomicU64::new(0),
+        error: Mutex::new(None),
+        interval: opts.hdr_log.as_ref().map(|_| Duration::from_secs(1)),
+        record_samples: opts.record_samples,
+        samples_hint,
+    });
+    let started = SystemTime::now() + opts.warmup;
+    let mut tasks = Vec::with_capacity(slots);
+    for i in 0..slots {
+        let qid = (i % queues as usize) as u16 + 1;
+        tasks.push(tokio::spawn(slot(sh.clone(), i, qid, seed.wrapping_add(i as u64 * 0x1000_0001))));
+    }
+    let done = Arc::new(AtomicBool::new(false));
+    let monitor = tokio::spawn(monitor(sh.clone(), done.clone()));
+    let mut outs = Vec::with_capacity(slots);
+    for t in tasks {
+        match t.await {
+            Ok(o) => outs.push(o),
+            Err(e) => {
+                hooks.stop.store(true, Ordering::Relaxed);
+                return Err(ToolError::new(ErrorKind::Transport, format!("probe task failed: {e}")));
+            }
+        }
+    }
+    let finished = Instant::now();
+    done.store(true, Ordering::Relaxed);
+    let timeline = monitor.await.unwrap_or_default();
+    let runtime = finished.saturating_duration_since(measure_start);
+    let mut read = OpStats::new();
+    let mut write = OpStats::new();
+    let mut lag = sh.period_ns.map(|_| OpStats::new());
+    let mut by_idx: std::collections::BTreeMap<u32, [Histogram<u64>; 2]> = Default::default();
+    let mut samples = [Vec::new(), Vec::new()];
+    let (mut written, mut checked) = (0, 0);
+    for o in outs {
+        read.merge(&o.stats[0]);
+        write.merge(&o.stats[1]);
+        if let (Some(l), Some(ol)) = (lag.as_mut(), o.lag.as_ref()) {
+            l.merge(ol);
+        }
+        for (i, h) in o.intervals {
+            let e = by_idx.entry(i).or_insert_with(|| [new_hist(), new_hist()]);
+            let _ = e[0].add(&h[0]);
+            let _ = e[1].add(&h[1]);
+        }
+        if opts.record_samples {
+            samples[0].extend_from_slice(&o.samples[0]);
+            samples[1].extend_from_slice(&o.samples[1]);
+        }
+        written += o.written_blocks;
+        checked += o.checked_blocks;
+    }
+    let intervals = by_idx
+        .into_iter()
+        .map(|(i, [r, w])| {
+            let start = Duration::from_secs(i as u64);
+            let length = runtime.saturating_sub(start).min(Duration::from_secs(1));
+            IntervalHists { start, length, read: r, write: w }
+        })
+        .collect();
+    let verify = opts.verify.then(|| {
+        let mut v = sh.mismatches.lock().unwrap().clone();
+        v.written_blocks = written;
+        v.checked_blocks = checked;
+        v
+    });
+    let error = sh.error.lock().unwrap().clone();
+    Ok(Report {
+        opts: opts.clone(),
+        addr: addr.to_string(),
+        queues,
+        block_size: g.block_size as u32,
+        region: (g.region_lba * g.block_size as u64, g.region_bytes),
+        started,
+        runtime,
+        read,
+        write,
+        sched_lag: lag,
+        verify,
+        errors: sh.errors.load(Ordering::Relaxed),
+        error,
+        timeline,
+        intervals,
+        samples: opts.record_samples.then_some(samples),
+    })
+}
+
+/// Samples the live counters every second and reports progress.
+async fn monitor(sh: Arc<Shared>, done: Arc<AtomicBool>) -> Vec<TimelinePoint> {
+    let mut timeline = Vec::new();
+    let mut last = [(0u64, 0u64); 2];
+    let bs = sh.bs as f64;
+    let mut last_t = sh.t0;
+    let mut next = sh.t0 + Duration::from_secs(1);
+    loop {
+        // Wake often enough to notice the end quickly.
+        while Instant::now() < next && !done.load(Ordering::Relaxed) {
+            let rem = next.saturating_duration_since(Instant::now()).min(Duration::from_millis(20));
+            tokio::time::sleep(rem).await;
+        }
+        let now = Instant::now();
+        let finished = done.load(Ordering::Relaxed);
+        let secs = now.duration_since(last_t).as_secs_f64();
+        if finished && secs < 0.2 {
+            break;
+        }
+        let mut cur = [(0u64, 0u64); 2];
+        for l in sh.live.iter() {
+            for (k, c) in cur.iter_mut().enumerate() {
+                c.0 += l.ops[k].load(Ordering::Relaxed);
+                c.1 += l.lat_ns[k].load(Ordering::Relaxed);
+            }
+        }
+        let rate = |i: usize| {
+            let d_ops = cur[i].0 - last[i].0;
+            let d_lat = cur[i].1 - last[i].1;
+            let mean = if d_ops > 0 { d_lat as f64 / d_ops as f64 } else { 0.0 };
+            (d_ops as f64 / secs, d_ops as f64 * bs / secs, mean)
+        };
+        let (ri, rb, rl) = rate(0);
+        let (wi, wb, wl) = rate(1);
+        let p = TimelinePoint {
+            t: now.duration_since(sh.t0).as_secs_f64(),
+            secs,
+            read_iops: ri,
+            write_iops: wi,
+            read_bw: rb,
+            write_bw: wb,
+            read_lat_mean_ns: rl,
+            write_lat_mean_ns: wl,
+            warmup: last_t < sh.measure_start,
+        };
+        if !finished {
+            sh.hooks.emit(ProbeEvent::Progress(p.clone()));
+        }
+        timeline.push(p);
+        last = cur;
+        last_t = now;
+        next += Duration::from_secs(1);
+        if finished {
+            break;
+        }
+    }
+    timeline
+}
+
+async fn run_ping(
+    opts: &ProbeOptions,
+    addr: &str,
+    ctrl: &Controller,
+    g: Geometry,
+    ns: NsInfo,
+    hooks: Hooks,
+) -> Result<Report, ToolError> {
+    let interval = opts.interval.unwrap_or(Duration::from_secs(1));
+    let seed = opts.seed.unwrap_or_else(time_seed);
+    let mut rng = Rng::new(seed);
+    let mut buf = vec![0u8; opts.bs as usize];
+    for w in buf.chunks_mut(8) {
+        let v = rng.next().to_le_bytes();
+        w.copy_from_slice(&v[..w.len()]);
+    }
+    let mut pacer = Pacer::new();
+    let t0 = Instant::now();
+    let measure_start = t0 + opts.warmup;
+    let end = opts.time.map(|t| measure_start + t);
+    let started = SystemTime::now() + opts.warmup;
+    let mut stats = [OpStats::new(), OpStats::new()];
+    let mut samples = [Vec::new(), Vec::new()];
+    let mut verify = VerifyStats::default();
+    let mut measured = 0u64;
+    let mut seq = 0u64;
+    let mut error = None;
+    let gen_base = time_seed().rotate_left(17);
+    let mut n = 0u64;
+    let mut last_done = t0;
+    while !hooks.stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if end.is_some_and(|e| now >= e) || opts.count.is_some_and(|c| measured >= c) {
+            break;
+        }
+        n += 1;
+        let op = match opts.rw {
+            RwMode::Read | RwMode::Randread => OpKind::Read,
+            RwMode::Write | RwMode::Randwrite => OpKind::Write,
+            _ if rng.below(100) < opts.mix as u64 => OpKind::Read,
+            _ => OpKind::Write,
+        };
+        let unit = if opts.rw.random() {
+            rng.below(g.units)
+        } else {
+            seq += 1;
+            (seq - 1) % g.units
+        };
+        let lba = g.region_lba + unit * g.blocks_per_io;
+        if op == OpKind::Write && opts.verify {
+            pattern::fill(&mut buf, g.block_size, lba, gen_base.wrapping_add(n));
+        }
+        let warmup = now < measure_start;
+        let sqe = rw_sqe(op, opts.nsid, lba, g.blocks_per_io);
+        let send = Instant::now();
+        let r = match op {
+            OpKind::Read => ctrl.io_command_on(1, sqe, Payload::Read(&mut buf)).await,
+            OpKind::Write => ctrl.io_command_on(1, sqe, Payload::Write(&buf)).await,
+        };
+        let done = Instant::now();
+        if let Err(e) = r {
+            error = Some(ToolError::from_initiator(
+                &format!("{} of {} bytes at lba {lba}", op.as_str(), opts.bs),
+                &e,
+            ));
+            break;
+        }
+        last_done = done;
+        let lat = done.duration_since(send).as_nanos() as u64;
+        if op == OpKind::Write {
+            verify.written_blocks += g.blocks_per_io;
+        } else if opts.verify {
+            verify.checked_blocks += g.blocks_per_io;
+            pattern::check(&buf, g.block_size, lba, |m| {
+                verify.mismatches += 1;
+                if verify.first.len() < MAX_MISMATCHES_KEPT {
+                    verify.first.push(m.clone());
+                }
+                hooks.emit(ProbeEvent::Mismatch(m));
+            });
+        }
+        hooks.emit(ProbeEvent::Ping(PingSample {
+            request: n,
+            op,
+            bytes: opts.bs,
+            lba,
+            latency_ns: lat,
+            warmup,
+        }));
+        if !warmup {
+            measured += 1;
+            stats[op as usize].record(lat, opts.bs);
+            if opts.record_samples {
+                samples[op as usize].push(lat);
+            }
+        }
+        if opts.count.is_some_and(|c| measured >= c) {
+            break;
+        }
+        if !interval.is_zero() {
+            let wake = done + interval;
+            let wake = end.map_or(wake, |e| wake.min(e));
+            pacer.wait_until(wake, &hooks.stop).await;
+        }
+    }
+    let [read, write] = stats;
+    Ok(Report {
+        opts: opts.clone(),
+        addr: addr.to_string(),
+        queues: 1,
+        block_size: ns.block_size,
+        region: (g.region_lba * g.block_size as u64, g.region_bytes),
+        started,
+        runtime: last_done.saturating_duration_since(measure_start),
+        read,
+        write,
+        sched_lag: None,
+        verify: opts.verify.then_some(verify),
+        errors: error.is_some() as u64,
+        error,
+        timeline: Vec::new(),
+        intervals: Vec::new(),
+        samples: opts.record_samples.then_some(samples),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_flags() {
+        let o = ProbeOptions::parse_args([
+            "nvmeof-probe",
+            "10.0.0.1",
+            "--nqn",
+            "nqn.x",
+            "--rw",
+            "randrw",
+            "--mix",
+            "70",
+            "--bs",
+            "128k",
+            "--qd",
+            "8",
+            "--queues",
+            "2",
+            "--time",
+            "3s",
+            "--rate",
+            "1000",
+            "--warmup",
+            "1",
+        ])
+        .unwrap();
+        assert_eq!(o.addr(), "10.0.0.1:4420");
+        assert_eq!((o.rw, o.mix, o.bs, o.qd, o.queues), (RwMode::Randrw, 70, 128 << 10, 8, 2));
+        assert_eq!(
+            (o.time, o.rate, o.warmup),
+            (Some(Duration::from_secs(3)), Some(1000), Duration::from_secs(1))
+        );
+        assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--mix", "101"]).is_err());
+        assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--rw", "trim"]).is_err());
+        let p = ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--ping", "--qd", "4"]).unwrap();
+        assert_eq!(p.validate().unwrap_err().kind, ErrorKind::Usage);
+        assert_eq!(
+            ProbeOptions::parse_args(["p", "x", "--nqn", "n"]).unwrap().time_limit(),
+            Some(Duration::from_secs(10))
+        );
+    }
+
+    #[test]
+    fn stats_exact_moments() {
+        let mut s = OpStats::new();
+        for v in [100, 200, 300, 400] {
+            s.record(v, 4096);
+        }
+        assert_eq!((s.min(), s.max_ns, s.mean()), (100, 400, 250.0));
+        assert!((s.stddev() - 129.0994).abs() < 1e-3);
+        assert_eq!(s.percentile(50.0), 200);
+    }
+
+    #[test]
+    fn rng_below_is_in_range() {
+        let mut r = Rng::new(1);
+        assert!((0..10_000).all(|_| r.below(7) < 7));
+    }
+}

@@ -1,0 +1,158 @@
+//! Argument parsing and number formatting shared by the tools.
+
+use std::time::Duration;
+
+/// NVMe/TCP port used when an address has none (the IANA NVMe/TCP I/O port,
+/// where `nvmeof-target` also serves its discovery controller).
+pub const DEFAULT_PORT: u16 = 4420;
+
+/// Parses a byte size: a number with an optional binary suffix
+/// (`k`/`K`/`KiB` = 1024, `m`, `g`, `t`; a trailing `B` is allowed), e.g.
+/// `4k`, `128K`, `1m`, `256MiB`, `4096`.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let lower = t.to_ascii_lowercase();
+    let body = lower.strip_suffix("ib").or_else(|| lower.strip_suffix('b')).unwrap_or(&lower);
+    let (num, mult) = match body.chars().last() {
+        Some('k') => (&body[..body.len() - 1], 1u64 << 10),
+        Some('m') => (&body[..body.len() - 1], 1 << 20),
+        Some('g') => (&body[..body.len() - 1], 1 << 30),
+        Some('t') => (&body[..body.len() - 1], 1 << 40),
+        _ => (body, 1),
+    };
+    let n: u64 =
+        num.trim().parse().map_err(|_| format!("invalid size {s:?} (examples: 4k, 128k, 1m, 512)"))?;
+    n.checked_mul(mult).ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+/// Parses a duration: a number (decimals allowed) with an optional unit
+/// `ns`, `us`, `ms`, `s`, `m`, `h`; a bare number means seconds (`10s`, `1.5`, `500ms`).
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let v: f64 = num.parse().map_err(|_| format!("invalid duration {s:?} (examples: 10s, 500ms, 2m)"))?;
+    let secs = match unit.trim() {
+        "" | "s" | "sec" => v,
+        "ns" => v / 1e9,
+        "us" | "µs" => v / 1e6,
+        "ms" => v / 1e3,
+        "m" | "min" => v * 60.0,
+        "h" => v * 3600.0,
+        u => return Err(format!("invalid duration unit {u:?} in {s:?} (use ns, us, ms, s, m, h)")),
+    };
+    if !secs.is_finite() || !(0.0..=1e9).contains(&secs) {
+        return Err(format!("duration {s:?} out of range"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Adds the default port to `ADDR` when it has none: `10.0.0.1` →
+/// `10.0.0.1:4420`, `::1` → `[::1]:4420`; `host:port` and `[v6]:port` are kept.
+pub fn with_default_port(addr: &str, port: u16) -> String {
+    let a = addr.trim();
+    if a.starts_with('[') {
+        return if a.contains("]:") { a.to_string() } else { format!("{a}:{port}") };
+    }
+    match a.matches(':').count() {
+        0 => format!("{a}:{port}"),
+        1 => a.to_string(),
+        _ => format!("[{a}]:{port}"),
+    }
+}
+
+/// A byte count with a binary unit: `512 B`, `4 KiB`, `1.5 MiB`.
+pub fn fmt_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else if (v - v.round()).abs() < 1e-9 {
+        format!("{} {}", v.round() as u64, UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+/// A count in fio's short form: `950`, `12.3k`, `1.20M`.
+pub fn fmt_count(v: f64) -> String {
+    if v >= 1e9 {
+        format!("{:.2}G", v / 1e9)
+    } else if v >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if v >= 1e3 {
+        format!("{:.1}k", v / 1e3)
+    } else {
+        format!("{v:.0}")
+    }
+}
+
+/// A latency in nanoseconds with a readable unit: `850 ns`, `123.4 us`, `12.35 ms`, `1.203 s`.
+pub fn fmt_ns(ns: f64) -> String {
+    if ns < 1e3 {
+        format!("{ns:.0} ns")
+    } else if ns < 1e6 {
+        format!("{:.1} us", ns / 1e3)
+    } else if ns < 1e9 {
+        format!("{:.2} ms", ns / 1e6)
+    } else {
+        format!("{:.3} s", ns / 1e9)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4k"), Ok(4096));
+        assert_eq!(parse_size("128K"), Ok(128 << 10));
+        assert_eq!(parse_size("1m"), Ok(1 << 20));
+        assert_eq!(parse_size("256MiB"), Ok(256 << 20));
+        assert_eq!(parse_size("2G"), Ok(2 << 30));
+        assert_eq!(parse_size("512"), Ok(512));
+        assert_eq!(parse_size("512b"), Ok(512));
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("99999999999t").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
+        assert_eq!(parse_duration("1.5"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_duration("250us"), Ok(Duration::from_micros(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert!(parse_duration("3 weeks").is_err());
+        assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn addresses() {
+        assert_eq!(with_default_port("127.0.0.1", 4420), "127.0.0.1:4420");
+        assert_eq!(with_default_port("127.0.0.1:5000", 4420), "127.0.0.1:5000");
+        assert_eq!(with_default_port("localhost", 4420), "localhost:4420");
+        assert_eq!(with_default_port("::1", 4420), "[::1]:4420");
+        assert_eq!(with_default_port("[::1]", 4420), "[::1]:4420");
+        assert_eq!(with_default_port("[::1]:7", 4420), "[::1]:7");
+    }
+
+    #[test]
+    fn formatting() {
+        assert_eq!(fmt_bytes(512), "512 B");
+        assert_eq!(fmt_bytes(4096), "4 KiB");
+        assert_eq!(fmt_bytes(1 << 20), "1 MiB");
+        assert_eq!(fmt_bytes(1536 << 10), "1.5 MiB");
+        assert_eq!(fmt_count(950.0), "950");
+        assert_eq!(fmt_count(12345.0), "12.3k");
+        assert_eq!(fmt_ns(123_400.0), "123.4 us");
+        assert_eq!(fmt_ns(800.0), "800 ns");
+    }
+}
