@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::driver::{spawn_driver, DriverCtrl, DriverParams, Payload, QueueShared, SupMsg};
+use crate::driver::{spawn_driver, DriverCtrl, DriverParams, Payload, QueueShared, RxStats, SupMsg};
 use crate::error::{Error, Result};
 use crate::namespace::Namespace;
 use crate::options::{ConnectOptions, HostIdentity, QueueSelect};
@@ -649,6 +649,18 @@ impl Controller {
     /// Number of I/O queues.
     pub fn io_queue_count(&self) -> usize {
         self.core().io.len()
+    }
+
+    /// Where received read data went, summed over all queues since connect:
+    /// copied by callers out of the receive buffer ([`Namespace::read`]),
+    /// or placed into owned buffers ([`Namespace::read_buf`]) by a copy out
+    /// of the receive buffer or straight from the socket.
+    pub fn rx_stats(&self) -> RxStats {
+        self.core().all_queues().map(|q| q.rx_stats()).fold(RxStats::default(), |a, b| RxStats {
+            copied_via_chunks: a.copied_via_chunks + b.copied_via_chunks,
+            copied_from_rbuf: a.copied_from_rbuf + b.copied_from_rbuf,
+            direct: a.direct + b.direct,
+        })
     }
 
     /// Sends any admin command. `payload` gives the data direction and buffer;

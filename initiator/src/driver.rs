@@ -7,10 +7,30 @@
 //! queue's submission list and wake the driver. The driver drains the list
 //! into the state machine, encodes every PDU it produced into one vectored
 //! write, reads and decodes whatever the socket has, and hands read data and
-//! completions to the tickets, waking their callers. Read data stays in the
-//! receive buffer (`Bytes` slices) until the caller copies it into its own
-//! buffer: one copy. Write data is copied once into the ticket's reusable
-//! buffer (or passed as `Bytes` without copying) and sent from there.
+//! completions to the tickets, waking their callers. Write data is copied
+//! once into the ticket's reusable buffer (or passed as `Bytes` without
+//! copying) and sent from there.
+//!
+//! Read data takes one of two paths:
+//! - into a caller's `&mut [u8]` ([`Payload::Read`]): the data stays in the
+//!   receive buffer (`Bytes` slices parked in the ticket) until the caller's
+//!   future, woken by the completion, copies it into its buffer: one copy.
+//!   The driver never writes into the caller's slice itself: a future can be
+//!   leaked (`mem::forget`) without running its destructor, which ends the
+//!   borrow of the slice while the command is still outstanding, so writes
+//!   from the driver task could land in freed memory. Only code running inside
+//!   the caller's own `poll` may touch that slice.
+//! - into an owned buffer ([`Namespace::read_buf`](crate::Namespace::read_buf),
+//!   [`Namespace::read_bytes`](crate::Namespace::read_bytes)): the ticket
+//!   owns the `BytesMut` while the command runs, so the driver may fill it.
+//!   Once a C2HData header for such a command is parsed
+//!   ([`C2hHeader`](crate::queue::C2hHeader), [`Queue::c2h_begin`]), the
+//!   payload bytes already in the receive buffer are copied into it once and
+//!   the rest is read from the socket straight into it (`try_read` into the
+//!   buffer's spare capacity), the data digest computed on the way; then
+//!   [`Queue::c2h_end`] does the bookkeeping. Dropping the future leaves the
+//!   buffer with the ticket (the driver discards the rest of the payload and
+//!   frees the buffer with the slot), so cancellation needs no `unsafe`.
 //!
 //! The driver survives its connection: on loss, outstanding commands are
 //! parked (or failed, per policy), the supervisor is told, and the next
@@ -20,13 +40,15 @@
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::io::{self, IoSlice};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use nvmeof_common::decoder::PduDecoder;
-use nvmeof_common::pdu::{EncodeConfig, Pdu, PduType};
+use nvmeof_common::digest::{crc32c_append, DIGEST_LEN};
+use nvmeof_common::pdu::{CommonHeader, EncodeConfig, Pdu, PduType, CH_LEN};
 use nvmeof_common::{Cqe, DecodeError, Sqe};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
@@ -34,7 +56,7 @@ use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use tracing::{debug, warn, Instrument};
 
 use crate::error::{CommandInfo, Error, Result};
-use crate::queue::{Command, CommandFailure, DataXfer, Event, Queue, QueueConfig, SubmitError};
+use crate::queue::{C2hHeader, Command, CommandFailure, DataXfer, Event, Queue, QueueConfig, SubmitError};
 
 /// `user_data` of the Connect command the driver itself issues.
 const CONNECT_UD: u64 = u64::MAX;
@@ -46,6 +68,12 @@ const READ_BUDGET: usize = 4 << 20;
 const SMALL_PAYLOAD: usize = 512;
 /// Most iovecs per `writev`.
 const MAX_IOV: usize = 64;
+/// Largest read into the receive buffer while reads into owned buffers are
+/// outstanding: a C2HData header arrives with at most this much of its
+/// payload, the rest is read straight into the destination.
+const OWNED_READ_CAP: usize = 8 << 10;
+/// Scratch size for discarding payload bytes nobody wants any more.
+const DISCARD_CHUNK: usize = 64 << 10;
 
 /// Data of a command, as the caller holds it.
 #[derive(Debug, Default)]
@@ -60,6 +88,41 @@ pub enum Payload<'a> {
     /// Controller to host: the received data is copied into this buffer
     /// (its length is the transfer length).
     Read(&'a mut [u8]),
+}
+
+/// Where received read data went (diagnostics; cumulative over all queues).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RxStats {
+    /// Payload bytes parked as receive-buffer slices and copied by the caller
+    /// into its `&mut [u8]` ([`Payload::Read`], the one-copy path).
+    pub copied_via_chunks: u64,
+    /// Payload bytes of owned-buffer reads copied out of the receive buffer
+    /// (bytes that arrived together with their PDU header).
+    pub copied_from_rbuf: u64,
+    /// Payload bytes read from the socket straight into an owned buffer.
+    pub direct: u64,
+}
+
+#[derive(Default)]
+struct RxCounters {
+    chunks: AtomicU64,
+    rbuf: AtomicU64,
+    direct: AtomicU64,
+}
+
+/// Data of a command as the queue driver takes it: the public [`Payload`]
+/// or a read into a buffer the ticket owns while the command runs.
+pub(crate) enum Xfer<'a> {
+    /// A caller-held payload.
+    P(Payload<'a>),
+    /// Controller to host: `len` bytes appended to this buffer.
+    ReadOwned(BytesMut, usize),
+}
+
+impl<'a> From<Payload<'a>> for Xfer<'a> {
+    fn from(p: Payload<'a>) -> Self {
+        Xfer::P(p)
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -79,14 +142,23 @@ struct TicketState {
     chunks: Vec<(u32, Bytes)>,
     wbuf: BytesMut,
     timeout: Duration,
+    /// Destination of an owned-buffer read; data is appended after `owned_base`.
+    owned: Option<BytesMut>,
+    owned_base: usize,
+    /// Bumped for every command prepared on this ticket: lets the driver
+    /// tell whether a destination still belongs to the command it started
+    /// streaming a payload for.
+    seq: u64,
 }
 
 impl TicketState {
-    fn reset(&mut self) {
+    /// Back to idle; returns whether an owned buffer was dropped.
+    fn reset(&mut self) -> bool {
         self.phase = Phase::Idle;
         self.waker = None;
         self.result = None;
         self.chunks.clear();
+        self.owned.take().is_some()
     }
 }
 
@@ -140,6 +212,9 @@ pub(crate) struct QueueShared {
     notify: Notify,
     ctrl_tx: mpsc::UnboundedSender<DriverCtrl>,
     default_timeout: Duration,
+    rx: RxCounters,
+    /// Tickets holding an owned read buffer.
+    owned_inflight: AtomicUsize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -173,6 +248,8 @@ pub(crate) fn spawn_driver(
         notify: Notify::new(),
         ctrl_tx,
         default_timeout,
+        rx: RxCounters::default(),
+        owned_inflight: AtomicUsize::new(0),
     });
     let span = params.span.clone();
     let driver = Driver {
@@ -261,7 +338,7 @@ impl QueueShared {
     ) -> Result<Cqe> {
         let t = self.acquire().await?;
         let info = command_info(self.qid, &sqe);
-        let (data, read) = t.prepare(payload, timeout);
+        let (data, read) = t.prepare(payload.into(), timeout);
         t.submit(Command { sqe, data, timeout }, setup)?;
         let cqe = t.wait().await?;
         let cqe = check_status(cqe, info)?;
@@ -271,9 +348,33 @@ impl QueueShared {
         Ok(cqe)
     }
 
+    /// Runs one read into an owned buffer: `len` bytes are appended to `buf`
+    /// (without an intermediate copy where the data allows, see the module
+    /// documentation). On error the buffer is dropped.
+    pub(crate) async fn execute_owned(&self, sqe: Sqe, buf: BytesMut, len: usize) -> Result<BytesMut> {
+        let t = self.acquire().await?;
+        let info = command_info(self.qid, &sqe);
+        let (data, _) = t.prepare(Xfer::ReadOwned(buf, len), None);
+        t.submit(Command { sqe, data, timeout: None }, false)?;
+        let r = t.wait().await;
+        let buf = t.take_owned();
+        check_status(r?, info)?;
+        buf.ok_or_else(|| Error::Controller("read data missing".into()))
+    }
+
     /// Runs many commands with one submission (one wake-up of the driver,
     /// one vectored write) per group of up to [`Self::depth`] commands.
     pub(crate) async fn execute_batch(&self, ops: Vec<(Sqe, Payload<'_>)>) -> Vec<Result<Cqe>> {
+        let ops = ops.into_iter().map(|(s, p)| (s, Xfer::P(p))).collect();
+        self.execute_batch_x(ops).await.into_iter().map(|(r, _)| r).collect()
+    }
+
+    /// [`Self::execute_batch`] for any [`Xfer`]; owned read buffers come back
+    /// with the results (`None` after an error).
+    pub(crate) async fn execute_batch_x(
+        &self,
+        ops: Vec<(Sqe, Xfer<'_>)>,
+    ) -> Vec<(Result<Cqe>, Option<BytesMut>)> {
         let mut results = Vec::with_capacity(ops.len());
         let mut ops = ops.into_iter().peekable();
         let mut tickets = Vec::new();
@@ -283,7 +384,7 @@ impl QueueShared {
             let n = ops.len().min(self.depth());
             tickets.clear();
             if let Err(e) = self.acquire_many(n, &mut tickets).await {
-                results.extend(std::iter::repeat_n(Err(e), ops.len()));
+                results.extend(std::iter::repeat_n((Err(e), None), ops.len()));
                 return results;
             }
             subs.clear();
@@ -301,23 +402,46 @@ impl QueueShared {
                 for t in &tickets {
                     lock(&self.tickets[t.idx as usize]).phase = Phase::Idle;
                 }
-                results.extend(std::iter::repeat_n(Err(e), n));
+                results.extend(std::iter::repeat_n((Err(e), None), n));
                 continue;
             }
             for ((t, info), read) in tickets.drain(..).zip(infos).zip(reads.drain(..)) {
-                let r = match t.wait().await.and_then(|c| check_status(c, info)) {
+                let r = t.wait().await;
+                let owned = t.take_owned();
+                let r = match r.and_then(|c| check_status(c, info)) {
                     Ok(c) => {
                         if let Some(buf) = read {
                             t.copy_into(buf);
                         }
-                        Ok(c)
+                        (Ok(c), owned)
                     }
-                    Err(e) => Err(e),
+                    Err(e) => (Err(e), None),
                 };
                 results.push(r);
             }
         }
         results
+    }
+
+    /// Where received read data went.
+    pub(crate) fn rx_stats(&self) -> RxStats {
+        RxStats {
+            copied_via_chunks: self.rx.chunks.load(Ordering::Relaxed),
+            copied_from_rbuf: self.rx.rbuf.load(Ordering::Relaxed),
+            direct: self.rx.direct.load(Ordering::Relaxed),
+        }
+    }
+
+    fn owned_done(&self) {
+        self.owned_inflight.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Driver side: the `seq` of ticket `ud` if it is in flight with an owned
+    /// destination (its C2HData payloads may go straight there).
+    fn owned_seq(&self, ud: u64) -> Option<u64> {
+        let t = self.tickets.get((ud & 0xFFFF_FFFF) as usize)?;
+        let st = lock(t);
+        (st.phase == Phase::InFlight && st.owned.is_some()).then_some(st.seq)
     }
 
     /// Driver side: completes ticket `ud`.
@@ -333,7 +457,9 @@ impl QueueShared {
                     st.waker.take()
                 }
                 Phase::Abandoned => {
-                    st.reset();
+                    if st.reset() {
+                        self.owned_done();
+                    }
                     drop(st);
                     self.release(idx);
                     None
@@ -352,15 +478,33 @@ impl QueueShared {
     fn deliver_data(&self, ud: u64, offset: u32, data: Bytes) {
         if let Some(t) = self.tickets.get((ud & 0xFFFF_FFFF) as usize) {
             let mut st = lock(t);
-            if st.phase == Phase::InFlight {
+            if st.phase != Phase::InFlight {
+                return;
+            }
+            let base = st.owned_base;
+            if let Some(buf) = st.owned.as_mut() {
+                // Owned destination: data arrives in order (the queue checks DATAO).
+                if buf.len() - base == offset as usize {
+                    buf.extend_from_slice(&data);
+                    self.rx.rbuf.fetch_add(data.len() as u64, Ordering::Relaxed);
+                } else {
+                    warn!(qid = self.qid, offset, have = buf.len() - base, "read data out of order; dropped");
+                }
+            } else {
                 st.chunks.push((offset, data));
             }
         }
     }
 
+    /// Forgets the data received so far (the command will run again).
     fn clear_data(&self, ud: u64) {
         if let Some(t) = self.tickets.get((ud & 0xFFFF_FFFF) as usize) {
-            lock(t).chunks.clear();
+            let mut st = lock(t);
+            st.chunks.clear();
+            let base = st.owned_base;
+            if let Some(buf) = st.owned.as_mut() {
+                buf.truncate(base);
+            }
         }
     }
 
@@ -376,25 +520,39 @@ impl Ticket<'_> {
 
     /// Turns the caller's payload into the state machine's form; returns the
     /// read buffer to fill after completion.
-    fn prepare<'b>(
-        &self,
-        payload: Payload<'b>,
-        timeout: Option<Duration>,
-    ) -> (DataXfer, Option<&'b mut [u8]>) {
+    fn prepare<'b>(&self, payload: Xfer<'b>, timeout: Option<Duration>) -> (DataXfer, Option<&'b mut [u8]>) {
         let mut st = self.state();
         st.timeout = timeout.unwrap_or(self.q.default_timeout);
+        st.seq = st.seq.wrapping_add(1);
         match payload {
-            Payload::None => (DataXfer::None, None),
-            Payload::WriteBytes(b) => (DataXfer::Write(b), None),
-            Payload::Write(b) => {
+            Xfer::P(Payload::None) => (DataXfer::None, None),
+            Xfer::P(Payload::WriteBytes(b)) => (DataXfer::Write(b), None),
+            Xfer::P(Payload::Write(b)) => {
                 // Reuses the ticket's buffer once the previous command's PDUs are gone.
                 st.wbuf.clear();
                 st.wbuf.reserve(b.len());
                 st.wbuf.extend_from_slice(b);
                 (DataXfer::Write(st.wbuf.split().freeze()), None)
             }
-            Payload::Read(buf) => (DataXfer::Read(buf.len() as u32), Some(buf)),
+            Xfer::P(Payload::Read(buf)) => (DataXfer::Read(buf.len() as u32), Some(buf)),
+            Xfer::ReadOwned(mut buf, len) => {
+                // Room for all of it now: the driver appends without reallocating.
+                buf.reserve(len);
+                st.owned_base = buf.len();
+                st.owned = Some(buf);
+                self.q.owned_inflight.fetch_add(1, Ordering::Relaxed);
+                (DataXfer::Read(len as u32), None)
+            }
         }
+    }
+
+    /// Takes back the owned read buffer (after completion).
+    fn take_owned(&self) -> Option<BytesMut> {
+        let b = self.state().owned.take();
+        if b.is_some() {
+            self.q.owned_done();
+        }
+        b
     }
 
     fn submit(&self, cmd: Command, setup: bool) -> Result<()> {
@@ -430,13 +588,16 @@ impl Ticket<'_> {
     /// Copies received read data into `buf` (each chunk at its offset).
     fn copy_into(&self, buf: &mut [u8]) {
         let mut st = self.state();
+        let mut copied = 0;
         for (off, data) in st.chunks.drain(..) {
             let off = off as usize;
             let end = (off + data.len()).min(buf.len());
             if off < end {
                 buf[off..end].copy_from_slice(&data[..end - off]);
+                copied += end - off;
             }
         }
+        self.q.rx.chunks.fetch_add(copied as u64, Ordering::Relaxed);
     }
 }
 
@@ -445,10 +606,14 @@ impl Drop for Ticket<'_> {
         let mut st = self.state();
         if st.phase == Phase::InFlight {
             // The caller went away (future dropped); the driver frees the slot on completion.
+            // An owned read buffer stays with the ticket (the driver may be filling
+            // it) and is dropped when the slot is released.
             st.phase = Phase::Abandoned;
             st.waker = None;
         } else {
-            st.reset();
+            if st.reset() {
+                self.q.owned_done();
+            }
             drop(st);
             self.q.release(self.idx);
         }
@@ -554,6 +719,78 @@ struct Conn {
     release_on_connect: bool,
     /// Set when the connection must be closed after this wake-up (Connect failed).
     dead: Option<Error>,
+    /// Receive state: PDUs from `rbuf`, or a C2HData payload from the socket.
+    rx: RxState,
+    /// Sink for payload bytes nobody wants any more.
+    scratch: Vec<u8>,
+}
+
+/// What the next received bytes are.
+enum RxState {
+    /// PDUs, decoded from `rbuf`.
+    Pdus,
+    /// The rest of a C2HData payload, read from the socket straight into the
+    /// command's owned buffer (`rbuf` is empty meanwhile).
+    Payload(DirectRx),
+    /// The payload is in; its 4-byte data digest (if negotiated) is next in `rbuf`.
+    Tail(DirectRx),
+}
+
+/// A C2HData payload being moved into an owned destination.
+struct DirectRx {
+    h: C2hHeader,
+    /// Ticket index and command sequence the destination belongs to.
+    ud: u64,
+    seq: u64,
+    /// Payload bytes consumed so far.
+    done: usize,
+    /// CRC32C of the payload so far (with data digests).
+    crc: u32,
+    /// The destination went away (command timed out, caller gone): drop the bytes.
+    discard: bool,
+}
+
+/// Outcome of writing payload bytes into a ticket's owned buffer.
+enum Place {
+    Placed(usize),
+    Gone,
+}
+
+impl DirectRx {
+    /// Runs `f` on the destination if it still belongs to this command;
+    /// `f` appends to the buffer and returns how many bytes it added.
+    fn place(
+        &mut self,
+        shared: &QueueShared,
+        f: impl FnOnce(&mut BytesMut) -> io::Result<usize>,
+    ) -> io::Result<Place> {
+        if self.discard {
+            return Ok(Place::Gone);
+        }
+        let Some(t) = shared.tickets.get((self.ud & 0xFFFF_FFFF) as usize) else { return Ok(Place::Gone) };
+        let mut guard = lock(t);
+        let st = &mut *guard;
+        let expect = st.owned_base + self.h.datao as usize + self.done;
+        let mine = st.phase == Phase::InFlight && st.seq == self.seq;
+        match st.owned.as_mut() {
+            Some(buf) if mine && buf.len() == expect => {
+                let before = buf.len();
+                let n = f(buf)?;
+                if self.h.ddgst {
+                    self.crc = crc32c_append(self.crc, &buf[before..before + n]);
+                }
+                Ok(Place::Placed(n))
+            }
+            _ => {
+                self.discard = true;
+                Ok(Place::Gone)
+            }
+        }
+    }
+
+    fn remaining(&self) -> usize {
+        self.h.datal as usize - self.done
+    }
 }
 
 struct Driver {
@@ -652,10 +889,8 @@ impl Driver {
         }
         let until = Instant::now() + self.busy_poll;
         while Instant::now() < until {
-            if c.rbuf.capacity() - c.rbuf.len() < 16 << 10 {
-                c.rbuf.reserve(64 << 10);
-            }
-            match c.stream.try_read_buf(&mut c.rbuf) {
+            // Bytes read here are decoded (or were placed) by the next `pump`.
+            match read_some(c, &self.shared) {
                 Ok(_) => return true,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(_) => return true,
@@ -691,6 +926,8 @@ impl Driver {
                     connected: false,
                     release_on_connect: release,
                     dead: None,
+                    rx: RxState::Pdus,
+                    scratch: Vec::new(),
                 };
                 while let Some(p) = c.queue.poll_transmit() {
                     c.out.push(&p, &c.enc);
@@ -780,13 +1017,10 @@ impl Driver {
         let mut budget = READ_BUDGET;
         loop {
             let c = self.conn.as_mut().expect("pump needs a connection");
-            if c.rbuf.capacity() - c.rbuf.len() < 16 << 10 {
-                c.rbuf.reserve(128 << 10);
-            }
-            match c.stream.try_read_buf(&mut c.rbuf) {
+            match read_some(c, &self.shared) {
                 Ok(0) => return Err(Error::closed()),
                 Ok(n) => {
-                    decode_all(c, now)?;
+                    decode_all(c, &self.shared, now)?;
                     self.dispatch(now);
                     budget = budget.saturating_sub(n);
                     if budget == 0 {
@@ -799,7 +1033,7 @@ impl Driver {
         }
         let c = self.conn.as_mut().expect("still connected");
         // Data read by `spin` is decoded here too.
-        decode_all(c, now)?;
+        decode_all(c, &self.shared, now)?;
         c.queue.handle_timeout(now)?;
         self.dispatch(now);
         self.flush_parked(now);
@@ -926,9 +1160,112 @@ impl Driver {
     }
 }
 
+/// Reads what the socket has: the rest of a C2HData payload straight into
+/// its destination, or PDUs into the receive buffer. `Ok(0)`: the peer closed.
+fn read_some(c: &mut Conn, shared: &QueueShared) -> io::Result<usize> {
+    if let RxState::Payload(d) = &mut c.rx {
+        let n = read_payload(d, &c.stream, &mut c.scratch, shared)?;
+        if d.remaining() == 0 {
+            let RxState::Payload(d) = std::mem::replace(&mut c.rx, RxState::Pdus) else { unreachable!() };
+            c.rx = RxState::Tail(d);
+        }
+        return Ok(n);
+    }
+    if c.rbuf.capacity() - c.rbuf.len() < 16 << 10 {
+        c.rbuf.reserve(128 << 10);
+    }
+    if shared.owned_inflight.load(Ordering::Relaxed) > 0 {
+        // Leave large payloads in the socket for `read_payload`.
+        c.stream.try_read_buf(&mut (&mut c.rbuf).limit(OWNED_READ_CAP))
+    } else {
+        c.stream.try_read_buf(&mut c.rbuf)
+    }
+}
+
+/// Reads payload bytes of `d` from the socket into its destination (or the
+/// scratch buffer once the destination is gone). `Ok(0)`: the peer closed.
+fn read_payload(
+    d: &mut DirectRx,
+    stream: &TcpStream,
+    scratch: &mut Vec<u8>,
+    shared: &QueueShared,
+) -> io::Result<usize> {
+    let want = d.remaining();
+    debug_assert!(want > 0);
+    let n = match d.place(shared, |buf| stream.try_read_buf(&mut buf.limit(want)))? {
+        Place::Placed(n) => {
+            shared.rx.direct.fetch_add(n as u64, Ordering::Relaxed);
+            n
+        }
+        Place::Gone => {
+            if scratch.is_empty() {
+                scratch.resize(DISCARD_CHUNK, 0);
+            }
+            let m = want.min(scratch.len());
+            stream.try_read(&mut scratch[..m])?
+        }
+    };
+    d.done += n;
+    Ok(n)
+}
+
+/// If `rbuf` starts with the header of a C2HData PDU whose payload has not
+/// all arrived and whose command reads into an owned buffer, starts moving the
+/// payload there: the bytes already buffered are copied, the rest will be read
+/// from the socket ([`RxState::Payload`]). Returns whether it did.
+fn start_direct(c: &mut Conn, shared: &QueueShared) -> Result<bool> {
+    if c.rbuf.len() < CH_LEN || c.rbuf[0] != PduType::C2H_DATA.0 || !c.queue.is_live() {
+        return Ok(false);
+    }
+    let proto = |e: nvmeof_common::DecodeError| Error::Protocol(e.into());
+    let layout = c.dec.layout(&CommonHeader::decode(&c.rbuf[..CH_LEN])).map_err(proto)?;
+    if c.rbuf.len() < layout.data_start || c.rbuf.len() >= layout.ch.plen as usize {
+        // Header incomplete (wait), or the whole PDU is here (the decoder's path).
+        return Ok(false);
+    }
+    let h = C2hHeader::parse(&layout, &c.rbuf[..layout.data_start]).map_err(proto)?;
+    let Some(ud) = c.queue.user_data_of(h.cccid) else { return Ok(false) };
+    let Some(seq) = shared.owned_seq(ud) else { return Ok(false) };
+    if c.queue.c2h_begin(&h)?.is_none() {
+        return Ok(false);
+    }
+    c.rbuf.advance(h.data_start);
+    let mut d = DirectRx { h, ud, seq, done: 0, crc: 0, discard: false };
+    let n = c.rbuf.len().min(h.datal as usize);
+    let head = c.rbuf.split_to(n);
+    if let Place::Placed(_) = d
+        .place(shared, |buf| {
+            buf.extend_from_slice(&head);
+            Ok(head.len())
+        })
+        .map_err(Error::io)?
+    {
+        shared.rx.rbuf.fetch_add(n as u64, Ordering::Relaxed);
+    }
+    d.done = n;
+    c.rx = if d.remaining() > 0 { RxState::Payload(d) } else { RxState::Tail(d) };
+    Ok(true)
+}
+
 /// Decodes and handles every complete PDU in the receive buffer.
-fn decode_all(c: &mut Conn, now: Instant) -> Result<()> {
+fn decode_all(c: &mut Conn, shared: &QueueShared, now: Instant) -> Result<()> {
     loop {
+        match &c.rx {
+            RxState::Pdus => {}
+            // Payload bytes come from the socket; `rbuf` is empty until they are in.
+            RxState::Payload(_) => return Ok(()),
+            RxState::Tail(d) if d.h.ddgst && c.rbuf.len() < DIGEST_LEN => return Ok(()),
+            RxState::Tail(_) => {
+                let RxState::Tail(d) = std::mem::replace(&mut c.rx, RxState::Pdus) else { unreachable!() };
+                // A discarded payload's digest is not checked: nobody wants the data.
+                let ok = !d.h.ddgst || c.rbuf.get_u32_le() == d.crc || d.discard;
+                c.queue.c2h_end(&d.h, ok)?;
+                continue;
+            }
+        }
+        if start_direct(c, shared)? {
+            continue;
+        }
         // Peek the C2HData header so a data digest error can be attributed (the decoder
         // consumes the PDU and reports only the CID).
         let peek = (c.rbuf.len() >= 24 && c.rbuf[0] == PduType::C2H_DATA.0)

@@ -24,6 +24,17 @@
 //! ticket) + `Event::Completion` → caller wakes and copies the data into its
 //! buffer (the only copy).
 //!
+//! Reads into owned buffers ([`Namespace::read_buf`], [`Namespace::read_bytes`])
+//! skip that copy: the ticket owns the buffer while the command runs, and once
+//! the driver has parsed a C2HData header ([`queue::C2hHeader`],
+//! [`queue::Queue::c2h_begin`]) it reads the payload from the socket straight
+//! into it. Reads into a borrowed `&mut [u8]` cannot work that way soundly: a
+//! pending future may be leaked with `mem::forget`, which ends the borrow
+//! without running any destructor, so the driver task could still write into
+//! memory the caller has freed. Only the caller's task (inside its own
+//! `poll`) touches a borrowed slice. [`Controller::rx_stats`] tells which path
+//! the bytes took.
+//!
 //! Everything runs on the caller's tokio runtime (multi-thread recommended):
 //! [`Controller::connect`] spawns one driver task per queue plus a supervisor
 //! task (keep-alive, reconnect).
@@ -52,7 +63,7 @@ pub mod queue;
 
 pub use controller::{Controller, ControllerInfo, ControllerState};
 pub use discovery::{discover, nvme_subsystems};
-pub use driver::Payload;
+pub use driver::{Payload, RxStats};
 pub use error::{CommandInfo, Error, Result};
 pub use namespace::{Batch, IoFlags, Namespace};
 pub use options::{ConnectOptions, HostIdentity, QueueSelect, ReconnectPolicy};

@@ -2,14 +2,14 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use nvmeof_common::opcode::IoOpcode;
 use nvmeof_common::spec::dsm::{DsmCmd, DsmRange, DSM_MAX_RANGES};
 use nvmeof_common::spec::IdentifyNamespace;
 use nvmeof_common::{Cqe, Sqe, Status};
 
 use crate::controller::Controller;
-use crate::driver::Payload;
+use crate::driver::{Payload, Xfer};
 use crate::error::{Error, Result};
 
 /// NLB is a 16-bit 0's based field: at most 65536 blocks per command.
@@ -182,6 +182,52 @@ impl Namespace {
             .map(|((l, n, _), b)| (self.rw_sqe(IoOpcode::READ, l, n, flags), Payload::Read(b)))
             .collect();
         self.run(ops).await
+    }
+
+    /// Reads `len` bytes (a multiple of the block size) starting at `lba` into
+    /// a new buffer, without the intermediate copy of [`Self::read`]: see
+    /// [`Self::read_buf`].
+    pub async fn read_bytes(&self, lba: u64, len: usize) -> Result<Bytes> {
+        self.read_buf(lba, BytesMut::new(), len).await.map(BytesMut::freeze)
+    }
+
+    /// Reads `len` bytes (a multiple of the block size) starting at `lba` and
+    /// appends them to `buf`, which is returned (on error it is dropped).
+    ///
+    /// The buffer belongs to the request while it runs, so the queue driver
+    /// may fill it itself: payload bytes that arrive together with their PDU
+    /// header are copied once out of the receive buffer, the rest is read from
+    /// the socket straight into `buf` (no copy). [`Self::read`] instead parks
+    /// the data in the receive buffer and copies all of it into the caller's
+    /// slice, because only the caller's own task may write into a borrowed
+    /// slice (see the crate documentation). Dropping the returned future is
+    /// safe at any point: the buffer stays with the request until the
+    /// controller is done with it. Requests above the maximum transfer size
+    /// are split; their pieces share `buf`'s allocation and are joined
+    /// without copying.
+    pub async fn read_buf(&self, lba: u64, mut buf: BytesMut, len: usize) -> Result<BytesMut> {
+        let blocks = self.blocks_of(len)?;
+        buf.reserve(len);
+        let q = self.ctrl.core().pick_io()?;
+        if blocks <= self.max_blocks {
+            let sqe = self.rw_sqe(IoOpcode::READ, lba, blocks, IoFlags::default());
+            return q.execute_owned(sqe, buf, len).await;
+        }
+        // One piece of the spare capacity per command, each exactly its size.
+        let mut rest = buf.split_off(buf.len());
+        let mut ops = Vec::new();
+        for (l, n, _) in self.pieces(lba, blocks) {
+            let bytes = (n as usize) << self.lba_shift;
+            let tail = rest.split_off(bytes);
+            let piece = std::mem::replace(&mut rest, tail);
+            ops.push((self.rw_sqe(IoOpcode::READ, l, n, IoFlags::default()), Xfer::ReadOwned(piece, bytes)));
+        }
+        for (r, piece) in q.execute_batch_x(ops).await {
+            r?;
+            // Contiguous pieces of one allocation: O(1).
+            buf.unsplit(piece.ok_or_else(|| Error::Controller("read data missing".into()))?);
+        }
+        Ok(buf)
     }
 
     /// Writes `buf` (a multiple of the block size) starting at `lba`. The data

@@ -15,7 +15,10 @@
 //!   with H2CData PDUs split by MAXH2CDATA (slices of the caller's `Bytes`,
 //!   no copy);
 //! - C2HData bookkeeping (in-order offsets, short reads, the SUCCESS flag,
-//!   data digest errors);
+//!   data digest errors), either for whole decoded PDUs
+//!   ([`Queue::handle_pdu`]) or split into header and payload so the payload
+//!   can be read from the socket straight into the command's destination
+//!   ([`C2hHeader`], [`Queue::c2h_begin`], [`Queue::c2h_end`]);
 //! - per-command deadlines.
 //!
 //! Nothing here allocates per command in the steady state: slots, the free
@@ -25,11 +28,12 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use nvmeof_common::decoder::{DecoderConfig, Role};
+use nvmeof_common::decoder::{DecoderConfig, FrameLayout, Role};
+use nvmeof_common::digest::{crc32c, DIGEST_LEN};
 use nvmeof_common::error::Fes;
 use nvmeof_common::opcode::AdminOpcode;
 use nvmeof_common::pdu::{
-    C2hData, CapsuleCmd, CapsuleResp, DigestFlags, EncodeConfig, H2cData, IcReq, Pdu, R2t,
+    C2hData, CapsuleCmd, CapsuleResp, DigestFlags, EncodeConfig, H2cData, IcReq, Pdu, PduFlags, PduType, R2t,
 };
 use nvmeof_common::{Cqe, DecodeError, SglDescriptor, Sqe, Status};
 
@@ -222,6 +226,86 @@ pub enum SubmitError {
     NotLive(Command),
     /// Every slot is in use.
     Full(Command),
+}
+
+/// The header of a C2HData PDU, parsed before its payload has arrived.
+///
+/// With it the driver can ask the queue where the payload belongs
+/// ([`Queue::c2h_begin`]), move the payload bytes itself (e.g. from the socket
+/// straight into the command's buffer) and then report the outcome
+/// ([`Queue::c2h_end`]). Validation equals that of the whole-PDU decoder.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct C2hHeader {
+    /// CID of the command.
+    pub cccid: u16,
+    /// Offset of the payload within the command's data.
+    pub datao: u32,
+    /// Payload length (DATAL).
+    pub datal: u32,
+    /// LAST_PDU flag.
+    pub last: bool,
+    /// SUCCESS flag (no CapsuleResp follows).
+    pub success: bool,
+    /// Offset of the payload from the PDU start (PDO).
+    pub data_start: usize,
+    /// Whether a 4-byte data digest follows the payload.
+    pub ddgst: bool,
+}
+
+impl C2hHeader {
+    /// Parses the header of a C2HData PDU. `layout` is what
+    /// [`nvmeof_common::decoder::PduDecoder::layout`] said about its common
+    /// header; `bytes` starts at the PDU and holds at least
+    /// `layout.data_start` bytes (header, header digest, padding). Checks the
+    /// header digest, DATAL against PLEN and SUCCESS ⇒ LAST_PDU.
+    pub fn parse(layout: &FrameLayout, bytes: &[u8]) -> Result<Self, DecodeError> {
+        let ch = &layout.ch;
+        let ty = ch.pdu_type;
+        debug_assert_eq!(ty, PduType::C2H_DATA);
+        let hlen = ch.hlen as usize;
+        assert!(bytes.len() >= layout.data_start && layout.data_start >= hlen, "C2HData header incomplete");
+        if layout.hdgst {
+            let received = le32(bytes, hlen);
+            let computed = crc32c(&bytes[..hlen]);
+            if received != computed {
+                return Err(DecodeError::HeaderDigest { pdu_type: ty, received, computed });
+            }
+        }
+        let datal = le32(bytes, 16);
+        if datal as usize != layout.data_len {
+            return Err(DecodeError::DataLengthMismatch {
+                pdu_type: ty,
+                datal,
+                actual: layout.data_len as u32,
+            });
+        }
+        if datal == 0 {
+            return Err(DecodeError::EmptyData(ty));
+        }
+        let last = ch.flags.has(PduFlags::LAST_PDU);
+        let success = ch.flags.has(PduFlags::SUCCESS);
+        if success && !last {
+            return Err(DecodeError::InvalidFlags { pdu_type: ty, flags: ch.flags.0 });
+        }
+        Ok(Self {
+            cccid: u16::from_le_bytes([bytes[8], bytes[9]]),
+            datao: le32(bytes, 12),
+            datal,
+            last,
+            success,
+            data_start: layout.data_start,
+            ddgst: layout.ddgst,
+        })
+    }
+
+    /// Bytes of the whole PDU (PLEN).
+    pub fn plen(&self) -> usize {
+        self.data_start + self.datal as usize + if self.ddgst { DIGEST_LEN } else { 0 }
+    }
+}
+
+fn le32(b: &[u8], off: usize) -> u32 {
+    u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -529,6 +613,86 @@ impl Queue {
         Ok(())
     }
 
+    /// The `user_data` of the outstanding command with CID `cid`, if any.
+    pub fn user_data_of(&self, cid: u16) -> Option<u64> {
+        self.lookup(cid).map(|tag| self.slots[tag].user_data)
+    }
+
+    /// First half of a C2HData PDU handled in two steps: checks the header
+    /// against the command (a read, in-order DATAO, inside its length) and
+    /// returns the command's `user_data` and the byte offset of the payload
+    /// within its data. `Ok(None)`: the CID is not outstanding (the payload
+    /// must be discarded). Nothing changes until [`Queue::c2h_end`].
+    pub fn c2h_begin(&mut self, h: &C2hHeader) -> Result<Option<(u64, u32)>, QueueError> {
+        if self.state != State::Live {
+            self.state = State::Failed;
+            return Err(violation("C2HData before ICResp", h.cccid));
+        }
+        let Some(tag) = self.check_c2h(h)? else { return Ok(None) };
+        Ok(Some((self.slots[tag].user_data, h.datao)))
+    }
+
+    /// Second half: the payload of `h` was consumed (moved to the command's
+    /// destination or discarded); `digest_ok` is false when its data digest
+    /// did not match. Accounts the data and completes the command if the PDU
+    /// carried SUCCESS. No [`Event::Data`] is produced.
+    pub fn c2h_end(&mut self, h: &C2hHeader, digest_ok: bool) -> Result<(), QueueError> {
+        let Some(tag) = self.check_c2h(h)? else { return Ok(()) };
+        if !digest_ok {
+            tracing::warn!(qid = self.cfg.qid, cid = h.cccid, "C2HData data digest mismatch");
+            self.slots[tag].digest_error = true;
+        }
+        self.slots[tag].done += h.datal;
+        if h.success {
+            self.complete_success(tag, h.cccid);
+        }
+        Ok(())
+    }
+
+    /// Common C2HData checks: `Ok(None)` for a stale CID (counted), the slot
+    /// otherwise; a violation fails the queue.
+    fn check_c2h(&mut self, h: &C2hHeader) -> Result<Option<usize>, QueueError> {
+        let Some(tag) = self.lookup(h.cccid) else {
+            self.stats.stale += 1;
+            tracing::warn!(
+                qid = self.cfg.qid,
+                cid = h.cccid,
+                "C2HData for a CID that is not outstanding; dropped"
+            );
+            return Ok(None);
+        };
+        let s = &self.slots[tag];
+        // Data must arrive in order and inside the command (reference §3.6; FES 04h).
+        let err = if s.kind != Kind::Read {
+            Some("C2HData for a command without read data")
+        } else if h.datao != s.done {
+            Some("C2HData DATAO is not the next expected offset")
+        } else if h.datao as u64 + h.datal as u64 > s.len as u64 {
+            Some("C2HData beyond the command's data length")
+        } else {
+            None
+        };
+        if let Some(what) = err {
+            self.state = State::Failed;
+            return Err(violation(what, h.cccid));
+        }
+        Ok(Some(tag))
+    }
+
+    /// Completes a read whose last C2HData carried SUCCESS (reference §3.6):
+    /// status 0 unless a digest error or short data was seen.
+    fn complete_success(&mut self, tag: usize, cid: u16) {
+        let s = &self.slots[tag];
+        let result = if s.digest_error {
+            Err(CommandFailure::DataDigest)
+        } else if s.done != s.len {
+            Err(CommandFailure::ShortData { expected: s.len, received: s.done })
+        } else {
+            Ok(Cqe { result: 0, sqhd: 0, sqid: self.cfg.qid, cid, status: Status::SUCCESS })
+        };
+        self.complete(tag, result);
+    }
+
     /// Expires commands (and the handshake) whose deadline passed.
     pub fn handle_timeout(&mut self, now: Instant) -> Result<(), QueueError> {
         match self.state {
@@ -633,43 +797,24 @@ impl Queue {
     }
 
     fn handle_c2h(&mut self, d: C2hData) -> Result<(), QueueError> {
-        let Some(tag) = self.lookup(d.cccid) else {
-            self.stats.stale += 1;
-            tracing::warn!(
-                qid = self.cfg.qid,
-                cid = d.cccid,
-                "C2HData for a CID that is not outstanding; dropped"
-            );
-            return Ok(());
+        let h = C2hHeader {
+            cccid: d.cccid,
+            datao: d.datao,
+            datal: d.data.len() as u32,
+            last: d.last,
+            success: d.success,
+            data_start: 0,
+            ddgst: false,
         };
-        let qid = self.cfg.qid;
+        let Some(tag) = self.check_c2h(&h)? else { return Ok(()) };
         let s = &mut self.slots[tag];
-        if s.kind != Kind::Read {
-            return Err(violation("C2HData for a command without read data", d.cccid));
-        }
-        // Data must arrive in order and inside the command (reference §3.6; FES 04h).
-        let len = d.data.len() as u32;
-        if d.datao != s.done {
-            return Err(violation("C2HData DATAO is not the next expected offset", d.cccid));
-        }
-        if d.datao as u64 + len as u64 > s.len as u64 {
-            return Err(violation("C2HData beyond the command's data length", d.cccid));
-        }
-        s.done += len;
+        s.done += h.datal;
         let user_data = s.user_data;
         self.events.push_back(Event::Data { user_data, offset: d.datao, data: d.data });
         if d.success {
             // SUCCESS (only with LAST_PDU, checked by the decoder): completed with status 0, no
             // CapsuleResp follows (reference §3.6).
-            let s = &self.slots[tag];
-            let result = if s.digest_error {
-                Err(CommandFailure::DataDigest)
-            } else if s.done != s.len {
-                Err(CommandFailure::ShortData { expected: s.len, received: s.done })
-            } else {
-                Ok(Cqe { result: 0, sqhd: 0, sqid: qid, cid: d.cccid, status: Status::SUCCESS })
-            };
-            self.complete(tag, result);
+            self.complete_success(tag, d.cccid);
         }
         Ok(())
     }

@@ -193,8 +193,9 @@ impl QueueState {
         self.slots.iter().any(|s| matches!(s.state, SlotState::AwaitData { .. }))
     }
 
-    /// Graceful shutdown: commands that arrive from now on are answered with
-    /// Command Aborted due to SQ Deletion; those in flight complete normally.
+    /// Graceful shutdown: commands that arrive from now on are not executed
+    /// (the host requeues them after the connection closes); those in flight
+    /// complete normally.
     pub fn set_draining(&mut self) {
         self.draining = true;
     }
@@ -351,10 +352,15 @@ impl QueueState {
         } else {
             Ok(())
         };
+        if self.draining {
+            // Shutting down: leave new commands unanswered; the connection closes
+            // once in-flight ones finish and the host requeues them on its next
+            // association (nvmet shuts the socket the same way).
+            debug!(cid = sqe.cid(), "command arrived while draining; left for the host to requeue");
+            self.free.push(tag);
+            return;
+        }
         let status = status.and_then(|()| {
-            if self.draining {
-                return Err(Status::ABORT_QUEUE);
-            }
             let max = self.ctx.target.limits.max_transfer();
             if sgl.length > max && sqe.opcode() != 0x09 {
                 warn!(len = sgl.length, max, "transfer larger than MDTS");

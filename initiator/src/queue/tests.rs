@@ -463,3 +463,168 @@ fn emitted_pdus_decode_at_a_controller() {
         ["cmd0:0", "cmd1:1024", "cmd2:0", "h2c0:4096", "h2c4096:4096", "h2c8192:4096", "h2c12288:4096"]
     );
 }
+
+/// Encodes a C2HData PDU and returns the bytes and the decoder's layout of
+/// its common header.
+fn c2h_wire(
+    cid: u16,
+    off: u32,
+    data: &[u8],
+    last: bool,
+    success: bool,
+    dg: bool,
+) -> (Vec<u8>, nvmeof_common::decoder::FrameLayout) {
+    let pdu =
+        Pdu::C2hData(C2hData { cccid: cid, datao: off, data: Bytes::copy_from_slice(data), last, success });
+    let wire = pdu.encode_to_vec(&EncodeConfig { hdgst: dg, ddgst: dg, pda: 0 });
+    let mut dc = DecoderConfig::new(Role::Host);
+    dc.hdgst = dg;
+    dc.ddgst = dg;
+    let layout = PduDecoder::new(dc)
+        .layout(&nvmeof_common::pdu::CommonHeader::decode(&wire[..8]))
+        .expect("valid common header");
+    (wire, layout)
+}
+
+#[test]
+fn c2h_header_parse_matches_the_whole_pdu_decoder() {
+    for dg in [false, true] {
+        let data: Vec<u8> = (0..3000u32).map(|i| (i * 7) as u8).collect();
+        let (wire, layout) = c2h_wire(0x1234, 4096, &data, true, true, dg);
+        let h = C2hHeader::parse(&layout, &wire[..layout.data_start]).unwrap();
+        assert_eq!((h.cccid, h.datao, h.datal, h.last, h.success), (0x1234, 4096, 3000, true, true));
+        assert_eq!(h.ddgst, dg);
+        assert_eq!(h.plen(), wire.len());
+        assert_eq!(&wire[h.data_start..h.data_start + 3000], &data[..]);
+        if dg {
+            // The data digest is the CRC32C of the payload, computable in pieces.
+            let crc = nvmeof_common::digest::crc32c_append(
+                nvmeof_common::digest::crc32c(&data[..1000]),
+                &data[1000..],
+            );
+            assert_eq!(wire[wire.len() - 4..], crc.to_le_bytes());
+            // A corrupted header fails its digest.
+            let mut bad = wire.clone();
+            bad[13] ^= 1;
+            assert!(matches!(
+                C2hHeader::parse(&layout, &bad[..layout.data_start]),
+                Err(DecodeError::HeaderDigest { .. })
+            ));
+        }
+        // DATAL must match PLEN.
+        let mut bad = wire.clone();
+        bad[16] ^= 1;
+        assert!(matches!(
+            C2hHeader::parse(&layout, &bad[..layout.data_start]),
+            Err(DecodeError::DataLengthMismatch { .. }) | Err(DecodeError::HeaderDigest { .. })
+        ));
+    }
+    // SUCCESS without LAST_PDU is refused (like the whole-PDU decoder).
+    let (mut wire, _) = c2h_wire(1, 0, &[0; 512], true, true, false);
+    wire[1] &= !nvmeof_common::pdu::PduFlags::LAST_PDU;
+    let dc = DecoderConfig::new(Role::Host);
+    let layout = PduDecoder::new(dc).layout(&nvmeof_common::pdu::CommonHeader::decode(&wire[..8])).unwrap();
+    assert!(matches!(
+        C2hHeader::parse(&layout, &wire[..layout.data_start]),
+        Err(DecodeError::InvalidFlags { .. })
+    ));
+}
+
+fn header(cid: u16, off: u32, len: u32, last: bool, success: bool) -> C2hHeader {
+    C2hHeader { cccid: cid, datao: off, datal: len, last, success, data_start: 24, ddgst: false }
+}
+
+#[test]
+fn split_c2h_accounts_like_whole_pdus_without_data_events() {
+    let t0 = Instant::now();
+    let mut q = live(cfg(), t0, 1 << 20);
+    let cid = q.submit(9, read_cmd(8), t0).unwrap();
+    capsule(&mut q);
+    assert_eq!(q.user_data_of(cid), Some(9));
+    assert_eq!(q.user_data_of(cid ^ 0x1000), None, "another generation is not this command");
+    let h1 = header(cid, 0, 1024, false, false);
+    assert_eq!(q.c2h_begin(&h1).unwrap(), Some((9, 0)));
+    // Nothing is accounted before the end: a second begin sees the same offset.
+    assert_eq!(q.c2h_begin(&h1).unwrap(), Some((9, 0)));
+    q.c2h_end(&h1, true).unwrap();
+    let h2 = header(cid, 1024, 3072, true, false);
+    assert_eq!(q.c2h_begin(&h2).unwrap(), Some((9, 1024)));
+    q.c2h_end(&h2, true).unwrap();
+    assert!(events(&mut q).is_empty(), "no Data events: the driver placed the bytes");
+    q.handle_pdu(resp(cid, Status::SUCCESS), t0).unwrap();
+    let ev = events(&mut q);
+    assert_eq!(ev.len(), 1);
+    assert!(completion(&ev[0]).1.as_ref().unwrap().status.is_success());
+
+    // SUCCESS flag completes; a short transfer with SUCCESS is reported.
+    let cid = q.submit(10, read_cmd(2), t0).unwrap();
+    capsule(&mut q);
+    let h = header(cid, 0, 1024, true, true);
+    q.c2h_begin(&h).unwrap();
+    q.c2h_end(&h, true).unwrap();
+    let ev = events(&mut q);
+    assert_eq!(completion(&ev[0]).0, 10);
+    assert!(completion(&ev[0]).1.is_ok());
+    let cid = q.submit(11, read_cmd(2), t0).unwrap();
+    capsule(&mut q);
+    let h = header(cid, 0, 512, true, true);
+    q.c2h_begin(&h).unwrap();
+    q.c2h_end(&h, true).unwrap();
+    let ev = events(&mut q);
+    assert_eq!(completion(&ev[0]).1, &Err(CommandFailure::ShortData { expected: 1024, received: 512 }));
+
+    // A digest mismatch fails the command at its completion (SUCCESS or CapsuleResp).
+    let cid = q.submit(12, read_cmd(2), t0).unwrap();
+    capsule(&mut q);
+    let h = header(cid, 0, 512, false, false);
+    q.c2h_begin(&h).unwrap();
+    q.c2h_end(&h, false).unwrap();
+    let h = header(cid, 512, 512, true, false);
+    q.c2h_begin(&h).unwrap();
+    q.c2h_end(&h, true).unwrap();
+    q.handle_pdu(resp(cid, Status::SUCCESS), t0).unwrap();
+    let ev = events(&mut q);
+    assert_eq!(completion(&ev[0]).1, &Err(CommandFailure::DataDigest));
+    let cid = q.submit(13, read_cmd(1), t0).unwrap();
+    capsule(&mut q);
+    let h = header(cid, 0, 512, true, true);
+    q.c2h_begin(&h).unwrap();
+    q.c2h_end(&h, false).unwrap();
+    assert_eq!(completion(&events(&mut q)[0]).1, &Err(CommandFailure::DataDigest));
+
+    // A command that timed out between begin and end: the end is stale, nothing breaks.
+    let cid = q.submit(14, read_cmd(1), t0).unwrap();
+    capsule(&mut q);
+    let h = header(cid, 0, 512, true, false);
+    q.c2h_begin(&h).unwrap();
+    q.handle_timeout(t0 + Duration::from_secs(31)).unwrap();
+    assert_eq!(completion(&events(&mut q)[0]).1, &Err(CommandFailure::Timeout));
+    let stale = q.stats().stale;
+    q.c2h_end(&h, true).unwrap();
+    assert_eq!(q.stats().stale, stale + 1);
+    assert!(events(&mut q).is_empty());
+    // Unknown CIDs are stale, not fatal.
+    assert_eq!(q.c2h_begin(&header(0x0FFF, 0, 512, true, false)).unwrap(), None);
+    assert!(q.is_live());
+}
+
+#[test]
+fn split_c2h_violations_are_fatal() {
+    let t0 = Instant::now();
+    // Gap.
+    let mut q = live(cfg(), t0, 1 << 20);
+    let cid = q.submit(1, read_cmd(2), t0).unwrap();
+    assert!(matches!(q.c2h_begin(&header(cid, 512, 512, true, false)), Err(QueueError::Violation { .. })));
+    assert!(!q.is_live());
+    // Overrun.
+    let mut q = live(cfg(), t0, 1 << 20);
+    let cid = q.submit(1, read_cmd(1), t0).unwrap();
+    assert!(matches!(q.c2h_begin(&header(cid, 0, 1024, true, false)), Err(QueueError::Violation { .. })));
+    // Data for a write.
+    let mut q = live(cfg(), t0, 1 << 20);
+    let cid = q.submit(3, write_cmd(Bytes::from(vec![0; 512])), t0).unwrap();
+    assert!(q.c2h_begin(&header(cid, 0, 512, true, false)).is_err());
+    // Before ICResp.
+    let mut q = Queue::new(cfg(), t0);
+    assert!(q.c2h_begin(&header(0, 0, 512, true, false)).is_err());
+}

@@ -1,0 +1,257 @@
+//! Helpers shared by the `initiator_*` suites: a target on loopback, connect
+//! options, time bounds, and a TCP proxy that can freeze, cut, throttle and
+//! corrupt the stream between initiator and target.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nvmeof_initiator::{ConnectOptions, HostIdentity, ReconnectPolicy};
+use nvmeof_target::config::{NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig};
+use nvmeof_target::core::Limits;
+use nvmeof_target::server::Server;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// Subsystem of every test target.
+pub const SUBNQN: &str = "nqn.2024-01.io.nvmeof.test:e2e";
+/// Block size of the test namespaces.
+pub const BS: usize = 512;
+
+/// Tracing once per process (honours `RUST_LOG`; silent by default).
+pub fn init_tracing() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
+        )
+        .with_test_writer()
+        .try_init();
+}
+
+/// Runs `f` and fails the test if it takes longer than `secs`.
+pub async fn bounded<T>(secs: u64, f: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(Duration::from_secs(secs), f).await {
+        Ok(v) => v,
+        Err(_) => panic!("test body exceeded its {secs} s bound"),
+    }
+}
+
+/// The host identity of the tests.
+pub fn host() -> HostIdentity {
+    HostIdentity::from_id(*b"e2e-initiator-01")
+}
+
+/// One subsystem ([`SUBNQN`], any host) with `namespaces`, on 127.0.0.1:0.
+pub fn config(namespaces: Vec<NamespaceConfig>) -> TargetConfig {
+    TargetConfig {
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
+        subsystems: vec![SubsystemConfig {
+            nqn: SUBNQN.to_string(),
+            model: "nvmeof-e2e".to_string(),
+            allowed_hosts: None,
+            namespaces,
+        }],
+        limits: Limits::default(),
+        poll_us: 0,
+    }
+}
+
+/// A RAM namespace.
+pub fn ram_ns(nsid: u32, size: u64) -> NamespaceConfig {
+    NamespaceConfig { nsid: Some(nsid), source: NamespaceSource::Ram(size), block_size: BS as u32 }
+}
+
+/// Starts `cfg`; returns the server and its address.
+pub async fn start(cfg: &TargetConfig) -> (Server, SocketAddr) {
+    init_tracing();
+    let s = Server::start(cfg).await.expect("target starts");
+    let a = s.local_addrs[0];
+    (s, a)
+}
+
+/// 4 I/O queues, 32 commands each, explicit host, 10 s command timeout,
+/// reconnect every 100 ms for up to 10 s with requeue.
+pub fn opts() -> ConnectOptions {
+    ConnectOptions {
+        host: Some(host()),
+        io_queues: 4,
+        // 32 commands outstanding per queue (depth − 1).
+        queue_depth: 33,
+        command_timeout: Duration::from_secs(10),
+        connect_timeout: Duration::from_secs(5),
+        reconnect: ReconnectPolicy {
+            delay: Duration::from_millis(100),
+            ctrl_loss_timeout: Some(Duration::from_secs(10)),
+            requeue: true,
+        },
+        ..ConnectOptions::default()
+    }
+}
+
+/// A TCP proxy between initiator and target.
+pub struct Proxy {
+    /// Where the initiator connects.
+    pub addr: SocketAddr,
+    frozen: watch::Sender<bool>,
+    kill: watch::Sender<u64>,
+    /// Target-to-host throttle: at most `.0` bytes, then a pause of `.1`.
+    throttle: watch::Sender<Option<(usize, Duration)>>,
+    /// Connections accepted so far.
+    pub accepted: Arc<AtomicU64>,
+    /// C2HData PDUs (payload > 4 KiB) still to corrupt (one payload byte each).
+    pub corrupt: Arc<AtomicU32>,
+}
+
+struct Ctl {
+    frozen: watch::Receiver<bool>,
+    kill: watch::Receiver<u64>,
+    throttle: watch::Receiver<Option<(usize, Duration)>>,
+    corrupt: Option<Arc<AtomicU32>>,
+    gen: u64,
+}
+
+impl Proxy {
+    /// Listens on 127.0.0.1:0 and forwards every connection to `upstream`.
+    pub async fn start(upstream: SocketAddr) -> Self {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (frozen, _) = watch::channel(false);
+        let (kill, _) = watch::channel(0u64);
+        let (throttle, _) = watch::channel(None);
+        let accepted = Arc::new(AtomicU64::new(0));
+        let corrupt = Arc::new(AtomicU32::new(0));
+        let (f, k, t, a, c) =
+            (frozen.clone(), kill.clone(), throttle.clone(), accepted.clone(), corrupt.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((down, _)) = l.accept().await else { return };
+                let Ok(up) = TcpStream::connect(upstream).await else { continue };
+                let _ = down.set_nodelay(true);
+                let _ = up.set_nodelay(true);
+                a.fetch_add(1, Ordering::SeqCst);
+                let gen = *k.borrow();
+                let ctl = |corrupt| Ctl {
+                    frozen: f.subscribe(),
+                    kill: k.subscribe(),
+                    throttle: t.subscribe(),
+                    corrupt,
+                    gen,
+                };
+                let (dr, dw) = down.into_split();
+                let (ur, uw) = up.into_split();
+                tokio::spawn(pump(dr, uw, ctl(None)));
+                tokio::spawn(pump(ur, dw, ctl(Some(c.clone()))));
+            }
+        });
+        Self { addr, frozen, kill, throttle, accepted, corrupt }
+    }
+
+    /// Stops (or resumes) forwarding in both directions; held bytes stay held.
+    pub fn freeze(&self, on: bool) {
+        self.frozen.send_replace(on);
+    }
+
+    /// Closes every connection accepted so far (held bytes are dropped).
+    pub fn kill_all(&self) {
+        self.kill.send_modify(|g| *g += 1);
+    }
+
+    /// Limits the target-to-host direction to `chunk` bytes per `pause`.
+    pub fn throttle(&self, t: Option<(usize, Duration)>) {
+        self.throttle.send_replace(t);
+    }
+}
+
+/// Follows PDU boundaries in the target-to-host stream to flip one payload
+/// byte of armed C2HData PDUs.
+#[derive(Default)]
+struct Tracker {
+    hdr: Vec<u8>,
+    pos: usize,
+    plen: usize,
+    flip_at: Option<usize>,
+}
+
+impl Tracker {
+    fn process(&mut self, buf: &mut [u8], corrupt: &AtomicU32) {
+        let mut i = 0;
+        while i < buf.len() {
+            if self.hdr.len() < 8 {
+                let n = (8 - self.hdr.len()).min(buf.len() - i);
+                self.hdr.extend_from_slice(&buf[i..i + n]);
+                i += n;
+                self.pos += n;
+                if self.hdr.len() == 8 {
+                    self.plen = u32::from_le_bytes(self.hdr[4..8].try_into().unwrap()) as usize;
+                    let pdo = self.hdr[3] as usize;
+                    let big_c2h = self.hdr[0] == 0x07 && self.plen > pdo + 4096;
+                    if big_c2h
+                        && corrupt
+                            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                            .is_ok()
+                    {
+                        self.flip_at = Some(pdo + (self.plen - pdo) / 2);
+                    }
+                }
+                continue;
+            }
+            let n = (self.plen - self.pos).min(buf.len() - i);
+            if let Some(f) = self.flip_at {
+                if (self.pos..self.pos + n).contains(&f) {
+                    buf[i + f - self.pos] ^= 0xFF;
+                }
+            }
+            self.pos += n;
+            i += n;
+            if self.pos >= self.plen {
+                self.hdr.clear();
+                self.pos = 0;
+                self.plen = 0;
+                self.flip_at = None;
+            }
+        }
+    }
+}
+
+async fn pump(mut r: tokio::net::tcp::OwnedReadHalf, mut w: tokio::net::tcp::OwnedWriteHalf, mut c: Ctl) {
+    let mut buf = vec![0u8; 256 << 10];
+    let mut tracker = Tracker::default();
+    let gen = c.gen;
+    loop {
+        let limit = match *c.throttle.borrow() {
+            Some((chunk, _)) if c.corrupt.is_some() => chunk.min(buf.len()),
+            _ => buf.len(),
+        };
+        let n = tokio::select! {
+            r = r.read(&mut buf[..limit]) => match r { Ok(0) | Err(_) => return, Ok(n) => n },
+            _ = c.kill.wait_for(|g| *g != gen) => return,
+        };
+        if let Some(corrupt) = &c.corrupt {
+            tracker.process(&mut buf[..n], corrupt);
+        }
+        // While frozen, hold what was read and read no more.
+        tokio::select! {
+            r = c.frozen.wait_for(|f| !*f) => if r.is_err() { return },
+            _ = c.kill.wait_for(|g| *g != gen) => return,
+        }
+        tokio::select! {
+            r = w.write_all(&buf[..n]) => if r.is_err() { return },
+            _ = c.kill.wait_for(|g| *g != gen) => return,
+        }
+        let pause = match *c.throttle.borrow() {
+            Some((_, pause)) if c.corrupt.is_some() => Some(pause),
+            _ => None,
+        };
+        if let Some(p) = pause {
+            tokio::select! {
+                _ = tokio::time::sleep(p) => {}
+                _ = c.kill.wait_for(|g| *g != gen) => return,
+            }
+        }
+    }
+}
