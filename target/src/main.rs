@@ -1,5 +1,10 @@
 //! `nvmeof-target`: export files, block devices or RAM over NVMe/TCP.
 
+// mimalloc: large (≥128 KiB) I/O buffers would otherwise go through glibc's
+// mmap/munmap path and page-fault on every command.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;

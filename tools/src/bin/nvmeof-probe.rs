@@ -1,6 +1,11 @@
 //! `nvmeof-probe`: latency and throughput probe for NVMe/TCP targets.
 //! See `nvmeof-probe --help` and tools/README.md.
 
+// mimalloc: large (≥128 KiB) I/O buffers would otherwise go through glibc's
+// mmap/munmap path and page-fault on every command.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;

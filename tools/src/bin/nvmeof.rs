@@ -1,6 +1,11 @@
 //! `nvmeof`: NVMe/TCP admin CLI (discover, identify, list, read, write).
 //! See `nvmeof --help` and tools/README.md for the exit codes.
 
+// mimalloc: large (≥128 KiB) I/O buffers would otherwise go through glibc's
+// mmap/munmap path and page-fault on every command.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::Parser;
 use nvmeof_tools::admin::{run, Cli};
 
