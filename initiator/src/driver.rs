@@ -1176,9 +1176,9 @@ fn read_some(c: &mut Conn, shared: &QueueShared) -> io::Result<usize> {
     }
     if shared.owned_inflight.load(Ordering::Relaxed) > 0 {
         // Leave large payloads in the socket for `read_payload`.
-        c.stream.try_read_buf(&mut (&mut c.rbuf).limit(OWNED_READ_CAP))
+        recv_buf(&c.stream, &mut (&mut c.rbuf).limit(OWNED_READ_CAP))
     } else {
-        c.stream.try_read_buf(&mut c.rbuf)
+        recv_buf(&c.stream, &mut c.rbuf)
     }
 }
 
@@ -1192,7 +1192,7 @@ fn read_payload(
 ) -> io::Result<usize> {
     let want = d.remaining();
     debug_assert!(want > 0);
-    let n = match d.place(shared, |buf| stream.try_read_buf(&mut buf.limit(want)))? {
+    let n = match d.place(shared, |buf| recv_buf(stream, &mut buf.limit(want)))? {
         Place::Placed(n) => {
             shared.rx.direct.fetch_add(n as u64, Ordering::Relaxed);
             n
@@ -1202,7 +1202,7 @@ fn read_payload(
                 scratch.resize(DISCARD_CHUNK, 0);
             }
             let m = want.min(scratch.len());
-            stream.try_read(&mut scratch[..m])?
+            recv_buf(stream, &mut &mut scratch[..m])?
         }
     };
     d.done += n;
@@ -1288,5 +1288,31 @@ fn decode_all(c: &mut Conn, shared: &QueueShared, now: Instant) -> Result<()> {
             }
             Err(e) => return Err(Error::Protocol(e.into())),
         }
+    }
+}
+
+/// Reads from the socket with a real `recv` call into `buf`'s spare capacity.
+///
+/// tokio's `try_read*` answer `WouldBlock` from cached readiness without a
+/// syscall until the reactor has seen an epoll event, so a busy-poll loop built
+/// on them never sees data that arrived meanwhile. On `WouldBlock` the cached
+/// readiness is cleared, so a following `ready().await` sleeps as usual.
+fn recv_buf<B: bytes::BufMut>(stream: &tokio::net::TcpStream, buf: &mut B) -> std::io::Result<usize> {
+    let sock = socket2::SockRef::from(stream);
+    let dst = buf.chunk_mut();
+    // SAFETY: `recv` only writes into the slice and reports how many bytes it
+    // initialised; exactly those are committed with `advance_mut`.
+    match sock.recv(unsafe { dst.as_uninit_slice_mut() }) {
+        Ok(n) => {
+            unsafe { buf.advance_mut(n) };
+            Ok(n)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            let _ = stream.try_io(tokio::io::Interest::READABLE, || {
+                Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+            });
+            Err(e)
+        }
+        Err(e) => Err(e),
     }
 }

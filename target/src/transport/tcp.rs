@@ -136,7 +136,7 @@ pub async fn run_connection(
 
         // Adaptive polling: spin on non-blocking reads/completions for `poll` after activity.
         if !poll.is_zero() && last_activity.elapsed() < poll && !draining {
-            match stream.try_read_buf(&mut rbuf) {
+            match recv_buf(&stream, &mut rbuf) {
                 Ok(0) => eof = true,
                 Ok(_) => {
                     last_activity = Instant::now();
@@ -175,7 +175,7 @@ pub async fn run_connection(
                 let Ok(ready) = r else { break };
                 if ready.is_readable() && (!draining || q.awaiting_data()) {
                     loop {
-                        match stream.try_read_buf(&mut rbuf) {
+                        match recv_buf(&stream, &mut rbuf) {
                             Ok(0) => { eof = true; break; }
                             Ok(_) => {
                                 if rbuf.capacity() - rbuf.len() < 64 * 1024 { rbuf.reserve(256 * 1024); }
@@ -240,6 +240,32 @@ async fn sleep_until_opt(t: Option<Instant>) {
     match t {
         Some(t) => tokio::time::sleep_until(t.into()).await,
         None => std::future::pending().await,
+    }
+}
+
+/// Reads from the socket with a real `recv` call into `buf`'s spare capacity.
+///
+/// tokio's `try_read*` answer `WouldBlock` from cached readiness without a
+/// syscall until the reactor has seen an epoll event, so a busy-poll loop built
+/// on them never sees data that arrived meanwhile. On `WouldBlock` the cached
+/// readiness is cleared, so a following `ready().await` sleeps as usual.
+fn recv_buf<B: bytes::BufMut>(stream: &tokio::net::TcpStream, buf: &mut B) -> std::io::Result<usize> {
+    let sock = socket2::SockRef::from(stream);
+    let dst = buf.chunk_mut();
+    // SAFETY: `recv` only writes into the slice and reports how many bytes it
+    // initialised; exactly those are committed with `advance_mut`.
+    match sock.recv(unsafe { dst.as_uninit_slice_mut() }) {
+        Ok(n) => {
+            unsafe { buf.advance_mut(n) };
+            Ok(n)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+            let _ = stream.try_io(tokio::io::Interest::READABLE, || {
+                Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+            });
+            Err(e)
+        }
+        Err(e) => Err(e),
     }
 }
 
