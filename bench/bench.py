@@ -155,6 +155,13 @@ def main():
                 for p in ("50.000000", "99.000000", "99.900000"):
                     record(f"qd1_{tag}_{p}", lat["percentile"][p] / 1000)
                 record(f"qd1_{tag}_iops", side(rep, "read")["iops"])
+                if poll:
+                    for rw in ("randread", "randwrite"):
+                        rep, pcpu, tcpu = probe(t, T, "--rw", rw, "--bs", "4k", "--qd", "32", *probe_poll)
+                        s = side(rep, "read" if rw == "randread" else "write")
+                        record(f"{rw}_qd32_q1_poll_iops", s["iops"])
+                        record(f"{rw}_qd32_q1_poll_tcpu", tcpu / s["total_ios"] * 1e6)
+                        record(f"{rw}_qd32_q1_poll_pcpu", pcpu / s["total_ios"] * 1e6)
             finally:
                 t.stop()
         for threads in (1, 2):
@@ -213,6 +220,12 @@ def main():
             add(f"4 KiB {rw} QD32, {nq} queue(s), 1 target core", f"{iops / 1e3:.0f}K IOPS",
                 f"{gb(iops * 4096):.2f} GB/s = {iops * 4096 / ip:.2f}× iperf3; CPU s per 1M I/Os: "
                 f"target {M[k + '_tcpu']:.2f}, probe {M[k + '_pcpu']:.2f}")
+    for rw in ("randread", "randwrite"):
+        k = f"{rw}_qd32_q1_poll"
+        iops = M[k + "_iops"]
+        add(f"4 KiB {rw} QD32, 1 queue, polling on both sides", f"{iops / 1e3:.0f}K IOPS",
+            f"{iops * 4096 / ip:.2f}× iperf3; CPU s per 1M I/Os: target {M[k + '_tcpu']:.2f}, "
+            f"probe {M[k + '_pcpu']:.2f}")
     k = "randread_qd32_q2_t2"
     add("4 KiB randread QD32, 2 queues, 2 target cores", f"{M[k + '_iops'] / 1e3:.0f}K IOPS",
         f"scaling 1→2 cores: {M[k + '_iops'] / M['randread_qd32_q2_t1_iops']:.2f}×")
