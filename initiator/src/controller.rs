@@ -441,13 +441,16 @@ impl Core {
         let start = Instant::now();
         let mut last = err;
         let mut attempt = 0u32;
+        let mut delay = policy.delay;
         loop {
             if let Some(t) = policy.ctrl_loss_timeout {
-                if start.elapsed() + policy.delay > t {
+                if start.elapsed() + delay > t {
                     break;
                 }
             }
-            tokio::time::sleep(policy.delay).await;
+            tokio::time::sleep(delay).await;
+            // Exponential backoff between failed attempts, capped.
+            delay = (delay * 2).min(policy.max_delay.max(policy.delay));
             attempt += 1;
             let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
             match self.reestablish(epoch).await {

@@ -109,8 +109,10 @@ fn random_uuid() -> [u8; 16] {
 /// What happens when a connection of the controller fails.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReconnectPolicy {
-    /// Wait between reconnect attempts (Linux `reconnect_delay`, 10 s).
+    /// Wait before the first reconnect attempt (Linux `reconnect_delay`, 10 s).
     pub delay: Duration,
+    /// Backoff cap: the wait doubles after every failed attempt, up to this.
+    pub max_delay: Duration,
     /// Give up after this long without a working association (Linux
     /// `ctrl_loss_tmo`, 600 s); `None` retries forever, `Some(ZERO)` never reconnects.
     pub ctrl_loss_timeout: Option<Duration>,
@@ -125,6 +127,7 @@ impl Default for ReconnectPolicy {
     fn default() -> Self {
         Self {
             delay: Duration::from_secs(2),
+            max_delay: Duration::from_secs(30),
             ctrl_loss_timeout: Some(Duration::from_secs(600)),
             requeue: true,
         }
@@ -134,7 +137,12 @@ impl Default for ReconnectPolicy {
 impl ReconnectPolicy {
     /// No reconnect: the first connection failure loses the controller.
     pub fn never() -> Self {
-        Self { delay: Duration::ZERO, ctrl_loss_timeout: Some(Duration::ZERO), requeue: false }
+        Self {
+            delay: Duration::ZERO,
+            max_delay: Duration::ZERO,
+            ctrl_loss_timeout: Some(Duration::ZERO),
+            requeue: false,
+        }
     }
 }
 

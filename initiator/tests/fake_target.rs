@@ -518,6 +518,7 @@ fn opts() -> ConnectOptions {
         connect_timeout: Duration::from_secs(2),
         reconnect: ReconnectPolicy {
             delay: Duration::from_millis(50),
+            max_delay: Duration::from_millis(50),
             ctrl_loss_timeout: Some(Duration::from_secs(5)),
             requeue: true,
         },

@@ -512,6 +512,7 @@ async fn target_gone_fails_io_with_controller_lost_after_ctrl_loss_timeout() {
             kato: Duration::from_secs(2),
             reconnect: ReconnectPolicy {
                 delay: Duration::from_millis(200),
+                max_delay: Duration::from_millis(200),
                 ctrl_loss_timeout: Some(loss),
                 requeue: true,
             },
@@ -617,6 +618,7 @@ async fn connection_cut_without_requeue_fails_outstanding_then_reconnects() {
             kato: Duration::from_secs(2),
             reconnect: ReconnectPolicy {
                 delay: Duration::from_millis(100),
+                max_delay: Duration::from_millis(100),
                 ctrl_loss_timeout: Some(Duration::from_secs(10)),
                 requeue: false,
             },
@@ -649,6 +651,44 @@ async fn connection_cut_without_requeue_fails_outstanding_then_reconnects() {
         assert!(proxy.accepted.load(Ordering::SeqCst) >= 10, "a second association was built");
         ctrl.shutdown().await.unwrap();
         server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
+
+/// Reconnect attempts back off exponentially: with delay 50 ms doubling to a
+/// 400 ms cap over a 1.3 s loss timeout there are about 5 attempts, where a
+/// fixed 50 ms delay would make ~25.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reconnect_attempts_back_off_exponentially() {
+    bounded(30, async {
+        let (server, addr) = start(&config(vec![ram_ns(1, 16 << 20)])).await;
+        let o = ConnectOptions {
+            kato: Duration::from_secs(2),
+            reconnect: ReconnectPolicy {
+                delay: Duration::from_millis(50),
+                max_delay: Duration::from_millis(400),
+                ctrl_loss_timeout: Some(Duration::from_millis(1300)),
+                requeue: false,
+            },
+            ..opts()
+        };
+        let ctrl = Controller::connect(addr, SUBNQN, o).await.unwrap();
+        // Replace the target by a listener that accepts and drops every
+        // connection: each reconnect attempt is one accept.
+        server.shutdown(Duration::from_secs(1)).await;
+        let l = tokio::net::TcpListener::bind(addr).await.unwrap();
+        let count = Arc::new(AtomicU64::new(0));
+        let c2 = count.clone();
+        let acceptor = tokio::spawn(async move {
+            while let Ok((s, _)) = l.accept().await {
+                c2.fetch_add(1, Ordering::SeqCst);
+                drop(s);
+            }
+        });
+        wait_state(&ctrl, ControllerState::Failed, Duration::from_secs(5)).await;
+        acceptor.abort();
+        let attempts = count.load(Ordering::SeqCst);
+        assert!((3..=7).contains(&attempts), "{attempts} reconnect connections; expected ~5 with backoff");
     })
     .await;
 }

@@ -86,6 +86,7 @@ pub fn opts() -> ConnectOptions {
         connect_timeout: Duration::from_secs(5),
         reconnect: ReconnectPolicy {
             delay: Duration::from_millis(100),
+            max_delay: Duration::from_millis(100),
             ctrl_loss_timeout: Some(Duration::from_secs(10)),
             requeue: true,
         },
