@@ -9,13 +9,11 @@
 //! flushes the device's volatile write cache. Execution uses the same worker pool
 //! as the file backend.
 
-use std::alloc::{self, Layout};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -25,63 +23,14 @@ use super::file::{
     fallocate, in_range, is_unsupported, pread_exact_raw, write_zeroes_by_writing, IoExecutor, WorkerPool,
     DEFAULT_WORKERS,
 };
+use super::sys::{invalid, ioctl_get, AlignedBuf, BLKGETSIZE64, BLKSSZGET, BUF_ALIGN};
 use super::{io_error_to_status, Backend, CompletionSink, IoCompletion, IoOp};
 
-/// `BLKGETSIZE64`: device size in bytes (`u64`).
-const BLKGETSIZE64: libc::Ioctl = libc::_IOR::<libc::size_t>(0x12, 114);
-/// `BLKSSZGET`: logical block size (`int`).
-const BLKSSZGET: libc::Ioctl = libc::_IO(0x12, 104);
 /// `BLKZEROOUT`: zero a byte range (`u64[2]` = start, length).
 const BLKZEROOUT: libc::Ioctl = libc::_IO(0x12, 127);
 
-/// Alignment of read buffers and the bounce buffer (covers every logical block size
-/// up to 4 KiB and any DMA alignment requirement).
-const BUF_ALIGN: usize = 4096;
 /// Largest bounce-buffer chunk; bigger unaligned writes are issued in pieces.
 const BOUNCE_MAX: usize = 1 << 20;
-
-/// A heap buffer aligned to [`BUF_ALIGN`]. Its contents start uninitialized.
-struct AlignedBuf {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: a uniquely owned heap allocation, like `Box<[u8]>`.
-unsafe impl Send for AlignedBuf {}
-// SAFETY: shared access only reads.
-unsafe impl Sync for AlignedBuf {}
-
-impl AlignedBuf {
-    fn layout(len: usize) -> Layout {
-        Layout::from_size_align(len, BUF_ALIGN).expect("buffer layout")
-    }
-
-    /// An uninitialized buffer of `len` (> 0) bytes.
-    fn new_uninit(len: usize) -> Self {
-        assert!(len > 0);
-        let layout = Self::layout(len);
-        // SAFETY: `layout` has a non-zero size.
-        let ptr = unsafe { alloc::alloc(layout) };
-        let ptr = NonNull::new(ptr).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        Self { ptr, len }
-    }
-}
-
-impl AsRef<[u8]> for AlignedBuf {
-    /// Only used once the whole buffer is initialized (a read buffer handed to
-    /// `Bytes::from_owner` after the read filled it).
-    fn as_ref(&self) -> &[u8] {
-        // SAFETY: valid allocation of `len` bytes, initialized per the invariant above.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new_uninit` with this layout.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
-    }
-}
 
 /// Per-worker aligned bounce buffer for writes whose data is not aligned.
 #[derive(Default)]
@@ -104,15 +53,6 @@ impl Bounce {
     }
 }
 
-/// `ioctl` returning an integer through a pointer.
-fn ioctl_get<T: Default>(file: &File, req: libc::Ioctl) -> io::Result<T> {
-    let mut v = T::default();
-    // SAFETY: `req` writes one `T` to the pointer.
-    if unsafe { libc::ioctl(file.as_raw_fd(), req, std::ptr::addr_of_mut!(v)) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(v)
-}
 
 /// `BLKZEROOUT` on `offset..offset+len`.
 fn blk_zeroout(file: &File, offset: u64, len: u64) -> io::Result<()> {
@@ -313,9 +253,6 @@ impl BlockBackend {
     }
 }
 
-fn invalid(msg: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidInput, msg)
-}
 
 impl Backend for BlockBackend {
     fn size(&self) -> u64 {

@@ -10,6 +10,7 @@
 pub mod block;
 pub mod file;
 pub mod mem;
+mod sys;
 pub mod uring;
 
 use bytes::Bytes;

@@ -44,14 +44,12 @@
 //! `kernel.io_uring_disabled`, an old kernel); callers may then fall back to the
 //! thread-pool backends.
 
-use std::alloc::{self, Layout};
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
 use std::thread::JoinHandle;
@@ -62,6 +60,7 @@ use io_uring::{opcode, squeue, types, IoUring, Probe};
 use nvmeof_common::Status;
 
 use super::file::{in_range, is_unsupported, ZEROES, ZEROES_LEN};
+use super::sys::{invalid, ioctl_get, AlignedBuf, BLKGETSIZE64, BLKSSZGET, BUF_ALIGN};
 use super::{io_error_to_status, Backend, CompletionSink, IoCompletion, IoOp};
 
 /// Submission-queue entries per ring.
@@ -81,68 +80,11 @@ const REAP_TIMEOUT_IDLE: Duration = Duration::from_secs(1);
 const MAX_RW: usize = 1 << 30;
 /// Retries of an operation that failed with `EINTR` / `EAGAIN`.
 const MAX_RETRIES: u8 = 16;
-/// Alignment of read buffers and write bounce copies.
-const BUF_ALIGN: usize = 4096;
 
-/// `BLKGETSIZE64`: device size in bytes (`u64`).
-const BLKGETSIZE64: libc::Ioctl = libc::_IOR::<libc::size_t>(0x12, 114);
-/// `BLKSSZGET`: logical block size (`int`).
-const BLKSSZGET: libc::Ioctl = libc::_IO(0x12, 104);
 
 // ---------------------------------------------------------------------------
 // Aligned buffers
 // ---------------------------------------------------------------------------
-
-/// A heap buffer aligned to [`BUF_ALIGN`]. Its contents start uninitialized.
-struct AlignedBuf {
-    ptr: NonNull<u8>,
-    len: usize,
-}
-
-// SAFETY: a uniquely owned heap allocation, like `Box<[u8]>`.
-unsafe impl Send for AlignedBuf {}
-// SAFETY: shared access only reads.
-unsafe impl Sync for AlignedBuf {}
-
-impl AlignedBuf {
-    fn layout(len: usize) -> Layout {
-        Layout::from_size_align(len, BUF_ALIGN).expect("buffer layout")
-    }
-
-    /// An uninitialized buffer of `len` (> 0) bytes.
-    fn new_uninit(len: usize) -> Self {
-        assert!(len > 0);
-        let layout = Self::layout(len);
-        // SAFETY: `layout` has a non-zero size.
-        let ptr = unsafe { alloc::alloc(layout) };
-        let ptr = NonNull::new(ptr).unwrap_or_else(|| alloc::handle_alloc_error(layout));
-        Self { ptr, len }
-    }
-
-    /// An aligned copy of `src` (non-empty).
-    fn copy_of(src: &[u8]) -> Self {
-        let buf = Self::new_uninit(src.len());
-        // SAFETY: `buf` holds `src.len()` bytes and does not overlap `src`.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), buf.ptr.as_ptr(), src.len()) };
-        buf
-    }
-}
-
-impl AsRef<[u8]> for AlignedBuf {
-    /// Only used once the whole buffer is initialized (a copy, or a read buffer
-    /// the read filled completely).
-    fn as_ref(&self) -> &[u8] {
-        // SAFETY: valid allocation of `len` bytes, initialized per the invariant above.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-}
-
-impl Drop for AlignedBuf {
-    fn drop(&mut self) {
-        // SAFETY: allocated in `new_uninit` with this layout.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
-    }
-}
 
 // ---------------------------------------------------------------------------
 // Operations
@@ -597,9 +539,6 @@ fn unavailable(what: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::Unsupported, format!("io_uring unavailable: {what}"))
 }
 
-fn invalid(msg: String) -> io::Error {
-    io::Error::new(io::ErrorKind::InvalidInput, msg)
-}
 
 /// Creates a ring and checks that it supports everything the backend uses.
 fn new_ring() -> io::Result<IoUring> {
@@ -659,15 +598,6 @@ fn probe_direct_read(file: &File, len: usize) -> io::Result<()> {
     }
 }
 
-/// `ioctl` returning an integer through a pointer.
-fn ioctl_get<T: Default>(file: &File, req: libc::Ioctl) -> io::Result<T> {
-    let mut v = T::default();
-    // SAFETY: `req` writes one `T` to the pointer.
-    if unsafe { libc::ioctl(file.as_raw_fd(), req, std::ptr::addr_of_mut!(v)) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(v)
-}
 
 /// How the data descriptor was opened.
 struct DataFile {
