@@ -26,6 +26,14 @@ pub fn init_tracing() {
         .try_init();
 }
 
+/// Runs `f` and fails the test if it takes longer than `secs`.
+pub async fn bounded<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T {
+    match tokio::time::timeout(std::time::Duration::from_secs(secs), f).await {
+        Ok(v) => v,
+        Err(_) => panic!("test body exceeded its {secs} s bound"),
+    }
+}
+
 /// A RAM namespace configuration.
 pub fn ram_ns(nsid: u32, size: u64, block_size: u32) -> NamespaceConfig {
     NamespaceConfig { nsid: Some(nsid), source: NamespaceSource::Ram(size), block_size }

@@ -7,7 +7,6 @@
 //!
 //! Every test body runs under a time bound; the whole file takes ~15 s.
 
-use std::future::Future;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::{Arc, Mutex};
@@ -26,22 +25,7 @@ use serde_json::Value;
 const NQN: &str = "nqn.2024-01.io.nvmeof.test:tools";
 const NS_SIZE: u64 = 16 << 20;
 
-fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
-        )
-        .with_test_writer()
-        .try_init();
-}
-
-async fn bounded<T>(secs: u64, f: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(Duration::from_secs(secs), f).await {
-        Ok(v) => v,
-        Err(_) => panic!("test body exceeded its {secs} s bound"),
-    }
-}
+use nvmeof_tests::harness::{bounded, init_tracing};
 
 /// A target with subsystem [`NQN`] and namespace 1 on a RAM backend we keep a handle to.
 struct TestTarget {

@@ -53,7 +53,6 @@ impl Bounce {
     }
 }
 
-
 /// `BLKZEROOUT` on `offset..offset+len`.
 fn blk_zeroout(file: &File, offset: u64, len: u64) -> io::Result<()> {
     let range = [offset, len];
@@ -252,7 +251,6 @@ impl BlockBackend {
         self.inner.direct
     }
 }
-
 
 impl Backend for BlockBackend {
     fn size(&self) -> u64 {

@@ -81,7 +81,6 @@ const MAX_RW: usize = 1 << 30;
 /// Retries of an operation that failed with `EINTR` / `EAGAIN`.
 const MAX_RETRIES: u8 = 16;
 
-
 // ---------------------------------------------------------------------------
 // Aligned buffers
 // ---------------------------------------------------------------------------
@@ -539,7 +538,6 @@ fn unavailable(what: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::Unsupported, format!("io_uring unavailable: {what}"))
 }
 
-
 /// Creates a ring and checks that it supports everything the backend uses.
 fn new_ring() -> io::Result<IoUring> {
     let ring = IoUring::builder()
@@ -597,7 +595,6 @@ fn probe_direct_read(file: &File, len: usize) -> io::Result<()> {
         }
     }
 }
-
 
 /// How the data descriptor was opened.
 struct DataFile {

@@ -3,7 +3,6 @@
 //! corrupt the stream between initiator and target.
 #![allow(dead_code)]
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -22,24 +21,7 @@ pub const SUBNQN: &str = "nqn.2024-01.io.nvmeof.test:e2e";
 /// Block size of the test namespaces.
 pub const BS: usize = 512;
 
-/// Tracing once per process (honours `RUST_LOG`; silent by default).
-pub fn init_tracing() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("off")),
-        )
-        .with_test_writer()
-        .try_init();
-}
-
-/// Runs `f` and fails the test if it takes longer than `secs`.
-pub async fn bounded<T>(secs: u64, f: impl Future<Output = T>) -> T {
-    match tokio::time::timeout(Duration::from_secs(secs), f).await {
-        Ok(v) => v,
-        Err(_) => panic!("test body exceeded its {secs} s bound"),
-    }
-}
+pub use nvmeof_tests::harness::{bounded, init_tracing};
 
 /// The host identity of the tests.
 pub fn host() -> HostIdentity {
