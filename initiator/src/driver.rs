@@ -1172,6 +1172,7 @@ fn read_some(c: &mut Conn, shared: &QueueShared) -> io::Result<usize> {
         return Ok(n);
     }
     if c.rbuf.capacity() - c.rbuf.len() < 16 << 10 {
+        // Half the initial capacity, so a unique buffer is reclaimed in place.
         c.rbuf.reserve(128 << 10);
     }
     if shared.owned_inflight.load(Ordering::Relaxed) > 0 {
@@ -1291,28 +1292,30 @@ fn decode_all(c: &mut Conn, shared: &QueueShared, now: Instant) -> Result<()> {
     }
 }
 
-/// Reads from the socket with a real `recv` call into `buf`'s spare capacity.
+/// Reads from the socket into `buf`'s spare capacity, with a real `recv` call
+/// even when tokio has no readiness cached.
 ///
 /// tokio's `try_read*` answer `WouldBlock` from cached readiness without a
 /// syscall until the reactor has seen an epoll event, so a busy-poll loop built
-/// on them never sees data that arrived meanwhile. On `WouldBlock` the cached
-/// readiness is cleared, so a following `ready().await` sleeps as usual.
+/// on them never sees data that arrived meanwhile. The read goes through
+/// `try_io` first (which clears readiness race-free on `WouldBlock`); only when
+/// tokio had no readiness cached is `recv` called directly.
 fn recv_buf<B: bytes::BufMut>(stream: &tokio::net::TcpStream, buf: &mut B) -> std::io::Result<usize> {
-    let sock = socket2::SockRef::from(stream);
-    let dst = buf.chunk_mut();
-    // SAFETY: `recv` only writes into the slice and reports how many bytes it
-    // initialised; exactly those are committed with `advance_mut`.
-    match sock.recv(unsafe { dst.as_uninit_slice_mut() }) {
-        Ok(n) => {
-            unsafe { buf.advance_mut(n) };
-            Ok(n)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-            let _ = stream.try_io(tokio::io::Interest::READABLE, || {
-                Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
-            });
-            Err(e)
-        }
-        Err(e) => Err(e),
+    fn raw<B: bytes::BufMut>(stream: &tokio::net::TcpStream, buf: &mut B) -> std::io::Result<usize> {
+        let sock = socket2::SockRef::from(stream);
+        let dst = buf.chunk_mut();
+        // SAFETY: `recv` only writes into the slice and reports how many bytes it
+        // initialised; exactly those are committed with `advance_mut`.
+        let n = sock.recv(unsafe { dst.as_uninit_slice_mut() })?;
+        unsafe { buf.advance_mut(n) };
+        Ok(n)
+    }
+    let mut called = false;
+    match stream.try_io(tokio::io::Interest::READABLE, || {
+        called = true;
+        raw(stream, buf)
+    }) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && !called => raw(stream, buf),
+        r => r,
     }
 }

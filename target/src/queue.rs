@@ -472,9 +472,15 @@ impl QueueState {
             // SUCCESS flag only when the host disabled SQ flow control and the
             // completion has nothing to report (reference §3.6).
             let success = self.ctx.sqflow_disabled && r.result == 0;
-            let pdu = C2hData { cccid: cid, datao: 0, data: r.data.clone(), last: true, success };
+            let keep = r.data.clone();
+            let pdu =
+                C2hData { cccid: cid, datao: 0, data: std::mem::take(&mut r.data), last: true, success };
             self.out.push(&Pdu::C2hData(pdu), &self.enc);
             sent_success = success;
+            if self.ctx.qid.is_some_and(|q| q > 0) {
+                // Reused for a later read once the socket has sent it.
+                self.ctx.recycle_read_buf(keep);
+            }
         }
         if !self.ctx.sqflow_disabled {
             self.sqhd = (self.sqhd + 1) % (self.ctx.sqsize.max(1) + 1);
@@ -534,6 +540,7 @@ mod tests {
             sqflow_disabled: false,
             close_requested: false,
             local_addr: None,
+            read_bufs: Default::default(),
         })
     }
 

@@ -3,7 +3,7 @@
 
 use std::sync::RwLock;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use nvmeof_common::Status;
 
 use super::{Backend, CompletionSink, IoCompletion, IoOp};
@@ -90,6 +90,21 @@ impl Backend for MemBackend {
         let new_size = new_size / self.block_size as u64 * self.block_size as u64;
         self.data.write().unwrap().resize(new_size as usize, 0);
         Ok(())
+    }
+    fn read_into(
+        &self,
+        tag: u32,
+        offset: u64,
+        mut buf: BytesMut,
+        _sink: &CompletionSink,
+    ) -> Option<IoCompletion> {
+        let d = self.data.read().unwrap();
+        let len = buf.len();
+        if offset.checked_add(len as u64).is_none_or(|e| e > d.len() as u64) {
+            return Some(IoCompletion::status(tag, Status::LBA_RANGE.with_dnr()));
+        }
+        buf.copy_from_slice(&d[offset as usize..offset as usize + len]);
+        Some(IoCompletion { tag, status: Status::SUCCESS, result: 0, data: buf.freeze() })
     }
     fn submit(&self, tag: u32, op: IoOp, _sink: &CompletionSink) -> Option<IoCompletion> {
         let (status, data) = self.execute(op);

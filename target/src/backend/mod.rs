@@ -13,7 +13,7 @@ pub mod mem;
 mod sys;
 pub mod uring;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use nvmeof_common::Status;
 
 pub use block::BlockBackend;
@@ -96,6 +96,12 @@ pub trait Backend: Send + Sync + 'static {
     /// Submits `op`. Returns the completion if it finished inline, else `None`
     /// and the completion arrives on `sink` with the same `tag`.
     fn submit(&self, tag: u32, op: IoOp, sink: &CompletionSink) -> Option<IoCompletion>;
+    /// Reads `buf.len()` bytes at `offset` into `buf` (a buffer recycled by the
+    /// queue, so steady-state reads allocate nothing). Backends that manage
+    /// their own (aligned) buffers keep the default, which submits a plain Read.
+    fn read_into(&self, tag: u32, offset: u64, buf: BytesMut, sink: &CompletionSink) -> Option<IoCompletion> {
+        self.submit(tag, IoOp::Read { offset, len: buf.len() }, sink)
+    }
     /// Flushes everything durable (used on shutdown). Blocking.
     fn sync_all(&self) -> Result<(), String> {
         Ok(())

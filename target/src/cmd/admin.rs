@@ -564,6 +564,7 @@ mod tests {
             sqflow_disabled: false,
             close_requested: false,
             local_addr: None,
+            read_bufs: Default::default(),
         };
         Env { target, subsys, ctrl, ctx, rx }
     }

@@ -81,7 +81,13 @@ pub fn execute(ctx: &mut QueueCtx, ctrl: &Controller, sqe: &Sqe, data: Bytes, ta
                 Err(s) => return s.into(),
             };
             match IoOpcode(sqe.opcode()) {
-                IoOpcode::READ => (IoOp::Read { offset, len: len as usize }, Pending::Plain),
+                IoOpcode::READ => {
+                    let buf = ctx.take_read_buf(len as usize);
+                    return match ns.backend.read_into(tag, offset, buf, &ctx.sink) {
+                        Some(c) => Exec::Done(complete(Pending::Plain, c)),
+                        None => Exec::Pending(Pending::Plain),
+                    };
+                }
                 IoOpcode::WRITE => (IoOp::Write { offset, data, fua: sqe.fua() }, Pending::Plain),
                 IoOpcode::COMPARE => (IoOp::Read { offset, len: len as usize }, Pending::Compare(data)),
                 _ => {

@@ -37,6 +37,8 @@ pub struct QueueCtx {
     pub close_requested: bool,
     /// Local address of the connection (discovery log entries of wildcard listeners report it).
     pub local_addr: Option<std::net::SocketAddr>,
+    /// Read buffers handed out earlier; reused once the socket has sent them.
+    pub read_bufs: std::collections::VecDeque<Bytes>,
 }
 
 impl QueueCtx {
@@ -52,6 +54,39 @@ impl QueueCtx {
             sqflow_disabled: false,
             close_requested: false,
             local_addr: None,
+            read_bufs: std::collections::VecDeque::new(),
+        }
+    }
+
+    /// A zero-filled buffer of `len` bytes for a read, reusing the allocation
+    /// of an earlier read once nothing else holds it (the C2HData was written),
+    /// so steady-state reads allocate nothing.
+    pub fn take_read_buf(&mut self, len: usize) -> bytes::BytesMut {
+        for _ in 0..self.read_bufs.len().min(4) {
+            let b = self.read_bufs.pop_front().expect("non-empty");
+            match b.try_into_mut() {
+                Ok(mut m) if m.capacity() >= len => {
+                    m.clear();
+                    m.resize(len, 0);
+                    return m;
+                }
+                Ok(_) => {}
+                Err(b) => self.read_bufs.push_back(b),
+            }
+        }
+        // A shared-representation buffer: clones of its frozen form only bump a
+        // count, and it can be reclaimed later.
+        let mut m = bytes::BytesMut::with_capacity(len.max(4096));
+        m.resize(len, 0);
+        let out = m.split_to(len);
+        drop(m);
+        out
+    }
+
+    /// Keeps a read buffer for reuse (bounded by the queue depth).
+    pub fn recycle_read_buf(&mut self, b: Bytes) {
+        if self.read_bufs.len() < (self.sqsize as usize + 1).clamp(32, 1024) {
+            self.read_bufs.push_back(b);
         }
     }
 

@@ -178,6 +178,7 @@ pub async fn run_connection(
                         match recv_buf(&stream, &mut rbuf) {
                             Ok(0) => { eof = true; break; }
                             Ok(_) => {
+                                // Half the buffer: a unique buffer is reclaimed in place instead of reallocated.
                                 if rbuf.capacity() - rbuf.len() < 64 * 1024 { rbuf.reserve(256 * 1024); }
                                 continue;
                             }
@@ -243,29 +244,31 @@ async fn sleep_until_opt(t: Option<Instant>) {
     }
 }
 
-/// Reads from the socket with a real `recv` call into `buf`'s spare capacity.
+/// Reads from the socket into `buf`'s spare capacity, with a real `recv` call
+/// even when tokio has no readiness cached.
 ///
 /// tokio's `try_read*` answer `WouldBlock` from cached readiness without a
 /// syscall until the reactor has seen an epoll event, so a busy-poll loop built
-/// on them never sees data that arrived meanwhile. On `WouldBlock` the cached
-/// readiness is cleared, so a following `ready().await` sleeps as usual.
+/// on them never sees data that arrived meanwhile. The read goes through
+/// `try_io` first (which clears readiness race-free on `WouldBlock`); only when
+/// tokio had no readiness cached is `recv` called directly.
 fn recv_buf<B: bytes::BufMut>(stream: &tokio::net::TcpStream, buf: &mut B) -> std::io::Result<usize> {
-    let sock = socket2::SockRef::from(stream);
-    let dst = buf.chunk_mut();
-    // SAFETY: `recv` only writes into the slice and reports how many bytes it
-    // initialised; exactly those are committed with `advance_mut`.
-    match sock.recv(unsafe { dst.as_uninit_slice_mut() }) {
-        Ok(n) => {
-            unsafe { buf.advance_mut(n) };
-            Ok(n)
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-            let _ = stream.try_io(tokio::io::Interest::READABLE, || {
-                Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
-            });
-            Err(e)
-        }
-        Err(e) => Err(e),
+    fn raw<B: bytes::BufMut>(stream: &tokio::net::TcpStream, buf: &mut B) -> std::io::Result<usize> {
+        let sock = socket2::SockRef::from(stream);
+        let dst = buf.chunk_mut();
+        // SAFETY: `recv` only writes into the slice and reports how many bytes it
+        // initialised; exactly those are committed with `advance_mut`.
+        let n = sock.recv(unsafe { dst.as_uninit_slice_mut() })?;
+        unsafe { buf.advance_mut(n) };
+        Ok(n)
+    }
+    let mut called = false;
+    match stream.try_io(tokio::io::Interest::READABLE, || {
+        called = true;
+        raw(stream, buf)
+    }) {
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && !called => raw(stream, buf),
+        r => r,
     }
 }
 
