@@ -472,14 +472,15 @@ impl QueueState {
             // SUCCESS flag only when the host disabled SQ flow control and the
             // completion has nothing to report (reference §3.6).
             let success = self.ctx.sqflow_disabled && r.result == 0;
-            let keep = r.data.clone();
+            // I/O-queue read buffers are reused for a later read once the socket
+            // has sent them; admin data (Vec-backed) is not worth keeping.
+            let keep = self.ctx.qid.is_some_and(|q| q > 0).then(|| r.data.clone());
             let pdu =
                 C2hData { cccid: cid, datao: 0, data: std::mem::take(&mut r.data), last: true, success };
             self.out.push(&Pdu::C2hData(pdu), &self.enc);
             sent_success = success;
-            if self.ctx.qid.is_some_and(|q| q > 0) {
-                // Reused for a later read once the socket has sent it.
-                self.ctx.recycle_read_buf(keep);
+            if let Some(b) = keep {
+                self.ctx.recycle_read_buf(b);
             }
         }
         if !self.ctx.sqflow_disabled {
