@@ -285,7 +285,7 @@ impl Backend for BlockBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::process::Command;
+    use crate::backend::sys::Loop;
 
     /// Submits `op` and waits for its completion, checking the tag.
     fn run(b: &dyn Backend, tag: u32, op: IoOp) -> IoCompletion {
@@ -293,46 +293,6 @@ mod tests {
         let c = b.submit(tag, op, &tx).unwrap_or_else(|| rx.blocking_recv().expect("completion"));
         assert_eq!(c.tag, tag);
         c
-    }
-
-    /// A loop device over a temp file; detached and removed on drop.
-    struct Loop {
-        dev: String,
-        file: PathBuf,
-    }
-
-    impl Loop {
-        /// Attaches a `size`-byte loop device, or explains why it cannot.
-        fn attach(size: u64) -> Result<Self, String> {
-            // SAFETY: trivial libc call.
-            if unsafe { libc::geteuid() } != 0 {
-                return Err("not root".into());
-            }
-            let file = std::env::temp_dir().join(format!("nvmeof-loop-{}-{size}", std::process::id()));
-            File::create(&file).and_then(|f| f.set_len(size)).map_err(|e| e.to_string())?;
-            let out = Command::new("losetup").args(["--find", "--show"]).arg(&file).output();
-            match out {
-                Ok(o) if o.status.success() => {
-                    let dev = String::from_utf8_lossy(&o.stdout).trim().to_owned();
-                    Ok(Self { dev, file })
-                }
-                Ok(o) => {
-                    let _ = std::fs::remove_file(&file);
-                    Err(format!("losetup failed: {}", String::from_utf8_lossy(&o.stderr).trim()))
-                }
-                Err(e) => {
-                    let _ = std::fs::remove_file(&file);
-                    Err(format!("cannot run losetup: {e}"))
-                }
-            }
-        }
-    }
-
-    impl Drop for Loop {
-        fn drop(&mut self) {
-            let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
-            let _ = std::fs::remove_file(&self.file);
-        }
     }
 
     #[test]

@@ -81,3 +81,49 @@ impl Drop for AlignedBuf {
         unsafe { alloc::dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
     }
 }
+
+/// A loop device over a temp file for tests; detached and removed on drop.
+#[cfg(test)]
+pub(crate) struct Loop {
+    /// Device path (`/dev/loopN`).
+    pub(crate) dev: String,
+    /// Backing file.
+    pub(crate) file: std::path::PathBuf,
+}
+
+#[cfg(test)]
+impl Loop {
+    /// Attaches a `size`-byte loop device, or explains why it cannot.
+    pub(crate) fn attach(size: u64) -> Result<Self, String> {
+        use std::process::Command;
+        // SAFETY: trivial libc call.
+        if unsafe { libc::geteuid() } != 0 {
+            return Err("not root".into());
+        }
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let file = std::env::temp_dir().join(format!("nvmeof-loop-{}-{n}-{size}", std::process::id()));
+        File::create(&file).and_then(|f| f.set_len(size)).map_err(|e| e.to_string())?;
+        match Command::new("losetup").args(["--find", "--show"]).arg(&file).output() {
+            Ok(o) if o.status.success() => {
+                Ok(Self { dev: String::from_utf8_lossy(&o.stdout).trim().to_owned(), file })
+            }
+            Ok(o) => {
+                let _ = std::fs::remove_file(&file);
+                Err(format!("losetup failed: {}", String::from_utf8_lossy(&o.stderr).trim()))
+            }
+            Err(e) => {
+                let _ = std::fs::remove_file(&file);
+                Err(format!("cannot run losetup: {e}"))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("losetup").arg("-d").arg(&self.dev).status();
+        let _ = std::fs::remove_file(&self.file);
+    }
+}

@@ -885,9 +885,9 @@ impl Drop for UringBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::sys::Loop;
     use crate::backend::FileBackend;
     use std::os::unix::fs::FileExt;
-    use std::process::Command;
     use std::sync::atomic::AtomicU32;
     use std::time::Instant;
 
@@ -1262,44 +1262,6 @@ mod tests {
         match crate::server::open_backend(&ns(IoEngine::Uring)) {
             Ok(b) => assert!(available && b.describe().contains("io_uring")),
             Err(e) => assert!(!available && e.kind() == io::ErrorKind::Unsupported, "{e}"),
-        }
-    }
-
-    /// A loop device over a temp file; detached and removed on drop.
-    struct Loop {
-        dev: String,
-        file: PathBuf,
-    }
-
-    impl Loop {
-        fn attach(size: u64) -> Result<Self, String> {
-            // SAFETY: trivial libc call.
-            if unsafe { libc::geteuid() } != 0 {
-                return Err("not root".into());
-            }
-            // Not a `TempPath`: the file must outlive this function (`Loop` removes it).
-            let file = std::env::temp_dir().join(format!("nvmeof-uring-loop-{}-{size}", std::process::id()));
-            File::create(&file).and_then(|f| f.set_len(size)).map_err(|e| e.to_string())?;
-            match Command::new("losetup").args(["--find", "--show"]).arg(&file).output() {
-                Ok(o) if o.status.success() => {
-                    Ok(Self { dev: String::from_utf8_lossy(&o.stdout).trim().to_owned(), file })
-                }
-                Ok(o) => {
-                    let _ = std::fs::remove_file(&file);
-                    Err(format!("losetup failed: {}", String::from_utf8_lossy(&o.stderr).trim()))
-                }
-                Err(e) => {
-                    let _ = std::fs::remove_file(&file);
-                    Err(format!("cannot run losetup: {e}"))
-                }
-            }
-        }
-    }
-
-    impl Drop for Loop {
-        fn drop(&mut self) {
-            let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
-            let _ = std::fs::remove_file(&self.file);
         }
     }
 
