@@ -890,10 +890,12 @@ impl Driver {
         let until = Instant::now() + self.busy_poll;
         while Instant::now() < until {
             // Bytes read here are decoded (or were placed) by the next `pump`.
-            match read_some(c, &self.shared) {
-                Ok(_) => return true,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(_) => return true,
+            if readable_now(&c.stream) {
+                match read_some(c, &self.shared) {
+                    Ok(_) => return true,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => return true,
+                }
             }
             if !lock(&self.shared.subq).items.is_empty() {
                 return true;
@@ -1300,6 +1302,21 @@ fn decode_all(c: &mut Conn, shared: &QueueShared, now: Instant) -> Result<()> {
 /// on them never sees data that arrived meanwhile. The read goes through
 /// `try_io` first (which clears readiness race-free on `WouldBlock`); only when
 /// tokio had no readiness cached is `recv` called directly.
+/// Whether the socket has something to read (data, EOF or an error), asked
+/// with a zero-timeout `poll(2)`.
+///
+/// Spinning on `recv` takes the socket lock on every try, so the target's
+/// segments find the socket owned and wait in the backlog (or spin on the
+/// lock, which on paravirtualised guests can halt the vCPU); `tcp_poll` reads
+/// the receive state without the lock.
+fn readable_now(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd { fd: stream.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, zero timeout.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    n != 0
+}
+
 fn recv_buf<B: bytes::BufMut>(stream: &tokio::net::TcpStream, buf: &mut B) -> std::io::Result<usize> {
     fn raw<B: bytes::BufMut>(stream: &tokio::net::TcpStream, buf: &mut B) -> std::io::Result<usize> {
         let sock = socket2::SockRef::from(stream);

@@ -474,7 +474,7 @@ impl QueueState {
             let success = self.ctx.sqflow_disabled && r.result == 0;
             // I/O-queue read buffers are reused for a later read once the socket
             // has sent them; admin data (Vec-backed) is not worth keeping.
-            let keep = self.ctx.qid.is_some_and(|q| q > 0).then(|| r.data.clone());
+            let keep = (self.ctx.qid.is_some_and(|q| q > 0) && !r.shared).then(|| r.data.clone());
             let pdu =
                 C2hData { cccid: cid, datao: 0, data: std::mem::take(&mut r.data), last: true, success };
             self.out.push(&Pdu::C2hData(pdu), &self.enc);

@@ -1,16 +1,35 @@
 //! RAM backend: executes inline on the queue's task (no thread hop), for
 //! tests and benchmarks.
+//!
+//! The namespace is held in 128 KiB chunks, each a reference-counted [`Bytes`].
+//! A read that falls inside one chunk hands out a slice of it (a count bump,
+//! no copy: the socket write copies straight from the namespace's memory). A
+//! write modifies a chunk in place when nothing else references it, and
+//! copies it first (copy-on-write) when a read of it is still being sent, so
+//! data already handed out never changes under the socket. Chunks never
+//! written take no memory and read from a static zero page.
 
-use std::sync::RwLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock};
 
 use bytes::{Bytes, BytesMut};
 use nvmeof_common::Status;
 
 use super::{Backend, CompletionSink, IoCompletion, IoOp};
 
+/// Bytes per chunk: the largest read served without a copy (the probe's and
+/// fio's 128 KiB sequential I/O, aligned, is one chunk).
+const CHUNK: usize = 128 << 10;
+
+/// What unwritten (or deallocated) chunks read as.
+static ZERO_CHUNK: [u8; CHUNK] = [0; CHUNK];
+
 /// A namespace held in memory. Contents are lost on exit.
 pub struct MemBackend {
-    data: RwLock<Vec<u8>>,
+    /// One entry per chunk; an empty `Bytes` is a chunk of zeroes.
+    chunks: RwLock<Vec<Mutex<Bytes>>>,
+    /// Capacity in bytes (a multiple of the block size).
+    size: AtomicU64,
     block_size: u32,
 }
 
@@ -18,64 +37,176 @@ impl MemBackend {
     /// A zero-filled namespace of `size` bytes (rounded down to whole blocks).
     pub fn new(size: u64, block_size: u32) -> Self {
         let size = size / block_size as u64 * block_size as u64;
-        Self { data: RwLock::new(vec![0; size as usize]), block_size }
+        let n = size.div_ceil(CHUNK as u64) as usize;
+        Self {
+            chunks: RwLock::new((0..n).map(|_| Mutex::new(Bytes::new())).collect()),
+            size: AtomicU64::new(size),
+            block_size,
+        }
     }
 
     /// Flips bits of one byte (test hook for verify-mode and corruption tests).
     pub fn corrupt_byte(&self, offset: u64) {
-        let mut d = self.data.write().unwrap();
-        if let Some(b) = d.get_mut(offset as usize) {
-            *b ^= 0xFF;
+        if offset < self.size() {
+            self.modify(offset, 1, |d| d[0] ^= 0xFF);
         }
     }
 
+    fn in_range(&self, offset: u64, len: u64) -> bool {
+        offset.checked_add(len).is_some_and(|e| e <= self.size())
+    }
+
+    /// Calls `f` on each chunk piece of `offset..offset+len` (in range) with
+    /// the piece's bytes, made writable (copy-on-write if the chunk is shared).
+    fn modify(&self, offset: u64, len: u64, mut f: impl FnMut(&mut [u8])) {
+        let chunks = self.chunks.read().unwrap();
+        for_each_piece(offset, len, |idx, within, n| {
+            let mut slot = chunks[idx].lock().unwrap();
+            f(&mut writable(&mut slot)[within..within + n]);
+        });
+    }
+
+    /// Zeroes `offset..offset+len` (in range); whole chunks are released.
+    fn zero(&self, offset: u64, len: u64) {
+        let chunks = self.chunks.read().unwrap();
+        for_each_piece(offset, len, |idx, within, n| {
+            let mut slot = chunks[idx].lock().unwrap();
+            if within == 0 && n == CHUNK {
+                *slot = Bytes::new();
+            } else if !slot.is_empty() {
+                writable(&mut slot)[within..within + n].fill(0);
+            }
+        });
+    }
+
+    /// Copies `offset..offset+dst.len()` (in range) into `dst`.
+    fn copy_out(&self, offset: u64, dst: &mut [u8]) {
+        let chunks = self.chunks.read().unwrap();
+        let mut done = 0;
+        for_each_piece(offset, dst.len() as u64, |idx, within, n| {
+            let c = chunks[idx].lock().unwrap();
+            let src = if c.is_empty() { &ZERO_CHUNK[within..within + n] } else { &c[within..within + n] };
+            dst[done..done + n].copy_from_slice(src);
+            done += n;
+        });
+    }
+
     fn execute(&self, op: IoOp) -> (Status, Bytes) {
-        let in_range =
-            |off: u64, len: u64, size: usize| off.checked_add(len).is_some_and(|e| e <= size as u64);
         match op {
             IoOp::Read { offset, len } => {
-                let d = self.data.read().unwrap();
-                if !in_range(offset, len as u64, d.len()) {
+                if !self.in_range(offset, len as u64) {
                     return (Status::LBA_RANGE.with_dnr(), Bytes::new());
                 }
-                let o = offset as usize;
-                (Status::SUCCESS, Bytes::copy_from_slice(&d[o..o + len]))
+                if let Some(b) = self.slice(offset, len) {
+                    return (Status::SUCCESS, b);
+                }
+                let mut buf = vec![0; len];
+                self.copy_out(offset, &mut buf);
+                (Status::SUCCESS, Bytes::from(buf))
             }
             IoOp::Write { offset, data, .. } => {
-                let mut d = self.data.write().unwrap();
-                if !in_range(offset, data.len() as u64, d.len()) {
+                if !self.in_range(offset, data.len() as u64) {
                     return (Status::LBA_RANGE.with_dnr(), Bytes::new());
                 }
-                let o = offset as usize;
-                d[o..o + data.len()].copy_from_slice(&data);
+                let mut done = 0;
+                self.modify(offset, data.len() as u64, |d| {
+                    d.copy_from_slice(&data[done..done + d.len()]);
+                    done += d.len();
+                });
                 (Status::SUCCESS, Bytes::new())
             }
             IoOp::Flush => (Status::SUCCESS, Bytes::new()),
             IoOp::WriteZeroes { offset, len, .. } => {
-                let mut d = self.data.write().unwrap();
-                if !in_range(offset, len, d.len()) {
+                if !self.in_range(offset, len) {
                     return (Status::LBA_RANGE.with_dnr(), Bytes::new());
                 }
-                d[offset as usize..(offset + len) as usize].fill(0);
+                self.zero(offset, len);
                 (Status::SUCCESS, Bytes::new())
             }
             IoOp::Deallocate { ranges } => {
-                let mut d = self.data.write().unwrap();
+                if ranges.iter().any(|&(o, l)| !self.in_range(o, l)) {
+                    return (Status::LBA_RANGE.with_dnr(), Bytes::new());
+                }
                 for (offset, len) in ranges {
-                    if !in_range(offset, len, d.len()) {
-                        return (Status::LBA_RANGE.with_dnr(), Bytes::new());
-                    }
-                    d[offset as usize..(offset + len) as usize].fill(0);
+                    self.zero(offset, len);
                 }
                 (Status::SUCCESS, Bytes::new())
             }
         }
+    }
+
+    /// A reference to `offset..offset+len` (in range) when it lies in one chunk.
+    fn slice(&self, offset: u64, len: usize) -> Option<Bytes> {
+        let idx = (offset / CHUNK as u64) as usize;
+        let within = (offset % CHUNK as u64) as usize;
+        if within + len > CHUNK {
+            return None;
+        }
+        let chunks = self.chunks.read().unwrap();
+        let c = chunks.get(idx)?.lock().unwrap();
+        Some(if c.is_empty() {
+            Bytes::from_static(&ZERO_CHUNK[within..within + len])
+        } else {
+            c.slice(within..within + len)
+        })
+    }
+}
+
+/// The chunk in `slot` as a writable buffer that is stored back when dropped.
+/// Unique: the allocation is reused in place. Shared (a read of it is still
+/// queued on a socket): copied first, leaving the reader's bytes untouched.
+fn writable(slot: &mut Bytes) -> ChunkMut<'_> {
+    let cur = std::mem::take(slot);
+    let buf = if cur.is_empty() {
+        BytesMut::zeroed(CHUNK)
+    } else {
+        cur.try_into_mut().unwrap_or_else(|shared| BytesMut::from(&shared[..]))
+    };
+    ChunkMut { slot, buf }
+}
+
+/// A chunk being written (see [`writable`]).
+struct ChunkMut<'a> {
+    slot: &'a mut Bytes,
+    buf: BytesMut,
+}
+
+impl std::ops::Deref for ChunkMut<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl std::ops::DerefMut for ChunkMut<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+}
+
+impl Drop for ChunkMut<'_> {
+    fn drop(&mut self) {
+        *self.slot = std::mem::take(&mut self.buf).freeze();
+    }
+}
+
+/// Splits `offset..offset+len` at chunk boundaries: `f(chunk index, offset in
+/// chunk, length)` for each piece, in order.
+fn for_each_piece(offset: u64, len: u64, mut f: impl FnMut(usize, usize, usize)) {
+    let mut pos = offset;
+    let end = offset + len;
+    while pos < end {
+        let idx = (pos / CHUNK as u64) as usize;
+        let within = (pos % CHUNK as u64) as usize;
+        let n = (CHUNK - within).min((end - pos) as usize);
+        f(idx, within, n);
+        pos += n as u64;
     }
 }
 
 impl Backend for MemBackend {
     fn size(&self) -> u64 {
-        self.data.read().unwrap().len() as u64
+        self.size.load(Ordering::Acquire)
     }
     fn block_size(&self) -> u32 {
         self.block_size
@@ -88,8 +219,29 @@ impl Backend for MemBackend {
     }
     fn resize(&self, new_size: u64) -> Result<(), String> {
         let new_size = new_size / self.block_size as u64 * self.block_size as u64;
-        self.data.write().unwrap().resize(new_size as usize, 0);
+        let mut chunks = self.chunks.write().unwrap();
+        let old = self.size();
+        if new_size < old {
+            // Bytes cut off read as zeroes if the namespace grows again.
+            let tail = (new_size % CHUNK as u64) as usize;
+            if tail != 0 {
+                let idx = (new_size / CHUNK as u64) as usize;
+                let mut slot = chunks[idx].lock().unwrap();
+                if !slot.is_empty() {
+                    writable(&mut slot)[tail..].fill(0);
+                }
+            }
+        }
+        let n = new_size.div_ceil(CHUNK as u64) as usize;
+        chunks.resize_with(n, || Mutex::new(Bytes::new()));
+        self.size.store(new_size, Ordering::Release);
         Ok(())
+    }
+    fn read_shared(&self, offset: u64, len: usize) -> Option<Result<Bytes, Status>> {
+        if !self.in_range(offset, len as u64) {
+            return Some(Err(Status::LBA_RANGE.with_dnr()));
+        }
+        self.slice(offset, len).map(Ok)
     }
     fn read_into(
         &self,
@@ -98,12 +250,10 @@ impl Backend for MemBackend {
         mut buf: BytesMut,
         _sink: &CompletionSink,
     ) -> Option<IoCompletion> {
-        let d = self.data.read().unwrap();
-        let len = buf.len();
-        if offset.checked_add(len as u64).is_none_or(|e| e > d.len() as u64) {
+        if !self.in_range(offset, buf.len() as u64) {
             return Some(IoCompletion::status(tag, Status::LBA_RANGE.with_dnr()));
         }
-        buf.copy_from_slice(&d[offset as usize..offset as usize + len]);
+        self.copy_out(offset, &mut buf);
         Some(IoCompletion { tag, status: Status::SUCCESS, result: 0, data: buf.freeze() })
     }
     fn submit(&self, tag: u32, op: IoOp, _sink: &CompletionSink) -> Option<IoCompletion> {
@@ -115,6 +265,19 @@ impl Backend for MemBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn read(b: &MemBackend, offset: u64, len: usize) -> Bytes {
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let r = b.submit(0, IoOp::Read { offset, len }, &tx).unwrap();
+        assert!(r.status.is_success());
+        r.data
+    }
+
+    fn write(b: &MemBackend, offset: u64, data: &[u8]) {
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let op = IoOp::Write { offset, data: Bytes::copy_from_slice(data), fua: false };
+        assert!(b.submit(0, op, &tx).unwrap().status.is_success());
+    }
 
     #[test]
     fn read_write_zero_and_range() {
@@ -130,5 +293,55 @@ mod tests {
         assert_eq!(&b.submit(4, IoOp::Read { offset: 512, len: 4 }, &tx).unwrap().data[..], &[0; 4]);
         let oob = b.submit(5, IoOp::Read { offset: (1 << 20) - 512, len: 1024 }, &tx).unwrap();
         assert_eq!(oob.status, Status::LBA_RANGE.with_dnr());
+        assert_eq!(b.read_shared((1 << 20) - 512, 1024), Some(Err(Status::LBA_RANGE.with_dnr())));
+    }
+
+    #[test]
+    fn shared_read_keeps_its_bytes_across_a_later_write() {
+        let b = MemBackend::new(1 << 20, 512);
+        write(&b, 4096, &[1; 4096]);
+        let held = b.read_shared(4096, 4096).unwrap().unwrap();
+        // The write must not change bytes a socket may still be sending.
+        write(&b, 4096, &[2; 4096]);
+        assert_eq!(&held[..], &[1; 4096][..]);
+        assert_eq!(&read(&b, 4096, 4096)[..], &[2; 4096][..]);
+        drop(held);
+        // Unshared again: written in place, still correct.
+        write(&b, 4096 + 512, &[3; 512]);
+        let r = read(&b, 4096, 4096);
+        assert_eq!((&r[..512], &r[512..1024], &r[1024..]), (&[2; 512][..], &[3; 512][..], &[2; 3072][..]));
+    }
+
+    #[test]
+    fn io_across_chunk_boundaries() {
+        let b = MemBackend::new(1 << 20, 512);
+        let data: Vec<u8> = (0..3 * CHUNK).map(|i| (i * 7 % 251) as u8).collect();
+        let off = CHUNK as u64 / 2;
+        write(&b, off, &data[..2 * CHUNK]);
+        // Spans three chunks: no single slice, copied.
+        assert_eq!(b.read_shared(off, 2 * CHUNK), None);
+        assert_eq!(&read(&b, off, 2 * CHUNK)[..], &data[..2 * CHUNK]);
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let c = b.read_into(0, off - 512, BytesMut::zeroed(1024), &tx).unwrap();
+        assert_eq!((&c.data[..512], &c.data[512..]), (&[0; 512][..], &data[..512]));
+        // Zeroing a range that covers a whole chunk and parts of two others.
+        b.zero(off + 512, 2 * CHUNK as u64 - 1024);
+        let r = read(&b, off, 2 * CHUNK);
+        assert_eq!(&r[..512], &data[..512]);
+        assert!(r[512..2 * CHUNK - 512].iter().all(|&x| x == 0));
+        assert_eq!(&r[2 * CHUNK - 512..], &data[2 * CHUNK - 512..2 * CHUNK]);
+    }
+
+    #[test]
+    fn shrink_then_grow_reads_zeroes() {
+        let b = MemBackend::new(1 << 20, 512);
+        write(&b, 200 << 10, &[9; 8192]);
+        b.resize(202 << 10).unwrap();
+        assert_eq!(b.size(), 202 << 10);
+        b.resize(1 << 20).unwrap();
+        let r = read(&b, 200 << 10, 8192);
+        assert_eq!((&r[..2048], &r[2048..]), (&[9; 2048][..], &[0; 6144][..]));
+        b.corrupt_byte(200 << 10);
+        assert_eq!(read(&b, 200 << 10, 1)[0], 9 ^ 0xFF);
     }
 }

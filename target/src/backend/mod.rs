@@ -96,6 +96,14 @@ pub trait Backend: Send + Sync + 'static {
     /// Submits `op`. Returns the completion if it finished inline, else `None`
     /// and the completion arrives on `sink` with the same `tag`.
     fn submit(&self, tag: u32, op: IoOp, sink: &CompletionSink) -> Option<IoCompletion>;
+    /// Reads `len` bytes at `offset` without copying, for backends whose data
+    /// already lives in memory: a reference to bytes that stay unchanged while
+    /// held (later writes must not alter them). `None`: not available for this
+    /// range; the queue falls back to [`Backend::read_into`].
+    fn read_shared(&self, offset: u64, len: usize) -> Option<Result<Bytes, Status>> {
+        let _ = (offset, len);
+        None
+    }
     /// Reads `buf.len()` bytes at `offset` into `buf` (a buffer recycled by the
     /// queue, so steady-state reads allocate nothing). Backends that manage
     /// their own (aligned) buffers keep the default, which submits a plain Read.

@@ -53,7 +53,7 @@ fn invalid_param(in_data: bool, offset: usize) -> Response {
     Response {
         status: Status::CONNECT_INVALID_PARAM.with_dnr(),
         result: invalid_param_dw0(in_data, offset as u16) as u64,
-        data: Bytes::new(),
+        ..Default::default()
     }
 }
 
@@ -85,7 +85,7 @@ fn connect(ctx: &mut QueueCtx, sqe: &Sqe, data: &[u8]) -> Response {
         return Response {
             status: Status::CONNECT_INVALID_HOST.with_dnr(),
             result: invalid_param_dw0(true, data_off::HOSTNQN as u16) as u64,
-            data: Bytes::new(),
+            ..Default::default()
         };
     }
     let limits = &target.limits;

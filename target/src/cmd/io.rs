@@ -82,6 +82,14 @@ pub fn execute(ctx: &mut QueueCtx, ctrl: &Controller, sqe: &Sqe, data: Bytes, ta
             };
             match IoOpcode(sqe.opcode()) {
                 IoOpcode::READ => {
+                    if let Some(r) = ns.backend.read_shared(offset, len as usize) {
+                        return match r {
+                            Ok(data) => {
+                                Response { data, shared: true, ..Response::status(Status::SUCCESS) }.into()
+                            }
+                            Err(s) => s.into(),
+                        };
+                    }
                     let buf = ctx.take_read_buf(len as usize);
                     return match ns.backend.read_into(tag, offset, buf, &ctx.sink) {
                         Some(c) => Exec::Done(complete(Pending::Plain, c)),

@@ -136,22 +136,23 @@ pub async fn run_connection(
 
         // Adaptive polling: spin on non-blocking reads/completions for `poll` after activity.
         if !poll.is_zero() && last_activity.elapsed() < poll && !draining {
-            match recv_buf(&stream, &mut rbuf) {
-                Ok(0) => eof = true,
-                Ok(_) => {
-                    last_activity = Instant::now();
-                    q.handle_bytes(&mut rbuf);
-                    continue;
+            if readable_now(&stream) {
+                match recv_buf(&stream, &mut rbuf) {
+                    Ok(0) => eof = true,
+                    Ok(_) => {
+                        last_activity = Instant::now();
+                        q.handle_bytes(&mut rbuf);
+                        continue;
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(_) => break,
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(_) => break,
             }
             if let Ok(c) = rx.try_recv() {
                 last_activity = Instant::now();
                 q.handle_completion(c);
                 continue;
             }
-            std::hint::spin_loop();
             tokio::task::yield_now().await;
             continue;
         }
@@ -242,6 +243,23 @@ async fn sleep_until_opt(t: Option<Instant>) {
         Some(t) => tokio::time::sleep_until(t.into()).await,
         None => std::future::pending().await,
     }
+}
+
+/// Whether the socket has something to read (data, EOF or an error), asked
+/// with a zero-timeout `poll(2)`.
+///
+/// Busy-polling with `recv` takes the socket lock on every try; the peer's
+/// softirq delivering into the socket then finds it owned and defers the
+/// segment to the backlog (processed at `release_sock`) or spins on the lock,
+/// which on paravirtualised guests can halt the vCPU. `tcp_poll` reads the
+/// receive state without the lock, so the spin loop only calls `recv` when
+/// there is something to take.
+fn readable_now(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut pfd = libc::pollfd { fd: stream.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: one valid pollfd, zero timeout.
+    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+    n != 0
 }
 
 /// Reads from the socket into `buf`'s spare capacity, with a real `recv` call
