@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use nvmeof_common::opcode::AdminOpcode;
 use nvmeof_common::spec::discovery::{DiscoveryLog, DiscoveryLogHeader, DISC_RECORD_LEN};
 use nvmeof_common::spec::features::{FeatureId, GetFeaturesCmd, NumQueues, SetFeaturesCmd};
@@ -695,6 +695,29 @@ impl Controller {
             .get((qid as usize).wrapping_sub(1))
             .ok_or_else(|| Error::InvalidArgument(format!("no I/O queue {qid}")))?;
         q.execute(sqe, payload, None, false).await
+    }
+
+    /// Sends a controller-to-host I/O command (Read or any command that
+    /// returns `len` bytes) on I/O queue `qid` (1-based) and appends the data
+    /// to `buf`, which is returned. As with
+    /// [`Namespace::read_buf`](crate::Namespace::read_buf), the queue owns the
+    /// buffer while the command runs and reads the payload from the socket
+    /// straight into it (no intermediate copy). `len` must not exceed the
+    /// maximum transfer size; on error the buffer is dropped.
+    pub async fn io_read_buf_on(
+        &self,
+        qid: u16,
+        sqe: Sqe,
+        mut buf: BytesMut,
+        len: usize,
+    ) -> Result<BytesMut> {
+        let q = self
+            .core()
+            .io
+            .get((qid as usize).wrapping_sub(1))
+            .ok_or_else(|| Error::InvalidArgument(format!("no I/O queue {qid}")))?;
+        buf.reserve(len);
+        q.execute_owned(sqe, buf, len).await
     }
 
     /// Identify Controller (CNS 01h), fresh from the controller.

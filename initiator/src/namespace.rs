@@ -244,6 +244,12 @@ impl Namespace {
     /// Writes `data` without copying it.
     pub async fn write_bytes(&self, lba: u64, data: Bytes, flags: IoFlags) -> Result<()> {
         let blocks = self.blocks_of(data.len())?;
+        if blocks <= self.max_blocks {
+            // One command: no batch bookkeeping (nothing allocated per call).
+            let q = self.ctrl.core().pick_io()?;
+            let sqe = self.rw_sqe(IoOpcode::WRITE, lba, blocks, flags);
+            return q.execute(sqe, Payload::WriteBytes(data), None, false).await.map(drop);
+        }
         let ops = self
             .pieces(lba, blocks)
             .map(|(l, n, off)| {

@@ -56,6 +56,26 @@ async fn measure(ns: &nvmeof_initiator::Namespace, n: u64, write: bool) -> f64 {
     ALLOCS.load(Ordering::SeqCst) as f64 / n as f64
 }
 
+/// The zero-copy API the probe uses: one `BytesMut` moved into each read
+/// (filled from the socket), one `Bytes` sent by every write.
+async fn measure_owned(ns: &nvmeof_initiator::Namespace, n: u64, write: bool) -> f64 {
+    let mut buf = bytes::BytesMut::zeroed(4096);
+    let data = bytes::Bytes::from(vec![0xA5; 4096]);
+    ALLOCS.store(0, Ordering::SeqCst);
+    COUNTING.store(true, Ordering::SeqCst);
+    for i in 0..n {
+        let lba = (i * 8) % 8192;
+        if write {
+            ns.write_bytes(lba, data.clone(), Default::default()).await.unwrap();
+        } else {
+            buf.clear();
+            buf = ns.read_buf(lba, buf, 4096).await.unwrap();
+        }
+    }
+    COUNTING.store(false, Ordering::SeqCst);
+    ALLOCS.load(Ordering::SeqCst) as f64 / n as f64
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn steady_state_allocations_per_io() {
     let cfg = TargetConfig {
@@ -88,6 +108,11 @@ async fn steady_state_allocations_per_io() {
     let w = measure(&ns, 5000, true).await;
     let r = measure(&ns, 5000, false).await;
     println!("steady state: {w:.3} allocations per 4 KiB write, {r:.3} per 4 KiB read (target + initiator)");
+    measure_owned(&ns, 2000, true).await;
+    measure_owned(&ns, 2000, false).await;
+    let wo = measure_owned(&ns, 5000, true).await;
+    let ro = measure_owned(&ns, 5000, false).await;
+    println!("owned buffers: {wo:.3} allocations per 4 KiB write_bytes, {ro:.3} per 4 KiB read_buf");
     ctrl.shutdown().await.unwrap();
     server.shutdown(Duration::from_secs(1)).await;
     // Writes: none. Reads: the target reuses its read buffers; what remains is
@@ -95,4 +120,6 @@ async fn steady_state_allocations_per_io() {
     // buffer per ~27 reads of 4 KiB), not an allocation per command.
     assert!(w < 0.01, "{w} allocations per write");
     assert!(r < 0.1, "{r} allocations per read");
+    assert!(wo < 0.01, "{wo} allocations per write_bytes");
+    assert!(ro < 0.1, "{ro} allocations per read_buf");
 }

@@ -24,6 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use bytes::{Bytes, BytesMut};
 use hdrhistogram::Histogram;
 use nvmeof_common::opcode::IoOpcode;
 use nvmeof_common::{Sqe, Status};
@@ -660,14 +661,78 @@ impl Shared {
     }
 }
 
+/// A slot's data buffers, passed to each request without copying: reads land
+/// from the socket straight in `rd` ([`Controller::io_read_buf_on`]); writes
+/// send `wr` as `Bytes` ([`Payload::WriteBytes`]: a count bump, nothing
+/// allocated). Verify mode writes a fresh pattern each time, so it fills
+/// `scratch` and lets the queue copy it once ([`Payload::Write`]).
+struct IoBuf {
+    rd: BytesMut,
+    wr: Bytes,
+    scratch: Vec<u8>,
+    len: usize,
+}
+
+impl IoBuf {
+    /// Buffers of `len` bytes; writes send pseudo-random data (not zeroes).
+    fn new(len: usize, rng: &mut Rng) -> Self {
+        let mut wr = vec![0; len];
+        for w in wr.chunks_mut(8) {
+            let v = rng.next().to_le_bytes();
+            w.copy_from_slice(&v[..w.len()]);
+        }
+        Self { rd: BytesMut::zeroed(len), wr: wr.into(), scratch: Vec::new(), len }
+    }
+
+    /// The data the next write sends, to be filled (verify mode).
+    fn write_data_mut(&mut self) -> &mut [u8] {
+        self.scratch.resize(self.len, 0);
+        &mut self.scratch
+    }
+
+    /// The data the last read returned.
+    fn read_data(&self) -> &[u8] {
+        &self.rd
+    }
+
+    /// Runs `sqe` on queue `qid`; read data is in [`Self::read_data`] afterwards.
+    async fn run(
+        &mut self,
+        ctrl: &Controller,
+        qid: u16,
+        op: OpKind,
+        sqe: Sqe,
+    ) -> nvmeof_initiator::Result<()> {
+        match op {
+            OpKind::Read => {
+                let mut buf = std::mem::take(&mut self.rd);
+                buf.clear();
+                match ctrl.io_read_buf_on(qid, sqe, buf, self.len).await {
+                    Ok(b) => {
+                        self.rd = b;
+                        Ok(())
+                    }
+                    Err(e) => {
+                        // The buffer went with the failed request: start a fresh one.
+                        self.rd = BytesMut::zeroed(self.len);
+                        Err(e)
+                    }
+                }
+            }
+            OpKind::Write if !self.scratch.is_empty() => {
+                ctrl.io_command_on(qid, sqe, Payload::Write(&self.scratch)).await.map(drop)
+            }
+            OpKind::Write => {
+                ctrl.io_command_on(qid, sqe, Payload::WriteBytes(self.wr.clone())).await.map(drop)
+            }
+        }
+    }
+}
+
 /// One in-flight slot: submits on queue `qid` until the run ends.
 async fn slot(sh: Arc<Shared>, idx: usize, qid: u16, seed: u64) -> SlotOut {
-    let mut buf = vec![0u8; sh.bs];
     let mut rng = Rng::new(seed);
-    for w in buf.chunks_mut(8) {
-        let v = rng.next().to_le_bytes();
-        w.copy_from_slice(&v[..w.len()]);
-    }
+    let mut buf = IoBuf::new(sh.bs, &mut rng);
     let cap = if sh.record_samples { sh.samples_hint } else { 0 };
     let mut out = SlotOut {
         stats: [OpStats::new(), OpStats::new()],
@@ -719,14 +784,11 @@ async fn slot(sh: Arc<Shared>, idx: usize, qid: u16, seed: u64) -> SlotOut {
         let (op, lba) = sh.pick(&mut rng);
         if op == OpKind::Write && sh.verify {
             let generation = sh.gen_base.wrapping_add(sh.gen.fetch_add(1, Ordering::Relaxed));
-            pattern::fill(&mut buf, sh.block_size, lba, generation);
+            pattern::fill(buf.write_data_mut(), sh.block_size, lba, generation);
         }
         let sqe = rw_sqe(op, sh.nsid, lba, sh.blocks_per_io);
         let send = Instant::now();
-        let r = match op {
-            OpKind::Read => sh.ctrl.io_command_on(qid, sqe, Payload::Read(&mut buf)).await,
-            OpKind::Write => sh.ctrl.io_command_on(qid, sqe, Payload::Write(&buf)).await,
-        };
+        let r = buf.run(&sh.ctrl, qid, op, sqe).await;
         let done = Instant::now();
         clock = done;
         if let Err(e) = r {
@@ -744,7 +806,7 @@ async fn slot(sh: Arc<Shared>, idx: usize, qid: u16, seed: u64) -> SlotOut {
             OpKind::Write => out.written_blocks += sh.blocks_per_io,
             OpKind::Read if sh.verify => {
                 out.checked_blocks += sh.blocks_per_io;
-                pattern::check(&buf, sh.block_size, lba, |m| sh.mismatch(m));
+                pattern::check(buf.read_data(), sh.block_size, lba, |m| sh.mismatch(m));
             }
             OpKind::Read => {}
         }
@@ -1173,11 +1235,7 @@ async fn run_ping(
     let interval = opts.interval.unwrap_or(Duration::from_secs(1));
     let seed = opts.seed.unwrap_or_else(time_seed);
     let mut rng = Rng::new(seed);
-    let mut buf = vec![0u8; opts.bs as usize];
-    for w in buf.chunks_mut(8) {
-        let v = rng.next().to_le_bytes();
-        w.copy_from_slice(&v[..w.len()]);
-    }
+    let mut buf = IoBuf::new(opts.bs as usize, &mut rng);
     let mut pacer = Pacer::new();
     let t0 = Instant::now();
     let measure_start = t0 + opts.warmup;
@@ -1212,15 +1270,12 @@ async fn run_ping(
         };
         let lba = g.region_lba + unit * g.blocks_per_io;
         if op == OpKind::Write && opts.verify {
-            pattern::fill(&mut buf, g.block_size, lba, gen_base.wrapping_add(n));
+            pattern::fill(buf.write_data_mut(), g.block_size, lba, gen_base.wrapping_add(n));
         }
         let warmup = now < measure_start;
         let sqe = rw_sqe(op, opts.nsid, lba, g.blocks_per_io);
         let send = Instant::now();
-        let r = match op {
-            OpKind::Read => ctrl.io_command_on(1, sqe, Payload::Read(&mut buf)).await,
-            OpKind::Write => ctrl.io_command_on(1, sqe, Payload::Write(&buf)).await,
-        };
+        let r = buf.run(ctrl, 1, op, sqe).await;
         let done = Instant::now();
         if let Err(e) = r {
             error = Some(ToolError::from_initiator(
@@ -1235,7 +1290,7 @@ async fn run_ping(
             verify.written_blocks += g.blocks_per_io;
         } else if opts.verify {
             verify.checked_blocks += g.blocks_per_io;
-            pattern::check(&buf, g.block_size, lba, |m| {
+            pattern::check(buf.read_data(), g.block_size, lba, |m| {
                 verify.mismatches += 1;
                 if verify.first.len() < MAX_MISMATCHES_KEPT {
                     verify.first.push(m.clone());
