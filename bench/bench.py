@@ -51,6 +51,11 @@ class Target:
         self.log = tempfile.NamedTemporaryFile(prefix="bench-target-", suffix=".log", delete=False)
         self.p = subprocess.Popen(cmd, stdout=self.log, stderr=self.log, start_new_session=True)
         wait_port(self.port)
+        if "--ram" in extra:
+            # Reads must not come from never-written (shared zero) memory: write
+            # the whole namespace once with non-zero data.
+            size = extra[extra.index("--ram") + 1]
+            probe(self, 2, "--rw", "write", "--bs", "1m", "--qd", "4", "--size", size)
 
     def cpu(self):
         return proc_cpu(self.p.pid)
@@ -157,11 +162,13 @@ def main():
                 record(f"qd1_{tag}_iops", side(rep, "read")["iops"])
                 if poll:
                     for rw in ("randread", "randwrite"):
-                        rep, pcpu, tcpu = probe(t, T, "--rw", rw, "--bs", "4k", "--qd", "32", *probe_poll)
-                        s = side(rep, "read" if rw == "randread" else "write")
-                        record(f"{rw}_qd32_q1_poll_iops", s["iops"])
-                        record(f"{rw}_qd32_q1_poll_tcpu", tcpu / s["total_ios"] * 1e6)
-                        record(f"{rw}_qd32_q1_poll_pcpu", pcpu / s["total_ios"] * 1e6)
+                        for nq in (1, 2):
+                            rep, pcpu, tcpu = probe(t, T, "--rw", rw, "--bs", "4k", "--qd", "32",
+                                                    "--queues", str(nq), *probe_poll)
+                            s = side(rep, "read" if rw == "randread" else "write")
+                            record(f"{rw}_qd32_q{nq}_poll_iops", s["iops"])
+                            record(f"{rw}_qd32_q{nq}_poll_tcpu", tcpu / s["total_ios"] * 1e6)
+                            record(f"{rw}_qd32_q{nq}_poll_pcpu", pcpu / s["total_ios"] * 1e6)
             finally:
                 t.stop()
         for threads in (1, 2):
@@ -221,11 +228,12 @@ def main():
                 f"{gb(iops * 4096):.2f} GB/s = {iops * 4096 / ip:.2f}× iperf3; CPU s per 1M I/Os: "
                 f"target {M[k + '_tcpu']:.2f}, probe {M[k + '_pcpu']:.2f}")
     for rw in ("randread", "randwrite"):
-        k = f"{rw}_qd32_q1_poll"
-        iops = M[k + "_iops"]
-        add(f"4 KiB {rw} QD32, 1 queue, polling on both sides", f"{iops / 1e3:.0f}K IOPS",
-            f"{iops * 4096 / ip:.2f}× iperf3; CPU s per 1M I/Os: target {M[k + '_tcpu']:.2f}, "
-            f"probe {M[k + '_pcpu']:.2f}")
+        for nq in (1, 2):
+            k = f"{rw}_qd32_q{nq}_poll"
+            iops = M[k + "_iops"]
+            add(f"4 KiB {rw} QD32, {nq} queue(s), polling on both sides", f"{iops / 1e3:.0f}K IOPS",
+                f"{gb(iops * 4096):.2f} GB/s = {iops * 4096 / ip:.2f}× iperf3; CPU s per 1M I/Os: "
+                f"target {M[k + '_tcpu']:.2f}, probe {M[k + '_pcpu']:.2f}")
     k = "randread_qd32_q2_t2"
     add("4 KiB randread QD32, 2 queues, 2 target cores", f"{M[k + '_iops'] / 1e3:.0f}K IOPS",
         f"scaling 1→2 cores: {M[k + '_iops'] / M['randread_qd32_q2_t1_iops']:.2f}×")
@@ -247,7 +255,8 @@ def main():
     except Exception:
         pass
     with open(a.out, "w") as f:
-        f.write("# Benchmarks\n\nProduced by `bench/run.sh` (loopback, RAM namespace 512 MiB, target pinned to "
+        f.write("# Benchmarks\n\nProduced by `bench/run.sh` (loopback, RAM namespace 512 MiB written in full "
+                "before measuring, target pinned to "
                 "core 0 and probe to core 1; medians of "
                 f"{a.rounds} rounds of {T} s, baselines measured in the same run).\n\n"
                 f"Machine: {platform.node()}, {os.cpu_count()} CPUs ({cpu}), {platform.release()}, "

@@ -262,6 +262,7 @@ pub(crate) fn spawn_driver(
         failed: None,
         requeue: params.requeue,
         busy_poll: params.busy_poll,
+        spin_since: None,
         local: Vec::with_capacity(tickets as usize),
         span: params.span,
     };
@@ -803,8 +804,20 @@ struct Driver {
     failed: Option<Error>,
     requeue: bool,
     busy_poll: Duration,
+    /// Start of the current busy-poll window (reset by activity).
+    spin_since: Option<Instant>,
     local: Vec<Submission>,
     span: tracing::Span,
+}
+
+/// What one busy-poll check found.
+enum Spin {
+    /// Polling is off, nothing is outstanding, or the window ran out: sleep in epoll.
+    Off,
+    /// Data or submissions arrived.
+    Work,
+    /// Nothing yet: let the runtime's other tasks run, then check again.
+    Idle,
 }
 
 async fn conn_ready(conn: &Option<Conn>) -> io::Result<tokio::io::Ready> {
@@ -848,8 +861,15 @@ impl Driver {
                     self.drop_conn(e, true);
                 }
             }
-            if self.spin() {
-                continue;
+            match self.spin() {
+                Spin::Work => continue,
+                Spin::Idle => {
+                    // Other queues' drivers and the callers that submit share
+                    // this thread: spinning without yielding would starve them.
+                    tokio::task::yield_now().await;
+                    continue;
+                }
+                Spin::Off => {}
             }
             let deadline = self.conn.as_ref().and_then(|c| c.queue.poll_timeout());
             tokio::select! {
@@ -876,33 +896,39 @@ impl Driver {
         }
     }
 
-    /// Optional busy poll: while commands are outstanding, try the socket and
-    /// the submission list for a bounded time before sleeping in epoll
-    /// (wake-ups cost ~50 µs on idle virtual machines). True if work arrived.
-    fn spin(&mut self) -> bool {
+    /// Optional busy poll: while commands are outstanding, check the socket
+    /// and the submission list for a bounded time after activity before
+    /// sleeping in epoll (wake-ups cost ~50 µs on idle virtual machines).
+    fn spin(&mut self) -> Spin {
         if self.busy_poll.is_zero() {
-            return false;
+            return Spin::Off;
         }
-        let Some(c) = self.conn.as_mut() else { return false };
+        let Some(c) = self.conn.as_mut() else { return Spin::Off };
         if c.queue.outstanding() == 0 {
-            return false;
+            self.spin_since = None;
+            return Spin::Off;
         }
-        let until = Instant::now() + self.busy_poll;
-        while Instant::now() < until {
-            // Bytes read here are decoded (or were placed) by the next `pump`.
-            if readable_now(&c.stream) {
-                match read_some(c, &self.shared) {
-                    Ok(_) => return true,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                    Err(_) => return true,
+        let now = Instant::now();
+        let since = *self.spin_since.get_or_insert(now);
+        if now.duration_since(since) >= self.busy_poll {
+            self.spin_since = None;
+            return Spin::Off;
+        }
+        // Bytes read here are decoded (or were placed) by the next `pump`.
+        if readable_now(&c.stream) {
+            match read_some(c, &self.shared) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                _ => {
+                    self.spin_since = None;
+                    return Spin::Work;
                 }
             }
-            if !lock(&self.shared.subq).items.is_empty() {
-                return true;
-            }
-            std::hint::spin_loop();
         }
-        false
+        if !lock(&self.shared.subq).items.is_empty() {
+            self.spin_since = None;
+            return Spin::Work;
+        }
+        Spin::Idle
     }
 
     /// Returns true when the task must stop.
