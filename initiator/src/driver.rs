@@ -1062,8 +1062,15 @@ impl Driver {
         let c = self.conn.as_mut().expect("still connected");
         // Data read by `spin` is decoded here too.
         decode_all(c, &self.shared, now)?;
-        c.queue.handle_timeout(now)?;
+        let expired = c.queue.handle_timeout(now)?;
         self.dispatch(now);
+        if let Some(t) = expired {
+            // The timed-out commands have been failed above; the rest are
+            // requeued (or failed) when the connection drops, and the
+            // supervisor re-establishes the association (Linux error recovery).
+            warn!(timeout = ?t, "command timed out; resetting the connection");
+            return Err(Error::Timeout(t));
+        }
         self.flush_parked(now);
         let c = self.conn.as_mut().expect("still connected");
         if let Some(e) = c.dead.take() {

@@ -173,7 +173,11 @@ pub struct ConnectOptions {
     /// Keep-alive timeout sent in the admin Connect; a Keep Alive command goes
     /// out every KATO/2. `Duration::ZERO` disables keep-alive.
     pub kato: Duration,
-    /// Default per-command timeout (I/O and admin).
+    /// Default per-command timeout (I/O and admin). A command that runs past
+    /// it fails with [`Error::Timeout`](crate::Error::Timeout) and, as with
+    /// Linux, the association is reset: its queues reconnect per
+    /// [`Self::reconnect`] and the other outstanding commands are resubmitted
+    /// (or failed) by that policy.
     pub command_timeout: Duration,
     /// Timeout of TCP connect and of the ICReq/ICResp exchange.
     pub connect_timeout: Duration,

@@ -693,20 +693,25 @@ impl Queue {
         self.complete(tag, result);
     }
 
-    /// Expires commands (and the handshake) whose deadline passed.
-    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), QueueError> {
+    /// Expires commands (and the handshake) whose deadline passed. Returns the
+    /// timeout of the first command that expired, if any: the caller resets the
+    /// connection then, as Linux does (`nvme_tcp_timeout` starts error
+    /// recovery), so a late completion or R2T can never act on a command its
+    /// submitter was told had failed.
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<Option<Duration>, QueueError> {
         match self.state {
             State::Handshake if now >= self.handshake_deadline => {
                 self.state = State::Failed;
                 return Err(QueueError::HandshakeTimeout);
             }
             State::Live => {}
-            _ => return Ok(()),
+            _ => return Ok(None),
         }
         match self.next_deadline {
             Some(d) if now >= d && self.active > 0 => {}
-            _ => return Ok(()),
+            _ => return Ok(None),
         }
+        let mut expired = None;
         let mut next: Option<Instant> = None;
         for tag in 0..self.slots.len() {
             let s = &self.slots[tag];
@@ -721,13 +726,14 @@ impl Queue {
                     "command timed out"
                 );
                 self.stats.timeouts += 1;
+                expired.get_or_insert(s.timeout.unwrap_or(self.cfg.command_timeout));
                 self.complete(tag, Err(CommandFailure::Timeout));
             } else if next.is_none_or(|n| s.deadline < n) {
                 next = Some(s.deadline);
             }
         }
         self.next_deadline = next;
-        Ok(())
+        Ok(expired)
     }
 
     /// Takes back every outstanding command (connection lost), with the CID
