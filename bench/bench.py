@@ -262,7 +262,7 @@ def main():
     with open(a.out, "w") as f:
         f.write("# Benchmarks\n\nProduced by `bench/run.sh` (loopback, RAM namespace 512 MiB written in full "
                 "before measuring, target pinned to "
-                "core 0 and probe to core 1; medians of "
+                "core 0 (cores 0-1 for the 2-core row) and probe to core 1; medians of "
                 f"{a.rounds} rounds of {T} s, baselines measured in the same run).\n\n"
                 f"Machine: {platform.node()}, {os.cpu_count()} CPUs ({cpu}), {platform.release()}, "
                 f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n\n{table}\n")
