@@ -285,15 +285,7 @@ impl Backend for BlockBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::sys::Loop;
-
-    /// Submits `op` and waits for its completion, checking the tag.
-    fn run(b: &dyn Backend, tag: u32, op: IoOp) -> IoCompletion {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let c = b.submit(tag, op, &tx).unwrap_or_else(|| rx.blocking_recv().expect("completion"));
-        assert_eq!(c.tag, tag);
-        c
-    }
+    use crate::backend::sys::{run, Loop};
 
     #[test]
     fn aligned_buffers() {

@@ -398,36 +398,7 @@ impl Backend for FileBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    /// A unique temp path, removed on drop.
-    pub(crate) struct TempPath(pub(crate) PathBuf);
-
-    impl TempPath {
-        pub(crate) fn new(what: &str) -> Self {
-            static N: AtomicU32 = AtomicU32::new(0);
-            let n = N.fetch_add(1, Ordering::Relaxed);
-            Self(std::env::temp_dir().join(format!("nvmeof-{what}-{}-{n}", std::process::id())))
-        }
-    }
-
-    impl Drop for TempPath {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
-
-    /// Submits `op` and waits for its completion, checking the tag.
-    pub(crate) fn run(b: &dyn Backend, tag: u32, op: IoOp) -> IoCompletion {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let c = b.submit(tag, op, &tx).unwrap_or_else(|| rx.blocking_recv().expect("completion"));
-        assert_eq!(c.tag, tag);
-        c
-    }
-
-    fn blocks(p: &Path) -> u64 {
-        std::fs::metadata(p).unwrap().blocks()
-    }
+    use crate::backend::sys::{blocks, check_write_zeroes_and_deallocate, run, TempPath};
 
     #[test]
     fn sparse_create_and_open_rules() {
@@ -492,34 +463,8 @@ mod tests {
     fn write_zeroes_punch_hole_and_deallocate() {
         let t = TempPath::new("zero");
         let b = FileBackend::open(&t.0, Some(8 << 20), 4096).unwrap();
+        check_write_zeroes_and_deallocate(&b, &t.0);
         let mib = 1 << 20;
-        let data = Bytes::from(vec![0xA5; 4 * mib]);
-        assert!(run(&b, 1, IoOp::Write { offset: 0, data, fua: true }).status.is_success());
-        let before = blocks(&t.0);
-        assert!(before >= (4 * mib as u64) / 512, "written data is allocated ({before} blocks)");
-
-        // Write Zeroes with deallocate punches a hole.
-        let z = run(&b, 2, IoOp::WriteZeroes { offset: 0, len: mib as u64, deallocate: true });
-        assert_eq!(z.status, Status::SUCCESS);
-        let r = run(&b, 3, IoOp::Read { offset: 0, len: mib });
-        assert!(r.data.iter().all(|&x| x == 0));
-        let after_punch = blocks(&t.0);
-        assert!(after_punch < before, "punch hole frees blocks ({before} -> {after_punch})");
-
-        // Write Zeroes without deallocate (ZERO_RANGE).
-        let z = run(&b, 4, IoOp::WriteZeroes { offset: mib as u64, len: 4096, deallocate: false });
-        assert_eq!(z.status, Status::SUCCESS);
-        let r = run(&b, 5, IoOp::Read { offset: mib as u64 - 4096, len: 3 * 4096 });
-        assert!(r.data[..8192].iter().all(|&x| x == 0));
-        assert!(r.data[8192..].iter().all(|&x| x == 0xA5));
-
-        // Deallocate several ranges.
-        let ranges = vec![(2 * mib as u64, mib as u64), (3 * mib as u64, 4096)];
-        assert_eq!(run(&b, 6, IoOp::Deallocate { ranges }).status, Status::SUCCESS);
-        let r = run(&b, 7, IoOp::Read { offset: 2 * mib as u64, len: mib + 8192 });
-        assert!(r.data[..mib + 4096].iter().all(|&x| x == 0));
-        assert!(r.data[mib + 4096..].iter().all(|&x| x == 0xA5));
-        assert!(blocks(&t.0) < after_punch);
 
         // The writing fallback zeroes too.
         write_zeroes_by_writing(&b.inner.file, 3 * mib as u64 + 4096, ZEROES_LEN as u64 + 4096).unwrap();

@@ -885,32 +885,10 @@ impl Drop for UringBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::sys::Loop;
+    use crate::backend::sys::{blocks, check_write_zeroes_and_deallocate, run, Loop, TempPath};
     use crate::backend::FileBackend;
     use std::os::unix::fs::FileExt;
-    use std::sync::atomic::AtomicU32;
     use std::time::Instant;
-
-    /// A unique temp path (in `dir`), removed on drop.
-    struct TempPath(PathBuf);
-
-    impl TempPath {
-        fn new(what: &str) -> Self {
-            Self::new_in(&std::env::temp_dir(), what)
-        }
-
-        fn new_in(dir: &Path, what: &str) -> Self {
-            static N: AtomicU32 = AtomicU32::new(0);
-            let n = N.fetch_add(1, Ordering::Relaxed);
-            Self(dir.join(format!("nvmeof-uring-{what}-{}-{n}", std::process::id())))
-        }
-    }
-
-    impl Drop for TempPath {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_file(&self.0);
-        }
-    }
 
     /// Opens a file backend, or `None` (with a note) where io_uring is unavailable.
     fn open(t: &TempPath, size: u64, bs: u32) -> Option<UringBackend> {
@@ -924,23 +902,11 @@ mod tests {
         }
     }
 
-    /// Submits `op` and waits for its completion, checking the tag.
-    fn run(b: &dyn Backend, tag: u32, op: IoOp) -> IoCompletion {
-        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let c = b.submit(tag, op, &tx).unwrap_or_else(|| rx.blocking_recv().expect("completion"));
-        assert_eq!(c.tag, tag);
-        c
-    }
-
     fn pattern(len: usize, seed: u32) -> Bytes {
         (0..len as u32)
             .map(|i| (i.wrapping_mul(31).wrapping_add(seed) % 251) as u8)
             .collect::<Vec<_>>()
             .into()
-    }
-
-    fn blocks(p: &Path) -> u64 {
-        std::fs::metadata(p).unwrap().blocks()
     }
 
     #[test]
@@ -1033,31 +999,8 @@ mod tests {
     fn uring_write_zeroes_punch_hole_and_deallocate() {
         let t = TempPath::new("zero");
         let Some(b) = open(&t, 8 << 20, 4096) else { return };
+        check_write_zeroes_and_deallocate(&b, &t.0);
         let mib = 1usize << 20;
-        let data = Bytes::from(vec![0xA5; 4 * mib]);
-        assert!(run(&b, 1, IoOp::Write { offset: 0, data, fua: true }).status.is_success());
-        let before = blocks(&t.0);
-        assert!(before >= (4 * mib as u64) / 512, "written data is allocated ({before} blocks)");
-
-        let z = run(&b, 2, IoOp::WriteZeroes { offset: 0, len: mib as u64, deallocate: true });
-        assert_eq!(z.status, Status::SUCCESS);
-        let r = run(&b, 3, IoOp::Read { offset: 0, len: mib });
-        assert!(r.data.iter().all(|&x| x == 0));
-        let after_punch = blocks(&t.0);
-        assert!(after_punch < before, "punch hole frees blocks ({before} -> {after_punch})");
-
-        let z = run(&b, 4, IoOp::WriteZeroes { offset: mib as u64, len: 4096, deallocate: false });
-        assert_eq!(z.status, Status::SUCCESS);
-        let r = run(&b, 5, IoOp::Read { offset: mib as u64 - 4096, len: 3 * 4096 });
-        assert!(r.data[..8192].iter().all(|&x| x == 0));
-        assert!(r.data[8192..].iter().all(|&x| x == 0xA5));
-
-        let ranges = vec![(2 * mib as u64, mib as u64), (3 * mib as u64, 4096), (0, 0)];
-        assert_eq!(run(&b, 6, IoOp::Deallocate { ranges }).status, Status::SUCCESS);
-        let r = run(&b, 7, IoOp::Read { offset: 2 * mib as u64, len: mib + 8192 });
-        assert!(r.data[..mib + 4096].iter().all(|&x| x == 0));
-        assert!(r.data[mib + 4096..].iter().all(|&x| x == 0xA5));
-        assert!(blocks(&t.0) < after_punch);
         // And the file itself says so.
         let on_disk = std::fs::read(&t.0).unwrap();
         assert!(on_disk[..mib + 4096].iter().all(|&x| x == 0));
