@@ -12,7 +12,7 @@
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -23,7 +23,7 @@ use super::file::{
     fallocate, in_range, is_unsupported, pread_exact_raw, write_zeroes_by_writing, IoExecutor, WorkerPool,
     DEFAULT_WORKERS,
 };
-use super::sys::{invalid, ioctl_get, AlignedBuf, BLKGETSIZE64, BLKSSZGET, BUF_ALIGN};
+use super::sys::{block_device_geometry, AlignedBuf, BlockGeometry, BUF_ALIGN};
 use super::{io_error_to_status, Backend, CompletionSink, IoCompletion, IoOp};
 
 /// `BLKZEROOUT`: zero a byte range (`u64[2]` = start, length).
@@ -209,25 +209,8 @@ impl BlockBackend {
             }
             Err(e) => return Err(e),
         };
-        if !file.metadata()?.file_type().is_block_device() {
-            return Err(invalid(format!("{} is not a block device", path.display())));
-        }
-        let dev_block_size = ioctl_get::<libc::c_int>(&file, BLKSSZGET)?;
-        let dev_block_size = u32::try_from(dev_block_size)
-            .ok()
-            .filter(|b| b.is_power_of_two() && *b >= 512)
-            .ok_or_else(|| io::Error::other(format!("odd logical block size {dev_block_size}")))?;
-        let block_size = block_size.unwrap_or(dev_block_size);
-        if !block_size.is_power_of_two() || block_size < dev_block_size {
-            return Err(invalid(format!(
-                "block size {block_size} is not a power-of-two multiple of the device's {dev_block_size}"
-            )));
-        }
-        let dev_size = ioctl_get::<libc::size_t>(&file, BLKGETSIZE64)? as u64;
-        let size = dev_size / block_size as u64 * block_size as u64;
-        if size == 0 {
-            return Err(invalid(format!("{} is smaller than one {block_size}-byte block", path.display())));
-        }
+        let BlockGeometry { block_size, dev_block_size, size } =
+            block_device_geometry(&file, path, block_size)?;
         let inner = Arc::new(BlockInner {
             path: path.to_owned(),
             file,

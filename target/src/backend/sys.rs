@@ -82,6 +82,47 @@ impl Drop for AlignedBuf {
     }
 }
 
+/// A block device's namespace geometry (see [`block_device_geometry`]).
+pub(crate) struct BlockGeometry {
+    /// Namespace block size.
+    pub(crate) block_size: u32,
+    /// The device's logical block size.
+    pub(crate) dev_block_size: u32,
+    /// Capacity in bytes (whole namespace blocks).
+    pub(crate) size: u64,
+}
+
+/// Checks that `file` (opened from `path`) is a block device and returns the
+/// namespace geometry: `block_size` (default: the device's logical block
+/// size), rejecting block sizes the device cannot address, and the capacity.
+pub(crate) fn block_device_geometry(
+    file: &File,
+    path: &std::path::Path,
+    block_size: Option<u32>,
+) -> io::Result<BlockGeometry> {
+    use std::os::unix::fs::FileTypeExt;
+    if !file.metadata()?.file_type().is_block_device() {
+        return Err(invalid(format!("{} is not a block device", path.display())));
+    }
+    let dev_block_size = ioctl_get::<libc::c_int>(file, BLKSSZGET)?;
+    let dev_block_size = u32::try_from(dev_block_size)
+        .ok()
+        .filter(|b| b.is_power_of_two() && *b >= 512)
+        .ok_or_else(|| io::Error::other(format!("odd logical block size {dev_block_size}")))?;
+    let block_size = block_size.unwrap_or(dev_block_size);
+    if !block_size.is_power_of_two() || block_size < dev_block_size {
+        return Err(invalid(format!(
+            "block size {block_size} is not a power-of-two multiple of the device's {dev_block_size}"
+        )));
+    }
+    let dev_size = ioctl_get::<libc::size_t>(file, BLKGETSIZE64)? as u64;
+    let size = dev_size / block_size as u64 * block_size as u64;
+    if size == 0 {
+        return Err(invalid(format!("{} is smaller than one {block_size}-byte block", path.display())));
+    }
+    Ok(BlockGeometry { block_size, dev_block_size, size })
+}
+
 /// A unique temp path for tests, removed on drop.
 #[cfg(test)]
 pub(crate) struct TempPath(pub(crate) std::path::PathBuf);

@@ -48,7 +48,7 @@ use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
@@ -60,7 +60,7 @@ use io_uring::{opcode, squeue, types, IoUring, Probe};
 use nvmeof_common::Status;
 
 use super::file::{in_range, is_unsupported, ZEROES, ZEROES_LEN};
-use super::sys::{invalid, ioctl_get, AlignedBuf, BLKGETSIZE64, BLKSSZGET, BUF_ALIGN};
+use super::sys::{block_device_geometry, invalid, AlignedBuf, BlockGeometry, BUF_ALIGN};
 use super::{io_error_to_status, Backend, CompletionSink, IoCompletion, IoOp};
 
 /// Submission-queue entries per ring.
@@ -722,25 +722,8 @@ impl UringBackend {
             }
             Err(e) => return Err(e),
         };
-        if !file.metadata()?.file_type().is_block_device() {
-            return Err(invalid(format!("{} is not a block device", path.display())));
-        }
-        let dev_block_size = ioctl_get::<libc::c_int>(&file, BLKSSZGET)?;
-        let dev_block_size = u32::try_from(dev_block_size)
-            .ok()
-            .filter(|b| b.is_power_of_two() && *b >= 512)
-            .ok_or_else(|| io::Error::other(format!("odd logical block size {dev_block_size}")))?;
-        let block_size = block_size.unwrap_or(dev_block_size);
-        if !block_size.is_power_of_two() || block_size < dev_block_size {
-            return Err(invalid(format!(
-                "block size {block_size} is not a power-of-two multiple of the device's {dev_block_size}"
-            )));
-        }
-        let dev_size = ioctl_get::<libc::size_t>(&file, BLKGETSIZE64)? as u64;
-        let size = dev_size / block_size as u64 * block_size as u64;
-        if size == 0 {
-            return Err(invalid(format!("{} is smaller than one {block_size}-byte block", path.display())));
-        }
+        let BlockGeometry { block_size, dev_block_size, size } =
+            block_device_geometry(&file, path, block_size)?;
         let mem_align = match dio_align(&file) {
             Some((mem, _)) if mem.is_power_of_two() && mem as usize <= BUF_ALIGN => mem as usize,
             _ => dev_block_size as usize,
