@@ -41,3 +41,11 @@ pub mod util;
 
 pub use error::{ExitCode, ToolError};
 pub use probe::{run_probe, run_probe_with, Hooks, ProbeEvent, ProbeOptions, Report};
+
+/// Logs to stderr through `tracing`, errors only unless `RUST_LOG` says more
+/// (the binaries' stdout carries their reports).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
+    let _ = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).try_init();
+}

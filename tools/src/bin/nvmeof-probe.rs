@@ -21,13 +21,7 @@ const MISMATCH_LINES: u64 = 20;
 
 fn main() {
     let opts = ProbeOptions::parse();
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    nvmeof_tools::init_logging();
     if let Err(e) = opts.validate() {
         eprintln!("nvmeof-probe: {e}");
         std::process::exit(ExitCode::Usage as i32);

@@ -11,13 +11,7 @@ use nvmeof_tools::admin::{run, Cli};
 
 fn main() {
     let cli = Cli::parse();
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error")),
-        )
-        .with_writer(std::io::stderr)
-        .try_init();
+    nvmeof_tools::init_logging();
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     let r = rt.block_on(async {
         let mut stdin = std::io::stdin().lock();
