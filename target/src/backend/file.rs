@@ -194,6 +194,36 @@ pub(crate) unsafe fn pread_exact_raw(file: &File, dst: *mut u8, len: usize, offs
     Ok(())
 }
 
+/// Opens (or, with `create_size`, creates and extends to at least that size)
+/// the regular file backing a namespace with `block_size`-byte blocks.
+/// Returns it with its metadata and the capacity in whole blocks.
+pub(crate) fn open_sized(
+    path: &Path,
+    create_size: Option<u64>,
+    block_size: u32,
+) -> io::Result<(File, std::fs::Metadata, u64)> {
+    if !block_size.is_power_of_two() || block_size < 512 {
+        return Err(invalid(format!("invalid block size {block_size}")));
+    }
+    let file = OpenOptions::new().read(true).write(true).create(create_size.is_some()).open(path)?;
+    let meta = file.metadata()?;
+    if !meta.file_type().is_file() {
+        return Err(invalid(format!("{} is not a regular file", path.display())));
+    }
+    let mut len = meta.len();
+    if let Some(want) = create_size {
+        if len < want {
+            file.set_len(want)?;
+            len = want;
+        }
+    }
+    let size = len / block_size as u64 * block_size as u64;
+    if size == 0 {
+        return Err(invalid(format!("{} is smaller than one {block_size}-byte block", path.display())));
+    }
+    Ok((file, meta, size))
+}
+
 // ---------------------------------------------------------------------------
 // File backend
 // ---------------------------------------------------------------------------
@@ -315,25 +345,7 @@ impl FileBackend {
         workers: usize,
     ) -> io::Result<Self> {
         let path = path.as_ref();
-        if !block_size.is_power_of_two() || block_size < 512 {
-            return Err(invalid(format!("invalid block size {block_size}")));
-        }
-        let file = OpenOptions::new().read(true).write(true).create(create_size.is_some()).open(path)?;
-        let meta = file.metadata()?;
-        if !meta.file_type().is_file() {
-            return Err(invalid(format!("{} is not a regular file", path.display())));
-        }
-        let mut len = meta.len();
-        if let Some(want) = create_size {
-            if len < want {
-                file.set_len(want)?;
-                len = want;
-            }
-        }
-        let size = len / block_size as u64 * block_size as u64;
-        if size == 0 {
-            return Err(invalid(format!("{} is smaller than one {block_size}-byte block", path.display())));
-        }
+        let (file, meta, size) = open_sized(path, create_size, block_size)?;
         let dsync = OpenOptions::new().read(true).write(true).custom_flags(libc::O_DSYNC).open(path)?;
         if dsync.metadata()?.ino() != meta.ino() || dsync.metadata()?.dev() != meta.dev() {
             return Err(io::Error::other(format!("{} was replaced while opening it", path.display())));

@@ -672,22 +672,7 @@ impl UringBackend {
             return Err(invalid(format!("invalid block size {block_size}")));
         }
         let ring = new_ring()?;
-        let file = OpenOptions::new().read(true).write(true).create(create_size.is_some()).open(path)?;
-        let meta = file.metadata()?;
-        if !meta.file_type().is_file() {
-            return Err(invalid(format!("{} is not a regular file", path.display())));
-        }
-        let mut len = meta.len();
-        if let Some(want) = create_size {
-            if len < want {
-                file.set_len(want)?;
-                len = want;
-            }
-        }
-        let size = len / block_size as u64 * block_size as u64;
-        if size == 0 {
-            return Err(invalid(format!("{} is smaller than one {block_size}-byte block", path.display())));
-        }
+        let (file, _, size) = super::file::open_sized(path, create_size, block_size)?;
         let why_not = if allow_direct {
             open_file_direct(path, &file, block_size)?
         } else {
