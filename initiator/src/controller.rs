@@ -687,13 +687,18 @@ impl Controller {
         self.core().pick_io()?.execute(sqe, payload, None, false).await
     }
 
-    /// Sends any I/O command on I/O queue `qid` (1-based).
-    pub async fn io_command_on(&self, qid: u16, sqe: Sqe, payload: Payload<'_>) -> Result<Cqe> {
-        let q = self
-            .core()
+    /// I/O queue `qid` (1-based).
+    fn io_queue(&self, qid: u16) -> Result<&QueueShared> {
+        self.core()
             .io
             .get((qid as usize).wrapping_sub(1))
-            .ok_or_else(|| Error::InvalidArgument(format!("no I/O queue {qid}")))?;
+            .map(Arc::as_ref)
+            .ok_or_else(|| Error::InvalidArgument(format!("no I/O queue {qid}")))
+    }
+
+    /// Sends any I/O command on I/O queue `qid` (1-based).
+    pub async fn io_command_on(&self, qid: u16, sqe: Sqe, payload: Payload<'_>) -> Result<Cqe> {
+        let q = self.io_queue(qid)?;
         q.execute(sqe, payload, None, false).await
     }
 
@@ -711,11 +716,7 @@ impl Controller {
         mut buf: BytesMut,
         len: usize,
     ) -> Result<BytesMut> {
-        let q = self
-            .core()
-            .io
-            .get((qid as usize).wrapping_sub(1))
-            .ok_or_else(|| Error::InvalidArgument(format!("no I/O queue {qid}")))?;
+        let q = self.io_queue(qid)?;
         buf.reserve(len);
         q.execute_owned(sqe, buf, len).await
     }
