@@ -1318,7 +1318,7 @@ mod tests {
 
     /// Information only: `cargo test --release -p nvmeof-target uring_compare -- --ignored --nocapture`.
     #[test]
-    #[ignore]
+    #[ignore = "measurement; run with --release --ignored --nocapture"]
     fn uring_compare_random_reads() {
         let t = TempPath::new("bench");
         let size = 256u64 << 20;
