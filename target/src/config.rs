@@ -7,7 +7,7 @@
 //! mdts = 8            # 2^8 × 4 KiB = 1 MiB per command
 //! max_io_queues = 128
 //! max_queue_entries = 1024
-//! in_capsule_data = 16384
+//! in_capsule_data = 131072   # writes up to this size travel in the capsule (no R2T)
 //! max_h2c_data = 1048576
 //! max_connections = 1024
 //! poll_us = 0         # busy-poll after activity (µs); 0 = sleep in epoll
@@ -274,10 +274,7 @@ impl TargetConfig {
             limits.max_queue_entries = v;
         }
         if let Some(v) = l.in_capsule_data {
-            if v > 1 << 20 || v % 16 != 0 {
-                return Err(invalid("limits.in_capsule_data", "must be a multiple of 16 up to 1 MiB"));
-            }
-            limits.in_capsule_data = v;
+            limits.set_in_capsule_data(v).map_err(|e| invalid("limits.in_capsule_data", e))?;
         }
         if let Some(v) = l.max_h2c_data {
             if v < 4096 || v % 4 != 0 {

@@ -69,6 +69,10 @@ struct ServeArgs {
     /// (io_uring if available, else threads); overrides the configuration file.
     #[arg(long)]
     io_engine: Option<IoEngine>,
+    /// Most in-capsule write data on I/O queues in bytes (IOCCSZ); larger writes
+    /// use R2T. Default 131072; nvmet's default is 16384. Overrides the configuration file.
+    #[arg(long)]
+    in_capsule_data: Option<u32>,
 }
 
 fn hostname() -> String {
@@ -158,6 +162,12 @@ fn main() -> std::process::ExitCode {
     }
     if let Some(e) = args.io_engine {
         cfg.set_io_engine(e);
+    }
+    if let Some(v) = args.in_capsule_data {
+        if let Err(e) = cfg.limits.set_in_capsule_data(v) {
+            eprintln!("nvmeof-target: --in-capsule-data: {e}");
+            return std::process::ExitCode::from(2);
+        }
     }
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = args.threads {

@@ -30,7 +30,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 /// Target defaults: in-capsule data on I/O queues, MDTS (8 → 1 MiB).
-const TARGET_INLINE: usize = 16 << 10;
+const TARGET_INLINE: usize = 128 << 10;
 const TARGET_MDTS_BYTES: u64 = 1 << 20;
 
 /// Starts `cfg` on exactly the address it names, retrying while the port is

@@ -75,6 +75,26 @@ async fn write_read_in_capsule_and_r2t() {
     assert_eq!(io.read(1, 16, 1, BS).await.ok().data, vec![0; 512]);
 }
 
+/// The default in-capsule limit (128 KiB, IOCCSZ) is what the target accepts:
+/// a write of exactly that size travels in the capsule with no R2T, one block
+/// more goes through R2T, and both read back.
+#[tokio::test]
+async fn default_in_capsule_limit_takes_128k_writes_without_r2t() {
+    let cfg = default_config();
+    assert_eq!(cfg.limits.in_capsule_data, 128 << 10);
+    let mut s = setup(&cfg).await;
+    let io = &mut s.io;
+    assert_eq!(io.icd_limit, 128 << 10);
+    let d = pattern(128 << 10, 6);
+    let w = io.write(1, 2048, &d, BS).await.ok();
+    assert_eq!(w.r2t_count(), 0, "a 128 KiB write was solicited by R2T: {:?}", w.pdus);
+    assert!(io.read(1, 2048, 256, BS).await.ok().data == d, "128 KiB in-capsule read-back differs");
+    let d = pattern((128 << 10) + 512, 7);
+    let w = io.write(1, 4096, &d, BS).await.ok();
+    assert_eq!(w.r2t_count(), 1);
+    assert!(io.read(1, 4096, 257, BS).await.ok().data == d, "R2T read-back differs");
+}
+
 #[tokio::test]
 async fn fua_flush_write_zeroes_dsm_compare() {
     let mut s = setup(&default_config()).await;

@@ -622,7 +622,7 @@ mod tests {
         assert_eq!(u32_at(&b, o::VER), 0x0001_0300);
         assert_eq!(VERSION, 0x0001_0300);
         assert_eq!(u16_at(&b, o::KAS), 10);
-        assert_eq!(u32_at(&b, o::IOCCSZ), (64 + 16384) / 16);
+        assert_eq!(u32_at(&b, o::IOCCSZ), (64 + (128 << 10)) / 16);
         assert_eq!(u32_at(&b, o::IORCSZ), 1);
         assert_eq!(u16_at(&b, o::ICDOFF), 0);
         assert_eq!(u32_at(&b, o::SGLS), 1 | 1 << 20);
