@@ -57,7 +57,7 @@ impl Limits {
     /// Sets [`Self::in_capsule_data`]: a multiple of 16 (IOCCSZ counts 16-byte
     /// units) up to 1 MiB.
     pub fn set_in_capsule_data(&mut self, bytes: u32) -> Result<(), &'static str> {
-        if bytes > 1 << 20 || bytes % 16 != 0 {
+        if bytes > 1 << 20 || !bytes.is_multiple_of(16) {
             return Err("must be a multiple of 16 up to 1 MiB");
         }
         self.in_capsule_data = bytes;
