@@ -1255,8 +1255,12 @@ fn start_direct(c: &mut Conn, shared: &QueueShared) -> Result<bool> {
     }
     let proto = |e: nvmeof_common::DecodeError| Error::Protocol(e.into());
     let layout = c.dec.layout(&CommonHeader::decode(&c.rbuf[..CH_LEN])).map_err(proto)?;
-    if c.rbuf.len() < layout.data_start || c.rbuf.len() >= layout.ch.plen as usize {
-        // Header incomplete (wait), or the whole PDU is here (the decoder's path).
+    if c.rbuf.len() < layout.data_start || c.rbuf.len() + OWNED_READ_CAP > layout.ch.plen as usize {
+        // Header incomplete (wait), or the whole PDU is here or less than one
+        // capped `recv` of it is missing: the decoder's path, after the next
+        // `recv`. Reading a small remainder straight into the destination
+        // would cost a `recv` per payload: with 4 KiB reads at QD32 that was
+        // 1.1 `recv` per I/O (0.5 without), and 10–12 % fewer IOPS.
         return Ok(false);
     }
     let h = C2hHeader::parse(&layout, &c.rbuf[..layout.data_start]).map_err(proto)?;
