@@ -128,7 +128,8 @@ kh_dd_verify() { # kh_dd_verify TAG: 16 MiB at the start and 16 MiB at the end
 kh_fio() {
     need_dev
     t $((FIO_RUNTIME + 60)) fio --name=randrw-verify --filename="$DEV" --ioengine=libaio \
-        --direct=1 --rw=randrw --rwmixread=50 --bs=4k --iodepth=16 --size=128M \
+        --direct=1 --rw=randrw --rwmixread=50 --bssplit=4k/50:16k/10:64k/10:128k/20:256k/10 \
+        --iodepth=16 --size=128M \
         --time_based --runtime="$FIO_RUNTIME" --verify=crc32c --verify_fatal=1 \
         --verify_backlog=256 --do_verify=1 --serialize_overlap=1 --randrepeat=0 --output=/tmp/fio.txt
     _rc=$?
