@@ -1260,7 +1260,7 @@ fn start_direct(c: &mut Conn, shared: &QueueShared) -> Result<bool> {
         // capped `recv` of it is missing: the decoder's path, after the next
         // `recv`. Reading a small remainder straight into the destination
         // would cost a `recv` per payload: with 4 KiB reads at QD32 that was
-        // 1.1 `recv` per I/O (0.5 without), and 10–12 % fewer IOPS.
+        // 1.1 `recv` per I/O (0.64 without), and 10–12 % fewer IOPS.
         return Ok(false);
     }
     let h = C2hHeader::parse(&layout, &c.rbuf[..layout.data_start]).map_err(proto)?;
