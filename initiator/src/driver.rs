@@ -1331,14 +1331,6 @@ fn decode_all(c: &mut Conn, shared: &QueueShared, now: Instant) -> Result<()> {
     }
 }
 
-/// Reads from the socket into `buf`'s spare capacity, with a real `recv` call
-/// even when tokio has no readiness cached.
-///
-/// tokio's `try_read*` answer `WouldBlock` from cached readiness without a
-/// syscall until the reactor has seen an epoll event, so a busy-poll loop built
-/// on them never sees data that arrived meanwhile. The read goes through
-/// `try_io` first (which clears readiness race-free on `WouldBlock`); only when
-/// tokio had no readiness cached is `recv` called directly.
 /// Whether the socket has something to read (data, EOF or an error), asked
 /// with a zero-timeout `poll(2)`.
 ///
@@ -1354,6 +1346,14 @@ fn readable_now(stream: &TcpStream) -> bool {
     n != 0
 }
 
+/// Reads from the socket into `buf`'s spare capacity, with a real `recv` call
+/// even when tokio has no readiness cached.
+///
+/// tokio's `try_read*` answer `WouldBlock` from cached readiness without a
+/// syscall until the reactor has seen an epoll event, so a busy-poll loop built
+/// on them never sees data that arrived meanwhile. The read goes through
+/// `try_io` first (which clears readiness race-free on `WouldBlock`); only when
+/// tokio had no readiness cached is `recv` called directly.
 fn recv_buf<B: bytes::BufMut>(stream: &tokio::net::TcpStream, buf: &mut B) -> std::io::Result<usize> {
     fn raw<B: bytes::BufMut>(stream: &tokio::net::TcpStream, buf: &mut B) -> std::io::Result<usize> {
         let sock = socket2::SockRef::from(stream);
