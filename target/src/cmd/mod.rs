@@ -68,13 +68,10 @@ impl QueueCtx {
             match b.try_into_mut() {
                 Ok(mut m) if m.capacity() >= len => {
                     // Backends overwrite every byte of a read buffer (files read
-                    // past EOF as zeroes), so only bytes never written before
-                    // are zeroed: a recycled 4 KiB buffer costs no memset.
-                    if m.len() >= len {
-                        m.truncate(len);
-                    } else {
-                        m.resize(len, 0);
-                    }
+                    // past EOF as zeroes), so the old contents stay: `resize`
+                    // truncates, or zeroes only the bytes beyond the old length,
+                    // and a recycled 4 KiB buffer costs no memset.
+                    m.resize(len, 0);
                     return m;
                 }
                 Ok(_) => {}
