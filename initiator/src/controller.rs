@@ -709,16 +709,9 @@ impl Controller {
     /// buffer while the command runs and reads the payload from the socket
     /// straight into it (no intermediate copy). `len` must not exceed the
     /// maximum transfer size; on error the buffer is dropped.
-    pub async fn io_read_buf_on(
-        &self,
-        qid: u16,
-        sqe: Sqe,
-        mut buf: BytesMut,
-        len: usize,
-    ) -> Result<BytesMut> {
-        let q = self.io_queue(qid)?;
-        buf.reserve(len);
-        q.execute_owned(sqe, buf, len).await
+    pub async fn io_read_buf_on(&self, qid: u16, sqe: Sqe, buf: BytesMut, len: usize) -> Result<BytesMut> {
+        // `execute_owned` reserves room for `len` bytes itself.
+        self.io_queue(qid)?.execute_owned(sqe, buf, len).await
     }
 
     /// Identify Controller (CNS 01h), fresh from the controller.
