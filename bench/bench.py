@@ -39,6 +39,14 @@ def proc_cpu(pid):
     return (int(fields[11]) + int(fields[12])) / CLK
 
 
+def cpu_ticks():
+    """(stolen, total) jiffies of all CPUs from /proc/stat: the hypervisor's
+    share of this machine's time, a measure of how noisy a round was."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return v[7], sum(v[:8])
+
+
 def taskset(core):
     ncpu = os.cpu_count() or 1
     return ["taskset", "-c", str(core % ncpu)]
@@ -96,6 +104,25 @@ def probe(t, secs, *flags):
     return json.loads(r.stdout), float(u) + float(s), c1 - c0
 
 
+def idle_cpu(t, secs, poll):
+    """Target and probe CPU (% of one core) while a controller stays connected
+    and does one 4 KiB read per second (keep-alive traffic included)."""
+    cmd = taskset(1) + [PROBE, f"127.0.0.1:{t.port}", "--nqn", NQN, "--rw", "randread", "--bs", "4k",
+                        "--qd", "1", "--rate", "1", "--time", f"{secs + 3}s", "-q"] + (["--poll-us", "50"] if poll else [])
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        time.sleep(1.5)
+        c0, p0 = t.cpu(), proc_cpu(p.pid)
+        time.sleep(secs)
+        c1, p1 = t.cpu(), proc_cpu(p.pid)
+        p.wait(timeout=30)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    return 100 * (c1 - c0) / secs, 100 * (p1 - p0) / secs
+
+
 def side(rep, name):
     return rep["jobs"][0][name]
 
@@ -136,6 +163,43 @@ def med(xs):
     return statistics.median(xs) if xs else float("nan")
 
 
+def goals(M, res, ip, steal):
+    """The goals of the performance issue, checked against this run's medians.
+    SPDK's figures come from the issue (SPDK v25.09, one core each for
+    nvmf_tgt and spdk_nvme_perf, measured on another machine of this kind)."""
+    out = ["## Goals", "",
+           "SPDK reference (from the issue, another machine of this kind, nvmf_tgt and spdk_nvme_perf on one "
+           "core each, polling): 4 KiB QD32 randread 424K / randwrite ~440K IOPS, QD1 p50 12.2 µs, "
+           "128 KiB read 1.5× iperf3.", ""]
+    yes = lambda ok: "**holds**" if ok else "**does not hold**"
+    spdk = {"randread": 424e3, "randwrite": 440e3}
+    for rw in ("randread", "randwrite"):
+        cfgs = {f"{nq} queue(s), {lab}": M[f"{rw}_qd32_q{nq}_{suf}_iops"]
+                for suf, lab in (("t1", "polling off"), ("poll", "polling on")) for nq in (1, 2)}
+        best = max(cfgs, key=cfgs.get)
+        iops = cfgs[best]
+        out.append(f"- 4 KiB QD32 {rw} IOPS ≥ SPDK's {spdk[rw] / 1e3:.0f}K: best {iops / 1e3:.0f}K ({best}) — "
+                   f"{yes(iops >= spdk[rw])}; 1 queue with polling, SPDK's shape: "
+                   f"{cfgs['1 queue(s), polling on'] / 1e3:.0f}K.")
+        out.append(f"- 4 KiB QD32 {rw} bytes/s ≥ 0.94× iperf3: {iops * 4096 / ip:.2f}× — "
+                   f"{yes(iops * 4096 >= 0.94 * ip)}.")
+    for rw in ("read", "write"):
+        r = M[f"seq{rw}_128k"] / ip
+        out.append(f"- 128 KiB sequential {rw} ≥ 1.5× iperf3: {r:.2f}× — {yes(r >= 1.5)}.")
+    p50, p999 = M["qd1_poll_50.000000"], M["qd1_poll_99.900000"]
+    out.append(f"- 4 KiB QD1 read with polling p50 ≤ 12 µs: {p50:.1f} µs — {yes(p50 <= 12)}; "
+               f"p99.9 ≤ 100 µs: {p999:.1f} µs — {yes(p999 <= 100)}. Without polling: p50 "
+               f"{M['qd1_nopoll_50.000000']:.1f} µs (sockperf ping-pong p50 {M['sockperf64']:.1f} µs).")
+    tc = res["idle_nopoll"][0][0]
+    out.append(f"- Idle target CPU ~0% without polling: {tc:.1f}% of a core — {yes(tc < 1)}.")
+    for rw in ("read", "write"):
+        c = 100 * (1 - M[f"seq{rw}_128k_dig"] / M[f"seq{rw}_128k"])
+        out.append(f"- Header + data digests cost ≤ 10% at 128 KiB {rw}: {c:.1f}% — {yes(c <= 10)}.")
+    out += ["", "CPU time stolen by the hypervisor per round (a measure of noise from other guests): "
+            + ", ".join(f"{x:.1f}%" for x in steal) + "."]
+    return "\n".join(out)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -154,8 +218,10 @@ def main():
 
     ram = ["--ram", "512M", "--block-size", "512"]
     probe_poll = ["--poll-us", "50"]
+    steal = []  # % of CPU time stolen by the hypervisor, per round
     for rnd in range(a.rounds):
         print(f"round {rnd + 1}/{a.rounds}", file=sys.stderr)
+        st0, tot0 = cpu_ticks()
         record("iperf3", iperf3(T))
         record("sockperf64", sockperf(T, 64))
         record("sockperf4k", sockperf(T, 4096))
@@ -216,8 +282,17 @@ def main():
             finally:
                 t.stop()
         os.unlink(img)
+        st1, tot1 = cpu_ticks()
+        steal.append(100 * (st1 - st0) / max(tot1 - tot0, 1))
+    # Idle: once, after the rounds (nothing to take a median of at ~0%).
+    for poll in (False, True):
+        t = Target(a, ["--ram", "64M"] + (["--poll-us", "50"] if poll else []) + ["--threads", "1"])
+        try:
+            record(f"idle_{'poll' if poll else 'nopoll'}", idle_cpu(t, T, poll))
+        finally:
+            t.stop()
 
-    M = {k: med(v) for k, v in res.items()}
+    M = {k: med(v) for k, v in res.items() if not k.startswith("idle_")}
     gb = lambda b: b / 1e9
     ip = M["iperf3"]
     lines = []
@@ -225,6 +300,10 @@ def main():
     add("iperf3 single stream (baseline)", f"{gb(ip):.2f} GB/s")
     add("sockperf ping-pong 64 B p50 (baseline)", f"{M['sockperf64']:.1f} µs")
     add("sockperf ping-pong 4 KiB p50 (baseline)", f"{M['sockperf4k']:.1f} µs")
+    for tag, label in (("nopoll", "polling off"), ("poll", "polling on (--poll-us 50) on both sides")):
+        tc, pc = res[f"idle_{tag}"][0]
+        add(f"Idle CPU, 1 controller connected doing 1 read/s, {label}",
+            f"target {tc:.1f}% / probe {pc:.1f}% of a core", f"over {T} s")
     for tag, label in (("nopoll", "polling off"), ("poll", "polling on (--poll-us 50)")):
         add(f"4 KiB randread QD1, {label}",
             f"p50 {M[f'qd1_{tag}_50.000000']:.1f} µs, p99 {M[f'qd1_{tag}_99.000000']:.1f} µs, "
@@ -253,6 +332,7 @@ def main():
         add(f"4 KiB {rw} QD32, file backend (256 MiB region, page cache)",
             f"threads {th / 1e3:.0f}K / io_uring {ur / 1e3:.0f}K IOPS", f"io_uring/threads {ur / th:.2f}×")
     table = "| measurement | median | notes |\n|---|---|---|\n" + "\n".join(lines)
+    table += "\n\n" + goals(M, res, ip, steal)
     print(table)
     cpu = ""
     try:
