@@ -516,8 +516,9 @@ mod tests {
     use std::sync::Arc;
 
     use nvmeof_common::pdu::PduType;
-    use nvmeof_common::spec::property::{PropertyGet, PropertyOffset};
+    use nvmeof_common::spec::property::{Cc, PropertyGet, PropertyOffset, PropertySet};
     use nvmeof_common::spec::{ConnectCmd, ConnectData, CNTLID_DYNAMIC};
+    use nvmeof_common::SglDescriptor;
 
     use super::*;
     use crate::backend::MemBackend;
@@ -525,14 +526,22 @@ mod tests {
 
     const NQN: &str = "nqn.2026-11.io.nvmeof:unit";
 
-    fn queue() -> QueueState {
+    fn target() -> Arc<Target> {
         let t = Target::new(Limits::default());
         let s = Arc::new(Subsystem::new(NQN, "unit", None, false));
         s.add_namespace(Arc::new(Namespace::new(NQN, 1, Arc::new(MemBackend::new(1 << 20, 512)))));
         t.add_subsystem(s);
+        t
+    }
+
+    fn queue() -> QueueState {
+        queue_on(&target())
+    }
+
+    fn queue_on(t: &Arc<Target>) -> QueueState {
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
         QueueState::new(QueueCtx {
-            target: t,
+            target: t.clone(),
             port_id: 1,
             qid: None,
             ctrl: None,
@@ -605,6 +614,59 @@ mod tests {
             &EncodeConfig::default(),
         )[0]);
         assert_eq!(c.status, Status::CMD_SEQ_ERROR.with_dnr());
+    }
+
+    /// Connects `q` (after ICReq) as queue `qid` of controller `cntlid` (0xFFFF: a new one).
+    fn connect(q: &mut QueueState, qid: u16, cntlid: u16) -> Cqe {
+        exchange(q, Pdu::IcReq(IcReq::default()), &EncodeConfig::default());
+        let data = ConnectData {
+            hostid: [7; 16],
+            cntlid,
+            subnqn: NQN.into(),
+            hostnqn: "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000007".into(),
+        };
+        let cmd = if qid == 0 { ConnectCmd::admin(0) } else { ConnectCmd::io(qid, 32) };
+        let cmd = CapsuleCmd { sqe: cmd.to_sqe(1), data: Bytes::from(data.encode().to_vec()) };
+        cqe(&exchange(q, Pdu::CapsuleCmd(cmd), &EncodeConfig::default())[0])
+    }
+
+    #[test]
+    fn commands_without_data_reject_a_nonzero_sgl_length() {
+        // Found by fuzz/fuzz_targets/target_queue.rs: a Flush whose SGL said 256
+        // bytes completed successfully after 256 bytes of zeroes in a C2HData.
+        // nvmet checks nvmet_check_transfer_len(req, 0) in Flush, Write Zeroes and
+        // Property Get/Set: SGL Data Invalid, nothing sent but the CQE.
+        let t = target();
+        let mut admin = queue_on(&t);
+        let cntlid = connect(&mut admin, 0, CNTLID_DYNAMIC).result as u16;
+        let cc = Cc::linux_host_default(Cc::CSS_NVM).with_en(true);
+        let set = CapsuleCmd::new(PropertySet::new32(PropertyOffset::CC, cc.0).to_sqe(2));
+        assert!(cqe(&exchange(&mut admin, Pdu::CapsuleCmd(set), &EncodeConfig::default())[0])
+            .status
+            .is_success());
+        let mut io = queue_on(&t);
+        assert!(connect(&mut io, 1, cntlid).status.is_success());
+
+        let no_data = |q: &mut QueueState, mut sqe: Sqe, len: u32| {
+            sqe.set_cid(9).set_sgl(SglDescriptor::transport(len));
+            exchange(q, Pdu::CapsuleCmd(CapsuleCmd::new(sqe)), &EncodeConfig::default())
+        };
+        for opc in [0x00, 0x08] {
+            let mut sqe = Sqe::new(opc);
+            sqe.set_nsid(1);
+            let out = no_data(&mut io, sqe, 256);
+            assert_eq!(out.len(), 1, "opcode {opc:#x}: only a CQE, got {out:?}");
+            assert_eq!(cqe(&out[0]).status, Status::SGL_INVALID_DATA.with_dnr(), "opcode {opc:#x}");
+            assert!(cqe(&no_data(&mut io, sqe, 0)[0]).status.is_success(), "opcode {opc:#x}");
+        }
+        for sqe in [
+            PropertyGet::new(PropertyOffset::CAP).to_sqe(0),
+            PropertySet::new32(PropertyOffset::CC, cc.0).to_sqe(0),
+        ] {
+            let out = no_data(&mut admin, sqe, 8);
+            assert_eq!(out.len(), 1, "FCTYPE {:#x}: only a CQE, got {out:?}", sqe.fctype());
+            assert_eq!(cqe(&out[0]).status, Status::SGL_INVALID_DATA.with_dnr());
+        }
     }
 
     #[test]

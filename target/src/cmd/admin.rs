@@ -34,7 +34,7 @@ use nvmeof_common::spec::{
 };
 use nvmeof_common::{Sqe, Status};
 
-use super::{discovery, Exec, Pending, QueueCtx, Response};
+use super::{discovery, expect_len, Exec, Pending, QueueCtx, Response};
 use crate::core::controller::MAX_AERS;
 use crate::core::{Controller, Namespace, Target};
 
@@ -95,15 +95,6 @@ fn invalid_opcode() -> Status {
 
 fn invalid_ns() -> Status {
     Status::INVALID_NS.with_dnr()
-}
-
-/// Exact SGL length check (nvmet `nvmet_check_transfer_len`).
-fn expect_len(sqe: &Sqe, want: u64) -> Result<(), Status> {
-    if sqe.sgl().length as u64 == want {
-        Ok(())
-    } else {
-        Err(Status::SGL_INVALID_DATA.with_dnr())
-    }
 }
 
 /// Get Log Page: SGL length must equal (NUMD + 1) · 4 and fit MDTS.

@@ -10,7 +10,7 @@ use nvmeof_common::sqe::fabrics_off;
 use nvmeof_common::{Sqe, Status};
 use tracing::{info, warn};
 
-use super::{Exec, QueueCtx, Response};
+use super::{expect_len, Exec, QueueCtx, Response};
 use crate::core::Controller;
 
 /// Admin queue depth limit (nvmet `NVMET_AQ_DEPTH`).
@@ -28,8 +28,10 @@ pub fn parse(ctx: &QueueCtx, sqe: &Sqe) -> Result<(), Status> {
     match ft {
         // A second Connect on a live queue (nvmet_install_queue: sq already bound).
         FabricsType::CONNECT => Err(Status::CMD_SEQ_ERROR.with_dnr()),
-        FabricsType::PROPERTY_GET | FabricsType::PROPERTY_SET if ctx.is_admin() => Ok(()),
-        FabricsType::DISCONNECT if !ctx.is_admin() => Ok(()),
+        // nvmet_execute_prop_{get,set}: nvmet_check_transfer_len(req, 0); Disconnect
+        // moves no data either.
+        FabricsType::PROPERTY_GET | FabricsType::PROPERTY_SET if ctx.is_admin() => expect_len(sqe, 0),
+        FabricsType::DISCONNECT if !ctx.is_admin() => expect_len(sqe, 0),
         _ => Err(Status::INVALID_OPCODE.with_dnr()),
     }
 }

@@ -11,7 +11,7 @@ use nvmeof_common::spec::DsmRange;
 use nvmeof_common::{Sqe, Status};
 use tracing::warn;
 
-use super::{complete, Exec, Pending, QueueCtx, Response};
+use super::{complete, expect_len, Exec, Pending, QueueCtx, Response};
 use crate::backend::IoOp;
 use crate::core::{Controller, Namespace};
 
@@ -53,8 +53,10 @@ pub fn parse(ctx: &QueueCtx, ctrl: &Controller, sqe: &Sqe) -> Result<(), Status>
             }
             Ok(())
         }
-        IoOpcode::FLUSH => Ok(()),
-        IoOpcode::WRITE_ZEROES => lba_range(&ns, sqe).map(|_| ()),
+        // nvmet_{bdev,file}_execute_flush / _write_zeroes: nvmet_check_transfer_len(req, 0)
+        // comes first.
+        IoOpcode::FLUSH => expect_len(sqe, 0),
+        IoOpcode::WRITE_ZEROES => expect_len(sqe, 0).and_then(|()| lba_range(&ns, sqe).map(|_| ())),
         IoOpcode::DSM => {
             // The SGL may be longer than the range list (Linux always sends 4 KiB).
             let nr = (sqe.cdw(10) & 0xFF) as u64 + 1;

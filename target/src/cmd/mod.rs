@@ -184,6 +184,18 @@ pub fn is_write(sqe: &Sqe) -> bool {
     }
 }
 
+/// Exact SGL length check (nvmet `nvmet_check_transfer_len`): a command that
+/// moves `want` bytes (0 for commands without data) with any other SGL length
+/// gets SGL Data Invalid. Without it a successful non-write command with a
+/// non-zero SGL length would be answered with that many bytes of C2HData.
+pub(crate) fn expect_len(sqe: &Sqe, want: u64) -> Result<(), Status> {
+    if sqe.sgl().length as u64 == want {
+        Ok(())
+    } else {
+        Err(Status::SGL_INVALID_DATA.with_dnr())
+    }
+}
+
 /// Parse step (before any data is solicited): checks that the command may run
 /// on this queue in the controller's state, and for I/O commands validates
 /// namespace, LBA range and that the SGL length equals the transfer length.
