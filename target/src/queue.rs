@@ -451,6 +451,13 @@ impl QueueState {
             debug!(tag, "completion for an idle slot ignored");
             return;
         };
+        if self.phase == Phase::Closing {
+            // After a C2HTermReq (or H2CTermReq, or Disconnect) nothing more goes
+            // out: the driver may still hold the TermReq when a backend completes.
+            debug!(tag, "completion on a closing queue dropped");
+            self.free.push(tag);
+            return;
+        }
         let r = cmd::complete(p, c);
         self.finish(tag, r);
     }
@@ -521,17 +528,49 @@ mod tests {
     use nvmeof_common::SglDescriptor;
 
     use super::*;
-    use crate::backend::MemBackend;
+    use tokio::sync::mpsc::UnboundedReceiver;
+
+    use crate::backend::{Backend, CompletionSink, IoOp, MemBackend};
     use crate::core::{Limits, Namespace, Subsystem, Target};
 
     const NQN: &str = "nqn.2026-11.io.nvmeof:unit";
 
     fn target() -> Arc<Target> {
+        target_with(Arc::new(MemBackend::new(1 << 20, 512)))
+    }
+
+    fn target_with(backend: Arc<dyn Backend>) -> Arc<Target> {
         let t = Target::new(Limits::default());
         let s = Arc::new(Subsystem::new(NQN, "unit", None, false));
-        s.add_namespace(Arc::new(Namespace::new(NQN, 1, Arc::new(MemBackend::new(1 << 20, 512)))));
+        s.add_namespace(Arc::new(Namespace::new(NQN, 1, backend)));
         t.add_subsystem(s);
         t
+    }
+
+    /// RAM storage that completes through the queue's channel, like the
+    /// thread-pool and io_uring backends.
+    struct Deferred(MemBackend);
+
+    impl Backend for Deferred {
+        fn size(&self) -> u64 {
+            self.0.size()
+        }
+        fn block_size(&self) -> u32 {
+            self.0.block_size()
+        }
+        fn volatile_write_cache(&self) -> bool {
+            false
+        }
+        fn describe(&self) -> String {
+            "deferred".into()
+        }
+        fn resize(&self, new_size: u64) -> Result<(), String> {
+            self.0.resize(new_size)
+        }
+        fn submit(&self, tag: u32, op: IoOp, sink: &CompletionSink) -> Option<IoCompletion> {
+            let _ = sink.send(self.0.submit(tag, op, sink).expect("RAM completes inline"));
+            None
+        }
     }
 
     fn queue() -> QueueState {
@@ -539,8 +578,13 @@ mod tests {
     }
 
     fn queue_on(t: &Arc<Target>) -> QueueState {
-        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-        QueueState::new(QueueCtx {
+        queue_rx(t).0
+    }
+
+    /// A queue and the receiving end of its completion channel.
+    fn queue_rx(t: &Arc<Target>) -> (QueueState, UnboundedReceiver<IoCompletion>) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let q = QueueState::new(QueueCtx {
             target: t.clone(),
             port_id: 1,
             qid: None,
@@ -551,20 +595,25 @@ mod tests {
             close_requested: false,
             local_addr: None,
             read_bufs: Default::default(),
-        })
+        });
+        (q, rx)
     }
 
     fn exchange(q: &mut QueueState, pdu: Pdu, cfg: &EncodeConfig) -> Vec<Pdu> {
         let mut rx = BytesMut::from(&pdu.encode_to_vec(cfg)[..]);
         q.handle_bytes(&mut rx);
         assert!(rx.is_empty());
-        let out = q.out.take_all();
+        decode(&q.out.take_all(), cfg)
+    }
+
+    /// The PDUs in the queue's output `out`.
+    fn decode(out: &[u8], cfg: &EncodeConfig) -> Vec<Pdu> {
         let mut dec = PduDecoder::new(DecoderConfig {
             hdgst: cfg.hdgst,
             ddgst: cfg.ddgst,
             ..DecoderConfig::new(Role::Host)
         });
-        let mut buf = BytesMut::from(&out[..]);
+        let mut buf = BytesMut::from(out);
         let mut pdus = Vec::new();
         while let Some(p) = dec.decode(&mut buf).unwrap() {
             pdus.push(p);
@@ -630,22 +679,58 @@ mod tests {
         cqe(&exchange(q, Pdu::CapsuleCmd(cmd), &EncodeConfig::default())[0])
     }
 
-    #[test]
-    fn commands_without_data_reject_a_nonzero_sgl_length() {
-        // Found by fuzz/fuzz_targets/target_queue.rs: a Flush whose SGL said 256
-        // bytes completed successfully after 256 bytes of zeroes in a C2HData.
-        // nvmet checks nvmet_check_transfer_len(req, 0) in Flush, Write Zeroes and
-        // Property Get/Set: SGL Data Invalid, nothing sent but the CQE.
-        let t = target();
-        let mut admin = queue_on(&t);
+    /// An enabled controller's admin queue and its I/O queue 1 (with its completion channel).
+    fn admin_and_io(t: &Arc<Target>) -> (QueueState, (QueueState, UnboundedReceiver<IoCompletion>)) {
+        let mut admin = queue_on(t);
         let cntlid = connect(&mut admin, 0, CNTLID_DYNAMIC).result as u16;
         let cc = Cc::linux_host_default(Cc::CSS_NVM).with_en(true);
         let set = CapsuleCmd::new(PropertySet::new32(PropertyOffset::CC, cc.0).to_sqe(2));
         assert!(cqe(&exchange(&mut admin, Pdu::CapsuleCmd(set), &EncodeConfig::default())[0])
             .status
             .is_success());
-        let mut io = queue_on(&t);
+        let (mut io, rx) = queue_rx(t);
         assert!(connect(&mut io, 1, cntlid).status.is_success());
+        (admin, (io, rx))
+    }
+
+    #[test]
+    fn completion_after_c2h_term_req_is_not_sent() {
+        // Found by fuzz/fuzz_targets/target_queue.rs: a write completing
+        // asynchronously after a malformed PDU behind it had queued the
+        // C2HTermReq got its CapsuleResp sent after the TermReq.
+        let t = target_with(Arc::new(Deferred(MemBackend::new(1 << 20, 512))));
+        let (_admin, (mut io, mut done)) = admin_and_io(&t);
+        let mut write = Sqe::new(0x01);
+        write.set_cid(5).set_nsid(1).set_sgl(SglDescriptor::in_capsule(512));
+        let cmd = Pdu::CapsuleCmd(CapsuleCmd { sqe: write, data: Bytes::from(vec![0xA5; 512]) });
+        let enc = EncodeConfig::default();
+        // While the queue is live the completion is answered as usual.
+        assert!(exchange(&mut io, cmd.clone(), &enc).is_empty());
+        io.handle_completion(done.try_recv().expect("write completion"));
+        let out = decode(&io.out.take_all(), &enc);
+        assert!(matches!(&out[..], [Pdu::CapsuleResp(r)] if r.cqe.cid == 5 && r.cqe.status.is_success()));
+
+        // The write and a malformed PDU in one receive buffer.
+        let mut bytes = cmd.encode_to_vec(&enc);
+        let mut bad = Pdu::CapsuleCmd(CapsuleCmd::new(Sqe::new(0x02))).encode_to_vec(&enc);
+        bad[2] = 24;
+        bytes.extend_from_slice(&bad);
+        io.handle_bytes(&mut BytesMut::from(&bytes[..]));
+        assert_eq!(io.phase(), Phase::Closing);
+        io.handle_completion(done.try_recv().expect("write completion"));
+        let out = decode(&io.out.take_all(), &enc);
+        assert!(matches!(&out[..], [Pdu::C2hTermReq(t)] if t.fes == Fes::INVALID_HEADER_FIELD), "{out:?}");
+        assert_eq!(io.in_flight(), 0);
+    }
+
+    #[test]
+    fn commands_without_data_reject_a_nonzero_sgl_length() {
+        // Found by fuzz/fuzz_targets/target_queue.rs: a Flush whose SGL said 256
+        // bytes completed successfully after 256 bytes of zeroes in a C2HData.
+        // nvmet checks nvmet_check_transfer_len(req, 0) in Flush, Write Zeroes and
+        // Property Get/Set: SGL Data Invalid, nothing sent but the CQE.
+        let (mut admin, (mut io, _)) = admin_and_io(&target());
+        let cc = Cc::linux_host_default(Cc::CSS_NVM).with_en(true);
 
         let no_data = |q: &mut QueueState, mut sqe: Sqe, len: u32| {
             sqe.set_cid(9).set_sgl(SglDescriptor::transport(len));
