@@ -530,7 +530,7 @@ mod tests {
     use super::*;
     use tokio::sync::mpsc::UnboundedReceiver;
 
-    use crate::backend::{Backend, CompletionSink, IoOp, MemBackend};
+    use crate::backend::{Backend, DeferredMemBackend, MemBackend};
     use crate::core::{Limits, Namespace, Subsystem, Target};
 
     const NQN: &str = "nqn.2026-11.io.nvmeof:unit";
@@ -545,32 +545,6 @@ mod tests {
         s.add_namespace(Arc::new(Namespace::new(NQN, 1, backend)));
         t.add_subsystem(s);
         t
-    }
-
-    /// RAM storage that completes through the queue's channel, like the
-    /// thread-pool and io_uring backends.
-    struct Deferred(MemBackend);
-
-    impl Backend for Deferred {
-        fn size(&self) -> u64 {
-            self.0.size()
-        }
-        fn block_size(&self) -> u32 {
-            self.0.block_size()
-        }
-        fn volatile_write_cache(&self) -> bool {
-            false
-        }
-        fn describe(&self) -> String {
-            "deferred".into()
-        }
-        fn resize(&self, new_size: u64) -> Result<(), String> {
-            self.0.resize(new_size)
-        }
-        fn submit(&self, tag: u32, op: IoOp, sink: &CompletionSink) -> Option<IoCompletion> {
-            let _ = sink.send(self.0.submit(tag, op, sink).expect("RAM completes inline"));
-            None
-        }
     }
 
     fn queue() -> QueueState {
@@ -698,7 +672,7 @@ mod tests {
         // Found by fuzz/fuzz_targets/target_queue.rs: a write completing
         // asynchronously after a malformed PDU behind it had queued the
         // C2HTermReq got its CapsuleResp sent after the TermReq.
-        let t = target_with(Arc::new(Deferred(MemBackend::new(1 << 20, 512))));
+        let t = target_with(Arc::new(DeferredMemBackend(MemBackend::new(1 << 20, 512))));
         let (_admin, (mut io, mut done)) = admin_and_io(&t);
         let mut write = Sqe::new(0x01);
         write.set_cid(5).set_nsid(1).set_sgl(SglDescriptor::in_capsule(512));

@@ -262,6 +262,35 @@ impl Backend for MemBackend {
     }
 }
 
+/// A [`MemBackend`] whose completions go to the queue's sink instead of being
+/// returned inline, the way the thread-pool and io_uring backends complete:
+/// commands stay in flight until the queue takes the completion from its
+/// channel (the queue's unit tests and the `target_queue` fuzz target use it).
+pub struct DeferredMemBackend(pub MemBackend);
+
+impl Backend for DeferredMemBackend {
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+    fn block_size(&self) -> u32 {
+        self.0.block_size()
+    }
+    fn volatile_write_cache(&self) -> bool {
+        self.0.volatile_write_cache()
+    }
+    fn describe(&self) -> String {
+        format!("{} (deferred completions)", self.0.describe())
+    }
+    fn resize(&self, new_size: u64) -> Result<(), String> {
+        self.0.resize(new_size)
+    }
+    fn submit(&self, tag: u32, op: IoOp, sink: &CompletionSink) -> Option<IoCompletion> {
+        let c = self.0.submit(tag, op, sink).expect("RAM completes inline");
+        let _ = sink.send(c);
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -18,7 +18,7 @@ use nvmeof_common::Status;
 
 pub use block::BlockBackend;
 pub use file::FileBackend;
-pub use mem::MemBackend;
+pub use mem::{DeferredMemBackend, MemBackend};
 pub use uring::UringBackend;
 
 /// One backend operation, in bytes (the command layer converts LBAs).
