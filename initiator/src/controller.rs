@@ -559,11 +559,13 @@ impl Controller {
         let ctrl_span = info_span!("nvme_ctrl", %addr, subnqn, cntlid = tracing::field::Empty);
         let queue_span =
             |qid: u16| info_span!(parent: &ctrl_span, "nvme_queue", qid, cntlid = tracing::field::Empty);
+        let busy_queues = Arc::new(AtomicUsize::new(0));
         let params = |qid: u16| DriverParams {
             requeue: opts.reconnect.requeue,
             busy_poll: if qid == 0 { Duration::ZERO } else { opts.busy_poll },
             sup_tx: Some(sup_tx.clone()),
             span: queue_span(qid),
+            busy_queues: busy_queues.clone(),
         };
         let admin = spawn_driver(0, ADMIN_TICKETS, opts.command_timeout, params(0));
         let setup = Setup { addr, subnqn, host: &host, opts: &opts };

@@ -227,6 +227,8 @@ pub(crate) struct DriverParams {
     pub(crate) busy_poll: Duration,
     pub(crate) sup_tx: Option<mpsc::UnboundedSender<SupMsg>>,
     pub(crate) span: tracing::Span,
+    /// The controller's count of I/O queues with commands outstanding.
+    pub(crate) busy_queues: Arc<AtomicUsize>,
 }
 
 /// Creates the shared handle of queue `qid` with `tickets` concurrent
@@ -263,6 +265,9 @@ pub(crate) fn spawn_driver(
         requeue: params.requeue,
         busy_poll: params.busy_poll,
         spin_since: None,
+        busy_queues: params.busy_queues,
+        counted_busy: false,
+        workers: 1,
         local: Vec::with_capacity(tickets as usize),
         span: params.span,
     };
@@ -806,8 +811,20 @@ struct Driver {
     busy_poll: Duration,
     /// Start of the current busy-poll window (reset by activity).
     spin_since: Option<Instant>,
+    /// See [`DriverParams::busy_queues`]; this queue counts itself in it
+    /// while `counted_busy`.
+    busy_queues: Arc<AtomicUsize>,
+    counted_busy: bool,
+    /// Worker threads of the runtime the driver runs on.
+    workers: usize,
     local: Vec<Submission>,
     span: tracing::Span,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.set_busy(false);
+    }
 }
 
 /// What one busy-poll check found.
@@ -840,6 +857,7 @@ async fn sleep_until(deadline: Option<Instant>) {
 
 impl Driver {
     async fn run(mut self) {
+        self.workers = tokio::runtime::Handle::current().metrics().num_workers();
         // Whether `pump` reads the socket. While busy polling, `spin` checks
         // readability with a lock-free `poll(2)` and reads itself; a `recv` in
         // `pump` as well would mostly answer `WouldBlock` (at QD1 it was 1.9 of
@@ -861,12 +879,18 @@ impl Driver {
                 }
             }
             self.take_submissions();
+            let mut budget_hit = false;
             if self.conn.is_some() {
-                if let Err(e) = self.pump(read) {
-                    self.drop_conn(e, true);
+                match self.pump(read) {
+                    Ok(b) => budget_hit = b,
+                    Err(e) => self.drop_conn(e, true),
                 }
             }
             read = true;
+            if budget_hit {
+                tokio::task::yield_now().await;
+                continue;
+            }
             match self.spin() {
                 Spin::Work => {
                     // `spin` has just asked the socket (and read what it had):
@@ -1054,7 +1078,7 @@ impl Driver {
 
     /// One round of socket work: write new commands, read (when `read`) and
     /// handle PDUs, expire deadlines, deliver events, write everything queued.
-    fn pump(&mut self, read: bool) -> Result<()> {
+    fn pump(&mut self, read: bool) -> Result<bool> {
         let now = Instant::now();
         // New commands go out before the socket is read: a command submitted
         // to a quiet queue (QD1) should not wait for a `recv` that finds nothing.
@@ -1066,15 +1090,40 @@ impl Driver {
             c.out.write_to(&c.stream).map_err(Error::io)?;
         }
         let mut budget = if read { READ_BUDGET } else { 0 };
+        let outstanding = self.conn.as_ref().map_or(0, |c| c.queue.outstanding());
+        self.set_busy(self.shared.qid != 0 && outstanding > 0);
+        // A queue alone on its thread hands completions to the callers after
+        // half of what it had outstanding, so their next commands go out
+        // (written first in the next round) while the rest are read: the
+        // target then works on one half while this side works on the other.
+        // Read in one go, the whole depth goes back and forth as one batch
+        // and each side idles while the other works. With the target's
+        // writes every 16 PDUs (target/src/transport/tcp.rs), one queue at
+        // QD32 went from 198–218K to 314–325K 4 KiB reads without polling
+        // and from 214–241K to 321–404K writes (A/B, alternating runs).
+        // With more busy queues than threads the others fill those gaps, and
+        // the smaller batches only cost syscalls: applied to 2 queues at
+        // QD32 it cost 7–23 %.
+        let cmd_budget = if self.busy_queues.load(Ordering::Relaxed) <= self.workers {
+            (outstanding / 2).max(4)
+        } else {
+            usize::MAX
+        };
+        let mut completed = 0;
+        let mut budget_hit = false;
         while budget > 0 {
             let c = self.conn.as_mut().expect("pump needs a connection");
             match read_some(c, &self.shared) {
                 Ok(0) => return Err(Error::closed()),
                 Ok(n) => {
                     decode_all(c, &self.shared, now)?;
-                    self.dispatch(now);
+                    completed += self.dispatch(now);
                     budget = budget.saturating_sub(n);
                     if budget == 0 {
+                        break;
+                    }
+                    if completed >= cmd_budget {
+                        budget_hit = true;
                         break;
                     }
                 }
@@ -1101,17 +1150,35 @@ impl Driver {
             // the Connect reply already carries the error.
             let _ = c.out.write_to(&c.stream);
             self.drop_conn(e, false);
-            return Ok(());
+            return Ok(false);
         }
         while let Some(p) = c.queue.poll_transmit() {
             c.out.push(&p, &c.enc);
         }
-        c.out.write_to(&c.stream).map_err(Error::io)
+        c.out.write_to(&c.stream).map_err(Error::io)?;
+        let idle = c.queue.outstanding() == 0;
+        if idle {
+            self.set_busy(false);
+        }
+        Ok(budget_hit)
+    }
+
+    /// Counts this queue in (or out of) the controller's busy I/O queues.
+    fn set_busy(&mut self, busy: bool) {
+        if busy != self.counted_busy {
+            self.counted_busy = busy;
+            if busy {
+                self.busy_queues.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.busy_queues.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
     }
 
     /// Hands queue events to tickets and handles the driver's own Connect.
-    fn dispatch(&mut self, now: Instant) {
-        let Some(c) = self.conn.as_mut() else { return };
+    fn dispatch(&mut self, now: Instant) -> usize {
+        let mut done = 0;
+        let Some(c) = self.conn.as_mut() else { return 0 };
         if c.queue.is_live() {
             if let Some((cmd, reply)) = c.connect.take() {
                 let info = command_info(c.queue.config().qid, &cmd.sqe);
@@ -1152,6 +1219,7 @@ impl Driver {
                 }
                 Event::Completion { user_data, result, .. } => {
                     self.shared.finish(user_data, result.map_err(Error::Command));
+                    done += 1;
                 }
             }
         }
@@ -1162,12 +1230,14 @@ impl Driver {
             }
             self.flush_parked(now);
         }
+        done
     }
 
     /// Closes the connection. Outstanding commands are parked for
     /// resubmission (policy `requeue`) or failed; the supervisor hears about
     /// it when `report` is set and the queue had been connected.
     fn drop_conn(&mut self, err: Error, report: bool) {
+        self.set_busy(false);
         let Some(mut c) = self.conn.take() else { return };
         if report {
             warn!(error = %err, "connection lost");

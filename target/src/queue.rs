@@ -240,14 +240,25 @@ impl QueueState {
 
     /// Consumes whole PDUs from the receive buffer.
     pub fn handle_bytes(&mut self, rx: &mut BytesMut) {
+        self.handle_pdus(rx, usize::MAX);
+    }
+
+    /// [`Self::handle_bytes`], stopping after `max` PDUs; returns true when
+    /// it stopped there (more PDUs may wait in `rx`).
+    pub fn handle_pdus(&mut self, rx: &mut BytesMut, max: usize) -> bool {
+        let mut handled = 0;
         while self.phase != Phase::Closing {
+            if handled == max {
+                return true;
+            }
+            handled += 1;
             let head: [u8; CH_LEN] = match rx.get(..CH_LEN) {
                 Some(h) => h.try_into().unwrap(),
-                None => return,
+                None => return false,
             };
             match self.decoder.decode(rx) {
                 Ok(Some(pdu)) => self.handle_pdu(pdu),
-                Ok(None) => return,
+                Ok(None) => return false,
                 Err(e) => {
                     let hlen = (head[2] as usize).clamp(CH_LEN, rx.len().max(CH_LEN));
                     let offending =
@@ -257,6 +268,7 @@ impl QueueState {
                 }
             }
         }
+        false
     }
 
     fn handle_pdu(&mut self, pdu: Pdu) {
@@ -665,6 +677,36 @@ mod tests {
         let (mut io, rx) = queue_rx(t);
         assert!(connect(&mut io, 1, cntlid).status.is_success());
         (admin, (io, rx))
+    }
+
+    #[test]
+    fn handle_pdus_stops_after_max_and_resumes() {
+        // The transport writes out what 16 commands produced before handling
+        // more (transport/tcp.rs FLUSH_EVERY); nothing may be lost or reordered.
+        let (_admin, (mut io, _)) = admin_and_io(&target());
+        let enc = EncodeConfig::default();
+        let mut rx = BytesMut::new();
+        for cid in 0..5u16 {
+            let mut read = Sqe::new(0x02);
+            read.set_cid(cid).set_nsid(1).set_sgl(SglDescriptor::transport(512));
+            rx.extend_from_slice(&Pdu::CapsuleCmd(CapsuleCmd::new(read)).encode_to_vec(&enc));
+        }
+        let cids = |pdus: Vec<Pdu>| -> Vec<u16> {
+            pdus.iter()
+                .filter_map(|p| match p {
+                    Pdu::C2hData(d) => Some(d.cccid),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert!(io.handle_pdus(&mut rx, 2));
+        assert_eq!(cids(decode(&io.out.take_all(), &enc)), [0, 1]);
+        assert!(io.handle_pdus(&mut rx, 2));
+        assert_eq!(cids(decode(&io.out.take_all(), &enc)), [2, 3]);
+        // The last one: stops because the buffer is empty, not at the limit.
+        assert!(!io.handle_pdus(&mut rx, 2));
+        assert_eq!(cids(decode(&io.out.take_all(), &enc)), [4]);
+        assert!(rx.is_empty());
     }
 
     #[test]

@@ -24,6 +24,17 @@ use crate::core::controller::Teardown;
 use crate::core::Target;
 use crate::queue::{Phase, QueueState};
 
+/// PDUs handled before what they produced is written out. A `writev` of a
+/// whole queue depth of responses reaches the host only as the call ends, so
+/// the host idles meanwhile; writing every 16 lets it start on the first part
+/// while the target prepares the rest. With the initiator's half-depth
+/// batches, one queue at QD32 went from 198–218K to 314–325K 4 KiB reads
+/// without polling and from 327–452K to 373–493K with it; 2 queues were
+/// unchanged within noise.
+/// A byte limit (64 KiB) did as well at 4 KiB but halved 128 KiB reads: one
+/// `writev` per 128 KiB PDU doubled the target's CPU per I/O.
+const FLUSH_EVERY: usize = 16;
+
 /// Tuning of connection tasks.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ConnOptions {
@@ -106,12 +117,18 @@ pub async fn run_connection(
     let mut eof = false;
     // Graceful shutdown: no new commands; close once in-flight I/O has completed.
     let mut draining = false;
+    // Received PDUs are still waiting: handling stopped at `FLUSH_EVERY`.
+    let mut more = false;
 
     loop {
         // Write out everything queued; stop at WouldBlock.
         if let Err(e) = flush(&stream, &mut q) {
             debug!(error = %e, "write failed");
             break;
+        }
+        if more {
+            more = q.handle_pdus(&mut rbuf, FLUSH_EVERY);
+            continue;
         }
         if q.phase() == Phase::Closing && q.out.is_empty() {
             break;
@@ -141,7 +158,7 @@ pub async fn run_connection(
                     Ok(0) => eof = true,
                     Ok(_) => {
                         last_activity = Instant::now();
-                        q.handle_bytes(&mut rbuf);
+                        more = q.handle_pdus(&mut rbuf, FLUSH_EVERY);
                         continue;
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -187,7 +204,7 @@ pub async fn run_connection(
                             Err(_) => { eof = true; break; }
                         }
                     }
-                    q.handle_bytes(&mut rbuf);
+                    more = q.handle_pdus(&mut rbuf, FLUSH_EVERY);
                     last_activity = Instant::now();
                 }
             }
