@@ -1,6 +1,6 @@
 //! The target's sans-IO queue state machine (`QueueState`) driven without
 //! sockets, the way `transport::tcp::run_connection` drives it: received bytes
-//! go to `handle_bytes` in chunks (so PDUs arrive split), backend completions
+//! go to `handle_pdus` in chunks (so PDUs arrive split), backend completions
 //! are drained from the queue's channel into `handle_completion`, and what the
 //! queue writes to `out` is checked.
 //!
@@ -9,8 +9,10 @@
 //!   0 nothing (the fuzz bytes start with the ICReq), 1 ICReq, 2 ICReq and an
 //!   admin Connect, 3 an enabled admin queue A plus an I/O queue B connected to
 //!   its controller (the fuzz bytes go to B). Bit 2 HDGST, bit 3 DDGST asked
-//!   in the harness's ICReq; bit 7 rewrites HDGST/DDGST of the fuzz PDUs that
-//!   carry the digest flags to their correct values.
+//!   in the harness's ICReq; bits 5:4 the PDUs handled per call before the
+//!   output is taken (0 all, as `handle_bytes`; 1, 2 or 16, as the transport's
+//!   `handle_pdus` with `FLUSH_EVERY`); bit 7 rewrites HDGST/DDGST of the fuzz
+//!   PDUs that carry the digest flags to their correct values.
 //! - byte 1: bit 0 disables SQ flow control in Connect, bit 1 a 4-entry I/O
 //!   queue, bit 2 Connect to the discovery subsystem (setup 2), bit 3 enable
 //!   the controller (setup 2), bit 4 lets chunks go to queue A too (setup 3),
@@ -185,13 +187,22 @@ struct Conn {
     rbuf: BytesMut,
     host: HostView,
     shadow: Shadow,
+    /// PDUs handled before the output is taken (and completions delivered).
+    max_pdus: usize,
 }
 
 impl Conn {
     fn new(t: &Arc<Target>) -> Self {
         let (tx, rx) = unbounded_channel();
         let q = QueueState::new(QueueCtx::new(t.clone(), 1, tx));
-        Self { q, rx, rbuf: BytesMut::new(), host: HostView::new(), shadow: Shadow::new(&t.limits) }
+        Self {
+            q,
+            rx,
+            rbuf: BytesMut::new(),
+            host: HostView::new(),
+            shadow: Shadow::new(&t.limits),
+            max_pdus: usize::MAX,
+        }
     }
 
     /// Delivers pending completions and checks the output.
@@ -209,7 +220,10 @@ impl Conn {
     fn feed(&mut self, bytes: &[u8]) {
         self.shadow.feed(bytes);
         self.rbuf.extend_from_slice(bytes);
-        self.q.handle_bytes(&mut self.rbuf);
+        // The transport writes out every `FLUSH_EVERY` PDUs before handling more.
+        while self.q.handle_pdus(&mut self.rbuf, self.max_pdus) {
+            self.pump();
+        }
         self.pump();
     }
 
@@ -287,6 +301,7 @@ fn run(data: &[u8]) {
 
     let mut a = None;
     let mut b = Conn::new(&t);
+    b.max_pdus = [usize::MAX, 1, 2, 16][usize::from((sel >> 4) & 3)];
     let enc = EncodeConfig::default();
     match setup {
         0 => {}
