@@ -17,7 +17,9 @@
 //!   queue, bit 2 Connect to the discovery subsystem (setup 2), bit 3 enable
 //!   the controller (setup 2), bit 4 lets chunks go to queue A too (setup 3),
 //!   bit 5 makes the namespace complete I/O through the queue's channel (as the
-//!   thread-pool and io_uring backends do) instead of inline.
+//!   thread-pool and io_uring backends do) instead of inline, bit 6 (with bit 5)
+//!   holds those completions back until all fuzz bytes are in, so they stay
+//!   pending across chunks, PDU handling and a possible C2HTermReq.
 //! - then chunks: one control byte and its bytes. Bit 7 of the control byte
 //!   picks queue A (setup 3 with byte 1 bit 4); bit 6 set: ((bits 5:0) + 1) × 64
 //!   bytes, clear: (bits 5:0) + 1 bytes.
@@ -189,6 +191,8 @@ struct Conn {
     shadow: Shadow,
     /// PDUs handled before the output is taken (and completions delivered).
     max_pdus: usize,
+    /// Completions stay in the channel until this is cleared.
+    hold_completions: bool,
 }
 
 impl Conn {
@@ -202,12 +206,14 @@ impl Conn {
             host: HostView::new(),
             shadow: Shadow::new(&t.limits),
             max_pdus: usize::MAX,
+            hold_completions: false,
         }
     }
 
     /// Delivers pending completions and checks the output.
     fn pump(&mut self) {
-        for _ in 0..MAX_COMPLETIONS {
+        let drain = if self.hold_completions { 0 } else { MAX_COMPLETIONS };
+        for _ in 0..drain {
             match self.rx.try_recv() {
                 Ok(c) => self.q.handle_completion(c),
                 Err(_) => break,
@@ -334,6 +340,7 @@ fn run(data: &[u8]) {
         }
     }
 
+    b.hold_completions = opt & 0x40 != 0;
     let to_a_allowed = a.is_some() && opt & 0x10 != 0;
     let (list, mut streams) = chunks(rest, to_a_allowed);
     if sel & 0x80 != 0 {
@@ -349,6 +356,7 @@ fn run(data: &[u8]) {
             _ => b.feed(bytes),
         }
     }
+    b.hold_completions = false;
     b.pump();
 
     if let Some(mut a) = a {
