@@ -267,7 +267,8 @@ pub(crate) fn spawn_driver(
         spin_since: None,
         busy_queues: params.busy_queues,
         counted_busy: false,
-        workers: 1,
+        // spawn_driver runs inside the runtime (it spawns the task below).
+        workers: tokio::runtime::Handle::current().metrics().num_workers(),
         local: Vec::with_capacity(tickets as usize),
         span: params.span,
     };
@@ -731,6 +732,15 @@ struct Conn {
     scratch: Vec<u8>,
 }
 
+impl Conn {
+    /// Encodes every PDU the queue has to send into `out`.
+    fn queue_transmits(&mut self) {
+        while let Some(p) = self.queue.poll_transmit() {
+            self.out.push(&p, &self.enc);
+        }
+    }
+}
+
 /// What the next received bytes are.
 enum RxState {
     /// PDUs, decoded from `rbuf`.
@@ -857,7 +867,6 @@ async fn sleep_until(deadline: Option<Instant>) {
 
 impl Driver {
     async fn run(mut self) {
-        self.workers = tokio::runtime::Handle::current().metrics().num_workers();
         // Whether `pump` reads the socket. While busy polling, `spin` checks
         // readability with a lock-free `poll(2)` and reads itself; a `recv` in
         // `pump` as well would mostly answer `WouldBlock` (at QD1 it was 1.9 of
@@ -995,9 +1004,7 @@ impl Driver {
                     rx: RxState::Pdus,
                     scratch: Vec::new(),
                 };
-                while let Some(p) = c.queue.poll_transmit() {
-                    c.out.push(&p, &c.enc);
-                }
+                c.queue_transmits();
                 debug!(epoch, "attached");
                 self.conn = Some(c);
             }
@@ -1084,13 +1091,11 @@ impl Driver {
         // to a quiet queue (QD1) should not wait for a `recv` that finds nothing.
         let c = self.conn.as_mut().expect("pump needs a connection");
         if c.dead.is_none() {
-            while let Some(p) = c.queue.poll_transmit() {
-                c.out.push(&p, &c.enc);
-            }
+            c.queue_transmits();
             c.out.write_to(&c.stream).map_err(Error::io)?;
         }
         let mut budget = if read { READ_BUDGET } else { 0 };
-        let outstanding = self.conn.as_ref().map_or(0, |c| c.queue.outstanding());
+        let outstanding = c.queue.outstanding();
         self.set_busy(self.shared.qid != 0 && outstanding > 0);
         // A queue alone on its thread hands completions to the callers after
         // half of what it had outstanding, so their next commands go out
@@ -1152,12 +1157,9 @@ impl Driver {
             self.drop_conn(e, false);
             return Ok(false);
         }
-        while let Some(p) = c.queue.poll_transmit() {
-            c.out.push(&p, &c.enc);
-        }
+        c.queue_transmits();
         c.out.write_to(&c.stream).map_err(Error::io)?;
-        let idle = c.queue.outstanding() == 0;
-        if idle {
+        if c.queue.outstanding() == 0 {
             self.set_busy(false);
         }
         Ok(budget_hit)

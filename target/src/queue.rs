@@ -244,18 +244,18 @@ impl QueueState {
     }
 
     /// [`Self::handle_bytes`], stopping after `max` PDUs; returns true when
-    /// it stopped there (more PDUs may wait in `rx`).
+    /// it stopped there with the header of another PDU waiting in `rx`.
     pub fn handle_pdus(&mut self, rx: &mut BytesMut, max: usize) -> bool {
         let mut handled = 0;
         while self.phase != Phase::Closing {
-            if handled == max {
-                return true;
-            }
-            handled += 1;
             let head: [u8; CH_LEN] = match rx.get(..CH_LEN) {
                 Some(h) => h.try_into().unwrap(),
                 None => return false,
             };
+            if handled == max {
+                return true;
+            }
+            handled += 1;
             match self.decoder.decode(rx) {
                 Ok(Some(pdu)) => self.handle_pdu(pdu),
                 Ok(None) => return false,
