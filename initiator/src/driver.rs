@@ -50,6 +50,7 @@ use nvmeof_common::decoder::PduDecoder;
 use nvmeof_common::digest::{crc32c_append, DIGEST_LEN};
 use nvmeof_common::pdu::{CommonHeader, EncodeConfig, Pdu, PduType, CH_LEN};
 use nvmeof_common::{Cqe, DecodeError, Sqe};
+use nvmeof_net::{readable_now, recv_buf};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
@@ -1423,48 +1424,5 @@ fn decode_all(c: &mut Conn, shared: &QueueShared, now: Instant) -> Result<()> {
             }
             Err(e) => return Err(Error::Protocol(e.into())),
         }
-    }
-}
-
-/// Whether the socket has something to read (data, EOF or an error), asked
-/// with a zero-timeout `poll(2)`.
-///
-/// Spinning on `recv` takes the socket lock on every try, so the target's
-/// segments find the socket owned and wait in the backlog (or spin on the
-/// lock, which on paravirtualised guests can halt the vCPU); `tcp_poll` reads
-/// the receive state without the lock.
-fn readable_now(stream: &TcpStream) -> bool {
-    use std::os::fd::AsRawFd;
-    let mut pfd = libc::pollfd { fd: stream.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd, zero timeout.
-    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-    n != 0
-}
-
-/// Reads from the socket into `buf`'s spare capacity, with a real `recv` call
-/// even when tokio has no readiness cached.
-///
-/// tokio's `try_read*` answer `WouldBlock` from cached readiness without a
-/// syscall until the reactor has seen an epoll event, so a busy-poll loop built
-/// on them never sees data that arrived meanwhile. The read goes through
-/// `try_io` first (which clears readiness race-free on `WouldBlock`); only when
-/// tokio had no readiness cached is `recv` called directly.
-fn recv_buf<B: bytes::BufMut>(stream: &tokio::net::TcpStream, buf: &mut B) -> std::io::Result<usize> {
-    fn raw<B: bytes::BufMut>(stream: &tokio::net::TcpStream, buf: &mut B) -> std::io::Result<usize> {
-        let sock = socket2::SockRef::from(stream);
-        let dst = buf.chunk_mut();
-        // SAFETY: `recv` only writes into the slice and reports how many bytes it
-        // initialised; exactly those are committed with `advance_mut`.
-        let n = sock.recv(unsafe { dst.as_uninit_slice_mut() })?;
-        unsafe { buf.advance_mut(n) };
-        Ok(n)
-    }
-    let mut called = false;
-    match stream.try_io(tokio::io::Interest::READABLE, || {
-        called = true;
-        raw(stream, buf)
-    }) {
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && !called => raw(stream, buf),
-        r => r,
     }
 }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use nvmeof_net::{readable_now, recv_buf};
 use tokio::io::Interest;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
@@ -259,51 +260,6 @@ async fn sleep_until_opt(t: Option<Instant>) {
     match t {
         Some(t) => tokio::time::sleep_until(t.into()).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Whether the socket has something to read (data, EOF or an error), asked
-/// with a zero-timeout `poll(2)`.
-///
-/// Busy-polling with `recv` takes the socket lock on every try; the peer's
-/// softirq delivering into the socket then finds it owned and defers the
-/// segment to the backlog (processed at `release_sock`) or spins on the lock,
-/// which on paravirtualised guests can halt the vCPU. `tcp_poll` reads the
-/// receive state without the lock, so the spin loop only calls `recv` when
-/// there is something to take.
-fn readable_now(stream: &TcpStream) -> bool {
-    use std::os::fd::AsRawFd;
-    let mut pfd = libc::pollfd { fd: stream.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    // SAFETY: one valid pollfd, zero timeout.
-    let n = unsafe { libc::poll(&mut pfd, 1, 0) };
-    n != 0
-}
-
-/// Reads from the socket into `buf`'s spare capacity, with a real `recv` call
-/// even when tokio has no readiness cached.
-///
-/// tokio's `try_read*` answer `WouldBlock` from cached readiness without a
-/// syscall until the reactor has seen an epoll event, so a busy-poll loop built
-/// on them never sees data that arrived meanwhile. The read goes through
-/// `try_io` first (which clears readiness race-free on `WouldBlock`); only when
-/// tokio had no readiness cached is `recv` called directly.
-fn recv_buf<B: bytes::BufMut>(stream: &tokio::net::TcpStream, buf: &mut B) -> std::io::Result<usize> {
-    fn raw<B: bytes::BufMut>(stream: &tokio::net::TcpStream, buf: &mut B) -> std::io::Result<usize> {
-        let sock = socket2::SockRef::from(stream);
-        let dst = buf.chunk_mut();
-        // SAFETY: `recv` only writes into the slice and reports how many bytes it
-        // initialised; exactly those are committed with `advance_mut`.
-        let n = sock.recv(unsafe { dst.as_uninit_slice_mut() })?;
-        unsafe { buf.advance_mut(n) };
-        Ok(n)
-    }
-    let mut called = false;
-    match stream.try_io(tokio::io::Interest::READABLE, || {
-        called = true;
-        raw(stream, buf)
-    }) {
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && !called => raw(stream, buf),
-        r => r,
     }
 }
 
