@@ -50,7 +50,7 @@ use nvmeof_common::decoder::PduDecoder;
 use nvmeof_common::digest::{crc32c_append, DIGEST_LEN};
 use nvmeof_common::pdu::{CommonHeader, EncodeConfig, Pdu, PduType, CH_LEN};
 use nvmeof_common::{Cqe, DecodeError, Sqe};
-use nvmeof_net::{readable_now, recv_buf};
+use nvmeof_net::{readable_now, recv_buf, PollWindow};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
@@ -264,8 +264,9 @@ pub(crate) fn spawn_driver(
         released: false,
         failed: None,
         requeue: params.requeue,
-        busy_poll: params.busy_poll,
+        busy_poll: PollWindow::new(params.busy_poll),
         spin_since: None,
+        slept: None,
         busy_queues: params.busy_queues,
         counted_busy: false,
         // spawn_driver runs inside the runtime (it spawns the task below).
@@ -819,9 +820,12 @@ struct Driver {
     released: bool,
     failed: Option<Error>,
     requeue: bool,
-    busy_poll: Duration,
+    busy_poll: PollWindow,
     /// Start of the current busy-poll window (reset by activity).
     spin_since: Option<Instant>,
+    /// When the last spin gave up with commands outstanding: how long the
+    /// sleep after it lasts until work arrives tunes `busy_poll`.
+    slept: Option<Instant>,
     /// See [`DriverParams::busy_queues`]; this queue counts itself in it
     /// while `counted_busy`.
     busy_queues: Arc<AtomicUsize>,
@@ -932,13 +936,21 @@ impl Driver {
                     }
                 },
                 r = conn_ready(&self.conn) => {
+                    if let Some(t) = self.slept.take() {
+                        self.busy_poll.woke_after(t.elapsed());
+                    }
                     if let Err(e) = r {
                         self.drop_conn(Error::io(e), true);
                     }
                 }
                 // New submissions: the socket had nothing (`conn_ready` is
                 // polled first), so `pump` only writes.
-                _ = self.shared.notify.notified() => read = false,
+                _ = self.shared.notify.notified() => {
+                    if let Some(t) = self.slept.take() {
+                        self.busy_poll.woke_after(t.elapsed());
+                    }
+                    read = false;
+                }
                 _ = sleep_until(deadline) => {}
             }
         }
@@ -948,7 +960,7 @@ impl Driver {
     /// and the submission list for a bounded time after activity before
     /// sleeping in epoll (wake-ups cost ~50 µs on idle virtual machines).
     fn spin(&mut self) -> Spin {
-        if self.busy_poll.is_zero() {
+        if !self.busy_poll.enabled() {
             return Spin::Off;
         }
         let Some(c) = self.conn.as_mut() else { return Spin::Off };
@@ -958,8 +970,9 @@ impl Driver {
         }
         let now = Instant::now();
         let since = *self.spin_since.get_or_insert(now);
-        if now.duration_since(since) >= self.busy_poll {
+        if now.duration_since(since) >= self.busy_poll.current() {
             self.spin_since = None;
+            self.slept = Some(now);
             return Spin::Off;
         }
         // Bytes read here are decoded (or were placed) by the next `pump`.

@@ -190,8 +190,10 @@ pub struct ConnectOptions {
     pub max_transfer: Option<u32>,
     /// Queue choice for namespace I/O.
     pub queue_select: QueueSelect,
-    /// Busy-poll the socket for this long after activity before sleeping
-    /// (trades CPU for latency; zero disables).
+    /// Busy-poll the socket for this long after activity while commands are
+    /// outstanding, before sleeping (trades CPU for latency; zero disables).
+    /// The window grows up to [`nvmeof_net::POLL_GROW_LIMIT`] × this while
+    /// sleeps keep ending within that ([`nvmeof_net::PollWindow`]).
     pub busy_poll: Duration,
 }
 

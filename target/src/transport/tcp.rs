@@ -6,7 +6,8 @@
 //! completions arrive on the queue's own channel, so no lock or thread hop is
 //! shared with other queues. With `poll_us` > 0 the task spins on non-blocking
 //! reads for that long after activity before sleeping in epoll (the wake-up
-//! of an idle core costs ~50 µs on these machines).
+//! of an idle core costs ~50 µs on these machines); the window adapts up to
+//! 8× that while sleeps keep ending soon after they start ([`PollWindow`]).
 
 use std::io::IoSlice;
 use std::net::SocketAddr;
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
-use nvmeof_net::{readable_now, recv_buf};
+use nvmeof_net::{readable_now, recv_buf, PollWindow};
 use tokio::io::Interest;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
@@ -39,7 +40,9 @@ const FLUSH_EVERY: usize = 16;
 /// Tuning of connection tasks.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ConnOptions {
-    /// Busy-poll for this many microseconds after activity before sleeping (0 = off).
+    /// Busy-poll for this many microseconds after activity before sleeping
+    /// (0 = off); the window grows up to [`nvmeof_net::POLL_GROW_LIMIT`] × this
+    /// while sleeps keep ending within that.
     pub poll_us: u64,
 }
 
@@ -111,7 +114,7 @@ pub async fn run_connection(
     let mut rbuf = BytesMut::with_capacity(256 * 1024);
     let mut teardown: Option<watch::Receiver<Teardown>> = None;
     let icreq_deadline = Instant::now() + Duration::from_millis(target.limits.icreq_timeout_ms);
-    let poll = Duration::from_micros(opts.poll_us);
+    let mut poll = PollWindow::new(Duration::from_micros(opts.poll_us));
     let mut last_activity = Instant::now();
     // Peer closed its side: nothing more can be delivered, so the queue closes
     // at once (an outstanding AER would otherwise keep it open until KATO).
@@ -152,8 +155,8 @@ pub async fn run_connection(
             }
         }
 
-        // Adaptive polling: spin on non-blocking reads/completions for `poll` after activity.
-        if !poll.is_zero() && last_activity.elapsed() < poll && !draining {
+        // Adaptive polling: spin on non-blocking reads/completions for the window after activity.
+        if poll.enabled() && last_activity.elapsed() < poll.current() && !draining {
             if readable_now(&stream) {
                 match recv_buf(&stream, &mut rbuf) {
                     Ok(0) => eof = true,
@@ -178,11 +181,16 @@ pub async fn run_connection(
         let kato_sleep = keep_alive_deadline(&q);
         let ic_wait = (q.phase() == Phase::AwaitIcReq).then_some(icreq_deadline);
         let want_write = !q.out.is_empty();
+        // Polling gave up: how long this sleep lasts until work arrives tunes the window.
+        let slept = (poll.enabled() && !draining).then(Instant::now);
         let interest = if want_write { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
         tokio::select! {
             biased;
             c = rx.recv() => {
                 if let Some(c) = c {
+                    if let Some(t) = slept {
+                        poll.woke_after(t.elapsed());
+                    }
                     q.handle_completion(c);
                     while let Ok(c) = rx.try_recv() {
                         q.handle_completion(c);
@@ -207,6 +215,9 @@ pub async fn run_connection(
                     }
                     more = q.handle_pdus(&mut rbuf, FLUSH_EVERY);
                     last_activity = Instant::now();
+                    if let Some(t) = slept {
+                        poll.woke_after(last_activity - t);
+                    }
                 }
             }
             _ = sleep_until_opt(kato_sleep) => {
