@@ -92,7 +92,7 @@ def probe(t, secs, *flags):
     out = tempfile.NamedTemporaryFile(prefix="bench-time-", delete=False)
     out.close()
     cmd = taskset(1) + ["/usr/bin/time", "-f", "%U %S", "-o", out.name, PROBE, f"127.0.0.1:{t.port}",
-                        "--nqn", NQN, "--time", f"{secs}s", "--json"] + list(flags)
+                        "--nqn", NQN, "--time", f"{secs}s", "--json", "--disable-sqflow"] + list(flags)
     c0 = t.cpu()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=secs + 60)
     c1 = t.cpu()
@@ -383,7 +383,10 @@ def main():
                 "core 0 (cores 0-1 for the 2-core row) and probe to core 1; medians of "
                 f"{a.rounds} rounds of {T} s, baselines measured in the same run). Target and probe "
                 "run with their defaults unless a row says otherwise: 128 KiB in-capsule data, so 128 KiB "
-                "writes travel in the command capsule without an R2T. Every round's figures are in the "
+                "writes travel in the command capsule without an R2T. The probe connects with "
+                "`--disable-sqflow`, so reads complete with the C2HData SUCCESS flag and no response "
+                "capsule, the wire shape of SPDK's target (`c2h_success`, on by default) in the SPDK "
+                "figures. Every round's figures are in the "
                 f"`.json` file beside this one.\n\n"
                 f"Machine: {platform.node()}, {os.cpu_count()} CPUs ({cpu}), {platform.release()}, "
                 f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n\n{table}\n")

@@ -146,6 +146,23 @@ async fn every_flag_combination_reports_fio_json() {
                 "4",
             ],
             &["--count", "100", "--bs", "512", "--size", "4k", "--offset", "8m", "--poll-us", "20"],
+            // Reads complete by the C2HData SUCCESS flag (no response capsule); the region
+            // was written with the pattern above, so every read is checked.
+            &[
+                "--rw",
+                "randrw",
+                "--verify",
+                "--size",
+                "256k",
+                "--offset",
+                "1m",
+                "--count",
+                "200",
+                "--qd",
+                "4",
+                "--disable-sqflow",
+                "--digests",
+            ],
             &["--ping", "--count", "5", "--interval", "1ms"],
             &["--ping", "--rw", "write", "--count", "3", "--interval", "0", "--verify"],
         ];

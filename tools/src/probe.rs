@@ -153,6 +153,11 @@ pub struct ProbeOptions {
     /// Enable header and data digests (CRC32C).
     #[arg(long)]
     pub digests: bool,
+    /// Ask the target to disable SQ flow control (Connect CATTR bit 2, like
+    /// `nvme connect --disable-sqflow`): a successful read then completes with
+    /// the C2HData SUCCESS flag instead of a separate response capsule.
+    #[arg(long)]
+    pub disable_sqflow: bool,
     /// Write a self-checking pattern (LBA + generation) and check every block read.
     #[arg(long)]
     pub verify: bool,
@@ -201,6 +206,14 @@ pub struct ProbeOptions {
 }
 
 impl ProbeOptions {
+    /// What the probe connects with, for `qd` commands per queue.
+    pub fn connect_options(&self, qd: u32) -> ConnectOptions {
+        ConnectOptions {
+            disable_sqflow: self.disable_sqflow,
+            ..connect_options(self.queues, qd, self.digests, self.hostnqn.as_deref(), self.poll_us)
+        }
+    }
+
     /// Parses command-line style arguments (the first is the program name).
     pub fn parse_args<I, T>(args: I) -> Result<Self, clap::Error>
     where
@@ -1006,12 +1019,7 @@ pub async fn run_probe_with(opts: &ProbeOptions, hooks: Hooks) -> Result<Report,
     opts.validate()?;
     let addr = opts.addr();
     let qd = if opts.ping { 1 } else { opts.qd };
-    let ctrl = connect(
-        &addr,
-        &opts.nqn,
-        connect_options(opts.queues, qd, opts.digests, opts.hostnqn.as_deref(), opts.poll_us),
-    )
-    .await?;
+    let ctrl = connect(&addr, &opts.nqn, opts.connect_options(qd)).await?;
     let r = run_connected(opts, &addr, &ctrl, hooks).await;
     if let Err(e) = ctrl.shutdown().await {
         tracing::debug!(error = %e, "controller shutdown failed");
@@ -1378,6 +1386,11 @@ mod tests {
             (o.time, o.rate, o.warmup),
             (Some(Duration::from_secs(3)), Some(1000), Duration::from_secs(1))
         );
+        let c = o.connect_options(8);
+        assert_eq!((c.io_queues, c.queue_depth, c.disable_sqflow, c.data_digest), (2, 9, false, false));
+        let d = ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--disable-sqflow", "--digests"]).unwrap();
+        let c = d.connect_options(1);
+        assert!(c.disable_sqflow && c.hdr_digest && c.data_digest);
         assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--mix", "101"]).is_err());
         assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--rw", "trim"]).is_err());
         let p = ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--ping", "--qd", "4"]).unwrap();
