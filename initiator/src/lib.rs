@@ -62,7 +62,7 @@ mod options;
 pub mod queue;
 
 pub use controller::{Controller, ControllerInfo, ControllerState};
-pub use discovery::{discover, nvme_subsystems};
+pub use discovery::{connect_entry, discover, nvme_subsystems};
 pub use driver::{Payload, RxStats};
 pub use error::{CommandInfo, Error, Result};
 pub use namespace::{Batch, IoFlags, Namespace};

@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use nvmeof_common::decoder::{DecoderConfig, PduDecoder, Role};
 use nvmeof_common::pdu::{C2hData, CapsuleResp, EncodeConfig, IcResp, Pdu, R2t};
-use nvmeof_common::spec::discovery::{AdrFam, DiscoveryLog, DiscoveryLogEntry, SubType};
+use nvmeof_common::spec::discovery::{AdrFam, DiscoveryLog, DiscoveryLogEntry, SubType, TREQ_DISABLE_SQFLOW};
 use nvmeof_common::spec::identify::{encode_ns_list, LbaFormat};
 use nvmeof_common::spec::log::{log_window, GetLogPageCmd};
 use nvmeof_common::spec::{
@@ -620,6 +620,28 @@ async fn success_flag_and_digests() {
     assert!(st.hdgst_seen);
     assert!(st.success_reads >= 2, "{st:?}"); // identify + read
     assert_eq!(st.resp_reads, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn connect_entry_disables_sq_flow_control_where_treq_allows() {
+    let (addr, t) = start(Cfg::default()).await;
+    let port = addr.port().to_string();
+    for treq in [0, TREQ_DISABLE_SQFLOW] {
+        let before = t.stats();
+        let e = DiscoveryLogEntry::tcp(SubType::NVME, SUBNQN, AdrFam::IPV4, "127.0.0.1", &port, 1);
+        let ctrl = nvmeof_initiator::connect_entry(&DiscoveryLogEntry { treq, ..e }, opts()).await.unwrap();
+        let ns = ctrl.namespace(1).await.unwrap();
+        let mut back = vec![0u8; 4096];
+        ns.read(0, &mut back).await.unwrap();
+        ctrl.shutdown().await.unwrap();
+        let st = t.stats();
+        let (success, resp) = (st.success_reads - before.success_reads, st.resp_reads - before.resp_reads);
+        if treq == 0 {
+            assert!(success == 0 && resp >= 2, "{st:?}"); // identify + read, each with a CapsuleResp
+        } else {
+            assert!(success >= 2 && resp == 0, "{st:?}");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

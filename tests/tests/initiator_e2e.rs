@@ -19,10 +19,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use initiator_util::*;
+use nvmeof_initiator::common::spec::discovery::TREQ_DISABLE_SQFLOW;
 use nvmeof_initiator::common::{Sqe, Status};
 use nvmeof_initiator::{
-    discover, nvme_subsystems, ConnectOptions, Controller, ControllerState, Error, HostIdentity, IoFlags,
-    Namespace, Payload, ReconnectPolicy,
+    connect_entry, discover, nvme_subsystems, ConnectOptions, Controller, ControllerState, Error,
+    HostIdentity, IoFlags, Namespace, Payload, ReconnectPolicy,
 };
 use nvmeof_target::config::TargetConfig;
 use nvmeof_target::server::Server;
@@ -801,9 +802,17 @@ async fn discovery_lists_our_subsystem() {
         assert_eq!(e.subnqn, SUBNQN);
         assert_eq!(e.traddr, "127.0.0.1");
         assert_eq!(e.trsvcid, addr.port().to_string());
-        // The subsystem it names is connectable.
-        let ctrl = Controller::connect(addr, &e.subnqn, opts()).await.unwrap();
+        // The subsystem it names is connectable from the entry, with SQ flow control
+        // disabled as its TREQ allows (reads then end with a SUCCESS-flagged C2HData).
+        assert_eq!(e.treq & TREQ_DISABLE_SQFLOW, TREQ_DISABLE_SQFLOW);
+        let ctrl = connect_entry(e, opts()).await.unwrap();
         assert!(!ctrl.info().discovery);
+        let ns = ctrl.namespace(1).await.unwrap();
+        let data = vec![0x5A; 8 * BS];
+        ns.write(8, &data).await.unwrap();
+        let mut back = vec![0u8; 8 * BS];
+        ns.read(8, &mut back).await.unwrap();
+        assert_eq!(back, data);
         ctrl.shutdown().await.unwrap();
         server.shutdown(Duration::from_secs(1)).await;
     })
