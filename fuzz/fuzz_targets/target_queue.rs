@@ -19,7 +19,10 @@
 //!   bit 5 makes the namespace complete I/O through the queue's channel (as the
 //!   thread-pool and io_uring backends do) instead of inline, bit 6 (with bit 5)
 //!   holds those completions back until all fuzz bytes are in, so they stay
-//!   pending across chunks, PDU handling and a possible C2HTermReq.
+//!   pending across chunks, PDU handling and a possible C2HTermReq; bit 7
+//!   shrinks namespace 1 to 32 KiB and adds namespace 2 half-way through the
+//!   chunks and removes namespace 2 after them, so AERs the fuzz bytes sent
+//!   complete (Namespace Attribute Changed) amid other commands.
 //! - then chunks: one control byte and its bytes. Bit 7 of the control byte
 //!   picks queue A (setup 3 with byte 1 bit 4); bit 6 set: ((bits 5:0) + 1) × 64
 //!   bytes, clear: (bits 5:0) + 1 bytes.
@@ -60,14 +63,18 @@ const HOSTID: [u8; 16] = [0xF0; 16];
 /// Completions handled per step (AERs are the only asynchronous ones with a RAM namespace).
 const MAX_COMPLETIONS: usize = 64;
 
-fn target(deferred: bool) -> Arc<Target> {
-    let t = Target::new(Limits::default());
-    let s = Arc::new(Subsystem::new(NQN, "fuzz", None, false));
+fn ram_namespace(nsid: u32, deferred: bool) -> Arc<Namespace> {
     let ram = MemBackend::new(64 << 10, 512);
     let backend: Arc<dyn Backend> = if deferred { Arc::new(DeferredMemBackend(ram)) } else { Arc::new(ram) };
-    s.add_namespace(Arc::new(Namespace::new(NQN, 1, backend)));
-    t.add_subsystem(s);
-    t
+    Arc::new(Namespace::new(NQN, nsid, backend))
+}
+
+fn target(deferred: bool) -> (Arc<Target>, Arc<Subsystem>) {
+    let t = Target::new(Limits::default());
+    let s = Arc::new(Subsystem::new(NQN, "fuzz", None, false));
+    s.add_namespace(ram_namespace(1, deferred));
+    t.add_subsystem(s.clone());
+    (t, s)
 }
 
 /// What the host side sees of one connection.
@@ -303,7 +310,7 @@ fn run(data: &[u8]) {
     let setup = sel & 3;
     let dgst = (sel >> 2) & 3;
     let sqflow_off = opt & 1 != 0;
-    let t = target(opt & 0x20 != 0);
+    let (t, sub) = target(opt & 0x20 != 0);
 
     let mut a = None;
     let mut b = Conn::new(&t);
@@ -347,7 +354,15 @@ fn run(data: &[u8]) {
         streams.iter_mut().for_each(|s| fix_digests(s));
     }
     let mut at = [0usize; 2];
-    for (to_a, len) in list {
+    let half = list.len() / 2;
+    for (k, (to_a, len)) in list.into_iter().enumerate() {
+        if opt & 0x80 != 0 && k == half {
+            // Namespace events half-way: each completes an outstanding AER
+            // (Namespace Attribute Changed) while commands may be in flight
+            // on namespace 1, which shrinks under them.
+            sub.resize_namespace(1, 32 << 10).expect("RAM namespaces resize");
+            sub.add_namespace(ram_namespace(2, opt & 0x20 != 0));
+        }
         let i = to_a as usize;
         let bytes = &streams[i][at[i]..at[i] + len];
         at[i] += len;
@@ -356,8 +371,14 @@ fn run(data: &[u8]) {
             _ => b.feed(bytes),
         }
     }
+    if opt & 0x80 != 0 {
+        sub.remove_namespace(2);
+    }
     b.hold_completions = false;
     b.pump();
+    if let Some(a) = a.as_mut() {
+        a.pump();
+    }
 
     if let Some(mut a) = a {
         if !to_a_allowed {
@@ -424,8 +445,15 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     nq.set_cid(3).set_cdw(10, 0x07).set_cdw(11, 0x0003_0003);
     let mut aer = Sqe::new(0x0C);
     aer.set_cid(4);
+    let mut aer_a = Sqe::new(0x0C);
+    aer_a.set_cid(9);
     let admin =
         vec![cmd(identify, &[]), cmd(log, &[]), cmd(nq, &[]), cmd(aer, &[]), cmd(Sqe::new(0x18), &[])];
+    // Namespace Attribute Changed notices enabled (Set Features 0Bh, AEC bit 8, as
+    // the Linux host's nvme_enable_aen), then an AER for them.
+    let mut aec = Sqe::new(0x09);
+    aec.set_cid(5).set_cdw(10, 0x0B).set_cdw(11, 1 << 8);
+    let aen = vec![cmd(aec, &[]), cmd(aer, &[])];
     let mut raw = vec![icreq(0).encode_to_vec(&EncodeConfig::default())];
     raw.push(connect(ConnectCmd::admin(0), NQN, CNTLID_DYNAMIC).encode_to_vec(&EncodeConfig::default()));
     vec![
@@ -436,6 +464,20 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         ("io-small-sqflow-off", input([3, 3], &io)),
         ("io-and-admin", input([3, 0x10], &io)),
         ("io-deferred", input([3, 0x20], &io)),
+        ("admin-aer-ns-events", input([2, 0x88], &aen)),
+        ("io-ns-events-admin-aer", {
+            // AER to queue A (control bit 7, pieces of up to 64 bytes), I/O to queue B.
+            let mut v = input([3, 0x90], &io);
+            let mut aec_a = aec;
+            aec_a.set_cid(8);
+            for p in [cmd(aec_a, &[]), cmd(aer_a, &[])] {
+                for c in p.chunks(64) {
+                    v.push(0x80 | (c.len() as u8 - 1));
+                    v.extend_from_slice(c);
+                }
+            }
+            v
+        }),
     ]
 }
 
