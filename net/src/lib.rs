@@ -83,7 +83,7 @@ impl PollWindow {
     /// A window of `base` (zero: polling off), growing up to
     /// [`POLL_GROW_LIMIT`] × `base`.
     pub fn new(base: Duration) -> Self {
-        Self { base, max: base * POLL_GROW_LIMIT, cur: base }
+        Self { base, max: base.saturating_mul(POLL_GROW_LIMIT), cur: base }
     }
 
     /// Whether polling is on at all.
@@ -98,7 +98,7 @@ impl PollWindow {
 
     /// Records a sleep of `blocked` that ended because new work arrived.
     pub fn woke_after(&mut self, blocked: Duration) {
-        self.cur = if blocked <= self.max { (self.cur * 2).min(self.max) } else { self.base };
+        self.cur = if blocked <= self.max { self.cur.saturating_mul(2).min(self.max) } else { self.base };
     }
 }
 
@@ -121,6 +121,10 @@ mod tests {
         assert_eq!(w.current(), us(400), "capped at POLL_GROW_LIMIT x 50 us");
         w.woke_after(us(401));
         assert_eq!(w.current(), us(50), "a sleep longer than the largest window resets it");
+        // The largest configurable time (a command-line value) still doubles without overflow.
+        let mut huge = PollWindow::new(us(u64::MAX));
+        huge.woke_after(us(1));
+        assert_eq!(huge.current(), us(u64::MAX) * 2);
         let mut off = PollWindow::new(Duration::ZERO);
         off.woke_after(us(1));
         assert!(!off.enabled());
