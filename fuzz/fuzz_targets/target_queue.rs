@@ -445,8 +445,6 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     nq.set_cid(3).set_cdw(10, 0x07).set_cdw(11, 0x0003_0003);
     let mut aer = Sqe::new(0x0C);
     aer.set_cid(4);
-    let mut aer_a = Sqe::new(0x0C);
-    aer_a.set_cid(9);
     let admin =
         vec![cmd(identify, &[]), cmd(log, &[]), cmd(nq, &[]), cmd(aer, &[]), cmd(Sqe::new(0x18), &[])];
     // Namespace Attribute Changed notices enabled (Set Features 0Bh, AEC bit 8, as
@@ -466,17 +464,16 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         ("io-deferred", input([3, 0x20], &io)),
         ("admin-aer-ns-events", input([2, 0x88], &aen)),
         ("io-ns-events-admin-aer", {
-            // AER to queue A (control bit 7, pieces of up to 64 bytes), I/O to queue B.
-            let mut v = input([3, 0x90], &io);
-            let mut aec_a = aec;
+            // I/O to queue B, then the notice set-up and an AER to queue A
+            // (control byte bit 7 on each chunk).
+            let (mut aec_a, mut aer_a) = (aec, aer);
             aec_a.set_cid(8);
-            for p in [cmd(aec_a, &[]), cmd(aer_a, &[])] {
-                for c in p.chunks(64) {
-                    v.push(0x80 | (c.len() as u8 - 1));
-                    v.extend_from_slice(c);
-                }
+            aer_a.set_cid(9);
+            let mut to_a = chunked(&[cmd(aec_a, &[]), cmd(aer_a, &[])].concat());
+            for i in (0..to_a.len()).step_by(65) {
+                to_a[i] |= 0x80;
             }
-            v
+            [input([3, 0x90], &io), to_a].concat()
         }),
     ]
 }

@@ -936,9 +936,7 @@ impl Driver {
                     }
                 },
                 r = conn_ready(&self.conn) => {
-                    if let Some(t) = self.slept.take() {
-                        self.busy_poll.woke_after(t.elapsed());
-                    }
+                    self.woke();
                     if let Err(e) = r {
                         self.drop_conn(Error::io(e), true);
                     }
@@ -946,9 +944,7 @@ impl Driver {
                 // New submissions: the socket had nothing (`conn_ready` is
                 // polled first), so `pump` only writes.
                 _ = self.shared.notify.notified() => {
-                    if let Some(t) = self.slept.take() {
-                        self.busy_poll.woke_after(t.elapsed());
-                    }
+                    self.woke();
                     read = false;
                 }
                 _ = sleep_until(deadline) => {}
@@ -990,6 +986,14 @@ impl Driver {
             return Spin::Work;
         }
         Spin::Idle
+    }
+
+    /// Work woke the task from a sleep: if a spin had given up before it,
+    /// the sleep's length tunes the poll window.
+    fn woke(&mut self) {
+        if let Some(t) = self.slept.take() {
+            self.busy_poll.woke_after(t.elapsed());
+        }
     }
 
     /// Returns true when the task must stop.
