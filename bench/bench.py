@@ -123,6 +123,28 @@ def idle_cpu(t, secs, poll):
     return 100 * (c1 - c0) / secs, 100 * (p1 - p0) / secs
 
 
+def attach_loop(size):
+    """(device, backing file) of a loop device with direct I/O over a new
+    `size`-byte file in /var/tmp, or None where that is not allowed (not root,
+    no losetup, no loop driver)."""
+    if os.geteuid() != 0 or not any(os.access(os.path.join(d, "losetup"), os.X_OK)
+                                    for d in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/sbin", "/sbin"]):
+        return None
+    backing = os.path.join("/var/tmp" if os.path.isdir("/var/tmp") else tempfile.gettempdir(),
+                           f"nvmeof-bench-loop-{os.getpid()}.img")
+    with open(backing, "wb") as f:
+        chunk = os.urandom(1 << 20)
+        for _ in range(size >> 20):
+            f.write(chunk)
+    r = subprocess.run(["losetup", "-f", "--show", "--direct-io=on", backing], capture_output=True, text=True,
+                       env=dict(os.environ, PATH=os.environ.get("PATH", "") + ":/usr/sbin:/sbin"))
+    if r.returncode != 0:
+        print(f"block device rows skipped: losetup: {r.stderr.strip()}", file=sys.stderr)
+        os.unlink(backing)
+        return None
+    return r.stdout.strip(), backing
+
+
 def side(rep, name):
     return rep["jobs"][0][name]
 
@@ -224,6 +246,13 @@ def goals(M, res, steal):
     for rw in ("read", "write"):
         c = digest_cost(res, rw)
         out.append(f"- Header + data digests cost ≤ 10% at 128 KiB {rw}: {c:.1f}% — {yes(c <= 10)}.")
+    # io_uring is the default engine where it is faster (config.rs IoEngine::FILE_DEFAULT / BLOCK_DEFAULT).
+    for kind, default in (("file", "threads"), ("block", "uring")):
+        if f"{kind}_threads_randread" in M:
+            r = [paired(res, f"{kind}_uring_{rw}", f"{kind}_threads_{rw}") for rw in ("randread", "randwrite")]
+            faster = "uring" if min(r) > 1 else "threads" if max(r) < 1 else "neither"
+            out.append(f"- Default I/O engine of {kind} namespaces is the faster one: default {default}, "
+                       f"io_uring/threads {r[0]:.2f}× reads, {r[1]:.2f}× writes — {yes(faster == default)}.")
     out += ["", "Ratios are medians of per-round ratios (each round measures the baseline and both sides of a "
             "comparison close together), so they can differ from the ratio of the medians in the table.",
             "", "CPU time stolen by the hypervisor per round (a measure of noise from other guests): "
@@ -317,6 +346,24 @@ def main():
             finally:
                 t.stop()
         os.unlink(img)
+        # Block device (O_DIRECT), worker threads vs io_uring: a loop device with
+        # direct I/O over a file on disk, where root may attach one.
+        loop = attach_loop(256 << 20)
+        if loop:
+            dev, backing = loop
+            try:
+                for engine in ("threads", "uring"):
+                    t = Target(a, ["--block", dev, "--io-engine", engine, "--threads", "1"])
+                    try:
+                        for rw in ("randread", "randwrite"):
+                            rep, _, _ = probe(t, T, "--rw", rw, "--bs", "4k", "--qd", "32")
+                            s = side(rep, "read" if rw == "randread" else "write")
+                            record(f"block_{engine}_{rw}", s["iops"])
+                    finally:
+                        t.stop()
+            finally:
+                subprocess.run(["losetup", "-d", dev], check=False)
+                os.unlink(backing)
         st1, tot1 = cpu_ticks()
         steal.append(100 * (st1 - st0) / max(tot1 - tot0, 1))
     # Idle: once, after the rounds (nothing to take a median of at ~0%).
@@ -369,6 +416,14 @@ def main():
         add(f"4 KiB {rw} QD32, file backend (256 MiB region, page cache)",
             f"threads {th / 1e3:.0f}K / io_uring {ur / 1e3:.0f}K IOPS",
             f"io_uring/threads {paired(res, f'file_uring_{rw}', f'file_threads_{rw}'):.2f}×")
+    if "block_threads_randread" in M:
+        for rw in ("randread", "randwrite"):
+            th, ur = M[f"block_threads_{rw}"], M[f"block_uring_{rw}"]
+            add(f"4 KiB {rw} QD32, block device (loop device with direct I/O over a 256 MiB file, O_DIRECT)",
+                f"threads {th / 1e3:.0f}K / io_uring {ur / 1e3:.0f}K IOPS",
+                f"io_uring/threads {paired(res, f'block_uring_{rw}', f'block_threads_{rw}'):.2f}×")
+    else:
+        add("4 KiB QD32, block device", "not measured", "needs root, losetup and the loop driver")
     table = "| measurement | median | notes |\n|---|---|---|\n" + "\n".join(lines)
     table += "\n\n" + goals(M, res, steal)
     print(table)

@@ -65,8 +65,9 @@ struct ServeArgs {
     /// Worker threads (cores) serving connections; default: one per CPU.
     #[arg(long)]
     threads: Option<usize>,
-    /// I/O engine of file and block namespaces: threads (default), uring, or auto
-    /// (io_uring if available, else threads); overrides the configuration file.
+    /// I/O engine of file and block namespaces: threads, uring, or auto (io_uring
+    /// if available, else threads); overrides the configuration file. Default:
+    /// threads for files (page cache), auto for block devices (O_DIRECT).
     #[arg(long)]
     io_engine: Option<IoEngine>,
     /// Most in-capsule write data on I/O queues in bytes (IOCCSZ); larger writes
@@ -91,7 +92,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             source: NamespaceSource::File {
                 path: f.clone(),
                 size: a.size,
-                io_engine: a.io_engine.unwrap_or_default(),
+                io_engine: a.io_engine.unwrap_or(IoEngine::FILE_DEFAULT),
             },
             block_size: a.block_size,
         });
@@ -100,7 +101,10 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
         nss.push(NamespaceConfig { nsid: None, source: NamespaceSource::Ram(*r), block_size: a.block_size });
     }
     for b in &a.block {
-        let source = NamespaceSource::Block { path: b.clone(), io_engine: a.io_engine.unwrap_or_default() };
+        let source = NamespaceSource::Block {
+            path: b.clone(),
+            io_engine: a.io_engine.unwrap_or(IoEngine::BLOCK_DEFAULT),
+        };
         nss.push(NamespaceConfig { nsid: None, source, block_size: 512 });
     }
     if nss.is_empty() {
