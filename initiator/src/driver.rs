@@ -69,10 +69,14 @@ const READ_BUDGET: usize = 4 << 20;
 const SMALL_PAYLOAD: usize = 512;
 /// Most iovecs per `writev`.
 const MAX_IOV: usize = 64;
-/// Largest read into the receive buffer while reads into owned buffers are
-/// outstanding: a C2HData header arrives with at most this much of its
+/// Largest read into the receive buffer while large reads into owned buffers
+/// are outstanding: a C2HData header arrives with at most this much of its
 /// payload, the rest is read straight into the destination.
 const OWNED_READ_CAP: usize = 8 << 10;
+/// Owned-buffer reads up to this size do not cap the receive-buffer reads:
+/// their payloads are copied from the receive buffer (a 4 KiB copy costs less
+/// than the extra `recv` per two PDUs that the cap meant at 4 KiB QD32).
+const OWNED_DIRECT_MIN: usize = 16 << 10;
 /// Scratch size for discarding payload bytes nobody wants any more.
 const DISCARD_CHUNK: usize = 64 << 10;
 
@@ -146,6 +150,8 @@ struct TicketState {
     /// Destination of an owned-buffer read; data is appended after `owned_base`.
     owned: Option<BytesMut>,
     owned_base: usize,
+    /// `owned` is larger than [`OWNED_DIRECT_MIN`], counted in `owned_large`.
+    owned_large: bool,
     /// Bumped for every command prepared on this ticket: lets the driver
     /// tell whether a destination still belongs to the command it started
     /// streaming a payload for.
@@ -153,13 +159,13 @@ struct TicketState {
 }
 
 impl TicketState {
-    /// Back to idle; returns whether an owned buffer was dropped.
+    /// Back to idle; returns whether a large owned buffer was dropped.
     fn reset(&mut self) -> bool {
         self.phase = Phase::Idle;
         self.waker = None;
         self.result = None;
         self.chunks.clear();
-        self.owned.take().is_some()
+        self.owned.take().is_some() && std::mem::take(&mut self.owned_large)
     }
 }
 
@@ -214,8 +220,8 @@ pub(crate) struct QueueShared {
     ctrl_tx: mpsc::UnboundedSender<DriverCtrl>,
     default_timeout: Duration,
     rx: RxCounters,
-    /// Tickets holding an owned read buffer.
-    owned_inflight: AtomicUsize,
+    /// Tickets holding an owned read buffer larger than [`OWNED_DIRECT_MIN`].
+    owned_large: AtomicUsize,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -252,7 +258,7 @@ pub(crate) fn spawn_driver(
         ctrl_tx,
         default_timeout,
         rx: RxCounters::default(),
-        owned_inflight: AtomicUsize::new(0),
+        owned_large: AtomicUsize::new(0),
     });
     let span = params.span.clone();
     let driver = Driver {
@@ -441,8 +447,9 @@ impl QueueShared {
         }
     }
 
+    /// A large owned buffer left its ticket.
     fn owned_done(&self) {
-        self.owned_inflight.fetch_sub(1, Ordering::Relaxed);
+        self.owned_large.fetch_sub(1, Ordering::Relaxed);
     }
 
     /// Driver side: the `seq` of ticket `ud` if it is in flight with an owned
@@ -549,7 +556,10 @@ impl Ticket<'_> {
                 buf.reserve(len);
                 st.owned_base = buf.len();
                 st.owned = Some(buf);
-                self.q.owned_inflight.fetch_add(1, Ordering::Relaxed);
+                st.owned_large = len > OWNED_DIRECT_MIN;
+                if st.owned_large {
+                    self.q.owned_large.fetch_add(1, Ordering::Relaxed);
+                }
                 (DataXfer::Read(len as u32), None)
             }
         }
@@ -557,8 +567,9 @@ impl Ticket<'_> {
 
     /// Takes back the owned read buffer (after completion).
     fn take_owned(&self) -> Option<BytesMut> {
-        let b = self.state().owned.take();
-        if b.is_some() {
+        let mut st = self.state();
+        let b = st.owned.take();
+        if b.is_some() && std::mem::take(&mut st.owned_large) {
             self.q.owned_done();
         }
         b
@@ -1323,7 +1334,7 @@ fn read_some(c: &mut Conn, shared: &QueueShared) -> io::Result<usize> {
         // Half the initial capacity, so a unique buffer is reclaimed in place.
         c.rbuf.reserve(128 << 10);
     }
-    if shared.owned_inflight.load(Ordering::Relaxed) > 0 {
+    if shared.owned_large.load(Ordering::Relaxed) > 0 {
         // Leave large payloads in the socket for `read_payload`.
         recv_buf(&c.stream, &mut (&mut c.rbuf).limit(OWNED_READ_CAP))
     } else {
