@@ -333,7 +333,8 @@ def main():
                         record(f"seq{rw}_128k{'_dig' if dig else ''}", s["bw_bytes"])
             finally:
                 t.stop()
-        # File backend (page cache), worker threads vs io_uring.
+        # File backend, worker threads (page cache) vs io_uring (O_DIRECT where the
+        # filesystem supports it, as UringBackend::open_file does by default).
         img = os.path.join(tempfile.gettempdir(), "nvmeof-bench.img")
         for engine in ("threads", "uring"):
             t = Target(a, ["--file", img, "--size", "1G", "--io-engine", engine, "--threads", "1"])
@@ -413,7 +414,8 @@ def main():
             f"digest cost {digest_cost(res, rw):.1f}%")
     for rw in ("randread", "randwrite"):
         th, ur = M[f"file_threads_{rw}"], M[f"file_uring_{rw}"]
-        add(f"4 KiB {rw} QD32, file backend (256 MiB region, page cache)",
+        add(f"4 KiB {rw} QD32, file backend (256 MiB region; threads: page cache, io_uring: O_DIRECT where the "
+            f"filesystem allows it)",
             f"threads {th / 1e3:.0f}K / io_uring {ur / 1e3:.0f}K IOPS",
             f"io_uring/threads {paired(res, f'file_uring_{rw}', f'file_threads_{rw}'):.2f}×")
     if "block_threads_randread" in M:
