@@ -108,15 +108,16 @@ pub enum IoEngine {
 }
 
 impl IoEngine {
-    /// Engine of a regular-file namespace when none is configured. Buffered
-    /// page-cache I/O completes inline in `pread`/`pwrite`, and the worker
-    /// threads beat io_uring there (bench/run.sh, file backend row: io_uring
-    /// ~0.7× the threads' IOPS at 4 KiB QD32).
+    /// Engine of a regular-file namespace when none is configured. The thread
+    /// pool goes through the page cache; io_uring opens the file with
+    /// `O_DIRECT` where the filesystem allows it, bypassing that cache, and was
+    /// slower (bench/run.sh, file backend rows: io_uring 0.56–0.70× the
+    /// threads' IOPS at 4 KiB QD32).
     pub const FILE_DEFAULT: Self = Self::Threads;
     /// Engine of a block-device namespace when none is configured. Block
     /// devices use `O_DIRECT`, where io_uring keeps every command in flight
-    /// instead of one per worker thread (bench/run.sh, block device row:
-    /// ~1.8× the threads' IOPS at 4 KiB QD32); `auto` falls back to the threads
+    /// instead of one per worker thread (bench/run.sh, block device rows:
+    /// 2.0× the threads' IOPS at 4 KiB QD32); `auto` falls back to the threads
     /// with a warning where io_uring is unavailable.
     pub const BLOCK_DEFAULT: Self = Self::Auto;
 
