@@ -67,6 +67,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--time", type=int, default=3, help="seconds per measurement")
     ap.add_argument("--json", help="write every round's figures here")
+    ap.add_argument("--poll-us", type=int, default=0,
+                    help="busy-poll window of target and probe in the scaling rows (default 0: off)")
+    ap.add_argument("--scaling-only", action="store_true", help="skip the QD1 and 128 KiB rows")
     a = ap.parse_args()
     ncpu = os.cpu_count() or 1
     if ncpu < 4:
@@ -79,6 +82,7 @@ def main():
     print(f"# machine: {platform.machine()}, {ncpu} CPUs, {platform.release()}; target on cores 0..N-1, "
           f"probe on cores {half}..{half + pcores - 1} ({pcores} threads)", flush=True)
 
+    poll = ["--poll-us", str(a.poll_us)] if a.poll_us else []
     counts = [n for n in (1, 2, 4, 8) if n <= half]
     queues = 2 * counts[-1]
     for rw in ("randread", "randwrite"):
@@ -87,22 +91,23 @@ def main():
             key = f"4k-{rw}-{n}core"
             raw[key] = []
             for _ in range(a.rounds):
-                t = Target(span(0, n), ns + ["--threads", str(n)])
+                t = Target(span(0, n), ns + ["--threads", str(n)] + poll)
                 try:
                     run_probe(t, probe_cores, 10, "--rw", "write", "--bs", "1m", "--qd", "4", "--size", "512M", "--count", "512")
                     raw[key].append(run_probe(t, probe_cores, a.time, "--rw", rw, "--bs", "4k", "--qd", "32",
-                                              "--queues", str(queues), "--threads", str(pcores)))
+                                              "--queues", str(queues), "--threads", str(pcores), *poll))
                 finally:
                     t.stop()
             iops = statistics.median(r[0] for r in raw[key])
             tcpu = statistics.median(r[2] / r[4] * 1e6 for r in raw[key])
             pcpu = statistics.median(r[3] / r[4] * 1e6 for r in raw[key])
             base = base or iops
-            rows.append((f"4 KiB {rw}, {queues} queues × QD32, {n} target core(s)",
+            polled = f", polling {a.poll_us} µs on both sides" if poll else ""
+            rows.append((f"4 KiB {rw}, {queues} queues × QD32, {n} target core(s){polled}",
                          f"{iops / 1e3:.0f}K IOPS", f"{iops / base:.2f}× 1 core; CPU s per 1M I/Os: target {tcpu:.2f}, probe {pcpu:.2f}"))
             print("| " + " | ".join(rows[-1]) + " |", flush=True)
 
-    for poll in ((), ("--poll-us", "50")):
+    for poll in (() if a.scaling_only else ((), ("--poll-us", "50"))):
         key = f"4k-qd1{'-poll' if poll else ''}"
         raw[key] = []
         for _ in range(a.rounds):
@@ -119,7 +124,7 @@ def main():
                      f"{statistics.median(r[0] for r in raw[key]) / 1e3:.0f}K IOPS"))
         print("| " + " | ".join(rows[-1]) + " |", flush=True)
 
-    for rw in ("read", "write"):
+    for rw in (() if a.scaling_only else ("read", "write")):
         plain = []
         for dg in ((), ("--digests",)):
             key = f"128k-{rw}{'-digests' if dg else ''}"
