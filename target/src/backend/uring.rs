@@ -1196,6 +1196,20 @@ mod tests {
         eprintln!("{} lbs={}", b.describe(), b.block_size());
         assert_eq!(b.size(), 16 << 20);
         assert!(b.describe().starts_with("block /dev/loop"));
+        // A block namespace without a configured engine opens with io_uring
+        // (IoEngine::BLOCK_DEFAULT), as `--block` and a config file without
+        // `io_engine` do.
+        let default_ns = crate::config::NamespaceConfig {
+            nsid: None,
+            source: crate::config::NamespaceSource::Block {
+                path: lo.dev.clone().into(),
+                io_engine: crate::config::IoEngine::BLOCK_DEFAULT,
+            },
+            block_size: 512,
+        };
+        let d = crate::server::open_backend(&default_ns).unwrap();
+        assert!(d.describe().contains("(io_uring, O_DIRECT)"), "{}", d.describe());
+        drop(d);
         assert!(b.resize(32 << 20).is_err());
         assert!(UringBackend::open_block(&lo.dev, Some(100)).is_err());
         let bs = b.block_size() as u64;
