@@ -20,8 +20,8 @@ use bytes::Bytes;
 use nvmeof_common::Status;
 
 use super::file::{
-    fallocate, in_range, is_unsupported, pread_exact_raw, write_zeroes_by_writing, IoExecutor, WorkerPool,
-    DEFAULT_WORKERS,
+    deallocate_ranges, fallocate, in_range, is_unsupported, pread_exact_raw, write_zeroes_by_writing,
+    IoExecutor, WorkerPool, DEFAULT_WORKERS,
 };
 use super::sys::{block_device_geometry, AlignedBuf, BlockGeometry, BUF_ALIGN};
 use super::{io_error_to_status, Backend, CompletionSink, IoCompletion, IoOp};
@@ -56,16 +56,8 @@ impl Bounce {
 /// `BLKZEROOUT` on `offset..offset+len`.
 fn blk_zeroout(file: &File, offset: u64, len: u64) -> io::Result<()> {
     let range = [offset, len];
-    loop {
-        // SAFETY: BLKZEROOUT reads two u64s from the pointer.
-        if unsafe { libc::ioctl(file.as_raw_fd(), BLKZEROOUT, range.as_ptr()) } == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
+    // SAFETY: BLKZEROOUT reads two u64s from the pointer.
+    super::sys::retry_eintr(|| unsafe { libc::ioctl(file.as_raw_fd(), BLKZEROOUT, range.as_ptr()) }).map(drop)
 }
 
 /// Shared state the workers execute against.
@@ -157,13 +149,7 @@ impl IoExecutor for BlockInner {
                 io(self.zero(offset, len, deallocate))
             }
             IoOp::Deallocate { ranges } => {
-                for &(offset, len) in &ranges {
-                    check(offset, len)?;
-                }
-                for (offset, len) in ranges {
-                    io(self.zero(offset, len, true))?;
-                }
-                Ok(Bytes::new())
+                deallocate_ranges(&ranges, check, |o, l| io(self.zero(o, l, true)).map(drop))
             }
         }
     }

@@ -131,6 +131,22 @@ pub(crate) fn in_range(off: u64, len: u64, size: u64) -> bool {
     off.checked_add(len).is_some_and(|end| end <= size)
 }
 
+/// Dataset Management deallocate: every range is checked before any is
+/// zeroed, so an out-of-range entry fails the command without side effects.
+pub(crate) fn deallocate_ranges(
+    ranges: &[(u64, u64)],
+    check: impl Fn(u64, u64) -> Result<(), Status>,
+    mut zero: impl FnMut(u64, u64) -> Result<(), Status>,
+) -> Result<Bytes, Status> {
+    for &(offset, len) in ranges {
+        check(offset, len)?;
+    }
+    for &(offset, len) in ranges {
+        zero(offset, len)?;
+    }
+    Ok(Bytes::new())
+}
+
 /// Whether an error means "this offload is not supported here" (try a fallback).
 pub(crate) fn is_unsupported(e: &io::Error) -> bool {
     matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::ENOTTY))
@@ -140,16 +156,8 @@ pub(crate) fn is_unsupported(e: &io::Error) -> bool {
 pub(crate) fn fallocate(file: &File, mode: libc::c_int, offset: u64, len: u64) -> io::Result<()> {
     let off = libc::off_t::try_from(offset).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
     let len = libc::off_t::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
-    loop {
-        // SAFETY: plain syscall on a descriptor we own.
-        if unsafe { libc::fallocate(file.as_raw_fd(), mode, off, len) } == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
+    // SAFETY: plain syscall on a descriptor we own.
+    super::sys::retry_eintr(|| unsafe { libc::fallocate(file.as_raw_fd(), mode, off, len) }).map(drop)
 }
 
 /// Zeroes `offset..offset+len` by writing from [`ZEROES`] (chunks stay 4 KiB aligned
@@ -302,13 +310,7 @@ impl IoExecutor for FileInner {
                 io(self.zero(offset, len, deallocate)).map(|()| Bytes::new())
             }
             IoOp::Deallocate { ranges } => {
-                for &(offset, len) in &ranges {
-                    check(offset, len)?;
-                }
-                for (offset, len) in ranges {
-                    io(self.zero(offset, len, true))?;
-                }
-                Ok(Bytes::new())
+                deallocate_ranges(&ranges, check, |o, l| io(self.zero(o, l, true)))
             }
         }
     }
@@ -507,18 +509,6 @@ mod tests {
     fn out_of_range_is_lba_range() {
         let t = TempPath::new("oob");
         let b = FileBackend::open(&t.0, Some(1 << 20), 512).unwrap();
-        let lba_range = Status::LBA_RANGE.with_dnr();
-        let end = 1u64 << 20;
-        assert_eq!(run(&b, 1, IoOp::Read { offset: end - 512, len: 1024 }).status, lba_range);
-        let data = Bytes::from(vec![0; 512]);
-        assert_eq!(run(&b, 2, IoOp::Write { offset: end, data, fua: true }).status, lba_range);
-        let wz = IoOp::WriteZeroes { offset: u64::MAX - 10, len: 512, deallocate: false };
-        assert_eq!(run(&b, 3, wz).status, lba_range);
-        let ranges = vec![(0, 512), (end, 512)];
-        assert_eq!(run(&b, 4, IoOp::Deallocate { ranges }).status, lba_range);
-        // Nothing past the end was written.
-        assert_eq!(std::fs::metadata(&t.0).unwrap().len(), end);
-        // The last block itself is fine.
-        assert!(run(&b, 5, IoOp::Read { offset: end - 512, len: 512 }).status.is_success());
+        crate::backend::sys::check_out_of_range_is_lba_range(&b, &t.0);
     }
 }

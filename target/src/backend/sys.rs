@@ -26,6 +26,21 @@ pub(crate) fn ioctl_get<T: Default>(file: &File, req: libc::Ioctl) -> io::Result
     Ok(v)
 }
 
+/// Runs `syscall` (a raw libc call returning a negative value and setting
+/// `errno` on failure) until it does not fail with `EINTR`.
+pub(crate) fn retry_eintr<T: Copy + Default + PartialOrd>(mut syscall: impl FnMut() -> T) -> io::Result<T> {
+    loop {
+        let r = syscall();
+        if r >= T::default() {
+            return Ok(r);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
 /// An `InvalidInput` error with `msg`.
 pub(crate) fn invalid(msg: String) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidInput, msg)
@@ -156,6 +171,28 @@ pub(crate) fn run(b: &dyn super::Backend, tag: u32, op: super::IoOp) -> super::I
     let c = b.submit(tag, op, &tx).unwrap_or_else(|| rx.blocking_recv().expect("completion"));
     assert_eq!(c.tag, tag);
     c
+}
+
+/// Out-of-range reads, writes, Write Zeroes and Deallocate of a 1 MiB
+/// namespace with 512-byte blocks at `path` fail with LBA Out of Range and
+/// write nothing past its end (shared by the file and io_uring backend tests).
+#[cfg(test)]
+pub(crate) fn check_out_of_range_is_lba_range(b: &dyn super::Backend, path: &std::path::Path) {
+    use super::IoOp;
+    use nvmeof_common::Status;
+    let lba_range = Status::LBA_RANGE.with_dnr();
+    let end = 1u64 << 20;
+    assert_eq!(run(b, 1, IoOp::Read { offset: end - 512, len: 1024 }).status, lba_range);
+    let data = bytes::Bytes::from(vec![0; 512]);
+    assert_eq!(run(b, 2, IoOp::Write { offset: end, data, fua: true }).status, lba_range);
+    let wz = IoOp::WriteZeroes { offset: u64::MAX - 10, len: 512, deallocate: false };
+    assert_eq!(run(b, 3, wz).status, lba_range);
+    let ranges = vec![(0, 512), (end, 512)];
+    assert_eq!(run(b, 4, IoOp::Deallocate { ranges }).status, lba_range);
+    // Nothing past the end was written.
+    assert_eq!(std::fs::metadata(path).unwrap().len(), end);
+    // The last block itself is fine.
+    assert!(run(b, 5, IoOp::Read { offset: end - 512, len: 512 }).status.is_success());
 }
 
 /// 512-byte blocks a file occupies on disk (tests: holes).

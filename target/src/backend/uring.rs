@@ -583,17 +583,9 @@ fn dio_align(file: &File) -> Option<(u32, u32)> {
 /// Tries one aligned `O_DIRECT` read of `len` bytes at offset 0.
 fn probe_direct_read(file: &File, len: usize) -> io::Result<()> {
     let buf = AlignedBuf::new_uninit(len);
-    loop {
-        // SAFETY: `buf` is valid for `len` bytes of writes.
-        let n = unsafe { libc::pread(file.as_raw_fd(), buf.ptr.as_ptr().cast(), len, 0) };
-        if n >= 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
+    // SAFETY: `buf` is valid for `len` bytes of writes.
+    super::sys::retry_eintr(|| unsafe { libc::pread(file.as_raw_fd(), buf.ptr.as_ptr().cast(), len, 0) })
+        .map(drop)
 }
 
 /// How the data descriptor was opened.
@@ -1001,17 +993,7 @@ mod tests {
     fn uring_out_of_range_is_lba_range() {
         let t = TempPath::new("oob");
         let Some(b) = open(&t, 1 << 20, 512) else { return };
-        let lba_range = Status::LBA_RANGE.with_dnr();
-        let end = 1u64 << 20;
-        assert_eq!(run(&b, 1, IoOp::Read { offset: end - 512, len: 1024 }).status, lba_range);
-        let data = Bytes::from(vec![0; 512]);
-        assert_eq!(run(&b, 2, IoOp::Write { offset: end, data, fua: true }).status, lba_range);
-        let wz = IoOp::WriteZeroes { offset: u64::MAX - 10, len: 512, deallocate: false };
-        assert_eq!(run(&b, 3, wz).status, lba_range);
-        let ranges = vec![(0, 512), (end, 512)];
-        assert_eq!(run(&b, 4, IoOp::Deallocate { ranges }).status, lba_range);
-        assert_eq!(std::fs::metadata(&t.0).unwrap().len(), end);
-        assert!(run(&b, 5, IoOp::Read { offset: end - 512, len: 512 }).status.is_success());
+        crate::backend::sys::check_out_of_range_is_lba_range(&b, &t.0);
     }
 
     #[test]
