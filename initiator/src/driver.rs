@@ -150,7 +150,8 @@ struct TicketState {
     /// Destination of an owned-buffer read; data is appended after `owned_base`.
     owned: Option<BytesMut>,
     owned_base: usize,
-    /// `owned` is larger than [`OWNED_DIRECT_MIN`], counted in `owned_large`.
+    /// `owned` is set and larger than [`OWNED_DIRECT_MIN`], counted in
+    /// [`QueueShared::owned_large`]; cleared whenever `owned` is taken.
     owned_large: bool,
     /// Bumped for every command prepared on this ticket: lets the driver
     /// tell whether a destination still belongs to the command it started
@@ -165,7 +166,8 @@ impl TicketState {
         self.waker = None;
         self.result = None;
         self.chunks.clear();
-        self.owned.take().is_some() && std::mem::take(&mut self.owned_large)
+        self.owned = None;
+        std::mem::take(&mut self.owned_large)
     }
 }
 
@@ -569,7 +571,7 @@ impl Ticket<'_> {
     fn take_owned(&self) -> Option<BytesMut> {
         let mut st = self.state();
         let b = st.owned.take();
-        if b.is_some() && std::mem::take(&mut st.owned_large) {
+        if std::mem::take(&mut st.owned_large) {
             self.q.owned_done();
         }
         b
