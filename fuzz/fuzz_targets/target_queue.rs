@@ -205,7 +205,7 @@ struct Conn {
 impl Conn {
     fn new(t: &Arc<Target>) -> Self {
         let (tx, rx) = unbounded_channel();
-        let q = QueueState::new(QueueCtx::new(t.clone(), 1, tx));
+        let q = QueueState::new(QueueCtx::new(t.clone(), 1, nvmeof_target::backend::QueueIo::detached(tx)));
         Self {
             q,
             rx,

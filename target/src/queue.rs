@@ -575,7 +575,7 @@ mod tests {
             port_id: 1,
             qid: None,
             ctrl: None,
-            sink: tx,
+            io: crate::backend::QueueIo::detached(tx),
             sqsize: 0,
             sqflow_disabled: false,
             close_requested: false,

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use nvmeof_target::backend::{Backend, CompletionSink, IoOp, MemBackend};
+use nvmeof_target::backend::{Backend, IoOp, MemBackend, QueueIo};
 
 /// RAM storage whose completions arrive on the queue's sink after `delay`.
 pub struct SlowBackend {
@@ -35,15 +35,9 @@ impl Backend for SlowBackend {
     fn resize(&self, new_size: u64) -> Result<(), String> {
         self.inner.resize(new_size)
     }
-    fn submit(
-        &self,
-        tag: u32,
-        op: IoOp,
-        sink: &CompletionSink,
-    ) -> Option<nvmeof_target::backend::IoCompletion> {
-        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-        let c = self.inner.submit(tag, op, &tx).expect("RAM completes inline");
-        let sink = sink.clone();
+    fn submit(&self, tag: u32, op: IoOp, io: &QueueIo) -> Option<nvmeof_target::backend::IoCompletion> {
+        let c = self.inner.submit(tag, op, io).expect("RAM completes inline");
+        let sink = io.sink.clone();
         let delay = self.delay;
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;

@@ -25,7 +25,7 @@ use nvmeof_initiator::{
     connect_entry, discover, nvme_subsystems, ConnectOptions, Controller, ControllerState, Error,
     HostIdentity, IoFlags, Namespace, Payload, ReconnectPolicy,
 };
-use nvmeof_target::config::TargetConfig;
+use nvmeof_target::config::{NamespaceConfig, TargetConfig};
 use nvmeof_target::server::Server;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -246,13 +246,22 @@ fn check(got: &[u8], want: &[u8], lba: u64) -> Result<(), String> {
 }
 
 /// 32 tasks × 4 concurrent workers on disjoint ranges, over 4 I/O queues of
-/// depth 32, for `run_for`.
+/// depth 32, for `run_for`, on a RAM namespace.
 async fn random_io(digests: bool, run_for: Duration) {
+    random_io_on(|size| ram_ns(1, size), digests, run_for).await;
+}
+
+/// Size of the namespace [`random_io_on`] uses.
+const RANDOM_IO_SIZE: u64 = 32 * 4 * 1024 * BS as u64;
+
+/// [`random_io`] on the namespace `ns(size)` makes.
+async fn random_io_on(ns: impl Fn(u64) -> NamespaceConfig, digests: bool, run_for: Duration) {
     const TASKS: u64 = 32;
     const PER_TASK: u64 = 4;
     const BLOCKS_PER_WORKER: u64 = 1024; // 512 KiB
     let size = TASKS * PER_TASK * BLOCKS_PER_WORKER * BS as u64;
-    let (server, addr) = start(&config(vec![ram_ns(1, size)])).await;
+    assert_eq!(size, RANDOM_IO_SIZE);
+    let (server, addr) = start(&config(vec![ns(size)])).await;
     let o = ConnectOptions { hdr_digest: digests, data_digest: digests, ..opts() };
     let ctrl = Controller::connect(addr, SUBNQN, o).await.expect("connect");
     let info = ctrl.info();
@@ -308,6 +317,12 @@ async fn random_io(digests: bool, run_for: Duration) {
     let rx = ctrl.rx_stats();
     eprintln!("random_io digests={digests}: {rx:?}");
     assert!(rx.direct > 0 && rx.copied_via_chunks > 0, "both read paths ran");
+    // Queues reap io_uring completions themselves: the backend's shared ring
+    // and its reaper thread are for submitters without a queue ring.
+    assert!(
+        !thread_names().iter().any(|n| n == "nvmet-uring"),
+        "an io_uring reaper thread ran: completions crossed a thread"
+    );
     ctrl.shutdown().await.expect("orderly shutdown");
     server.shutdown(Duration::from_secs(1)).await;
 }
@@ -320,6 +335,48 @@ async fn random_io_verified_without_digests() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn random_io_verified_with_header_and_data_digests() {
     bounded(30, random_io(true, Duration::from_secs(2))).await;
+}
+
+/// Names of this process's threads.
+fn thread_names() -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir("/proc/self/task") else { return Vec::new() };
+    dir.filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .map(|n| n.trim().to_string())
+        .collect()
+}
+
+/// The same on io_uring file namespaces: each target queue submits to and
+/// reaps its own ring (no reaper thread exists), with O_DIRECT where the
+/// filesystem allows it (/var/tmp, and /dev/shm on Linux 6.6+), else buffered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn random_io_verified_on_io_uring_files() {
+    use nvmeof_target::config::{IoEngine, NamespaceSource};
+    let dirs = [PathBuf::from("/var/tmp"), PathBuf::from("/dev/shm"), std::env::temp_dir()];
+    let mut ran = 0;
+    for dir in dirs.iter().filter(|d| d.is_dir()).take(2) {
+        let path = dir.join(format!("nvmeof-e2e-uring-{}-{ran}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let probe = nvmeof_target::backend::UringBackend::open_file(&path, Some(RANDOM_IO_SIZE), BS as u32);
+        match &probe {
+            Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
+                eprintln!("note: skipping: {e}");
+                return;
+            }
+            Err(e) => panic!("{}: {e}", path.display()),
+            Ok(b) => eprintln!("io_uring namespace: {}", nvmeof_target::backend::Backend::describe(b)),
+        }
+        drop(probe);
+        let p = path.clone();
+        let ns = move |size| NamespaceConfig {
+            nsid: Some(1),
+            source: NamespaceSource::File { path: p.clone(), size: Some(size), io_engine: IoEngine::Uring },
+            block_size: BS as u32,
+        };
+        bounded(60, random_io_on(ns, ran == 1, Duration::from_secs(2))).await;
+        let _ = std::fs::remove_file(&path);
+        ran += 1;
+    }
+    assert!(ran > 0, "no directory for the namespace file");
 }
 
 /// 3 MiB (and 3 MiB + 512 B) reads and writes, split by the library into

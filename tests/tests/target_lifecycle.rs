@@ -372,7 +372,13 @@ async fn graceful_shutdown_completes_write_awaiting_data() {
     // The data reached the namespace.
     let ns = target.subsystem(SUBNQN).unwrap().namespace(1).unwrap();
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let c =
-        ns.backend.submit(0, nvmeof_target::backend::IoOp::Read { offset: 0, len: d.len() }, &tx).unwrap();
+    let c = ns
+        .backend
+        .submit(
+            0,
+            nvmeof_target::backend::IoOp::Read { offset: 0, len: d.len() },
+            &nvmeof_target::backend::QueueIo::detached(tx),
+        )
+        .unwrap();
     assert!(c.data == d, "written data not in the namespace");
 }

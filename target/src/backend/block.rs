@@ -24,7 +24,7 @@ use super::file::{
     IoExecutor, WorkerPool, DEFAULT_WORKERS,
 };
 use super::sys::{block_device_geometry, AlignedBuf, BlockGeometry, BUF_ALIGN};
-use super::{io_error_to_status, Backend, CompletionSink, IoCompletion, IoOp};
+use super::{io_error_to_status, Backend, IoCompletion, IoOp, QueueIo};
 
 /// `BLKZEROOUT`: zero a byte range (`u64[2]` = start, length).
 const BLKZEROOUT: libc::Ioctl = libc::_IO(0x12, 127);
@@ -242,8 +242,8 @@ impl Backend for BlockBackend {
         Err("block devices cannot be resized by the target".into())
     }
 
-    fn submit(&self, tag: u32, op: IoOp, sink: &CompletionSink) -> Option<IoCompletion> {
-        self.pool.submit(tag, op, sink)
+    fn submit(&self, tag: u32, op: IoOp, io: &QueueIo) -> Option<IoCompletion> {
+        self.pool.submit(tag, op, &io.sink)
     }
 
     fn sync_all(&self) -> Result<(), String> {

@@ -23,7 +23,7 @@ use bytes::{Bytes, BytesMut};
 use crossbeam_channel::{Receiver, Sender};
 use nvmeof_common::Status;
 
-use super::{io_error_to_status, Backend, CompletionSink, IoCompletion, IoOp};
+use super::{io_error_to_status, Backend, CompletionSink, IoCompletion, IoOp, QueueIo};
 
 /// Worker threads per backend when the caller does not choose.
 pub const DEFAULT_WORKERS: usize = 4;
@@ -400,8 +400,8 @@ impl Backend for FileBackend {
         Ok(())
     }
 
-    fn submit(&self, tag: u32, op: IoOp, sink: &CompletionSink) -> Option<IoCompletion> {
-        self.pool.submit(tag, op, sink)
+    fn submit(&self, tag: u32, op: IoOp, io: &QueueIo) -> Option<IoCompletion> {
+        self.pool.submit(tag, op, &io.sink)
     }
 
     fn sync_all(&self) -> Result<(), String> {
@@ -460,7 +460,13 @@ mod tests {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         for tag in 0..256u32 {
             let data = Bytes::from(vec![tag as u8; 512]);
-            assert!(b.submit(tag, IoOp::Write { offset: tag as u64 * 512, data, fua: false }, &tx).is_none());
+            assert!(b
+                .submit(
+                    tag,
+                    IoOp::Write { offset: tag as u64 * 512, data, fua: false },
+                    &QueueIo::detached(tx.clone())
+                )
+                .is_none());
         }
         let mut seen = [false; 256];
         for _ in 0..256 {

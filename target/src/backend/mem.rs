@@ -15,7 +15,7 @@ use std::sync::{Mutex, RwLock};
 use bytes::{Bytes, BytesMut};
 use nvmeof_common::Status;
 
-use super::{Backend, CompletionSink, IoCompletion, IoOp};
+use super::{Backend, IoCompletion, IoOp, QueueIo};
 
 /// Bytes per chunk: the largest read served without a copy (the probe's and
 /// fio's 128 KiB sequential I/O, aligned, is one chunk).
@@ -243,20 +243,14 @@ impl Backend for MemBackend {
         }
         self.slice(offset, len).map(Ok)
     }
-    fn read_into(
-        &self,
-        tag: u32,
-        offset: u64,
-        mut buf: BytesMut,
-        _sink: &CompletionSink,
-    ) -> Option<IoCompletion> {
+    fn read_into(&self, tag: u32, offset: u64, mut buf: BytesMut, _io: &QueueIo) -> Option<IoCompletion> {
         if !self.in_range(offset, buf.len() as u64) {
             return Some(IoCompletion::status(tag, Status::LBA_RANGE.with_dnr()));
         }
         self.copy_out(offset, &mut buf);
         Some(IoCompletion { tag, status: Status::SUCCESS, result: 0, data: buf.freeze() })
     }
-    fn submit(&self, tag: u32, op: IoOp, _sink: &CompletionSink) -> Option<IoCompletion> {
+    fn submit(&self, tag: u32, op: IoOp, _io: &QueueIo) -> Option<IoCompletion> {
         let (status, data) = self.execute(op);
         Some(IoCompletion { tag, status, result: 0, data })
     }
@@ -284,9 +278,9 @@ impl Backend for DeferredMemBackend {
     fn resize(&self, new_size: u64) -> Result<(), String> {
         self.0.resize(new_size)
     }
-    fn submit(&self, tag: u32, op: IoOp, sink: &CompletionSink) -> Option<IoCompletion> {
-        let c = self.0.submit(tag, op, sink).expect("RAM completes inline");
-        let _ = sink.send(c);
+    fn submit(&self, tag: u32, op: IoOp, io: &QueueIo) -> Option<IoCompletion> {
+        let c = self.0.submit(tag, op, io).expect("RAM completes inline");
+        let _ = io.sink.send(c);
         None
     }
 }
@@ -297,7 +291,7 @@ mod tests {
 
     fn read(b: &MemBackend, offset: u64, len: usize) -> Bytes {
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-        let r = b.submit(0, IoOp::Read { offset, len }, &tx).unwrap();
+        let r = b.submit(0, IoOp::Read { offset, len }, &QueueIo::detached(tx.clone())).unwrap();
         assert!(r.status.is_success());
         r.data
     }
@@ -305,22 +299,36 @@ mod tests {
     fn write(b: &MemBackend, offset: u64, data: &[u8]) {
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
         let op = IoOp::Write { offset, data: Bytes::copy_from_slice(data), fua: false };
-        assert!(b.submit(0, op, &tx).unwrap().status.is_success());
+        assert!(b.submit(0, op, &QueueIo::detached(tx.clone())).unwrap().status.is_success());
     }
 
     #[test]
     fn read_write_zero_and_range() {
         let b = MemBackend::new(1 << 20, 512);
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-        let w =
-            b.submit(1, IoOp::Write { offset: 512, data: Bytes::from_static(&[7; 512]), fua: false }, &tx);
+        let w = b.submit(
+            1,
+            IoOp::Write { offset: 512, data: Bytes::from_static(&[7; 512]), fua: false },
+            &QueueIo::detached(tx.clone()),
+        );
         assert_eq!(w.unwrap().status, Status::SUCCESS);
-        let r = b.submit(2, IoOp::Read { offset: 512, len: 512 }, &tx).unwrap();
+        let r = b.submit(2, IoOp::Read { offset: 512, len: 512 }, &QueueIo::detached(tx.clone())).unwrap();
         assert_eq!((r.tag, &r.data[..]), (2, &[7u8; 512][..]));
-        let z = b.submit(3, IoOp::WriteZeroes { offset: 512, len: 512, deallocate: true }, &tx).unwrap();
+        let z = b
+            .submit(
+                3,
+                IoOp::WriteZeroes { offset: 512, len: 512, deallocate: true },
+                &QueueIo::detached(tx.clone()),
+            )
+            .unwrap();
         assert!(z.status.is_success());
-        assert_eq!(&b.submit(4, IoOp::Read { offset: 512, len: 4 }, &tx).unwrap().data[..], &[0; 4]);
-        let oob = b.submit(5, IoOp::Read { offset: (1 << 20) - 512, len: 1024 }, &tx).unwrap();
+        assert_eq!(
+            &b.submit(4, IoOp::Read { offset: 512, len: 4 }, &QueueIo::detached(tx.clone())).unwrap().data[..],
+            &[0; 4]
+        );
+        let oob = b
+            .submit(5, IoOp::Read { offset: (1 << 20) - 512, len: 1024 }, &QueueIo::detached(tx.clone()))
+            .unwrap();
         assert_eq!(oob.status, Status::LBA_RANGE.with_dnr());
         assert_eq!(b.read_shared((1 << 20) - 512, 1024), Some(Err(Status::LBA_RANGE.with_dnr())));
     }
@@ -351,7 +359,7 @@ mod tests {
         assert_eq!(b.read_shared(off, 2 * CHUNK), None);
         assert_eq!(&read(&b, off, 2 * CHUNK)[..], &data[..2 * CHUNK]);
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-        let c = b.read_into(0, off - 512, BytesMut::zeroed(1024), &tx).unwrap();
+        let c = b.read_into(0, off - 512, BytesMut::zeroed(1024), &QueueIo::detached(tx.clone())).unwrap();
         assert_eq!((&c.data[..512], &c.data[512..]), (&[0; 512][..], &data[..512]));
         // Zeroing a range that covers a whole chunk and parts of two others.
         b.zero(off + 512, 2 * CHUNK as u64 - 1024);

@@ -2,9 +2,11 @@
 //!
 //! The interface is submission/completion shaped: [`Backend::submit`] either
 //! finishes the I/O inline and returns its [`IoCompletion`] (the RAM backend
-//! does), or returns `None` and later sends the completion to the queue's
-//! [`CompletionSink`] (thread pool or io_uring backends). Completions carry the
-//! submitting queue's tag, so they are routed straight to the owning queue task.
+//! does), or returns `None` and the completion reaches the queue later: on its
+//! [`CompletionSink`] (thread-pool backends), or from the queue's own io_uring,
+//! which the queue task reaps itself ([`QueueIo`], io_uring backends).
+//! Completions carry the submitting queue's tag, so they are routed straight
+//! to the owning queue task.
 //! Errors cross this boundary as NVMe [`Status`] values, never `errno`.
 
 pub mod block;
@@ -81,6 +83,32 @@ impl IoCompletion {
 /// Where asynchronous completions go: one channel per queue, read by that queue's task.
 pub type CompletionSink = tokio::sync::mpsc::UnboundedSender<IoCompletion>;
 
+/// What a queue hands a backend with each operation: its completion channel
+/// and, for a queue whose task reaps it, its own io_uring (used by
+/// [`UringBackend`], so a completion reaches the queue without a thread hop).
+pub struct QueueIo {
+    /// The queue's completion channel.
+    pub sink: CompletionSink,
+    /// The queue's io_uring; `None`: io_uring backends use their shared ring
+    /// with its reaper thread (submitters that never call [`uring::QueueRing::reap`]).
+    pub ring: Option<uring::QueueRing>,
+}
+
+impl QueueIo {
+    /// For a submitter that only reads `sink` (tests, tools): io_uring
+    /// backends deliver through their shared ring's reaper thread.
+    pub fn detached(sink: CompletionSink) -> Self {
+        Self { sink, ring: None }
+    }
+
+    /// For a queue task that submits and reaps its own ring
+    /// ([`uring::QueueRing::submit`], [`uring::QueueRing::reap`],
+    /// [`uring::QueueRing::ready`]).
+    pub fn with_ring(sink: CompletionSink) -> Self {
+        Self { ring: Some(uring::QueueRing::new(sink.clone())), sink }
+    }
+}
+
 /// A namespace's storage.
 pub trait Backend: Send + Sync + 'static {
     /// Capacity in bytes (may change on resize).
@@ -95,7 +123,7 @@ pub trait Backend: Send + Sync + 'static {
     fn resize(&self, new_size: u64) -> Result<(), String>;
     /// Submits `op`. Returns the completion if it finished inline, else `None`
     /// and the completion arrives on `sink` with the same `tag`.
-    fn submit(&self, tag: u32, op: IoOp, sink: &CompletionSink) -> Option<IoCompletion>;
+    fn submit(&self, tag: u32, op: IoOp, io: &QueueIo) -> Option<IoCompletion>;
     /// Reads `len` bytes at `offset` without copying, for backends whose data
     /// already lives in memory: a reference to bytes that stay unchanged while
     /// held (later writes must not alter them). `None`: not available for this
@@ -107,8 +135,8 @@ pub trait Backend: Send + Sync + 'static {
     /// Reads `buf.len()` bytes at `offset` into `buf` (a buffer recycled by the
     /// queue, so steady-state reads allocate nothing). Backends that manage
     /// their own (aligned) buffers keep the default, which submits a plain Read.
-    fn read_into(&self, tag: u32, offset: u64, buf: BytesMut, sink: &CompletionSink) -> Option<IoCompletion> {
-        self.submit(tag, IoOp::Read { offset, len: buf.len() }, sink)
+    fn read_into(&self, tag: u32, offset: u64, buf: BytesMut, io: &QueueIo) -> Option<IoCompletion> {
+        self.submit(tag, IoOp::Read { offset, len: buf.len() }, io)
     }
     /// Flushes everything durable (used on shutdown). Blocking.
     fn sync_all(&self) -> Result<(), String> {

@@ -168,7 +168,9 @@ impl Drop for TempPath {
 #[cfg(test)]
 pub(crate) fn run(b: &dyn super::Backend, tag: u32, op: super::IoOp) -> super::IoCompletion {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let c = b.submit(tag, op, &tx).unwrap_or_else(|| rx.blocking_recv().expect("completion"));
+    let c = b
+        .submit(tag, op, &super::QueueIo::detached(tx))
+        .unwrap_or_else(|| rx.blocking_recv().expect("completion"));
     assert_eq!(c.tag, tag);
     c
 }

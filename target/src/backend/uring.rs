@@ -1,21 +1,22 @@
 //! io_uring backend for regular files and block devices.
 //!
-//! One io_uring instance per backend. Submission happens on the caller's thread
-//! (the queue task): [`Backend::submit`] checks the range, registers the
-//! operation, pushes its SQE under a short lock and calls `io_uring_enter`
-//! without waiting. A dedicated reaper thread waits on the completion queue and
-//! sends each finished operation straight to the submitting queue's
-//! [`CompletionSink`] with its tag, so the channel send is the only hop.
+//! Operations live in rings of two kinds:
+//! - **A queue's own ring** ([`QueueRing`], what the target's queues use). The
+//!   queue task pushes SQEs while it handles PDUs, submits them all with one
+//!   `io_uring_enter` per pass of its loop, and reaps the completion queue
+//!   itself, on whichever thread runs it; an eventfd registered with the ring
+//!   wakes the task when it sleeps. A completion therefore reaches its queue
+//!   with no thread hop and no channel.
+//! - **The backend's shared ring**, for submitters without a queue ring (tests,
+//!   tools): a reaper thread, started on first use, waits on it and sends each
+//!   finished operation to the submitter's [`CompletionSink`].
 //!
-//! Only the reaper reads the completion queue; submission-queue pushes (by
-//! submitters and by the reaper, which resubmits short transfers and retries)
-//! are serialized by the state lock. Several threads may call `io_uring_enter`
-//! at once; the kernel serializes them and only consumes entries whose tail has
-//! been published.
-//!
-//! At most `cq_entries - WAKE_RESERVE` operations are in the kernel at a time
-//! (so the completion queue never overflows); further operations wait in a FIFO
-//! that the reaper feeds into the ring as completions arrive.
+//! A ring may carry operations of several backends (each names its
+//! descriptor). Its submission and completion queues are only touched under
+//! its state lock (uncontended for a queue ring). At most `cq_entries -
+//! WAKE_RESERVE` operations are in the kernel at a time (so the completion
+//! queue never overflows); further operations wait in a FIFO that reaping
+//! feeds into the ring.
 //!
 //! Data path:
 //! - `O_DIRECT` is used for block devices, and for regular files whose
@@ -37,7 +38,12 @@
 //!   when the filesystem supports neither, zeroes are written from a static
 //!   aligned buffer through the ring.
 //! - Resize (regular files): new submissions wait on the size lock while the
-//!   resize waits for every in-flight operation to finish, then truncates.
+//!   resize waits for every in-flight operation to finish, then truncates. It
+//!   reaps the queue rings holding this backend's operations itself (their
+//!   owners may be blocked on that lock); those completions reach the queues
+//!   through their channels.
+//! - A queue that closes with operations in flight hands its ring to a drain
+//!   thread: the kernel may still write into their buffers until they complete.
 //!
 //! [`UringBackend::open_file`] / [`UringBackend::open_block`] fail with
 //! [`io::ErrorKind::Unsupported`] when io_uring is not usable here (seccomp,
@@ -47,26 +53,32 @@
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, Weak};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use io_uring::{opcode, squeue, types, IoUring, Probe};
 use nvmeof_common::Status;
+use tokio::io::unix::AsyncFd;
 
 use super::file::{in_range, is_unsupported, ZEROES, ZEROES_LEN};
 use super::sys::{block_device_geometry, invalid, AlignedBuf, BlockGeometry, BUF_ALIGN};
-use super::{io_error_to_status, Backend, CompletionSink, IoCompletion, IoOp};
+use super::{io_error_to_status, Backend, CompletionSink, IoCompletion, IoOp, QueueIo};
 
-/// Submission-queue entries per ring.
+/// Submission-queue entries of a backend's shared ring.
 const SQ_ENTRIES: u32 = 256;
-/// Completion-queue entries per ring (bounds the operations in the kernel).
+/// Completion-queue entries of a backend's shared ring (bounds the operations in the kernel).
 const CQ_ENTRIES: u32 = 4096;
+/// Submission-queue entries of a queue's own ring.
+const QUEUE_SQ_ENTRIES: u32 = 256;
+/// Completion-queue entries of a queue's own ring: room for a deep queue's
+/// commands; more wait in the ring's FIFO.
+const QUEUE_CQ_ENTRIES: u32 = 1024;
 /// Completion-queue slots kept free for the reaper's wake-up NOP.
 const WAKE_RESERVE: usize = 16;
 /// `user_data` of the NOP that wakes the reaper on shutdown.
@@ -151,7 +163,10 @@ enum Kind {
 /// One registered operation.
 struct Op {
     tag: u32,
-    sink: CompletionSink,
+    /// Where the completion goes; `None` on a queue ring (the queue reaps it).
+    sink: Option<CompletionSink>,
+    /// The backend: keeps the descriptor open while the operation is in flight.
+    file: Arc<FileShared>,
     retries: u8,
     kind: Kind,
 }
@@ -160,13 +175,14 @@ struct Op {
 enum Next {
     /// Submit the (updated) operation again.
     Again(Op),
-    /// Finished: send this completion.
-    Done(CompletionSink, IoCompletion),
+    /// Finished: deliver this completion.
+    Done(Arc<FileShared>, Option<CompletionSink>, IoCompletion),
 }
 
 impl Op {
     /// The SQE for the operation's next step (`user_data` still to be set).
-    fn sqe(&self, fd: types::Fd) -> squeue::Entry {
+    fn sqe(&self) -> squeue::Entry {
+        let fd = self.file.fd();
         match &self.kind {
             Kind::Read { buf, offset, done } => {
                 let n = (buf.len - done).min(MAX_RW) as u32;
@@ -286,17 +302,17 @@ impl Op {
             Ok(data) => IoCompletion { tag: self.tag, status: Status::SUCCESS, result: 0, data },
             Err(status) => IoCompletion::status(self.tag, status),
         };
-        Next::Done(self.sink, completion)
+        Next::Done(self.file, self.sink, completion)
     }
 }
 
 // ---------------------------------------------------------------------------
-// Shared state
+// Rings
 // ---------------------------------------------------------------------------
 
-/// Registered operations and ring accounting (behind [`Shared::state`]).
+/// Registered operations and ring accounting (behind [`Ring::state`]).
 #[derive(Default)]
-struct State {
+struct RingState {
     /// Operations by `user_data`; `None` slots are free.
     slots: Vec<Option<Op>>,
     free: Vec<usize>,
@@ -304,15 +320,15 @@ struct State {
     live: usize,
     /// SQEs pushed and not yet reaped (including the wake-up NOP).
     in_ring: usize,
+    /// SQEs pushed since the last `io_uring_enter`.
+    unsubmitted: usize,
     /// Operations waiting for room in the ring, oldest first.
     pending: VecDeque<usize>,
-    /// The backend is being dropped: the reaper exits once `live` is 0.
+    /// The backend's shared ring is being dropped: its reaper exits once `live` is 0.
     shutdown: bool,
-    /// Threads waiting in `resize` for `live` to reach 0.
-    drain_waiters: usize,
 }
 
-impl State {
+impl RingState {
     fn insert(&mut self, op: Op) -> usize {
         self.live += 1;
         match self.free.pop() {
@@ -328,14 +344,395 @@ impl State {
     }
 }
 
-/// Everything the submitters and the reaper share.
-struct Shared {
+/// A finished operation: its own sink (shared ring) or `None` (queue ring:
+/// the owning queue handles it, or it goes to [`Ring::owner`]).
+type Finished = (Option<CompletionSink>, IoCompletion);
+
+/// One io_uring instance and the operations in it. Operations may belong to
+/// several backends (each carries its descriptor). Two kinds exist:
+/// - a **queue ring**, owned by one queue task ([`QueueRing`]), which submits
+///   and reaps it on its own thread, so a completion reaches the queue without
+///   a thread hop; an eventfd registered with the ring wakes the task when it
+///   sleeps;
+/// - a backend's **shared ring**, for submitters that do not reap (tests,
+///   tools), with a reaper thread that sends each completion to its sink.
+struct Ring {
     // Field order: the ring is torn down before the state (which owns the
-    // buffers); by then the reaper has seen every operation complete.
-    ring: IoUring,
-    state: Mutex<State>,
-    /// Signalled when `live` reaches 0 while a resize waits.
-    drained: Condvar,
+    // buffers); by then every operation has completed.
+    uring: IoUring,
+    state: Mutex<RingState>,
+    /// Most SQEs in the kernel at once (the completion queue never overflows).
+    cap: usize,
+    /// Queue rings: the queue's channel, for completions another thread reaps
+    /// (a resize waiting for in-flight I/O, or the drain after the queue closed).
+    owner: Option<CompletionSink>,
+    /// Queue rings: non-blocking eventfd the kernel signals on every completion.
+    eventfd: Option<OwnedFd>,
+}
+
+impl Ring {
+    /// A ring with `sq` submission and `cq` completion entries, checked for
+    /// everything the backend uses.
+    fn new(sq: u32, cq: u32, owner: Option<CompletionSink>) -> io::Result<Self> {
+        let uring = new_ring(sq, cq)?;
+        let eventfd = match owner {
+            Some(_) => {
+                // SAFETY: plain syscall; the result is checked.
+                let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+                if fd < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // SAFETY: `fd` was just created and is owned by nothing else.
+                let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+                uring.submitter().register_eventfd(fd.as_raw_fd())?;
+                Some(fd)
+            }
+            None => None,
+        };
+        let cap = (uring.params().cq_entries() as usize).saturating_sub(WAKE_RESERVE).max(1);
+        Ok(Self { uring, state: Mutex::new(RingState::default()), cap, owner, eventfd })
+    }
+
+    fn lock_state(&self) -> MutexGuard<'_, RingState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Registers `op` and queues its SQE (submitted by the next [`Ring::enter`]).
+    fn push(&self, op: Op) {
+        let mut st = self.lock_state();
+        let idx = st.insert(op);
+        st.pending.push_back(idx);
+        self.fill_ring(&mut st);
+    }
+
+    /// Moves pending operations into the submission queue while there is room.
+    /// Called with the state lock held (which makes this the only SQ user).
+    fn fill_ring(&self, st: &mut RingState) {
+        if st.pending.is_empty() || st.in_ring >= self.cap {
+            return;
+        }
+        // SAFETY: the state lock is held, so no other `SubmissionQueue` exists.
+        let mut sq = unsafe { self.uring.submission_shared() };
+        while st.in_ring < self.cap {
+            let Some(&idx) = st.pending.front() else { break };
+            let Some(op) = st.slots[idx].as_ref() else {
+                st.pending.pop_front();
+                continue;
+            };
+            let sqe = op.sqe().user_data(idx as u64);
+            // SAFETY: every buffer the entry points to is owned by the operation
+            // (heap memory that stays put while it moves between slots) or is
+            // static, the descriptor is kept open by the operation's
+            // `Arc<FileShared>`, and the operation is only dropped after its CQE
+            // is reaped.
+            if unsafe { sq.push(&sqe) }.is_err() {
+                break; // SQ full: the next io_uring_enter makes room.
+            }
+            st.pending.pop_front();
+            st.in_ring += 1;
+            st.unsubmitted += 1;
+        }
+    }
+
+    /// Submits queued SQEs without waiting, refilling from the FIFO while the
+    /// kernel takes them. Entries the kernel could not take now stay queued for
+    /// the next call.
+    fn enter(&self) {
+        for _ in 0..8 {
+            {
+                let mut st = self.lock_state();
+                self.fill_ring(&mut st);
+                if st.unsubmitted == 0 {
+                    return;
+                }
+                st.unsubmitted = 0;
+            }
+            match self.uring.submit() {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EBUSY)) => return,
+                Err(e) => {
+                    tracing::error!(error = %e, "io_uring submit failed");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Whether operations are registered (in the kernel or waiting for room).
+    fn has_live(&self) -> bool {
+        self.lock_state().live > 0
+    }
+
+    /// Takes every completion the kernel posted: unfinished operations are
+    /// queued again (submitted by the next [`Ring::enter`]), finished ones are
+    /// appended to `done`. Returns whether anything was reaped.
+    fn reap(&self, done: &mut Vec<Finished>) -> bool {
+        let mut st = self.lock_state();
+        // SAFETY: the state lock is held, so this is the only `CompletionQueue`.
+        let mut cq = unsafe { self.uring.completion_shared() };
+        if cq.is_empty() {
+            return false;
+        }
+        for cqe in &mut cq {
+            st.in_ring = st.in_ring.saturating_sub(1);
+            let user_data = cqe.user_data();
+            if user_data == WAKE {
+                continue;
+            }
+            let idx = user_data as usize;
+            let Some(op) = st.slots.get_mut(idx).and_then(Option::take) else {
+                tracing::error!(user_data, "io_uring completion for an unknown operation");
+                continue;
+            };
+            match op.complete(cqe.result()) {
+                Next::Again(op) => {
+                    st.slots[idx] = Some(op);
+                    st.pending.push_front(idx);
+                }
+                Next::Done(file, sink, completion) => {
+                    st.free.push(idx);
+                    st.live -= 1;
+                    file.live.fetch_sub(1, Ordering::AcqRel);
+                    done.push((sink, completion));
+                }
+            }
+        }
+        drop(cq);
+        self.fill_ring(&mut st);
+        true
+    }
+
+    /// Sends finished operations to their sinks, or to the owner's channel
+    /// (used by every thread but the owning queue's).
+    fn deliver(&self, done: &mut Vec<Finished>) {
+        for (sink, completion) in done.drain(..) {
+            // The queue may be gone (host disconnected); its completion is then moot.
+            if let Some(s) = sink.as_ref().or(self.owner.as_ref()) {
+                let _ = s.send(completion);
+            }
+        }
+    }
+
+    /// Blocks until every operation in the ring has completed (for a queue ring
+    /// whose queue is gone: the kernel may still write into their buffers).
+    fn drain_blocking(&self) {
+        let ts = types::Timespec::from(REAP_TIMEOUT);
+        let args = types::SubmitArgs::new().timespec(&ts);
+        let mut done = Vec::new();
+        while self.has_live() {
+            self.enter();
+            let _ = self.uring.submitter().submit_with_args(1, &args);
+            self.reap(&mut done);
+            self.deliver(&mut done);
+        }
+    }
+}
+
+/// The reaper of a backend's shared ring: waits for completions, resubmits
+/// unfinished operations, feeds pending ones into the ring and sends finished
+/// ones to their sinks.
+fn reap_shared(ring: &Ring) {
+    let (busy, idle) = (types::Timespec::from(REAP_TIMEOUT), types::Timespec::from(REAP_TIMEOUT_IDLE));
+    let (busy, idle) = (types::SubmitArgs::new().timespec(&busy), types::SubmitArgs::new().timespec(&idle));
+    let mut is_idle = true;
+    let mut done: Vec<Finished> = Vec::with_capacity(256);
+    let mut failures = 0u32;
+    loop {
+        match ring.uring.submitter().submit_with_args(1, if is_idle { &idle } else { &busy }) {
+            Ok(_) => failures = 0,
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME | libc::EINTR | libc::EAGAIN | libc::EBUSY)
+                ) => {}
+            Err(e) => {
+                if failures == 0 {
+                    tracing::error!(error = %e, "io_uring wait failed");
+                }
+                failures = failures.saturating_add(1);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+        ring.reap(&mut done);
+        ring.enter();
+        ring.deliver(&mut done);
+        let (live, shutdown) = {
+            let st = ring.lock_state();
+            (st.live, st.shutdown)
+        };
+        is_idle = live == 0;
+        if shutdown && live == 0 {
+            return;
+        }
+    }
+}
+
+/// A queue's own io_uring, created on the queue's first io_uring operation.
+///
+/// The queue task pushes SQEs while it handles PDUs, submits them with one
+/// `io_uring_enter` per pass of its loop ([`QueueRing::submit`]), and reaps
+/// completions itself ([`QueueRing::reap`]), on whichever thread runs it; while
+/// it sleeps, [`QueueRing::ready`] wakes it through the ring's eventfd. No
+/// other thread touches a completion on the way, except a resize that reaps
+/// on the queue's behalf while it waits for in-flight I/O (those completions
+/// then arrive on the queue's channel).
+pub struct QueueRing {
+    // Field order: the eventfd registration goes before the ring.
+    afd: OnceLock<Option<AsyncFd<RingEventFd>>>,
+    ring: OnceLock<Option<Arc<Ring>>>,
+    /// Backends whose resize knows about this ring.
+    registered: Mutex<Vec<Weak<FileShared>>>,
+    owner: CompletionSink,
+    done: Mutex<Vec<Finished>>,
+}
+
+/// A queue ring's eventfd, for `AsyncFd`; holding the ring keeps the descriptor open.
+struct RingEventFd(Arc<Ring>);
+
+impl AsRawFd for RingEventFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.eventfd.as_ref().map_or(-1, AsRawFd::as_raw_fd)
+    }
+}
+
+impl QueueRing {
+    /// A queue ring whose completions go to the queue (or to `owner`, its channel,
+    /// when another thread reaps them). No ring exists until the first operation.
+    pub fn new(owner: CompletionSink) -> Self {
+        Self {
+            afd: OnceLock::new(),
+            ring: OnceLock::new(),
+            registered: Mutex::new(Vec::new()),
+            owner,
+            done: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// The ring, created on first use, and made known to `file`'s resize.
+    /// `None` when no ring can be created here (the caller uses the backend's
+    /// shared ring).
+    fn ring_for(&self, file: &Arc<FileShared>) -> Option<&Arc<Ring>> {
+        let ring = self
+            .ring
+            .get_or_init(|| match Ring::new(QUEUE_SQ_ENTRIES, QUEUE_CQ_ENTRIES, Some(self.owner.clone())) {
+                Ok(r) => Some(Arc::new(r)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no io_uring for this queue; using the backend's shared ring");
+                    None
+                }
+            })
+            .as_ref()?;
+        let mut registered = self.registered.lock().unwrap_or_else(PoisonError::into_inner);
+        if !registered.iter().any(|w| w.as_ptr() == Arc::as_ptr(file)) {
+            registered.retain(|w| w.strong_count() > 0);
+            registered.push(Arc::downgrade(file));
+            let mut rings = file.rings.lock().unwrap_or_else(PoisonError::into_inner);
+            rings.retain(|w| w.strong_count() > 0);
+            rings.push(Arc::downgrade(ring));
+        }
+        Some(ring)
+    }
+
+    fn get(&self) -> Option<&Arc<Ring>> {
+        self.ring.get().and_then(Option::as_ref)
+    }
+
+    /// Submits the SQEs pushed since the last call (one `io_uring_enter`).
+    pub fn submit(&self) {
+        if let Some(r) = self.get() {
+            r.enter();
+        }
+    }
+
+    /// Appends the completions the kernel has posted to `out` (never blocks).
+    /// Returns whether there were any.
+    pub fn reap(&self, out: &mut Vec<IoCompletion>) -> bool {
+        let Some(r) = self.get() else { return false };
+        let mut done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
+        if !r.reap(&mut done) {
+            return false;
+        }
+        for (sink, c) in done.drain(..) {
+            match sink {
+                Some(s) => {
+                    let _ = s.send(c);
+                }
+                None => out.push(c),
+            }
+        }
+        true
+    }
+
+    /// Whether operations are in flight on this queue's ring.
+    pub fn in_flight(&self) -> bool {
+        self.get().is_some_and(|r| r.has_live())
+    }
+
+    /// Waits until the kernel has posted a completion since the last call, then
+    /// returns (the caller reaps). Pending forever while no ring exists or the
+    /// runtime cannot watch its eventfd.
+    pub async fn ready(&self) {
+        let Some(ring) = self.get() else { return std::future::pending().await };
+        let afd = self.afd.get_or_init(|| {
+            ring.eventfd.as_ref()?;
+            // SAFETY: the eventfd belongs to the ring, which `RingEventFd` keeps
+            // alive, so the descriptor stays open and the same while registered.
+            unsafe {
+                AsyncFd::register_with_interest(RingEventFd(ring.clone()), tokio::io::Interest::READABLE)
+            }
+            .map_err(|e| tracing::warn!(error = %e, "cannot watch the io_uring eventfd; polling it"))
+            .ok()
+        });
+        let Some(afd) = afd else {
+            // No reactor for the eventfd: check again shortly (the caller reaps).
+            return tokio::time::sleep(Duration::from_millis(1)).await;
+        };
+        loop {
+            let Ok(mut guard) = afd.readable().await else {
+                return tokio::time::sleep(Duration::from_millis(1)).await;
+            };
+            let mut count = 0u64;
+            // SAFETY: reads 8 bytes into a u64 from a non-blocking eventfd.
+            let n = unsafe { libc::read(afd.get_ref().as_raw_fd(), (&raw mut count).cast(), 8) };
+            if n == 8 {
+                return;
+            }
+            guard.clear_ready();
+        }
+    }
+}
+
+impl Drop for QueueRing {
+    fn drop(&mut self) {
+        // Stop watching the eventfd before the ring closes it.
+        self.afd.take();
+        let Some(ring) = self.ring.take().flatten() else { return };
+        if !ring.has_live() {
+            return;
+        }
+        // The queue closed with I/O in flight; the kernel may still write into
+        // those operations' buffers, so they live until their completions
+        // arrive, on a thread of their own rather than blocking this task.
+        let r = ring.clone();
+        if std::thread::Builder::new()
+            .name("nvmet-uring-drain".into())
+            .spawn(move || r.drain_blocking())
+            .is_err()
+        {
+            ring.drain_blocking();
+        }
+    }
+}
+
+fn zeroing(mut ranges: Vec<(u64, u64)>, deallocate: bool) -> Option<Kind> {
+    ranges.retain(|&(_, len)| len > 0);
+    (!ranges.is_empty())
+        .then(|| Kind::Zero(Zeroing { ranges, idx: 0, deallocate, step: Zeroing::first_step(deallocate) }))
+}
+
+/// What every operation on one backend refers to.
+struct FileShared {
     /// The descriptor every operation uses (`O_DIRECT` when `direct`).
     file: File,
     path: PathBuf,
@@ -351,59 +748,16 @@ struct Shared {
     size: RwLock<u64>,
     /// Copy of `size` readable while a resize holds the lock.
     size_now: AtomicU64,
-    /// Most SQEs in the kernel at once.
-    cap: usize,
+    /// This backend's operations registered in any ring.
+    live: AtomicUsize,
+    /// Queue rings that have carried this backend's operations: a resize reaps
+    /// them while it waits for `live` to reach 0.
+    rings: Mutex<Vec<Weak<Ring>>>,
 }
 
-impl Shared {
-    fn lock_state(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
+impl FileShared {
     fn fd(&self) -> types::Fd {
         types::Fd(self.file.as_raw_fd())
-    }
-
-    /// Moves pending operations into the submission queue while there is room.
-    /// Called with the state lock held (which makes this the only SQ user).
-    fn fill_ring(&self, st: &mut State) {
-        if st.pending.is_empty() || st.in_ring >= self.cap {
-            return;
-        }
-        // SAFETY: the state lock is held, so no other `SubmissionQueue` exists.
-        let mut sq = unsafe { self.ring.submission_shared() };
-        while st.in_ring < self.cap {
-            let Some(&idx) = st.pending.front() else { break };
-            let Some(op) = st.slots[idx].as_ref() else {
-                st.pending.pop_front();
-                continue;
-            };
-            let sqe = op.sqe(self.fd()).user_data(idx as u64);
-            // SAFETY: every buffer the entry points to is owned by the operation
-            // (heap memory that stays put while it moves between slots) or is
-            // static, and the operation is only dropped after its CQE is reaped.
-            if unsafe { sq.push(&sqe) }.is_err() {
-                break; // SQ full: the next io_uring_enter makes room.
-            }
-            st.pending.pop_front();
-            st.in_ring += 1;
-        }
-    }
-
-    /// Submits queued SQEs without waiting. Entries the kernel could not take
-    /// now stay queued; the reaper's next wait submits them.
-    fn enter(&self) {
-        loop {
-            match self.ring.submit() {
-                Ok(_) => return,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EBUSY)) => return,
-                Err(e) => {
-                    tracing::error!(path = %self.path.display(), error = %e, "io_uring submit failed");
-                    return;
-                }
-            }
-        }
     }
 
     /// Checks `op` against the capacity and alignment and turns it into a [`Kind`];
@@ -451,81 +805,34 @@ impl Shared {
             }
         })
     }
-}
 
-fn zeroing(mut ranges: Vec<(u64, u64)>, deallocate: bool) -> Option<Kind> {
-    ranges.retain(|&(_, len)| len > 0);
-    (!ranges.is_empty())
-        .then(|| Kind::Zero(Zeroing { ranges, idx: 0, deallocate, step: Zeroing::first_step(deallocate) }))
-}
-
-/// The reaper: waits for completions, resubmits unfinished operations, feeds
-/// pending ones into the ring and sends finished ones to their sinks.
-fn reap(sh: &Shared) {
-    let (busy, idle) = (types::Timespec::from(REAP_TIMEOUT), types::Timespec::from(REAP_TIMEOUT_IDLE));
-    let (busy, idle) = (types::SubmitArgs::new().timespec(&busy), types::SubmitArgs::new().timespec(&idle));
-    let mut is_idle = true;
-    let mut cqes: Vec<(u64, i32)> = Vec::with_capacity(256);
-    let mut done: Vec<(CompletionSink, IoCompletion)> = Vec::with_capacity(256);
-    let mut failures = 0u32;
-    loop {
-        match sh.ring.submitter().submit_with_args(1, if is_idle { &idle } else { &busy }) {
-            Ok(_) => failures = 0,
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::ETIME | libc::EINTR | libc::EAGAIN | libc::EBUSY)
-                ) => {}
-            Err(e) => {
-                if failures == 0 {
-                    tracing::error!(path = %sh.path.display(), error = %e, "io_uring wait failed");
-                }
-                failures = failures.saturating_add(1);
-                std::thread::sleep(Duration::from_millis(10));
+    /// Waits until none of this backend's operations is in flight, reaping the
+    /// queue rings that carry them (their owners may be blocked on the size
+    /// lock this resize holds). Called with the size write lock held.
+    fn wait_drained(&self) {
+        let start = Instant::now();
+        let mut warned = start;
+        let mut done = Vec::new();
+        while self.live.load(Ordering::Acquire) > 0 {
+            let rings: Vec<Arc<Ring>> = {
+                let rings = self.rings.lock().unwrap_or_else(PoisonError::into_inner);
+                rings.iter().filter_map(Weak::upgrade).collect()
+            };
+            for r in &rings {
+                r.enter();
+                r.reap(&mut done);
+                r.enter();
+                r.deliver(&mut done);
             }
-        }
-        {
-            // SAFETY: only this thread reads the completion queue.
-            let cq = unsafe { sh.ring.completion_shared() };
-            cqes.extend(cq.map(|c| (c.user_data(), c.result())));
-        }
-        let exit = {
-            let mut st = sh.lock_state();
-            for (user_data, res) in cqes.drain(..) {
-                st.in_ring = st.in_ring.saturating_sub(1);
-                if user_data == WAKE {
-                    continue;
-                }
-                let idx = user_data as usize;
-                let Some(op) = st.slots.get_mut(idx).and_then(Option::take) else {
-                    tracing::error!(user_data, "io_uring completion for an unknown operation");
-                    continue;
-                };
-                match op.complete(res) {
-                    Next::Again(op) => {
-                        st.slots[idx] = Some(op);
-                        st.pending.push_front(idx);
-                    }
-                    Next::Done(sink, completion) => {
-                        st.free.push(idx);
-                        st.live -= 1;
-                        done.push((sink, completion));
-                    }
-                }
+            if self.live.load(Ordering::Acquire) == 0 {
+                break;
             }
-            sh.fill_ring(&mut st);
-            if st.live == 0 && st.drain_waiters > 0 {
-                sh.drained.notify_all();
+            if warned.elapsed() >= Duration::from_secs(5) {
+                warned = Instant::now();
+                tracing::warn!(path = %self.path.display(), waited_s = start.elapsed().as_secs(),
+                    in_flight = self.live.load(Ordering::Acquire), "resize still waiting for in-flight I/O");
             }
-            is_idle = st.live == 0;
-            st.shutdown && st.live == 0
-        };
-        for (sink, completion) in done.drain(..) {
-            // The queue may be gone (host disconnected); its completion is then moot.
-            let _ = sink.send(completion);
-        }
-        if exit {
-            return;
+            std::thread::sleep(Duration::from_micros(200));
         }
     }
 }
@@ -539,11 +846,11 @@ fn unavailable(what: impl std::fmt::Display) -> io::Error {
 }
 
 /// Creates a ring and checks that it supports everything the backend uses.
-fn new_ring() -> io::Result<IoUring> {
+fn new_ring(sq: u32, cq: u32) -> io::Result<IoUring> {
     let ring = IoUring::builder()
-        .setup_cqsize(CQ_ENTRIES)
+        .setup_cqsize(cq)
         .setup_clamp()
-        .build(SQ_ENTRIES)
+        .build(sq)
         .map_err(|e| unavailable(format_args!("io_uring_setup: {e}")))?;
     if !ring.params().is_feature_ext_arg() {
         return Err(unavailable("kernel too old (no IORING_FEAT_EXT_ARG, needs Linux 5.11)"));
@@ -562,6 +869,17 @@ fn new_ring() -> io::Result<IoUring> {
         }
     }
     Ok(ring)
+}
+
+/// Checks once per process that io_uring is usable here (a first ring is
+/// created and probed), so opening a backend fails early with
+/// [`io::ErrorKind::Unsupported`] instead of failing its first I/O.
+fn check_available() -> io::Result<()> {
+    static AVAILABLE: OnceLock<Result<(), String>> = OnceLock::new();
+    match AVAILABLE.get_or_init(|| new_ring(8, 16).map(drop).map_err(|e| e.to_string())) {
+        Ok(()) => Ok(()),
+        Err(e) => Err(io::Error::new(io::ErrorKind::Unsupported, e.clone())),
+    }
 }
 
 /// `O_DIRECT` alignment reported by `statx(STATX_DIOALIGN)`: `(memory, offset)`.
@@ -634,8 +952,10 @@ fn open_file_direct(path: &Path, buffered: &File, block_size: u32) -> io::Result
 
 /// A namespace stored in a regular file or block device, executed through io_uring.
 pub struct UringBackend {
-    shared: Arc<Shared>,
-    reaper: Option<JoinHandle<()>>,
+    file: Arc<FileShared>,
+    /// The shared ring and its reaper, started on the first operation from a
+    /// submitter without a queue ring.
+    shared: Mutex<Option<(Arc<Ring>, JoinHandle<()>)>>,
 }
 
 impl UringBackend {
@@ -663,7 +983,7 @@ impl UringBackend {
         if !block_size.is_power_of_two() || block_size < 512 {
             return Err(invalid(format!("invalid block size {block_size}")));
         }
-        let ring = new_ring()?;
+        check_available()?;
         let (file, _, size) = super::file::open_sized(path, create_size, block_size)?;
         let why_not = if allow_direct {
             open_file_direct(path, &file, block_size)?
@@ -674,7 +994,7 @@ impl UringBackend {
             tracing::info!(path = %path.display(), reason = %why, "io_uring backend: using buffered I/O");
             DataFile { file, direct: false, io_align: 1, mem_align: 1 }
         });
-        Self::start(ring, data, path, false, block_size, size)
+        Ok(Self::new(data, path, false, block_size, size))
     }
 
     /// Opens the block device at `path`, like [`BlockBackend::open`](super::BlockBackend::open):
@@ -688,7 +1008,7 @@ impl UringBackend {
     /// [`BlockBackend::open`](super::BlockBackend::open).
     pub fn open_block(path: impl AsRef<Path>, block_size: Option<u32>) -> io::Result<Self> {
         let path = path.as_ref();
-        let ring = new_ring()?;
+        check_available()?;
         let open =
             |flags: libc::c_int| OpenOptions::new().read(true).write(true).custom_flags(flags).open(path);
         let (file, direct) = match open(libc::O_DIRECT) {
@@ -706,22 +1026,11 @@ impl UringBackend {
             _ => dev_block_size as usize,
         };
         let data = DataFile { file, direct, io_align: dev_block_size as u64, mem_align };
-        Self::start(ring, data, path, true, block_size, size)
+        Ok(Self::new(data, path, true, block_size, size))
     }
 
-    fn start(
-        ring: IoUring,
-        data: DataFile,
-        path: &Path,
-        is_block: bool,
-        block_size: u32,
-        size: u64,
-    ) -> io::Result<Self> {
-        let cap = (ring.params().cq_entries() as usize).saturating_sub(WAKE_RESERVE).max(1);
-        let shared = Arc::new(Shared {
-            ring,
-            state: Mutex::new(State::default()),
-            drained: Condvar::new(),
+    fn new(data: DataFile, path: &Path, is_block: bool, block_size: u32, size: u64) -> Self {
+        let file = Arc::new(FileShared {
             file: data.file,
             path: path.to_owned(),
             is_block,
@@ -731,31 +1040,54 @@ impl UringBackend {
             block_size,
             size: RwLock::new(size),
             size_now: AtomicU64::new(size),
-            cap,
+            live: AtomicUsize::new(0),
+            rings: Mutex::new(Vec::new()),
         });
-        let sh = shared.clone();
-        let reaper = std::thread::Builder::new().name("nvmet-uring".into()).spawn(move || reap(&sh))?;
-        Ok(Self { shared, reaper: Some(reaper) })
+        Self { file, shared: Mutex::new(None) }
+    }
+
+    /// The backend's shared ring, started (with its reaper thread) on first use.
+    fn shared_ring(&self) -> Result<Arc<Ring>, Status> {
+        let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some((ring, _)) = &*shared {
+            return Ok(ring.clone());
+        }
+        let started = Ring::new(SQ_ENTRIES, CQ_ENTRIES, None).map(Arc::new).and_then(|ring| {
+            let r = ring.clone();
+            let reaper =
+                std::thread::Builder::new().name("nvmet-uring".into()).spawn(move || reap_shared(&r))?;
+            Ok((ring, reaper))
+        });
+        match started {
+            Ok((ring, reaper)) => {
+                *shared = Some((ring.clone(), reaper));
+                Ok(ring)
+            }
+            Err(e) => {
+                tracing::error!(path = %self.file.path.display(), error = %e, "cannot start the io_uring reaper");
+                Err(Status::INTERNAL)
+            }
+        }
     }
 
     /// The backing file's or device's path.
     pub fn path(&self) -> &Path {
-        &self.shared.path
+        &self.file.path
     }
 
     /// Whether I/O bypasses the page cache (`O_DIRECT`).
     pub fn is_direct(&self) -> bool {
-        self.shared.direct
+        self.file.direct
     }
 }
 
 impl Backend for UringBackend {
     fn size(&self) -> u64 {
-        self.shared.size_now.load(Ordering::Acquire)
+        self.file.size_now.load(Ordering::Acquire)
     }
 
     fn block_size(&self) -> u32 {
-        self.shared.block_size
+        self.file.block_size
     }
 
     fn volatile_write_cache(&self) -> bool {
@@ -763,13 +1095,13 @@ impl Backend for UringBackend {
     }
 
     fn describe(&self) -> String {
-        let kind = if self.shared.is_block { "block" } else { "file" };
-        let mode = if self.shared.direct { "O_DIRECT" } else { "buffered" };
-        format!("{kind} {} (io_uring, {mode})", self.shared.path.display())
+        let kind = if self.file.is_block { "block" } else { "file" };
+        let mode = if self.file.direct { "O_DIRECT" } else { "buffered" };
+        format!("{kind} {} (io_uring, {mode})", self.file.path.display())
     }
 
     fn resize(&self, new_size: u64) -> Result<(), String> {
-        let sh = &*self.shared;
+        let sh = &*self.file;
         if sh.is_block {
             return Err("block devices cannot be resized by the target".into());
         }
@@ -781,63 +1113,70 @@ impl Backend for UringBackend {
         // New submissions wait on the lock; in-flight ones (which could re-extend
         // the file after a shrink) finish first.
         let mut size = sh.size.write().unwrap_or_else(PoisonError::into_inner);
-        {
-            let mut st = sh.lock_state();
-            st.drain_waiters += 1;
-            while st.live > 0 {
-                st = sh.drained.wait(st).unwrap_or_else(PoisonError::into_inner);
-            }
-            st.drain_waiters -= 1;
-        }
+        sh.wait_drained();
         sh.file.set_len(new_size).map_err(|e| format!("resize {}: {e}", sh.path.display()))?;
         *size = new_size;
         sh.size_now.store(new_size, Ordering::Release);
         Ok(())
     }
 
-    fn submit(&self, tag: u32, op: IoOp, sink: &CompletionSink) -> Option<IoCompletion> {
-        let sh = &*self.shared;
+    fn submit(&self, tag: u32, op: IoOp, io: &QueueIo) -> Option<IoCompletion> {
+        let sh = &self.file;
         let size = sh.size.read().unwrap_or_else(PoisonError::into_inner);
         let kind = match sh.prepare(op, *size) {
             Ok(Some(kind)) => kind,
             Ok(None) => return Some(IoCompletion::status(tag, Status::SUCCESS)),
             Err(status) => return Some(IoCompletion::status(tag, status)),
         };
-        {
-            let mut st = sh.lock_state();
-            let idx = st.insert(Op { tag, sink: sink.clone(), retries: 0, kind });
-            st.pending.push_back(idx);
-            sh.fill_ring(&mut st);
+        let mut op = Op { tag, sink: None, file: sh.clone(), retries: 0, kind };
+        match io.ring.as_ref().and_then(|q| q.ring_for(sh)) {
+            // The queue submits with its next `QueueRing::submit`.
+            Some(ring) => {
+                sh.live.fetch_add(1, Ordering::AcqRel);
+                ring.push(op);
+            }
+            None => {
+                let ring = match self.shared_ring() {
+                    Ok(r) => r,
+                    Err(status) => return Some(IoCompletion::status(tag, status)),
+                };
+                op.sink = Some(io.sink.clone());
+                sh.live.fetch_add(1, Ordering::AcqRel);
+                ring.push(op);
+                ring.enter();
+            }
         }
         drop(size);
-        sh.enter();
         None
     }
 
     fn sync_all(&self) -> Result<(), String> {
-        self.shared.file.sync_data().map_err(|e| format!("fdatasync {}: {e}", self.shared.path.display()))
+        self.file.file.sync_data().map_err(|e| format!("fdatasync {}: {e}", self.file.path.display()))
     }
 }
 
 impl Drop for UringBackend {
     fn drop(&mut self) {
+        let Some((ring, reaper)) = self.shared.get_mut().unwrap_or_else(PoisonError::into_inner).take()
+        else {
+            return;
+        };
         {
-            let mut st = self.shared.lock_state();
+            let mut st = ring.lock_state();
             st.shutdown = true;
             // Wake the reaper now rather than at its next timeout.
             // SAFETY: the state lock is held, so no other `SubmissionQueue` exists.
-            let mut sq = unsafe { self.shared.ring.submission_shared() };
+            let mut sq = unsafe { ring.uring.submission_shared() };
             let nop = opcode::Nop::new().build().user_data(WAKE);
             // SAFETY: a NOP references no memory.
             if unsafe { sq.push(&nop) }.is_ok() {
                 st.in_ring += 1;
+                st.unsubmitted += 1;
             }
         }
-        self.shared.enter();
-        if let Some(handle) = self.reaper.take() {
-            if handle.thread().id() != std::thread::current().id() {
-                let _ = handle.join();
-            }
+        ring.enter();
+        if reaper.thread().id() != std::thread::current().id() {
+            let _ = reaper.join();
         }
     }
 }
@@ -891,9 +1230,16 @@ mod tests {
         let r = run(&b, 3, IoOp::Read { offset: 65536, len: 1024 });
         assert!(r.status.is_success() && r.data.iter().all(|&x| x == 0));
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-        let c = b.submit(4, IoOp::Read { offset: 0, len: 0 }, &tx).expect("inline");
+        let c =
+            b.submit(4, IoOp::Read { offset: 0, len: 0 }, &QueueIo::detached(tx.clone())).expect("inline");
         assert_eq!((c.tag, c.status, c.data.len()), (4, Status::SUCCESS, 0));
-        assert!(b.submit(5, IoOp::Write { offset: 0, data: Bytes::new(), fua: false }, &tx).is_some());
+        assert!(b
+            .submit(
+                5,
+                IoOp::Write { offset: 0, data: Bytes::new(), fua: false },
+                &QueueIo::detached(tx.clone())
+            )
+            .is_some());
     }
 
     #[test]
@@ -905,7 +1251,7 @@ mod tests {
         for tag in 0..n {
             let data = pattern(4096, tag);
             let op = IoOp::Write { offset: tag as u64 * 4096, data, fua: tag % 17 == 0 };
-            assert!(b.submit(tag, op, &tx).is_none());
+            assert!(b.submit(tag, op, &QueueIo::detached(tx.clone())).is_none());
         }
         let mut seen = vec![false; n as usize];
         for _ in 0..n {
@@ -920,7 +1266,7 @@ mod tests {
                 s.spawn(move || {
                     for tag in (part..n).step_by(4) {
                         let op = IoOp::Read { offset: tag as u64 * 4096, len: 4096 };
-                        assert!(b.submit(1000 + tag, op, &tx).is_none());
+                        assert!(b.submit(1000 + tag, op, &QueueIo::detached(tx.clone())).is_none());
                     }
                 });
             }
@@ -936,6 +1282,126 @@ mod tests {
         assert!(rx.try_recv().is_err(), "no extra completions");
         let on_disk = std::fs::read(&t.0).unwrap();
         assert_eq!(&on_disk[200 * 4096..201 * 4096], &pattern(4096, 200)[..]);
+    }
+
+    /// Submits `ops` through the queue ring of `io` and drives it the way the
+    /// transport task does (submit, reap) until all have completed.
+    fn run_on_ring(b: &dyn Backend, io: &QueueIo, ops: Vec<(u32, IoOp)>) -> Vec<IoCompletion> {
+        let ring = io.ring.as_ref().expect("queue ring");
+        let n = ops.len();
+        let mut out: Vec<IoCompletion> =
+            ops.into_iter().filter_map(|(tag, op)| b.submit(tag, op, io)).collect();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while out.len() < n {
+            assert!(Instant::now() < deadline, "{} of {n} operations completed", out.len());
+            ring.submit();
+            if !ring.reap(&mut out) {
+                std::thread::yield_now();
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn uring_queue_ring_completes_on_the_reaping_thread() {
+        let t = TempPath::new("qring");
+        let Some(b) = open(&t, 8 << 20, 4096) else { return };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let io = QueueIo::with_ring(tx);
+        // More operations than the ring's completion queue holds: the rest wait in its FIFO.
+        let n = 2 * QUEUE_CQ_ENTRIES;
+        let writes = (0..n).map(|tag| {
+            let data = pattern(4096, tag);
+            (tag, IoOp::Write { offset: tag as u64 * 4096, data, fua: tag % 100 == 0 })
+        });
+        let done = run_on_ring(&b, &io, writes.collect());
+        assert!(done.iter().all(|c| c.status.is_success()));
+        let mut tags: Vec<u32> = done.iter().map(|c| c.tag).collect();
+        tags.sort_unstable();
+        assert!(tags.iter().copied().eq(0..n), "each operation completes once");
+        let reads = (0..2048u32).map(|i| (10_000 + i, IoOp::Read { offset: i as u64 * 4096, len: 4096 }));
+        for c in run_on_ring(&b, &io, reads.collect()) {
+            let block = c.tag - 10_000;
+            assert!(c.data[..] == pattern(4096, block)[..], "block {block} reads back what was written");
+        }
+        assert!(!io.ring.as_ref().unwrap().in_flight());
+        assert!(rx.try_recv().is_err(), "nothing went through the channel");
+        assert!(b.shared.lock().unwrap().is_none(), "no shared ring, no reaper thread");
+        assert_eq!(b.file.live.load(Ordering::Acquire), 0);
+    }
+
+    /// A resize waits for the queue rings' in-flight operations by reaping them
+    /// itself (their queue may be blocked on the size lock); their completions
+    /// reach the queue's channel.
+    #[test]
+    fn uring_resize_reaps_queue_rings_it_waits_for() {
+        let t = TempPath::new("qresize");
+        let Some(b) = open(&t, 1 << 20, 512) else { return };
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let io = QueueIo::with_ring(tx);
+        for tag in 0..64u32 {
+            let op = IoOp::Write { offset: tag as u64 * 4096, data: pattern(4096, tag), fua: false };
+            assert!(b.submit(tag, op, &io).is_none());
+        }
+        // Not even submitted to the kernel yet: the queue task has not run its pass.
+        b.resize(2 << 20).unwrap();
+        assert_eq!(b.size(), 2 << 20);
+        let mut seen = 0u64;
+        for _ in 0..64 {
+            let c = rx.try_recv().expect("completion delivered by the resize");
+            assert!(c.status.is_success());
+            seen |= 1 << c.tag;
+        }
+        assert_eq!(seen, u64::MAX);
+        assert!(!io.ring.as_ref().unwrap().in_flight());
+        let r = run_on_ring(&b, &io, vec![(1, IoOp::Read { offset: 63 * 4096, len: 4096 })]);
+        assert_eq!(&r[0].data[..], &pattern(4096, 63)[..]);
+    }
+
+    /// A queue that closes with operations in flight returns at once; the
+    /// operations still complete (their buffers live until then).
+    #[test]
+    fn uring_queue_ring_dropped_with_io_in_flight() {
+        let t = TempPath::new("qdrop");
+        let Some(b) = open(&t, 4 << 20, 4096) else { return };
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let io = QueueIo::with_ring(tx);
+        for tag in 0..512u32 {
+            let op = IoOp::Write { offset: tag as u64 * 4096, data: pattern(4096, tag), fua: false };
+            assert!(b.submit(tag, op, &io).is_none());
+        }
+        io.ring.as_ref().unwrap().submit();
+        drop(io);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while b.file.live.load(Ordering::Acquire) > 0 {
+            assert!(Instant::now() < deadline, "in-flight operations never completed");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let r = run(&b, 1, IoOp::Read { offset: 511 * 4096, len: 4096 });
+        assert_eq!(&r.data[..], &pattern(4096, 511)[..]);
+    }
+
+    /// A sleeping queue task is woken through the ring's eventfd.
+    #[tokio::test]
+    async fn uring_queue_ring_wakes_through_its_eventfd() {
+        let t = TempPath::new("qwake");
+        let Some(b) = open(&t, 1 << 20, 4096) else { return };
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let io = QueueIo::with_ring(tx);
+        let ring = io.ring.as_ref().unwrap();
+        for round in 0..20u32 {
+            let op = IoOp::Write { offset: 0, data: pattern(4096, round), fua: round % 2 == 0 };
+            assert!(b.submit(round, op, &io).is_none());
+            ring.submit();
+            let mut out = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while out.is_empty() {
+                assert!(Instant::now() < deadline, "no completion in round {round}");
+                tokio::time::timeout(Duration::from_secs(10), ring.ready()).await.expect("eventfd wake-up");
+                ring.reap(&mut out);
+            }
+            assert_eq!((out[0].tag, out[0].status), (round, Status::SUCCESS));
+        }
     }
 
     #[test]
@@ -1064,7 +1530,7 @@ mod tests {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         for tag in 0..64u32 {
             let op = IoOp::Write { offset: tag as u64 * 4096, data: pattern(4096, tag), fua: false };
-            assert!(b.submit(tag, op, &tx).is_none());
+            assert!(b.submit(tag, op, &QueueIo::detached(tx.clone())).is_none());
         }
         b.resize((4 << 20) + 100).unwrap();
         assert_eq!(b.size(), 4 << 20);
@@ -1105,7 +1571,7 @@ mod tests {
                     fua: false,
                 }
             };
-            assert!(b.submit(tag, op, &tx).is_none());
+            assert!(b.submit(tag, op, &QueueIo::detached(tx.clone())).is_none());
         }
         drop(b);
         let mut count = 0;
@@ -1148,7 +1614,7 @@ mod tests {
         let threads = crate::server::open_backend(&ns(IoEngine::Threads)).unwrap();
         assert!(!threads.describe().contains("io_uring"), "{}", threads.describe());
         drop(threads);
-        let available = new_ring().is_ok();
+        let available = check_available().is_ok();
         let auto = crate::server::open_backend(&ns(IoEngine::Auto)).unwrap();
         assert_eq!(auto.describe().contains("io_uring"), available, "{}", auto.describe());
         drop(auto);
@@ -1250,7 +1716,9 @@ mod tests {
             x % blocks * 4096
         };
         for tag in 0..qd {
-            if let Some(c) = b.submit(tag, IoOp::Read { offset: next(), len: 4096 }, &tx) {
+            if let Some(c) =
+                b.submit(tag, IoOp::Read { offset: next(), len: 4096 }, &QueueIo::detached(tx.clone()))
+            {
                 panic!("inline completion {:?}", c.status);
             }
         }
@@ -1260,7 +1728,9 @@ mod tests {
             let c = rx.blocking_recv().unwrap();
             assert!(c.status.is_success());
             done += 1;
-            assert!(b.submit(c.tag, IoOp::Read { offset: next(), len: 4096 }, &tx).is_none());
+            assert!(b
+                .submit(c.tag, IoOp::Read { offset: next(), len: 4096 }, &QueueIo::detached(tx.clone()))
+                .is_none());
         }
         let rate = done as f64 / start.elapsed().as_secs_f64();
         for _ in 0..qd {
@@ -1307,8 +1777,8 @@ mod tests {
         fn resize(&self, _: u64) -> Result<(), String> {
             Err("no".into())
         }
-        fn submit(&self, tag: u32, op: IoOp, sink: &CompletionSink) -> Option<IoCompletion> {
-            self.pool.submit(tag, op, sink)
+        fn submit(&self, tag: u32, op: IoOp, io: &QueueIo) -> Option<IoCompletion> {
+            self.pool.submit(tag, op, &io.sink)
         }
     }
 

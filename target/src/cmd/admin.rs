@@ -161,7 +161,7 @@ pub fn execute(ctx: &mut QueueCtx, ctrl: &Arc<Controller>, sqe: &Sqe, data: Byte
         AdminOpcode::GET_FEATURES => get_features(ctrl, sqe),
         AdminOpcode::KEEP_ALIVE => keep_alive(ctrl),
         AdminOpcode::ASYNC_EVENT => {
-            return match ctrl.post_aer(&ctx.sink, tag) {
+            return match ctrl.post_aer(&ctx.io.sink, tag) {
                 Ok(()) => Exec::Pending(Pending::Plain),
                 Err(s) => s.into(),
             }
@@ -550,7 +550,7 @@ mod tests {
             port_id: port,
             qid: Some(0),
             ctrl: Some(ctrl.clone()),
-            sink,
+            io: crate::backend::QueueIo::detached(sink),
             sqsize: 31,
             sqflow_disabled: false,
             close_requested: false,

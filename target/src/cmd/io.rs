@@ -93,7 +93,7 @@ pub fn execute(ctx: &mut QueueCtx, ctrl: &Controller, sqe: &Sqe, data: Bytes, ta
                         };
                     }
                     let buf = ctx.take_read_buf(len as usize);
-                    return match ns.backend.read_into(tag, offset, buf, &ctx.sink) {
+                    return match ns.backend.read_into(tag, offset, buf, &ctx.io) {
                         Some(c) => Exec::Done(complete(Pending::Plain, c)),
                         None => Exec::Pending(Pending::Plain),
                     };
@@ -130,7 +130,7 @@ pub fn execute(ctx: &mut QueueCtx, ctrl: &Controller, sqe: &Sqe, data: Bytes, ta
         }
         _ => return Status::INVALID_OPCODE.with_dnr().into(),
     };
-    match ns.backend.submit(tag, op, &ctx.sink) {
+    match ns.backend.submit(tag, op, &ctx.io) {
         Some(c) => Exec::Done(complete(pending, c)),
         None => Exec::Pending(pending),
     }

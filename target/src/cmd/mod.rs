@@ -14,7 +14,7 @@ use bytes::Bytes;
 use nvmeof_common::opcode::FabricsType;
 use nvmeof_common::{Sqe, Status};
 
-use crate::backend::{CompletionSink, IoCompletion};
+use crate::backend::{IoCompletion, QueueIo};
 use crate::core::{Controller, Target};
 
 /// What a queue knows about itself, handed to command handlers.
@@ -27,8 +27,9 @@ pub struct QueueCtx {
     pub qid: Option<u16>,
     /// Controller once connected.
     pub ctrl: Option<Arc<Controller>>,
-    /// Completion channel of this queue (backends and AERs complete here).
-    pub sink: CompletionSink,
+    /// Completion channel of this queue (backends and AERs complete here),
+    /// and its own io_uring when the queue task reaps one.
+    pub io: QueueIo,
     /// SQSIZE from Connect (0's based).
     pub sqsize: u16,
     /// Host disabled SQ flow control (Connect CATTR bit 2): C2HData may carry SUCCESS.
@@ -42,14 +43,15 @@ pub struct QueueCtx {
 }
 
 impl QueueCtx {
-    /// A context for a fresh, unconnected queue.
-    pub fn new(target: Arc<Target>, port_id: u16, sink: CompletionSink) -> Self {
+    /// A context for a fresh, unconnected queue; `io` says how its backend
+    /// completions arrive ([`QueueIo::with_ring`] when the queue task reaps its own io_uring).
+    pub fn new(target: Arc<Target>, port_id: u16, io: QueueIo) -> Self {
         Self {
             target,
             port_id,
             qid: None,
             ctrl: None,
-            sink,
+            io,
             sqsize: 0,
             sqflow_disabled: false,
             close_requested: false,
