@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use nvmeof_initiator::{ConnectOptions, Controller, HostIdentity};
-use nvmeof_target::config::{NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig};
+use nvmeof_target::backend::{Backend, UringBackend};
+use nvmeof_target::config::{IoEngine, NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig};
 use nvmeof_target::core::Limits;
 use nvmeof_target::server::Server;
 
@@ -78,6 +79,19 @@ async fn measure_owned(ns: &nvmeof_initiator::Namespace, n: u64, write: bool) ->
 
 #[tokio::test(flavor = "current_thread")]
 async fn steady_state_allocations_per_io() {
+    // An io_uring file namespace too (O_DIRECT where /var/tmp allows it),
+    // where io_uring is usable here.
+    let path = std::path::PathBuf::from(format!("/var/tmp/nvmeof-alloc-{}.img", std::process::id()));
+    let uring_file = match UringBackend::open_file(&path, Some(8 << 20), 512) {
+        Ok(b) => {
+            println!("io_uring namespace: {}", b.describe());
+            Some(path.clone())
+        }
+        Err(e) => {
+            println!("note: no io_uring namespace: {e}");
+            None
+        }
+    };
     let cfg = TargetConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         subsystems: vec![SubsystemConfig {
@@ -88,7 +102,18 @@ async fn steady_state_allocations_per_io() {
                 nsid: Some(1),
                 source: NamespaceSource::Ram(8 << 20),
                 block_size: 512,
-            }],
+            }]
+            .into_iter()
+            .chain(uring_file.as_ref().map(|path| NamespaceConfig {
+                nsid: Some(2),
+                source: NamespaceSource::File {
+                    path: path.clone(),
+                    size: Some(8 << 20),
+                    io_engine: IoEngine::Uring,
+                },
+                block_size: 512,
+            }))
+            .collect(),
         }],
         limits: Limits::default(),
         poll_us: 0,
@@ -113,6 +138,18 @@ async fn steady_state_allocations_per_io() {
     let wo = measure_owned(&ns, 5000, true).await;
     let ro = measure_owned(&ns, 5000, false).await;
     println!("owned buffers: {wo:.3} allocations per 4 KiB write_bytes, {ro:.3} per 4 KiB read_buf");
+    let uring = match uring_file {
+        Some(_) => {
+            let ns2 = ctrl.namespace(2).await.unwrap();
+            measure(&ns2, 2000, true).await;
+            measure(&ns2, 2000, false).await;
+            let w = measure(&ns2, 5000, true).await;
+            let r = measure(&ns2, 5000, false).await;
+            println!("io_uring file: {w:.3} allocations per 4 KiB write, {r:.3} per 4 KiB read");
+            Some((w, r))
+        }
+        None => None,
+    };
     ctrl.shutdown().await.unwrap();
     server.shutdown(Duration::from_secs(1)).await;
     // Writes: none. Reads: the target reuses its read buffers; what remains is
@@ -122,4 +159,11 @@ async fn steady_state_allocations_per_io() {
     assert!(r < 0.1, "{r} allocations per read");
     assert!(wo < 0.01, "{wo} allocations per write_bytes");
     assert!(ro < 0.1, "{ro} allocations per read_buf");
+    // io_uring: reads land in the queue's recycled buffers and O_DIRECT write
+    // copies reuse the ring's aligned buffers.
+    if let Some((w, r)) = uring {
+        let _ = std::fs::remove_file(&path);
+        assert!(w < 0.01, "{w} allocations per io_uring write");
+        assert!(r < 0.1, "{r} allocations per io_uring read");
+    }
 }

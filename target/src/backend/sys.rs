@@ -71,19 +71,11 @@ impl AlignedBuf {
         let ptr = NonNull::new(ptr).unwrap_or_else(|| alloc::handle_alloc_error(layout));
         Self { ptr, len }
     }
-
-    /// An aligned copy of `src` (non-empty).
-    pub(crate) fn copy_of(src: &[u8]) -> Self {
-        let buf = Self::new_uninit(src.len());
-        // SAFETY: `buf` holds `src.len()` bytes and does not overlap `src`.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), buf.ptr.as_ptr(), src.len()) };
-        buf
-    }
 }
 
 impl AsRef<[u8]> for AlignedBuf {
-    /// Only used once the whole buffer is initialized (a copy, or a read buffer
-    /// the read filled completely).
+    /// Only used once the whole buffer is initialized (a read buffer the read
+    /// filled completely).
     fn as_ref(&self) -> &[u8] {
         // SAFETY: valid allocation of `len` bytes, initialized per the invariant above.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }

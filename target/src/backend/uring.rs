@@ -56,12 +56,13 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use io_uring::{opcode, squeue, types, IoUring, Probe};
 use nvmeof_common::Status;
 use tokio::io::unix::AsyncFd;
@@ -90,6 +91,8 @@ const REAP_TIMEOUT: Duration = Duration::from_millis(100);
 const REAP_TIMEOUT_IDLE: Duration = Duration::from_secs(1);
 /// Largest transfer per SQE (the kernel caps a single read/write below 2 GiB anyway).
 const MAX_RW: usize = 1 << 30;
+/// Aligned write-copy buffers a ring keeps for reuse.
+const MAX_SPARE: usize = 64;
 /// Retries of an operation that failed with `EINTR` / `EAGAIN`.
 const MAX_RETRIES: u8 = 16;
 
@@ -101,17 +104,62 @@ const MAX_RETRIES: u8 = 16;
 // Operations
 // ---------------------------------------------------------------------------
 
-/// Write payload: the caller's bytes, or an aligned copy of them (`O_DIRECT`).
+/// Write payload: the caller's bytes, or an aligned copy of the first `len`
+/// bytes' worth (`O_DIRECT`), in a buffer recycled through the ring.
 enum WriteData {
     Shared(Bytes),
-    Copied(AlignedBuf),
+    Copied(AlignedBuf, usize),
 }
 
 impl WriteData {
     fn as_slice(&self) -> &[u8] {
         match self {
             Self::Shared(b) => b,
-            Self::Copied(b) => b.as_ref(),
+            // SAFETY: the first `len` bytes were initialized by the copy (the
+            // rest of the recycled buffer may not be, so it is never viewed).
+            Self::Copied(b, len) => unsafe { std::slice::from_raw_parts(b.ptr.as_ptr(), *len) },
+        }
+    }
+}
+
+/// Where a read lands: the queue's recycled buffer when its address suits the
+/// descriptor (no allocation), else a fresh aligned buffer.
+enum ReadBuf {
+    /// A queue read buffer; `ptr` is its start, taken once from `&mut` (the
+    /// heap storage does not move with the `BytesMut`).
+    Queue {
+        buf: BytesMut,
+        ptr: NonNull<u8>,
+    },
+    Aligned(AlignedBuf),
+}
+
+// SAFETY: `ptr` points into the `BytesMut` the variant owns (like `AlignedBuf`,
+// a uniquely owned heap buffer); nothing else reads or writes through it.
+unsafe impl Send for ReadBuf {}
+// SAFETY: shared access only reads the pointer value.
+unsafe impl Sync for ReadBuf {}
+
+impl ReadBuf {
+    fn ptr(&self) -> *mut u8 {
+        match self {
+            Self::Queue { ptr, .. } => ptr.as_ptr(),
+            Self::Aligned(b) => b.ptr.as_ptr(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Self::Queue { buf, .. } => buf.len(),
+            Self::Aligned(b) => b.len,
+        }
+    }
+
+    /// The completion's data (the whole buffer is initialized by then).
+    fn into_bytes(self) -> Bytes {
+        match self {
+            Self::Queue { buf, .. } => buf.freeze(),
+            Self::Aligned(b) => Bytes::from_owner(b),
         }
     }
 }
@@ -154,7 +202,7 @@ impl Zeroing {
 
 /// What an operation does; it owns every buffer its SQE points to.
 enum Kind {
-    Read { buf: AlignedBuf, offset: u64, done: usize },
+    Read { buf: ReadBuf, offset: u64, done: usize },
     Write { data: WriteData, offset: u64, done: usize, fua: bool },
     Flush,
     Zero(Zeroing),
@@ -175,8 +223,8 @@ struct Op {
 enum Next {
     /// Submit the (updated) operation again.
     Again(Op),
-    /// Finished: deliver this completion.
-    Done(Arc<FileShared>, Option<CompletionSink>, IoCompletion),
+    /// Finished: deliver this completion (and keep the aligned copy buffer, if any, for reuse).
+    Done(Arc<FileShared>, Option<CompletionSink>, IoCompletion, Option<AlignedBuf>),
 }
 
 impl Op {
@@ -185,9 +233,9 @@ impl Op {
         let fd = self.file.fd();
         match &self.kind {
             Kind::Read { buf, offset, done } => {
-                let n = (buf.len - done).min(MAX_RW) as u32;
-                // SAFETY: `done < buf.len`, so the pointer stays inside the allocation.
-                let ptr = unsafe { buf.ptr.as_ptr().add(*done) };
+                let n = (buf.len() - done).min(MAX_RW) as u32;
+                // SAFETY: `done < buf.len()`, so the pointer stays inside the allocation.
+                let ptr = unsafe { buf.ptr().add(*done) };
                 opcode::Read::new(fd, ptr, n).offset(offset + *done as u64).build()
             }
             Kind::Write { data, offset, done, fua } => {
@@ -252,20 +300,20 @@ impl Op {
             Kind::Read { buf, done, .. } => {
                 if n == 0 {
                     // End of file: the rest reads as zeroes.
-                    // SAFETY: `done < buf.len`; the range is inside the allocation.
-                    unsafe { std::ptr::write_bytes(buf.ptr.as_ptr().add(*done), 0, buf.len - *done) };
-                    *done = buf.len;
+                    // SAFETY: `done < buf.len()`; the range is inside the allocation.
+                    unsafe { std::ptr::write_bytes(buf.ptr().add(*done), 0, buf.len() - *done) };
+                    *done = buf.len();
                 } else {
                     *done += n;
                 }
-                if *done < buf.len {
+                if *done < buf.len() {
                     return Next::Again(self);
                 }
                 let Kind::Read { buf, .. } = std::mem::replace(&mut self.kind, Kind::Flush) else {
                     unreachable!()
                 };
                 // The whole buffer is initialized now.
-                self.finish(Ok(Bytes::from_owner(buf)))
+                self.finish(Ok(buf.into_bytes()))
             }
             Kind::Write { data, done, .. } => {
                 if n == 0 {
@@ -275,7 +323,14 @@ impl Op {
                 if *done < data.as_slice().len() {
                     return Next::Again(self);
                 }
-                self.finish(Ok(Bytes::new()))
+                let Kind::Write { data, .. } = std::mem::replace(&mut self.kind, Kind::Flush) else {
+                    unreachable!()
+                };
+                let mut next = self.finish(Ok(Bytes::new()));
+                if let (Next::Done(.., spare), WriteData::Copied(buf, _)) = (&mut next, data) {
+                    *spare = Some(buf);
+                }
+                next
             }
             Kind::Flush => self.finish(Ok(Bytes::new())),
             Kind::Zero(z) => {
@@ -302,7 +357,7 @@ impl Op {
             Ok(data) => IoCompletion { tag: self.tag, status: Status::SUCCESS, result: 0, data },
             Err(status) => IoCompletion::status(self.tag, status),
         };
-        Next::Done(self.file, self.sink, completion)
+        Next::Done(self.file, self.sink, completion, None)
     }
 }
 
@@ -326,6 +381,8 @@ struct RingState {
     pending: VecDeque<usize>,
     /// The backend's shared ring is being dropped: its reaper exits once `live` is 0.
     shutdown: bool,
+    /// Aligned buffers of finished `O_DIRECT` write copies, for the next ones.
+    spare: Vec<AlignedBuf>,
 }
 
 impl RingState {
@@ -395,6 +452,18 @@ impl Ring {
 
     fn lock_state(&self) -> MutexGuard<'_, RingState> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// An aligned buffer of at least `len` bytes: a spare one, else a new one
+    /// (rounded up to a power of two, so it fits later requests of that size).
+    fn aligned_buf(&self, len: usize) -> AlignedBuf {
+        {
+            let mut st = self.lock_state();
+            if let Some(i) = st.spare.iter().position(|b| b.len >= len) {
+                return st.spare.swap_remove(i);
+            }
+        }
+        AlignedBuf::new_uninit(len.next_power_of_two().max(BUF_ALIGN))
     }
 
     /// Registers `op` and queues its SQE (submitted by the next [`Ring::enter`]).
@@ -490,7 +559,12 @@ impl Ring {
                     st.slots[idx] = Some(op);
                     st.pending.push_front(idx);
                 }
-                Next::Done(file, sink, completion) => {
+                Next::Done(file, sink, completion, spare) => {
+                    if let Some(b) = spare {
+                        if st.spare.len() < MAX_SPARE {
+                            st.spare.push(b);
+                        }
+                    }
                     st.free.push(idx);
                     st.live -= 1;
                     file.live.fetch_sub(1, Ordering::AcqRel);
@@ -762,7 +836,13 @@ impl FileShared {
 
     /// Checks `op` against the capacity and alignment and turns it into a [`Kind`];
     /// `Ok(None)` means there is nothing to do (zero length).
-    fn prepare(&self, op: IoOp, size: u64) -> Result<Option<Kind>, Status> {
+    fn prepare(
+        &self,
+        op: IoOp,
+        size: u64,
+        ring: &Ring,
+        read_buf: Option<BytesMut>,
+    ) -> Result<Option<Kind>, Status> {
         let check = |off: u64, len: u64| {
             if !in_range(off, len, size) {
                 Err(Status::LBA_RANGE.with_dnr())
@@ -778,7 +858,17 @@ impl FileShared {
                 if len == 0 {
                     return Ok(None);
                 }
-                Some(Kind::Read { buf: AlignedBuf::new_uninit(len), offset, done: 0 })
+                let buf = match read_buf {
+                    // The queue's buffer, where its address suits the descriptor.
+                    Some(mut buf)
+                        if buf.len() == len && (buf.as_ptr() as usize) & (self.mem_align - 1) == 0 =>
+                    {
+                        let ptr = NonNull::new(buf.as_mut_ptr()).expect("non-empty buffer");
+                        ReadBuf::Queue { buf, ptr }
+                    }
+                    _ => ReadBuf::Aligned(AlignedBuf::new_uninit(len)),
+                };
+                Some(Kind::Read { buf, offset, done: 0 })
             }
             IoOp::Write { offset, data, fua } => {
                 check(offset, data.len() as u64)?;
@@ -786,7 +876,10 @@ impl FileShared {
                     return Ok(None);
                 }
                 let data = if self.direct && (data.as_ptr() as usize) & (self.mem_align - 1) != 0 {
-                    WriteData::Copied(AlignedBuf::copy_of(&data))
+                    let buf = ring.aligned_buf(data.len());
+                    // SAFETY: `buf` holds at least `data.len()` bytes and does not overlap `data`.
+                    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), buf.ptr.as_ptr(), data.len()) };
+                    WriteData::Copied(buf, data.len())
                 } else {
                     WriteData::Shared(data)
                 };
@@ -1121,37 +1214,51 @@ impl Backend for UringBackend {
     }
 
     fn submit(&self, tag: u32, op: IoOp, io: &QueueIo) -> Option<IoCompletion> {
-        let sh = &self.file;
-        let size = sh.size.read().unwrap_or_else(PoisonError::into_inner);
-        let kind = match sh.prepare(op, *size) {
-            Ok(Some(kind)) => kind,
-            Ok(None) => return Some(IoCompletion::status(tag, Status::SUCCESS)),
-            Err(status) => return Some(IoCompletion::status(tag, status)),
-        };
-        let mut op = Op { tag, sink: None, file: sh.clone(), retries: 0, kind };
-        match io.ring.as_ref().and_then(|q| q.ring_for(sh)) {
-            // The queue submits with its next `QueueRing::submit`.
-            Some(ring) => {
-                sh.live.fetch_add(1, Ordering::AcqRel);
-                ring.push(op);
-            }
-            None => {
-                let ring = match self.shared_ring() {
-                    Ok(r) => r,
-                    Err(status) => return Some(IoCompletion::status(tag, status)),
-                };
-                op.sink = Some(io.sink.clone());
-                sh.live.fetch_add(1, Ordering::AcqRel);
-                ring.push(op);
-                ring.enter();
-            }
-        }
-        drop(size);
-        None
+        self.start_op(tag, op, io, None)
+    }
+
+    /// Reads into the queue's (recycled) buffer where its address suits the
+    /// descriptor, so steady-state reads allocate nothing.
+    fn read_into(&self, tag: u32, offset: u64, buf: BytesMut, io: &QueueIo) -> Option<IoCompletion> {
+        self.start_op(tag, IoOp::Read { offset, len: buf.len() }, io, Some(buf))
     }
 
     fn sync_all(&self) -> Result<(), String> {
         self.file.file.sync_data().map_err(|e| format!("fdatasync {}: {e}", self.file.path.display()))
+    }
+}
+
+impl UringBackend {
+    /// Registers `op` on the queue's ring (submitted by the queue's next
+    /// [`QueueRing::submit`]) or, without one, on the shared ring (submitted now).
+    fn start_op(&self, tag: u32, op: IoOp, io: &QueueIo, read_buf: Option<BytesMut>) -> Option<IoCompletion> {
+        let sh = &self.file;
+        let queue_ring = io.ring.as_ref().and_then(|q| q.ring_for(sh));
+        let shared;
+        let ring = match queue_ring {
+            Some(r) => r,
+            None => match self.shared_ring() {
+                Ok(r) => {
+                    shared = r;
+                    &shared
+                }
+                Err(status) => return Some(IoCompletion::status(tag, status)),
+            },
+        };
+        let size = sh.size.read().unwrap_or_else(PoisonError::into_inner);
+        let kind = match sh.prepare(op, *size, ring, read_buf) {
+            Ok(Some(kind)) => kind,
+            Ok(None) => return Some(IoCompletion::status(tag, Status::SUCCESS)),
+            Err(status) => return Some(IoCompletion::status(tag, status)),
+        };
+        let sink = queue_ring.is_none().then(|| io.sink.clone());
+        sh.live.fetch_add(1, Ordering::AcqRel);
+        ring.push(Op { tag, sink, file: sh.clone(), retries: 0, kind });
+        drop(size);
+        if queue_ring.is_none() {
+            ring.enter();
+        }
+        None
     }
 }
 

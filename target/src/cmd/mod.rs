@@ -81,9 +81,14 @@ impl QueueCtx {
             }
         }
         // A shared-representation buffer: clones of its frozen form only bump a
-        // count, and it can be reclaimed later.
-        let mut m = bytes::BytesMut::with_capacity(len.max(4096));
-        m.resize(len, 0);
+        // count, and it can be reclaimed later. It starts on a 512-byte
+        // boundary, so an io_uring O_DIRECT read can land in it directly
+        // (`UringBackend::read_into`).
+        const ALIGN: usize = 512;
+        let mut m = bytes::BytesMut::with_capacity(len.max(4096) + ALIGN);
+        let pad = m.as_ptr().align_offset(ALIGN);
+        m.resize(pad + len, 0);
+        drop(m.split_to(pad));
         let out = m.split_to(len);
         drop(m);
         out
