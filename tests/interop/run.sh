@@ -11,6 +11,9 @@
 #                       clients on this host: icreq-smoke.py, our initiator
 #                       (interop_initiator), nvmeof-probe (or HOST_CLIENT_CMD)
 #   kernel-target-file  same, file namespace on tmpfs (4 KiB LBAs)
+#   kernel-host-uring   kernel-host with our target's namespaces on io_uring
+#                       (--io-engine uring: per-queue rings, O_DIRECT where
+#                       the run directory's filesystem allows it)
 #   smoke               (not in "all") boot + control channel round trip
 #
 # Boots the guest built by build-guest.sh in QEMU (TCG, 2 vCPUs, 1 GiB) with
@@ -23,7 +26,7 @@ set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 CACHE=${INTEROP_CACHE:-$HERE/cache}
-ALL_SCENARIOS=(kernel-host kernel-target kernel-target-file)
+ALL_SCENARIOS=(kernel-host kernel-target kernel-target-file kernel-host-uring)
 
 : "${TARGET:=host}"                       # kernel-host: host | kernel-guest
 : "${NQN:=nqn.2026-11.io.nvmeof:interop}"
@@ -115,6 +118,7 @@ trap 'cleanup_pids; exit 130' INT TERM
 # $DIR/target.pid so that hooks (run in the console monitor, a subshell) can
 # signal and restart it.
 TARGET_PORT=""
+SCEN_TARGET_ARGS=""                      # per-scenario target flags (kernel-host-uring)
 write_target_config() {
     local nsid size file
     {
@@ -149,7 +153,7 @@ start_target() {
     write_target_config
     # shellcheck disable=SC2086
     # own session/process group, so stop_target can stop anything it forks
-    setsid "$bin" serve --config "$DIR/target.toml" $NVMEOF_TARGET_ARGS >>"$DIR/target.log" 2>&1 </dev/null &
+    setsid "$bin" serve --config "$DIR/target.toml" $NVMEOF_TARGET_ARGS $SCEN_TARGET_ARGS >>"$DIR/target.log" 2>&1 </dev/null &
     echo $! >"$DIR/target.pid"; disown $!
     local i
     for i in $(seq 1 150); do
@@ -315,7 +319,7 @@ hook_run_client() { # kernel-target: run client $1 against the forwarded port
 }
 
 # ---- kernel-host hooks (TARGET=host; "not applicable" otherwise)
-kh_host_target() { [ "$SCEN" = kernel-host ] && [ "$TARGET" = host ]; }
+kh_host_target() { case $SCEN in kernel-host|kernel-host-uring) [ "$TARGET" = host ] ;; *) false ;; esac; }
 
 hook_restart_target() { # stop the target (SIGTERM), RESTART_DOWN_S s down, start it again (same config, port)
     kh_host_target || { echo "not applicable"; return 2; }
@@ -408,8 +412,13 @@ run_scenario() {
     BACKEND=brd
     HOST_PORT=""
     TARGET_PORT=""
+    SCEN_TARGET_ARGS=""
     case $SCEN in
-        kernel-host)
+        kernel-host|kernel-host-uring)
+            if [ "$SCEN" = kernel-host-uring ]; then
+                [ "$TARGET" = host ] || { say "[$SCEN] skipped: needs TARGET=host"; return; }
+                SCEN_TARGET_ARGS="--io-engine uring"
+            fi
             gscen=kernel-host
             env="TARGET=$TARGET NS2_SIZE=$((NS2_SIZE_MB << 20)) NS_GROW=$((NS_GROW_MB << 20)) RESTART_DOWN_S=$RESTART_DOWN_S"
             qtimeout=${INTEROP_TIMEOUT:-$((FIO_RUNTIME + 540))}
@@ -499,6 +508,14 @@ run_scenario() {
         say "[$SCEN] last console lines:"; tail -n 15 "$DIR/console.log" | tr -d '\r' | sed "s/^/[$SCEN]   /"
     elif [ "$pass" = 0 ] && [ "$fail" = 0 ]; then
         fail=1; note="no steps reported"
+    fi
+    # The namespaces really ran on io_uring (the target logs each backend).
+    if [ "$SCEN" = kernel-host-uring ]; then
+        if grep -q 'io_uring, ' "$DIR/target.log"; then
+            pass=$((pass + 1)); say "[$SCEN] STEP io-uring-backend PASS $(grep -ao '(io_uring, [A-Za-z_]*)' "$DIR/target.log" | head -n 1)"
+        else
+            fail=$((fail + 1)); say "[$SCEN] STEP io-uring-backend FAIL target.log names no io_uring backend"
+        fi
     fi
     record "$SCEN" "$pass" "$fail" "$t0" "$note"
 }
