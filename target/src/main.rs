@@ -66,10 +66,15 @@ struct ServeArgs {
     #[arg(long)]
     threads: Option<usize>,
     /// I/O engine of file and block namespaces: threads, uring, or auto (io_uring
-    /// if available, else threads); overrides the configuration file. Default:
-    /// threads for files (page cache), auto for block devices (O_DIRECT).
+    /// if available, else threads); overrides the configuration file. Default: auto.
     #[arg(long)]
     io_engine: Option<IoEngine>,
+    /// File namespaces through the page cache (true, the default) or with
+    /// O_DIRECT where the filesystem allows it (false; io_uring engine only),
+    /// like nvmet's buffered_io; overrides the configuration file. Block
+    /// devices always use O_DIRECT.
+    #[arg(long)]
+    buffered_io: Option<bool>,
     /// Most in-capsule write data on I/O queues in bytes (IOCCSZ); larger writes
     /// use R2T. Default 131072; nvmet's default is 16384. Overrides the configuration file.
     #[arg(long)]
@@ -93,6 +98,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
                 path: f.clone(),
                 size: a.size,
                 io_engine: a.io_engine.unwrap_or(IoEngine::FILE_DEFAULT),
+                buffered_io: true,
             },
             block_size: a.block_size,
         });
@@ -166,6 +172,13 @@ fn main() -> std::process::ExitCode {
     }
     if let Some(e) = args.io_engine {
         cfg.set_io_engine(e);
+    }
+    if let Some(b) = args.buffered_io {
+        cfg.set_buffered_io(b);
+    }
+    if let Err(e) = cfg.check_engines() {
+        eprintln!("nvmeof-target: {e}");
+        return std::process::ExitCode::from(2);
     }
     if let Some(v) = args.in_capsule_data {
         if let Err(e) = cfg.limits.set_in_capsule_data(v) {

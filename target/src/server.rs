@@ -48,8 +48,9 @@ pub fn open_backend(ns: &NamespaceConfig) -> std::io::Result<Arc<dyn Backend>> {
     }
     Ok(match &ns.source {
         NamespaceSource::Ram(size) => Arc::new(MemBackend::new(*size, ns.block_size)),
-        NamespaceSource::File { path, size, io_engine } => {
-            match uring(*io_engine, path, || UringBackend::open_file(path, *size, ns.block_size))? {
+        NamespaceSource::File { path, size, io_engine, buffered_io } => {
+            let open = || UringBackend::open_file_with(path, *size, ns.block_size, !*buffered_io);
+            match uring(*io_engine, path, open)? {
                 Some(b) => b,
                 None => Arc::new(FileBackend::open(path, *size, ns.block_size)?),
             }

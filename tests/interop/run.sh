@@ -11,9 +11,12 @@
 #                       clients on this host: icreq-smoke.py, our initiator
 #                       (interop_initiator), nvmeof-probe (or HOST_CLIENT_CMD)
 #   kernel-target-file  same, file namespace on tmpfs (4 KiB LBAs)
-#   kernel-host-uring   kernel-host with our target's namespaces on io_uring
-#                       (--io-engine uring: per-queue rings, O_DIRECT where
-#                       the run directory's filesystem allows it)
+#   kernel-host-direct  kernel-host with --io-engine uring --buffered-io false
+#                       (io_uring with O_DIRECT where the run directory's
+#                       filesystem allows it; kernel-host itself runs the
+#                       default: io_uring through the page cache)
+#   kernel-host-threads kernel-host with --io-engine threads (the fallback
+#                       where io_uring is unavailable)
 #   smoke               (not in "all") boot + control channel round trip
 #
 # Boots the guest built by build-guest.sh in QEMU (TCG, 2 vCPUs, 1 GiB) with
@@ -26,7 +29,7 @@ set -uo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
 CACHE=${INTEROP_CACHE:-$HERE/cache}
-ALL_SCENARIOS=(kernel-host kernel-target kernel-target-file kernel-host-uring)
+ALL_SCENARIOS=(kernel-host kernel-target kernel-target-file kernel-host-direct kernel-host-threads)
 
 : "${TARGET:=host}"                       # kernel-host: host | kernel-guest
 : "${NQN:=nqn.2026-11.io.nvmeof:interop}"
@@ -118,7 +121,7 @@ trap 'cleanup_pids; exit 130' INT TERM
 # $DIR/target.pid so that hooks (run in the console monitor, a subshell) can
 # signal and restart it.
 TARGET_PORT=""
-SCEN_TARGET_ARGS=""                      # per-scenario target flags (kernel-host-uring)
+SCEN_TARGET_ARGS=""                      # per-scenario target flags (kernel-host-*)
 write_target_config() {
     local nsid size file
     {
@@ -319,7 +322,7 @@ hook_run_client() { # kernel-target: run client $1 against the forwarded port
 }
 
 # ---- kernel-host hooks (TARGET=host; "not applicable" otherwise)
-kh_host_target() { case $SCEN in kernel-host|kernel-host-uring) [ "$TARGET" = host ] ;; *) false ;; esac; }
+kh_host_target() { case $SCEN in kernel-host*) [ "$TARGET" = host ] ;; *) false ;; esac; }
 
 hook_restart_target() { # stop the target (SIGTERM), RESTART_DOWN_S s down, start it again (same config, port)
     kh_host_target || { echo "not applicable"; return 2; }
@@ -414,10 +417,13 @@ run_scenario() {
     TARGET_PORT=""
     SCEN_TARGET_ARGS=""
     case $SCEN in
-        kernel-host|kernel-host-uring)
-            if [ "$SCEN" = kernel-host-uring ]; then
-                [ "$TARGET" = host ] || { say "[$SCEN] skipped: needs TARGET=host"; return; }
-                SCEN_TARGET_ARGS="--io-engine uring"
+        kernel-host|kernel-host-direct|kernel-host-threads)
+            case $SCEN in
+                kernel-host-direct) SCEN_TARGET_ARGS="--io-engine uring --buffered-io false" ;;
+                kernel-host-threads) SCEN_TARGET_ARGS="--io-engine threads" ;;
+            esac
+            if [ "$SCEN" != kernel-host ] && [ "$TARGET" != host ]; then
+                say "[$SCEN] skipped: needs TARGET=host"; return
             fi
             gscen=kernel-host
             env="TARGET=$TARGET NS2_SIZE=$((NS2_SIZE_MB << 20)) NS_GROW=$((NS_GROW_MB << 20)) RESTART_DOWN_S=$RESTART_DOWN_S"
@@ -509,12 +515,20 @@ run_scenario() {
     elif [ "$pass" = 0 ] && [ "$fail" = 0 ]; then
         fail=1; note="no steps reported"
     fi
-    # The namespaces really ran on io_uring (the target logs each backend).
-    if [ "$SCEN" = kernel-host-uring ]; then
-        if grep -q 'io_uring, ' "$DIR/target.log"; then
-            pass=$((pass + 1)); say "[$SCEN] STEP io-uring-backend PASS $(grep -ao '(io_uring, [A-Za-z_]*)' "$DIR/target.log" | head -n 1)"
+    # The namespaces ran on the engine the scenario asks for (the target logs
+    # each backend); the default (`auto`) may fall back to the threads.
+    if kh_host_target && [ -f "$DIR/target.log" ]; then
+        local want engine
+        engine=$(sed 's/\x1b\[[0-9;]*m//g' "$DIR/target.log" | grep -aoE 'backend=(file|block) [^ ]+( \([^)]*\))?' | head -n 1)
+        case $SCEN in
+            kernel-host-direct) want='io_uring, ' ;;
+            kernel-host-threads) want='' ;;
+            *) want='.' ;;
+        esac
+        if { [ -n "$want" ] && grep -q -- "$want" <<<"$engine"; } || { [ -z "$want" ] && ! grep -q io_uring <<<"$engine"; }; then
+            pass=$((pass + 1)); say "[$SCEN] STEP backend-engine PASS ${engine#*backend=}"
         else
-            fail=$((fail + 1)); say "[$SCEN] STEP io-uring-backend FAIL target.log names no io_uring backend"
+            fail=$((fail + 1)); say "[$SCEN] STEP backend-engine FAIL target.log: '${engine:-no namespace line}'"
         fi
     fi
     record "$SCEN" "$pass" "$fail" "$t0" "$note"

@@ -110,6 +110,7 @@ async fn steady_state_allocations_per_io() {
                     path: path.clone(),
                     size: Some(8 << 20),
                     io_engine: IoEngine::Uring,
+                    buffered_io: false,
                 },
                 block_size: 512,
             }))

@@ -346,8 +346,9 @@ fn thread_names() -> Vec<String> {
 }
 
 /// The same on io_uring file namespaces: each target queue submits to and
-/// reaps its own ring (no reaper thread exists), with O_DIRECT where the
-/// filesystem allows it (/var/tmp, and /dev/shm on Linux 6.6+), else buffered.
+/// reaps its own ring (no reaper thread exists); first with O_DIRECT where the
+/// filesystem allows it (/var/tmp; `buffered_io = false`), then through the
+/// page cache (/dev/shm; the default).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn random_io_verified_on_io_uring_files() {
     use nvmeof_target::config::{IoEngine, NamespaceSource};
@@ -356,7 +357,12 @@ async fn random_io_verified_on_io_uring_files() {
     for dir in dirs.iter().filter(|d| d.is_dir()).take(2) {
         let path = dir.join(format!("nvmeof-e2e-uring-{}-{ran}", std::process::id()));
         let _ = std::fs::remove_file(&path);
-        let probe = nvmeof_target::backend::UringBackend::open_file(&path, Some(RANDOM_IO_SIZE), BS as u32);
+        let probe = nvmeof_target::backend::UringBackend::open_file_with(
+            &path,
+            Some(RANDOM_IO_SIZE),
+            BS as u32,
+            ran == 0,
+        );
         match &probe {
             Err(e) if e.kind() == std::io::ErrorKind::Unsupported => {
                 eprintln!("note: skipping: {e}");
@@ -369,7 +375,12 @@ async fn random_io_verified_on_io_uring_files() {
         let p = path.clone();
         let ns = move |size| NamespaceConfig {
             nsid: Some(1),
-            source: NamespaceSource::File { path: p.clone(), size: Some(size), io_engine: IoEngine::Uring },
+            source: NamespaceSource::File {
+                path: p.clone(),
+                size: Some(size),
+                io_engine: IoEngine::Uring,
+                buffered_io: ran == 1,
+            },
             block_size: BS as u32,
         };
         bounded(60, random_io_on(ns, ran == 1, Duration::from_secs(2))).await;

@@ -1066,8 +1066,18 @@ impl UringBackend {
         Self::open_file_opts(path.as_ref(), create_size, block_size, true)
     }
 
-    /// [`UringBackend::open_file`], optionally never using `O_DIRECT`.
-    pub(crate) fn open_file_opts(
+    /// [`UringBackend::open_file`]; with `direct` false the file is used
+    /// through the page cache (nvmet's `buffered_io`), never with `O_DIRECT`.
+    pub fn open_file_with(
+        path: impl AsRef<Path>,
+        create_size: Option<u64>,
+        block_size: u32,
+        direct: bool,
+    ) -> io::Result<Self> {
+        Self::open_file_opts(path.as_ref(), create_size, block_size, direct)
+    }
+
+    fn open_file_opts(
         path: &Path,
         create_size: Option<u64>,
         block_size: u32,
@@ -1078,15 +1088,14 @@ impl UringBackend {
         }
         check_available()?;
         let (file, _, size) = super::file::open_sized(path, create_size, block_size)?;
-        let why_not = if allow_direct {
-            open_file_direct(path, &file, block_size)?
+        let direct = if allow_direct {
+            open_file_direct(path, &file, block_size)?.map_err(|why| {
+                tracing::info!(path = %path.display(), reason = %why, "io_uring backend: O_DIRECT not possible, using the page cache");
+            })
         } else {
-            Err("O_DIRECT not requested".into())
+            Err(())
         };
-        let data = why_not.unwrap_or_else(|why| {
-            tracing::info!(path = %path.display(), reason = %why, "io_uring backend: using buffered I/O");
-            DataFile { file, direct: false, io_align: 1, mem_align: 1 }
-        });
+        let data = direct.unwrap_or(DataFile { file, direct: false, io_align: 1, mem_align: 1 });
         Ok(Self::new(data, path, false, block_size, size))
     }
 
@@ -1713,20 +1722,31 @@ mod tests {
     fn uring_engine_selection_in_open_backend() {
         use crate::config::{IoEngine, NamespaceConfig, NamespaceSource};
         let t = TempPath::new("engine");
-        let ns = |io_engine| NamespaceConfig {
+        let ns = |io_engine, buffered_io| NamespaceConfig {
             nsid: None,
-            source: NamespaceSource::File { path: t.0.clone(), size: Some(1 << 20), io_engine },
+            source: NamespaceSource::File { path: t.0.clone(), size: Some(1 << 20), io_engine, buffered_io },
             block_size: 512,
         };
-        let threads = crate::server::open_backend(&ns(IoEngine::Threads)).unwrap();
+        let threads = crate::server::open_backend(&ns(IoEngine::Threads, true)).unwrap();
         assert!(!threads.describe().contains("io_uring"), "{}", threads.describe());
         drop(threads);
+        assert!(
+            ns(IoEngine::Threads, false).check_engine().is_err(),
+            "the thread pool has no O_DIRECT for files"
+        );
         let available = check_available().is_ok();
-        let auto = crate::server::open_backend(&ns(IoEngine::Auto)).unwrap();
-        assert_eq!(auto.describe().contains("io_uring"), available, "{}", auto.describe());
+        // The default for files: io_uring through the page cache.
+        let auto = crate::server::open_backend(&ns(IoEngine::FILE_DEFAULT, true)).unwrap();
+        let want = if available { "(io_uring, buffered)" } else { "file " };
+        assert!(auto.describe().contains(want), "{}", auto.describe());
         drop(auto);
-        match crate::server::open_backend(&ns(IoEngine::Uring)) {
-            Ok(b) => assert!(available && b.describe().contains("io_uring")),
+        match crate::server::open_backend(&ns(IoEngine::Uring, false)) {
+            Ok(b) => {
+                assert!(available && b.describe().contains("io_uring"));
+                // O_DIRECT where the filesystem allows it (else the page cache, logged).
+                let f = UringBackend::open_file(&t.0, None, 512).unwrap();
+                assert_eq!(b.describe(), f.describe());
+            }
             Err(e) => assert!(!available && e.kind() == io::ErrorKind::Unsupported, "{e}"),
         }
     }
