@@ -401,10 +401,6 @@ impl RingState {
     }
 }
 
-/// A finished operation: its own sink (shared ring) or `None` (queue ring:
-/// the owning queue handles it, or it goes to [`Ring::owner`]).
-type Finished = (Option<CompletionSink>, IoCompletion);
-
 /// One io_uring instance and the operations in it. Operations may belong to
 /// several backends (each carries its descriptor). Two kinds exist:
 /// - a **queue ring**, owned by one queue task ([`QueueRing`]), which submits
@@ -534,9 +530,11 @@ impl Ring {
     }
 
     /// Takes every completion the kernel posted: unfinished operations are
-    /// queued again (submitted by the next [`Ring::enter`]), finished ones are
-    /// appended to `done`. Returns whether anything was reaped.
-    fn reap(&self, done: &mut Vec<Finished>) -> bool {
+    /// queued again (submitted by the next [`Ring::enter`]), finished ones go
+    /// to `finished` with their own sink (shared ring) or `None` (queue ring).
+    /// `finished` runs under the state lock, so it must not submit. Returns
+    /// whether anything was reaped.
+    fn reap(&self, mut finished: impl FnMut(Option<CompletionSink>, IoCompletion)) -> bool {
         let mut st = self.lock_state();
         // SAFETY: the state lock is held, so this is the only `CompletionQueue`.
         let mut cq = unsafe { self.uring.completion_shared() };
@@ -568,7 +566,7 @@ impl Ring {
                     st.free.push(idx);
                     st.live -= 1;
                     file.live.fetch_sub(1, Ordering::AcqRel);
-                    done.push((sink, completion));
+                    finished(sink, completion);
                 }
             }
         }
@@ -577,15 +575,15 @@ impl Ring {
         true
     }
 
-    /// Sends finished operations to their sinks, or to the owner's channel
-    /// (used by every thread but the owning queue's).
-    fn deliver(&self, done: &mut Vec<Finished>) {
-        for (sink, completion) in done.drain(..) {
+    /// [`Ring::reap`], sending each finished operation to its sink or to the
+    /// owner's channel (every thread but the owning queue's reaps this way).
+    fn reap_and_send(&self) -> bool {
+        self.reap(|sink, completion| {
             // The queue may be gone (host disconnected); its completion is then moot.
             if let Some(s) = sink.as_ref().or(self.owner.as_ref()) {
                 let _ = s.send(completion);
             }
-        }
+        })
     }
 
     /// Blocks until every operation in the ring has completed (for a queue ring
@@ -593,12 +591,10 @@ impl Ring {
     fn drain_blocking(&self) {
         let ts = types::Timespec::from(REAP_TIMEOUT);
         let args = types::SubmitArgs::new().timespec(&ts);
-        let mut done = Vec::new();
         while self.has_live() {
             self.enter();
             let _ = self.uring.submitter().submit_with_args(1, &args);
-            self.reap(&mut done);
-            self.deliver(&mut done);
+            self.reap_and_send();
         }
     }
 }
@@ -610,7 +606,6 @@ fn reap_shared(ring: &Ring) {
     let (busy, idle) = (types::Timespec::from(REAP_TIMEOUT), types::Timespec::from(REAP_TIMEOUT_IDLE));
     let (busy, idle) = (types::SubmitArgs::new().timespec(&busy), types::SubmitArgs::new().timespec(&idle));
     let mut is_idle = true;
-    let mut done: Vec<Finished> = Vec::with_capacity(256);
     let mut failures = 0u32;
     loop {
         match ring.uring.submitter().submit_with_args(1, if is_idle { &idle } else { &busy }) {
@@ -628,9 +623,8 @@ fn reap_shared(ring: &Ring) {
                 std::thread::sleep(Duration::from_millis(10));
             }
         }
-        ring.reap(&mut done);
+        ring.reap_and_send();
         ring.enter();
-        ring.deliver(&mut done);
         let (live, shutdown) = {
             let st = ring.lock_state();
             (st.live, st.shutdown)
@@ -658,7 +652,6 @@ pub struct QueueRing {
     /// Backends whose resize knows about this ring.
     registered: Mutex<Vec<Weak<FileShared>>>,
     owner: CompletionSink,
-    done: Mutex<Vec<Finished>>,
 }
 
 /// A queue ring's eventfd, for `AsyncFd`; holding the ring keeps the descriptor open.
@@ -674,13 +667,7 @@ impl QueueRing {
     /// A queue ring whose completions go to the queue (or to `owner`, its channel,
     /// when another thread reaps them). No ring exists until the first operation.
     pub fn new(owner: CompletionSink) -> Self {
-        Self {
-            afd: OnceLock::new(),
-            ring: OnceLock::new(),
-            registered: Mutex::new(Vec::new()),
-            owner,
-            done: Mutex::new(Vec::new()),
-        }
+        Self { afd: OnceLock::new(), ring: OnceLock::new(), registered: Mutex::new(Vec::new()), owner }
     }
 
     /// The ring, created on first use, and made known to `file`'s resize.
@@ -723,19 +710,12 @@ impl QueueRing {
     /// Returns whether there were any.
     pub fn reap(&self, out: &mut Vec<IoCompletion>) -> bool {
         let Some(r) = self.get() else { return false };
-        let mut done = self.done.lock().unwrap_or_else(PoisonError::into_inner);
-        if !r.reap(&mut done) {
-            return false;
-        }
-        for (sink, c) in done.drain(..) {
-            match sink {
-                Some(s) => {
-                    let _ = s.send(c);
-                }
-                None => out.push(c),
+        r.reap(|sink, c| match sink {
+            Some(s) => {
+                let _ = s.send(c);
             }
-        }
-        true
+            None => out.push(c),
+        })
     }
 
     /// Whether operations are in flight on this queue's ring.
@@ -905,7 +885,6 @@ impl FileShared {
     fn wait_drained(&self) {
         let start = Instant::now();
         let mut warned = start;
-        let mut done = Vec::new();
         while self.live.load(Ordering::Acquire) > 0 {
             let rings: Vec<Arc<Ring>> = {
                 let rings = self.rings.lock().unwrap_or_else(PoisonError::into_inner);
@@ -913,9 +892,8 @@ impl FileShared {
             };
             for r in &rings {
                 r.enter();
-                r.reap(&mut done);
+                r.reap_and_send();
                 r.enter();
-                r.deliver(&mut done);
             }
             if self.live.load(Ordering::Acquire) == 0 {
                 break;
