@@ -433,7 +433,7 @@ run_scenario() {
             [ "$TARGET" = kernel-guest ] && BACKEND=${KH_GUEST_BACKEND:-file}
             if [ "$TARGET" = host ]; then
                 start_target || { record "$SCEN" 0 1 "$t0" "target did not start"; return; }
-                fwd=",guestfwd=tcp:10.0.2.100:4420-cmd:socat - TCP:127.0.0.1:$TARGET_PORT"
+                fwd=",guestfwd=tcp:10.0.2.100:4420-cmd:socat -lf $DIR/socat.log - TCP:127.0.0.1:$TARGET_PORT"
                 env="$env NVME_ADDR=10.0.2.100 NVME_PORT=4420"
             elif [ "$TARGET" = kernel-guest ]; then
                 fwd=""
@@ -443,7 +443,7 @@ run_scenario() {
         smoke)
             gscen=smoke; env=""; qtimeout=${INTEROP_TIMEOUT:-120}
             start_echo_server || { record "$SCEN" 0 1 "$t0" "echo server did not start"; return; }
-            fwd=",guestfwd=tcp:10.0.2.100:4420-cmd:socat - TCP:127.0.0.1:$TARGET_PORT" ;;
+            fwd=",guestfwd=tcp:10.0.2.100:4420-cmd:socat -lf $DIR/socat.log - TCP:127.0.0.1:$TARGET_PORT" ;;
         kernel-target|kernel-target-file)
             gscen=kernel-target
             [ "$SCEN" = kernel-target-file ] && BACKEND=file
@@ -514,6 +514,9 @@ run_scenario() {
         say "[$SCEN] last console lines:"; tail -n 15 "$DIR/console.log" | tr -d '\r' | sed "s/^/[$SCEN]   /"
     elif [ "$pass" = 0 ] && [ "$fail" = 0 ]; then
         fail=1; note="no steps reported"
+    elif [ "$fail" != 0 ]; then
+        # name the failed steps on the summary line: CI keeps only the tail
+        note="failed: $(grep ' FAIL' "$DIR/steps.txt" | awk '{print $2}' | tr '\n' ' ')"
     fi
     # The namespaces ran on the engine the scenario asks for (the target logs
     # each backend); the default (`auto`) may fall back to the threads.
@@ -529,6 +532,7 @@ run_scenario() {
             pass=$((pass + 1)); say "[$SCEN] STEP backend-engine PASS ${engine#*backend=}"
         else
             fail=$((fail + 1)); say "[$SCEN] STEP backend-engine FAIL target.log: '${engine:-no namespace line}'"
+            note="${note:-failed: }backend-engine"
         fi
     fi
     record "$SCEN" "$pass" "$fail" "$t0" "$note"

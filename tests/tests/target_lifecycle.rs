@@ -341,6 +341,46 @@ async fn graceful_shutdown_completes_in_flight_read() {
 }
 
 #[tokio::test]
+async fn graceful_shutdown_sends_every_queued_response_before_closing() {
+    // A host that reads slowly: the responses to in-flight reads (32 MiB, more
+    // than the loopback socket buffers hold) are still queued in the target
+    // when the shutdown starts. The queue must close only once they are all on
+    // the wire: closing with a PDU half written hands the host a truncated
+    // stream (through a relay, whatever bytes come next), not a clean close.
+    let s = setup(&default_config()).await;
+    let (server, mut io, _admin) = (s.server, s.io, s.admin);
+    let len = 1u32 << 20;
+    let lbas = len / NS1_BS;
+    let chunks = (NS1_SIZE / u64::from(len)) as u32;
+    let mut data = Vec::new();
+    for i in 0..chunks {
+        let d = pattern(len as usize, 100 + u64::from(i));
+        io.write(1, u64::from(i * lbas), &d, NS1_BS).await.ok();
+        data.push(d);
+    }
+    let mut want = HashMap::new();
+    for i in 0..32u32 {
+        let chunk = i % chunks;
+        let mut sqe = RawClient::rw_sqe(IoOpcode::READ, 1, u64::from(chunk * lbas), lbas);
+        sqe.set_sgl(SglDescriptor::transport(len));
+        want.insert(io.start(sqe).await, &data[chunk as usize]);
+    }
+    // Let the target execute all 32 and fill the socket, then stop it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let stop = tokio::spawn(server.shutdown(Duration::from_secs(5)));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    io.timeout = Duration::from_secs(5);
+    for _ in 0..32 {
+        let c = io.next_completion().await.unwrap_or_else(|e| panic!("{} left: {e}", want.len()));
+        let d = want.remove(&c.cid).expect("a read this test started");
+        assert!(c.status().is_success(), "{}", c.status());
+        assert!(&c.data == d, "read {} completed with the wrong data", c.cid);
+    }
+    io.expect_closed_within(Duration::from_secs(2)).await;
+    tokio::time::timeout(Duration::from_secs(6), stop).await.expect("shutdown hangs").unwrap();
+}
+
+#[tokio::test]
 async fn graceful_shutdown_completes_write_awaiting_data() {
     let s = setup(&default_config()).await;
     let (server, mut io, _admin) = (s.server, s.io, s.admin);

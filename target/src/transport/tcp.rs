@@ -147,7 +147,9 @@ pub async fn run_connection(
         if q.phase() == Phase::Closing && q.out.is_empty() {
             break;
         }
-        if eof || (draining && q.in_flight_io() == 0) {
+        // Draining closes only once every response is on the wire: closing
+        // with a PDU half written would hand the host a truncated stream.
+        if eof || (draining && q.in_flight_io() == 0 && q.out.is_empty()) {
             break;
         }
         if teardown.is_none() {

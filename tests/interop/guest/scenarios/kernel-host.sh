@@ -250,13 +250,13 @@ kh_target_restart() {
     t 120 dd if=/tmp/rs-a of="$DEV" bs=1M seek=32 oflag=direct conv=fsync 2>/dev/null || fail "write before the restart"
     # a writer that runs across the restart: 24 chunks of 1 MiB at 64 MiB, 64 KiB requests
     t 60 dd if=/dev/urandom of=/tmp/rs-b bs=1M count=24 2>/dev/null || fail "pattern"
-    rm -f /tmp/rs-w.n /tmp/rs-w.rc /tmp/rs-stop /tmp/rs-states
+    rm -f /tmp/rs-w.n /tmp/rs-w.t /tmp/rs-w.rc /tmp/rs-stop /tmp/rs-states
     (
         _i=0
         while [ $_i -lt 24 ]; do
             t 150 dd if=/tmp/rs-b of="$DEV" bs=64k count=16 skip=$((_i * 16)) seek=$((1024 + _i * 16)) \
                 oflag=direct conv=fsync 2>/dev/null || { echo "chunk $_i: dd rc $?" >/tmp/rs-w.rc; exit 1; }
-            _i=$((_i + 1)); echo $_i >/tmp/rs-w.n
+            _i=$((_i + 1)); echo $_i >/tmp/rs-w.n; echo "$(now_ms) $_i" >>/tmp/rs-w.t
         done
         echo ok >/tmp/rs-w.rc
     ) &
@@ -300,6 +300,10 @@ kh_target_restart() {
     touch /tmp/rs-stop
     wait $_mpid 2>/dev/null
     info "controller states: $(awk -v t="$_t0" '{printf "%s@%+dms ", $2, $1 - t}' /tmp/rs-states)"
+    # when each writer chunk finished, relative to the restart (a gap of ~30 s
+    # is a request the host only retried after its I/O timeout)
+    info "writer chunks done at: $(awk -v t="$_t0" '{printf "%+d ", $1 - t}' /tmp/rs-w.t 2>/dev/null)ms"
+    dmesg | grep -E 'nvme|I/O' | tail -n 12 | sed 's/^/dmesg: /' >&2
     [ "$(cat /tmp/rs-w.rc 2>/dev/null)" = ok ] || fail "writer across the restart failed: $(cat /tmp/rs-w.rc 2>/dev/null)"
     grep -q -v live /tmp/rs-states || info "note: never saw a non-live state (reconnect faster than 100 ms polling)"
     t 120 dd if="$DEV" of=/tmp/rs-ra bs=1M count=8 skip=32 iflag=direct 2>/dev/null || fail "read back (before)"
