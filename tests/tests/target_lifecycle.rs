@@ -344,9 +344,9 @@ async fn graceful_shutdown_completes_in_flight_read() {
 async fn graceful_shutdown_sends_every_queued_response_before_closing() {
     // A host that reads slowly: the responses to in-flight reads (32 MiB, more
     // than the loopback socket buffers hold) are still queued in the target
-    // when the shutdown starts. The queue must close only once they are all on
-    // the wire: closing with a PDU half written hands the host a truncated
-    // stream (through a relay, whatever bytes come next), not a clean close.
+    // when the shutdown starts. The queue must close only once they are all
+    // sent: closing with a PDU half written hands the host a truncated stream
+    // (through a relay, whatever bytes come next), not a clean close.
     let s = setup(&default_config()).await;
     let (server, mut io, _admin) = (s.server, s.io, s.admin);
     let len = 1u32 << 20;
@@ -368,7 +368,16 @@ async fn graceful_shutdown_sends_every_queued_response_before_closing() {
     // Let the target execute all 32 and fill the socket, then stop it.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let stop = tokio::spawn(server.shutdown(Duration::from_secs(5)));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // A command that arrives while the target drains stays unread (the host
+    // retries it on its next association). Unread bytes at close make the
+    // kernel send a RST, which would drop the responses still in the target's
+    // send buffer: the close must be a FIN after them.
+    let mut late = RawClient::rw_sqe(IoOpcode::READ, 1, 0, 8);
+    late.set_sgl(SglDescriptor::transport(4096));
+    late.set_cid(999);
+    io.send_pdu(&Pdu::CapsuleCmd(CapsuleCmd::new(late))).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
     io.timeout = Duration::from_secs(5);
     for _ in 0..32 {
         let c = io.next_completion().await.unwrap_or_else(|e| panic!("{} left: {e}", want.len()));

@@ -195,7 +195,14 @@ pub async fn run_connection(
         let want_write = !q.out.is_empty();
         // Polling gave up: how long this sleep lasts until work arrives tunes the window.
         let slept = (poll.enabled() && !draining).then(Instant::now);
-        let interest = if want_write { Interest::READABLE | Interest::WRITABLE } else { Interest::READABLE };
+        // While draining, bytes the host sends are left unread (unless a command
+        // waits for its data): waiting for READABLE then would spin.
+        let read_wanted = !draining || q.awaiting_data();
+        let interest = match (read_wanted, want_write) {
+            (true, true) => Interest::READABLE | Interest::WRITABLE,
+            (false, _) => Interest::WRITABLE,
+            (true, false) => Interest::READABLE,
+        };
         tokio::select! {
             biased;
             c = rx.recv() => {
@@ -210,9 +217,9 @@ pub async fn run_connection(
                 }
             }
             // While draining, keep reading only for commands still waiting for H2C data.
-            r = stream.ready(interest), if !draining || want_write || q.awaiting_data() => {
+            r = stream.ready(interest), if read_wanted || want_write => {
                 let Ok(ready) = r else { break };
-                if ready.is_readable() && (!draining || q.awaiting_data()) {
+                if ready.is_readable() && read_wanted {
                     loop {
                         match recv_buf(&stream, &mut rbuf) {
                             Ok(0) => { eof = true; break; }
@@ -260,6 +267,10 @@ pub async fn run_connection(
         }
     }
 
+    if draining && !eof {
+        close_gracefully(&stream).await;
+    }
+
     // Queue teardown (nvmet_tcp_release_queue): the admin queue takes its controller with it.
     if let Some(ctrl) = &q.ctx.ctrl {
         match q.ctx.qid {
@@ -275,6 +286,36 @@ pub async fn run_connection(
         }
     }
     debug!("connection closed");
+}
+
+/// How long a queue closed by a graceful shutdown waits for the host to close
+/// its side after our FIN.
+const CLOSE_LINGER: Duration = Duration::from_secs(1);
+
+/// Ends a connection with a FIN after the last response, then discards what
+/// the host still sends until it closes its side (bounded by [`CLOSE_LINGER`]).
+/// Closing with unread bytes in the receive buffer (commands that arrived while
+/// draining) would make the kernel send a RST instead, and a RST throws away
+/// responses still in the send buffer.
+async fn close_gracefully(stream: &TcpStream) {
+    if socket2::SockRef::from(stream).shutdown(std::net::Shutdown::Write).is_err() {
+        return;
+    }
+    let mut scratch = [0u8; 16 * 1024];
+    let _ = tokio::time::timeout(CLOSE_LINGER, async {
+        loop {
+            if stream.readable().await.is_err() {
+                return;
+            }
+            match stream.try_read(&mut scratch) {
+                Ok(0) => return,
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => return,
+            }
+        }
+    })
+    .await;
 }
 
 /// Submits the queue ring's new SQEs and handles its completions; true if any.
