@@ -160,6 +160,17 @@ pub struct DataTail {
     pub ddgst: Option<[u8; DIGEST_LEN]>,
 }
 
+/// [`DataTail`] with the data digest left to the caller ([`Pdu::encode_deferred`]):
+/// a sender can compute it right before the payload goes to the socket, while
+/// the payload is still in the CPU cache for the socket copy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeferredTail {
+    /// Data bytes, to be written right after the header.
+    pub data: Bytes,
+    /// Whether a data digest (`crc32c(&data)`, little-endian) follows the data.
+    pub ddgst: bool,
+}
+
 /// A decoded or to-be-encoded PDU.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Pdu {
@@ -210,7 +221,7 @@ pub const fn data_offset(hlen: usize, hdgst: bool, pda: u8) -> usize {
 }
 
 /// Shared encoder: header, digests, padding and PLEN for any PDU body.
-pub(crate) fn encode_body<P: PduBody>(p: &P, cfg: &EncodeConfig, dst: &mut BytesMut) -> Option<DataTail> {
+pub(crate) fn encode_body<P: PduBody>(p: &P, cfg: &EncodeConfig, dst: &mut BytesMut) -> Option<DeferredTail> {
     let hdgst = cfg.hdgst && P::TYPE.has_header_digest();
     let data = p.data();
     let dlen = data.len();
@@ -256,7 +267,7 @@ pub(crate) fn encode_body<P: PduBody>(p: &P, cfg: &EncodeConfig, dst: &mut Bytes
     if dlen == 0 {
         return None;
     }
-    Some(DataTail { data: data.clone(), ddgst: ddgst.then(|| crc32c(data).to_le_bytes()) })
+    Some(DeferredTail { data: data.clone(), ddgst })
 }
 
 impl Pdu {
@@ -279,6 +290,15 @@ impl Pdu {
     /// to `dst` and returns the data to send after it, if any. The data is a
     /// reference-counted clone, not a copy.
     pub fn encode(&self, cfg: &EncodeConfig, dst: &mut BytesMut) -> Option<DataTail> {
+        let t = self.encode_deferred(cfg, dst)?;
+        let ddgst = t.ddgst.then(|| crc32c(&t.data).to_le_bytes());
+        Some(DataTail { data: t.data, ddgst })
+    }
+
+    /// [`Self::encode`] without computing the data digest: the header (with
+    /// DDGSTF and a PLEN that counts the digest) goes to `dst`, and the caller
+    /// writes `crc32c(&data)` after the data.
+    pub fn encode_deferred(&self, cfg: &EncodeConfig, dst: &mut BytesMut) -> Option<DeferredTail> {
         match self {
             Pdu::H2cTermReq(t) => encode_body(&term_req::H2c(t), cfg, dst),
             Pdu::C2hTermReq(t) => encode_body(&term_req::C2h(t), cfg, dst),

@@ -351,6 +351,7 @@ async fn sleep_until_opt(t: Option<Instant>) {
 fn flush(stream: &TcpStream, q: &mut QueueState) -> std::io::Result<()> {
     q.out.seal();
     while !q.out.is_empty() {
+        q.out.prepare();
         let mut slices = [IoSlice::new(&[]); 64];
         let n = q.out.slices(&mut slices);
         match stream.try_write_vectored(&slices[..n]) {
