@@ -24,6 +24,7 @@ pub mod decoder;
 pub mod digest;
 pub mod error;
 pub mod opcode;
+pub mod out;
 pub mod pdu;
 pub mod spec;
 pub mod sqe;

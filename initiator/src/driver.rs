@@ -39,7 +39,7 @@
 
 use std::collections::VecDeque;
 use std::future::poll_fn;
-use std::io::{self, IoSlice};
+use std::io;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
@@ -48,9 +48,10 @@ use std::time::{Duration, Instant};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use nvmeof_common::decoder::PduDecoder;
 use nvmeof_common::digest::{crc32c_append, DIGEST_LEN};
-use nvmeof_common::pdu::{CommonHeader, EncodeConfig, Pdu, PduType, CH_LEN};
+use nvmeof_common::out::OutQueue;
+use nvmeof_common::pdu::{CommonHeader, EncodeConfig, PduType, CH_LEN};
 use nvmeof_common::{Cqe, DecodeError, Sqe};
-use nvmeof_net::{readable_now, recv_buf, PollWindow};
+use nvmeof_net::{readable_now, recv_buf, write_out, PollWindow};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
@@ -67,8 +68,6 @@ const SETUP_BIT: u64 = 1 << 32;
 const READ_BUDGET: usize = 4 << 20;
 /// Payloads up to this size are copied next to their header (one iovec instead of two).
 const SMALL_PAYLOAD: usize = 512;
-/// Most iovecs per `writev`.
-const MAX_IOV: usize = 64;
 /// Largest read into the receive buffer while large reads into owned buffers
 /// are outstanding: a C2HData header arrives with at most this much of its
 /// payload, the rest is read straight into the destination.
@@ -661,77 +660,13 @@ pub(crate) fn check_status(cqe: Cqe, command: CommandInfo) -> Result<Cqe> {
     }
 }
 
-/// Encoded PDUs waiting for the socket: header bytes accumulate in one
-/// buffer; large payloads ride as separate `Bytes` (no copy).
-struct OutBuf {
-    hdr: BytesMut,
-    chunks: VecDeque<Bytes>,
-}
-
-impl OutBuf {
-    fn new() -> Self {
-        Self { hdr: BytesMut::with_capacity(16 << 10), chunks: VecDeque::with_capacity(MAX_IOV) }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.hdr.is_empty() && self.chunks.is_empty()
-    }
-
-    fn push(&mut self, pdu: &Pdu, enc: &EncodeConfig) {
-        if let Some(tail) = pdu.encode(enc, &mut self.hdr) {
-            if tail.data.len() <= SMALL_PAYLOAD {
-                self.hdr.extend_from_slice(&tail.data);
-            } else {
-                self.chunks.push_back(self.hdr.split().freeze());
-                self.chunks.push_back(tail.data);
-            }
-            if let Some(d) = tail.ddgst {
-                self.hdr.extend_from_slice(&d);
-            }
-        }
-    }
-
-    /// Writes as much as the socket takes without blocking.
-    fn write_to(&mut self, s: &TcpStream) -> io::Result<()> {
-        if !self.hdr.is_empty() {
-            self.chunks.push_back(self.hdr.split().freeze());
-        }
-        while !self.chunks.is_empty() {
-            let mut iov = [IoSlice::new(&[]); MAX_IOV];
-            let mut n = 0;
-            for (slot, c) in iov.iter_mut().zip(self.chunks.iter()) {
-                *slot = IoSlice::new(c);
-                n += 1;
-            }
-            match s.try_write_vectored(&iov[..n]) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(mut w) => {
-                    while w > 0 {
-                        let front = self.chunks.front_mut().expect("written bytes come from chunks");
-                        if front.len() <= w {
-                            w -= front.len();
-                            self.chunks.pop_front();
-                        } else {
-                            front.advance(w);
-                            w = 0;
-                        }
-                    }
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    }
-}
-
 struct Conn {
     stream: TcpStream,
     queue: Queue,
     dec: PduDecoder,
     enc: EncodeConfig,
     rbuf: BytesMut,
-    out: OutBuf,
+    out: OutQueue,
     epoch: u64,
     /// Connect command to send once the ICResp arrives.
     connect: Option<(Command, oneshot::Sender<Result<Cqe>>)>,
@@ -1025,7 +960,7 @@ impl Driver {
                     enc: queue.encode_config(),
                     queue,
                     rbuf: BytesMut::with_capacity(128 << 10),
-                    out: OutBuf::new(),
+                    out: OutQueue::new(SMALL_PAYLOAD),
                     epoch,
                     connect: Some((connect, reply)),
                     connect_reply: None,
@@ -1123,7 +1058,7 @@ impl Driver {
         let c = self.conn.as_mut().expect("pump needs a connection");
         if c.dead.is_none() {
             c.queue_transmits();
-            c.out.write_to(&c.stream).map_err(Error::io)?;
+            write_out(&c.stream, &mut c.out).map_err(Error::io)?;
         }
         let mut budget = if read { READ_BUDGET } else { 0 };
         let outstanding = c.queue.outstanding();
@@ -1184,12 +1119,12 @@ impl Driver {
         if let Some(e) = c.dead.take() {
             // Flush what is queued (best effort) and close without telling the supervisor:
             // the Connect reply already carries the error.
-            let _ = c.out.write_to(&c.stream);
+            let _ = write_out(&c.stream, &mut c.out);
             self.drop_conn(e, false);
             return Ok(false);
         }
         c.queue_transmits();
-        c.out.write_to(&c.stream).map_err(Error::io)?;
+        write_out(&c.stream, &mut c.out).map_err(Error::io)?;
         if c.queue.outstanding() == 0 {
             self.set_busy(false);
         }

@@ -11,7 +11,30 @@ use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use bytes::BufMut;
+use nvmeof_common::out::OutQueue;
 use tokio::net::TcpStream;
+
+/// Most slices one vectored write takes from an [`OutQueue`].
+pub const MAX_IOV: usize = 64;
+
+/// Writes `out` to the socket until it is empty or the socket would block
+/// (`Ok` either way; `out.is_empty()` tells which). Each write computes the
+/// data digests of the payloads it carries first ([`OutQueue::prepare`]).
+pub fn write_out(stream: &TcpStream, out: &mut OutQueue) -> std::io::Result<()> {
+    out.seal();
+    while !out.is_empty() {
+        out.prepare();
+        let mut slices = [std::io::IoSlice::new(&[]); MAX_IOV];
+        let n = out.slices(&mut slices);
+        match stream.try_write_vectored(&slices[..n]) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(w) => out.advance(w),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
 
 /// Whether the socket has something to read (data, EOF or an error), asked
 /// with a zero-timeout `poll(2)`.

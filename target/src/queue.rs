@@ -6,12 +6,10 @@
 //! Command slots are preallocated per queue; the R2T transfer tag is the slot
 //! index, so an H2CData finds its command in O(1).
 
-use std::collections::VecDeque;
-
-use bytes::{Buf, Bytes, BytesMut};
+use bytes::{Bytes, BytesMut};
 use nvmeof_common::decoder::{DecoderConfig, PduDecoder, Role};
-use nvmeof_common::digest::{crc32c, DIGEST_LEN};
 use nvmeof_common::error::{DecodeError, Fes};
+use nvmeof_common::out::OutQueue;
 use nvmeof_common::pdu::{
     C2hData, CapsuleCmd, CapsuleResp, DigestFlags, EncodeConfig, H2cData, IcReq, IcResp, Pdu, R2t, TermReq,
     CH_LEN,
@@ -47,172 +45,6 @@ struct Slot {
     whole: Option<Bytes>,
 }
 
-/// Payload bytes whose data digests are computed right before one vectored
-/// write: computing them all when the responses are queued (16 × 128 KiB) would
-/// evict the first payloads from the cache before the socket copy reads them
-/// again. Half a typical per-core L2.
-const DIGEST_WINDOW: usize = 512 * 1024;
-
-/// One piece of [`OutBuf`].
-enum Chunk {
-    /// Header bytes or a payload without a digest.
-    Bytes(Bytes),
-    /// A payload followed by its data digest, computed by [`OutBuf::prepare`].
-    Digested {
-        data: Bytes,
-        ddgst: Option<[u8; DIGEST_LEN]>,
-        /// Bytes of `data` + digest already written.
-        sent: usize,
-    },
-}
-
-impl Chunk {
-    fn remaining(&self) -> usize {
-        match self {
-            Chunk::Bytes(b) => b.len(),
-            Chunk::Digested { data, sent, .. } => data.len() + DIGEST_LEN - sent,
-        }
-    }
-}
-
-/// Encoded output waiting for the socket: header chunks and shared payloads in order.
-#[derive(Default)]
-pub struct OutBuf {
-    chunks: VecDeque<Chunk>,
-    hdr: BytesMut,
-    len: usize,
-}
-
-impl OutBuf {
-    fn push(&mut self, pdu: &Pdu, cfg: &EncodeConfig) {
-        if self.hdr.capacity() - self.hdr.len() < 256 {
-            self.hdr.reserve(16 * 1024);
-        }
-        let tail = pdu.encode_deferred(cfg, &mut self.hdr);
-        if let Some(t) = tail {
-            let h = self.hdr.split().freeze();
-            self.len += h.len() + t.data.len();
-            self.chunks.push_back(Chunk::Bytes(h));
-            if t.ddgst {
-                self.len += DIGEST_LEN;
-                self.chunks.push_back(Chunk::Digested { data: t.data, ddgst: None, sent: 0 });
-            } else {
-                self.chunks.push_back(Chunk::Bytes(t.data));
-            }
-        }
-    }
-
-    /// Moves pending header bytes into the chunk list (call before writing).
-    pub fn seal(&mut self) {
-        if !self.hdr.is_empty() {
-            let h = self.hdr.split().freeze();
-            self.len += h.len();
-            self.chunks.push_back(Chunk::Bytes(h));
-        }
-    }
-
-    /// Computes the data digests of the next [`DIGEST_WINDOW`] bytes of
-    /// payload (at least one), which [`Self::slices`] then includes.
-    pub fn prepare(&mut self) {
-        let mut window = 0;
-        for c in self.chunks.iter_mut() {
-            if window >= DIGEST_WINDOW {
-                break;
-            }
-            match c {
-                Chunk::Bytes(b) => window += b.len(),
-                Chunk::Digested { data, ddgst: Some(_), .. } => window += data.len(),
-                Chunk::Digested { data, ddgst, .. } => {
-                    if window > 0 && window + data.len() > DIGEST_WINDOW {
-                        break;
-                    }
-                    *ddgst = Some(crc32c(data).to_le_bytes());
-                    window += data.len();
-                }
-            }
-        }
-    }
-
-    /// Bytes waiting.
-    pub fn len(&self) -> usize {
-        self.len + self.hdr.len()
-    }
-
-    /// Whether nothing waits.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// Fills `dst` with up to `dst.len()` slices for one vectored write, up to
-    /// the first payload whose digest [`Self::prepare`] has not computed yet.
-    pub fn slices<'a>(&'a self, dst: &mut [std::io::IoSlice<'a>]) -> usize {
-        let mut n = 0;
-        for c in &self.chunks {
-            match c {
-                Chunk::Bytes(b) => {
-                    if n == dst.len() {
-                        break;
-                    }
-                    dst[n] = std::io::IoSlice::new(b);
-                    n += 1;
-                }
-                Chunk::Digested { ddgst: None, .. } => break,
-                Chunk::Digested { data, ddgst: Some(d), sent } => {
-                    if n + 2 > dst.len() {
-                        break;
-                    }
-                    if *sent < data.len() {
-                        dst[n] = std::io::IoSlice::new(&data[*sent..]);
-                        dst[n + 1] = std::io::IoSlice::new(d);
-                        n += 2;
-                    } else {
-                        dst[n] = std::io::IoSlice::new(&d[*sent - data.len()..]);
-                        n += 1;
-                    }
-                }
-            }
-        }
-        n
-    }
-
-    /// Drops `n` written bytes from the front.
-    pub fn advance(&mut self, mut n: usize) {
-        self.len -= n;
-        while n > 0 {
-            let front = self.chunks.front_mut().expect("advance within queued bytes");
-            let rem = front.remaining();
-            if rem <= n {
-                n -= rem;
-                self.chunks.pop_front();
-                continue;
-            }
-            match front {
-                Chunk::Bytes(b) => b.advance(n),
-                Chunk::Digested { sent, .. } => *sent += n,
-            }
-            n = 0;
-        }
-    }
-
-    /// All queued bytes in one buffer (tests and debugging).
-    pub fn take_all(&mut self) -> Vec<u8> {
-        self.seal();
-        let mut v = Vec::with_capacity(self.len);
-        for c in self.chunks.drain(..) {
-            match c {
-                Chunk::Bytes(b) => v.extend_from_slice(&b),
-                Chunk::Digested { data, ddgst, sent } => {
-                    let mut all = data.to_vec();
-                    all.extend_from_slice(&ddgst.unwrap_or_else(|| crc32c(&data).to_le_bytes()));
-                    v.extend_from_slice(&all[sent..]);
-                }
-            }
-        }
-        self.len = 0;
-        v
-    }
-}
-
 /// Connection phase.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
@@ -236,7 +68,7 @@ pub struct QueueState {
     sqhd: u16,
     draining: bool,
     /// Encoded PDUs waiting for the socket.
-    pub out: OutBuf,
+    pub out: OutQueue,
 }
 
 impl QueueState {
@@ -257,7 +89,7 @@ impl QueueState {
             free: Vec::new(),
             sqhd: 0,
             draining: false,
-            out: OutBuf::default(),
+            out: OutQueue::default(),
         };
         q.grow_slots(INITIAL_SLOTS);
         q
@@ -888,58 +720,5 @@ mod tests {
         let out = q.out.take_all();
         assert_eq!(out[0], 0x03);
         assert_eq!(u16::from_le_bytes([out[8], out[9]]), Fes::PDU_SEQUENCE.0);
-    }
-
-    /// The bytes an [`OutBuf`] hands to the socket, written in pieces of the
-    /// sizes in `writes` (cycled), equal the PDUs encoded eagerly, digests
-    /// computed before or after the window, partial writes anywhere.
-    #[test]
-    fn out_buf_deferred_digests_match_eager_encoding() {
-        let cfg = EncodeConfig { hdgst: true, ddgst: true, pda: 0 };
-        for writes in
-            [&[1usize][..], &[3, 5, 7, 4096][..], &[100_000][..], &[usize::MAX][..], &[131_075, 2][..]]
-        {
-            let mut out = OutBuf::default();
-            let mut want = Vec::new();
-            for i in 0..24u16 {
-                let len = [4096usize, 131_072, 512, 65_536][i as usize % 4];
-                let data = Bytes::from(
-                    (0..len).map(|b| (b as u16).wrapping_mul(31).wrapping_add(i) as u8).collect::<Vec<_>>(),
-                );
-                let pdu = Pdu::C2hData(C2hData { cccid: i, datao: 0, data, last: true, success: false });
-                want.extend_from_slice(&pdu.encode_to_vec(&cfg));
-                out.push(&pdu, &cfg);
-                if i % 5 == 0 {
-                    out.push(&Pdu::CapsuleResp(CapsuleResp { cqe: Cqe::default() }), &cfg);
-                    want.extend_from_slice(
-                        &Pdu::CapsuleResp(CapsuleResp { cqe: Cqe::default() }).encode_to_vec(&cfg),
-                    );
-                }
-            }
-            out.seal();
-            assert_eq!(out.len(), want.len());
-            let mut got = Vec::new();
-            let mut k = 0;
-            while !out.is_empty() {
-                out.prepare();
-                let mut sl = [std::io::IoSlice::new(&[]); 64];
-                let n = out.slices(&mut sl);
-                assert!(n > 0, "no progress with {} bytes queued", out.len());
-                let mut budget = writes[k % writes.len()];
-                k += 1;
-                let mut w = 0;
-                for s in &sl[..n] {
-                    let t = s.len().min(budget);
-                    got.extend_from_slice(&s[..t]);
-                    w += t;
-                    budget -= t;
-                    if budget == 0 {
-                        break;
-                    }
-                }
-                out.advance(w);
-            }
-            assert!(got == want, "stream differs with writes of {writes:?}");
-        }
     }
 }

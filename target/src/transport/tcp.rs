@@ -11,7 +11,6 @@
 //! of an idle core costs ~50 µs on these machines); the window adapts up to
 //! 8× that while sleeps keep ending soon after they start ([`PollWindow`]).
 
-use std::io::IoSlice;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -349,17 +348,5 @@ async fn sleep_until_opt(t: Option<Instant>) {
 
 /// Writes queued output until done or the socket would block.
 fn flush(stream: &TcpStream, q: &mut QueueState) -> std::io::Result<()> {
-    q.out.seal();
-    while !q.out.is_empty() {
-        q.out.prepare();
-        let mut slices = [IoSlice::new(&[]); 64];
-        let n = q.out.slices(&mut slices);
-        match stream.try_write_vectored(&slices[..n]) {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(w) => q.out.advance(w),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
+    nvmeof_net::write_out(stream, &mut q.out)
 }

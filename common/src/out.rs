@@ -1,0 +1,256 @@
+//! Output queue shared by the target's and the initiator's drivers (sans-IO:
+//! it hands out slices for a vectored write and is told how much was taken).
+
+use std::collections::VecDeque;
+
+use bytes::{Buf, Bytes, BytesMut};
+
+use crate::digest::{crc32c, DIGEST_LEN};
+use crate::pdu::{EncodeConfig, Pdu};
+
+/// Payload bytes whose data digests are computed right before one vectored
+/// write: computing them all when the responses are queued (16 × 128 KiB) would
+/// evict the first payloads from the cache before the socket copy reads them
+/// again. Half a typical per-core L2.
+const DIGEST_WINDOW: usize = 512 * 1024;
+
+/// One piece of [`OutQueue`].
+enum Chunk {
+    /// Header bytes or a payload without a digest.
+    Bytes(Bytes),
+    /// A payload followed by its data digest, computed by [`OutBuf::prepare`].
+    Digested {
+        data: Bytes,
+        ddgst: Option<[u8; DIGEST_LEN]>,
+        /// Bytes of `data` + digest already written.
+        sent: usize,
+    },
+}
+
+impl Chunk {
+    fn remaining(&self) -> usize {
+        match self {
+            Chunk::Bytes(b) => b.len(),
+            Chunk::Digested { data, sent, .. } => data.len() + DIGEST_LEN - sent,
+        }
+    }
+}
+
+/// Encoded PDUs waiting for the socket, in order: header bytes accumulate in
+/// one buffer, payloads ride as shared [`Bytes`] (not copied), and data
+/// digests are computed a window at a time just before they are written.
+///
+/// A driver loops: [`Self::prepare`], [`Self::slices`] into one vectored
+/// write, [`Self::advance`] by what the socket took.
+#[derive(Default)]
+pub struct OutQueue {
+    chunks: VecDeque<Chunk>,
+    hdr: BytesMut,
+    len: usize,
+    /// Payloads up to this size are copied into the header buffer (one
+    /// slice fewer per PDU; their digest is computed at once).
+    small_copy: usize,
+}
+
+impl OutQueue {
+    /// An empty queue that copies payloads of up to `small_copy` bytes next
+    /// to their header instead of referencing them.
+    pub fn new(small_copy: usize) -> Self {
+        Self { small_copy, ..Self::default() }
+    }
+
+    /// Appends `pdu`, encoded with `cfg`.
+    pub fn push(&mut self, pdu: &Pdu, cfg: &EncodeConfig) {
+        if self.hdr.capacity() - self.hdr.len() < 256 {
+            self.hdr.reserve(16 * 1024);
+        }
+        let tail = pdu.encode_deferred(cfg, &mut self.hdr);
+        if let Some(t) = tail {
+            if t.data.len() <= self.small_copy {
+                self.hdr.extend_from_slice(&t.data);
+                if t.ddgst {
+                    self.hdr.extend_from_slice(&crc32c(&t.data).to_le_bytes());
+                }
+                return;
+            }
+            let h = self.hdr.split().freeze();
+            self.len += h.len() + t.data.len();
+            self.chunks.push_back(Chunk::Bytes(h));
+            if t.ddgst {
+                self.len += DIGEST_LEN;
+                self.chunks.push_back(Chunk::Digested { data: t.data, ddgst: None, sent: 0 });
+            } else {
+                self.chunks.push_back(Chunk::Bytes(t.data));
+            }
+        }
+    }
+
+    /// Moves pending header bytes into the chunk list (call before writing).
+    pub fn seal(&mut self) {
+        if !self.hdr.is_empty() {
+            let h = self.hdr.split().freeze();
+            self.len += h.len();
+            self.chunks.push_back(Chunk::Bytes(h));
+        }
+    }
+
+    /// Computes the data digests of the next [`DIGEST_WINDOW`] bytes of
+    /// payload (at least one), which [`Self::slices`] then includes.
+    pub fn prepare(&mut self) {
+        let mut window = 0;
+        for c in self.chunks.iter_mut() {
+            if window >= DIGEST_WINDOW {
+                break;
+            }
+            match c {
+                Chunk::Bytes(b) => window += b.len(),
+                Chunk::Digested { data, ddgst: Some(_), .. } => window += data.len(),
+                Chunk::Digested { data, ddgst, .. } => {
+                    if window > 0 && window + data.len() > DIGEST_WINDOW {
+                        break;
+                    }
+                    *ddgst = Some(crc32c(data).to_le_bytes());
+                    window += data.len();
+                }
+            }
+        }
+    }
+
+    /// Bytes waiting.
+    pub fn len(&self) -> usize {
+        self.len + self.hdr.len()
+    }
+
+    /// Whether nothing waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Fills `dst` with up to `dst.len()` slices for one vectored write, up to
+    /// the first payload whose digest [`Self::prepare`] has not computed yet.
+    pub fn slices<'a>(&'a self, dst: &mut [std::io::IoSlice<'a>]) -> usize {
+        let mut n = 0;
+        for c in &self.chunks {
+            match c {
+                Chunk::Bytes(b) => {
+                    if n == dst.len() {
+                        break;
+                    }
+                    dst[n] = std::io::IoSlice::new(b);
+                    n += 1;
+                }
+                Chunk::Digested { ddgst: None, .. } => break,
+                Chunk::Digested { data, ddgst: Some(d), sent } => {
+                    if n + 2 > dst.len() {
+                        break;
+                    }
+                    if *sent < data.len() {
+                        dst[n] = std::io::IoSlice::new(&data[*sent..]);
+                        dst[n + 1] = std::io::IoSlice::new(d);
+                        n += 2;
+                    } else {
+                        dst[n] = std::io::IoSlice::new(&d[*sent - data.len()..]);
+                        n += 1;
+                    }
+                }
+            }
+        }
+        n
+    }
+
+    /// Drops `n` written bytes from the front.
+    pub fn advance(&mut self, mut n: usize) {
+        self.len -= n;
+        while n > 0 {
+            let front = self.chunks.front_mut().expect("advance within queued bytes");
+            let rem = front.remaining();
+            if rem <= n {
+                n -= rem;
+                self.chunks.pop_front();
+                continue;
+            }
+            match front {
+                Chunk::Bytes(b) => b.advance(n),
+                Chunk::Digested { sent, .. } => *sent += n,
+            }
+            n = 0;
+        }
+    }
+
+    /// All queued bytes in one buffer (tests and debugging); empties the queue.
+    pub fn take_all(&mut self) -> Vec<u8> {
+        self.seal();
+        let mut v = Vec::with_capacity(self.len);
+        for c in self.chunks.drain(..) {
+            match c {
+                Chunk::Bytes(b) => v.extend_from_slice(&b),
+                Chunk::Digested { data, ddgst, sent } => {
+                    let mut all = data.to_vec();
+                    all.extend_from_slice(&ddgst.unwrap_or_else(|| crc32c(&data).to_le_bytes()));
+                    v.extend_from_slice(&all[sent..]);
+                }
+            }
+        }
+        self.len = 0;
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pdu::{C2hData, CapsuleResp};
+    use crate::Cqe;
+
+    /// The bytes an [`OutQueue`] hands to the socket, written in pieces of the
+    /// sizes in `writes` (cycled), equal the PDUs encoded eagerly, digests
+    /// computed before or after the window, partial writes anywhere.
+    #[test]
+    fn out_buf_deferred_digests_match_eager_encoding() {
+        let cfg = EncodeConfig { hdgst: true, ddgst: true, pda: 0 };
+        let writes: [&[usize]; 5] = [&[1], &[3, 5, 7, 4096], &[100_000], &[usize::MAX], &[131_075, 2]];
+        for (small, writes) in [0usize, 512, 8192].into_iter().flat_map(|s| writes.map(move |w| (s, w))) {
+            let mut out = OutQueue::new(small);
+            let mut want = Vec::new();
+            for i in 0..24u16 {
+                let len = [4096usize, 131_072, 512, 65_536][i as usize % 4];
+                let data = Bytes::from(
+                    (0..len).map(|b| (b as u16).wrapping_mul(31).wrapping_add(i) as u8).collect::<Vec<_>>(),
+                );
+                let pdu = Pdu::C2hData(C2hData { cccid: i, datao: 0, data, last: true, success: false });
+                want.extend_from_slice(&pdu.encode_to_vec(&cfg));
+                out.push(&pdu, &cfg);
+                if i % 5 == 0 {
+                    out.push(&Pdu::CapsuleResp(CapsuleResp { cqe: Cqe::default() }), &cfg);
+                    want.extend_from_slice(
+                        &Pdu::CapsuleResp(CapsuleResp { cqe: Cqe::default() }).encode_to_vec(&cfg),
+                    );
+                }
+            }
+            out.seal();
+            assert_eq!(out.len(), want.len());
+            let mut got = Vec::new();
+            let mut k = 0;
+            while !out.is_empty() {
+                out.prepare();
+                let mut sl = [std::io::IoSlice::new(&[]); 64];
+                let n = out.slices(&mut sl);
+                assert!(n > 0, "no progress with {} bytes queued", out.len());
+                let mut budget = writes[k % writes.len()];
+                k += 1;
+                let mut w = 0;
+                for s in &sl[..n] {
+                    let t = s.len().min(budget);
+                    got.extend_from_slice(&s[..t]);
+                    w += t;
+                    budget -= t;
+                    if budget == 0 {
+                        break;
+                    }
+                }
+                out.advance(w);
+            }
+            assert!(got == want, "stream differs with writes of {writes:?}, small_copy {small}");
+        }
+    }
+}
