@@ -18,7 +18,7 @@ const DIGEST_WINDOW: usize = 512 * 1024;
 enum Chunk {
     /// Header bytes or a payload without a digest.
     Bytes(Bytes),
-    /// A payload followed by its data digest, computed by [`OutBuf::prepare`].
+    /// A payload followed by its data digest, computed by [`OutQueue::prepare`].
     Digested {
         data: Bytes,
         ddgst: Option<[u8; DIGEST_LEN]>,
