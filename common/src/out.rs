@@ -12,7 +12,7 @@ use crate::pdu::{EncodeConfig, Pdu};
 /// write: computing them all when the responses are queued (16 × 128 KiB) would
 /// evict the first payloads from the cache before the socket copy reads them
 /// again. Half a typical per-core L2.
-const DIGEST_WINDOW: usize = 512 * 1024;
+pub const DIGEST_WINDOW: usize = 512 * 1024;
 
 /// One piece of [`OutQueue`].
 enum Chunk {
