@@ -185,9 +185,9 @@ impl OutQueue {
             match c {
                 Chunk::Bytes(b) => v.extend_from_slice(&b),
                 Chunk::Digested { data, ddgst, sent } => {
-                    let mut all = data.to_vec();
-                    all.extend_from_slice(&ddgst.unwrap_or_else(|| crc32c(&data).to_le_bytes()));
-                    v.extend_from_slice(&all[sent..]);
+                    let d = ddgst.unwrap_or_else(|| crc32c(&data).to_le_bytes());
+                    v.extend_from_slice(data.get(sent..).unwrap_or_default());
+                    v.extend_from_slice(&d[sent.saturating_sub(data.len())..]);
                 }
             }
         }
@@ -206,7 +206,7 @@ mod tests {
     /// sizes in `writes` (cycled), equal the PDUs encoded eagerly, digests
     /// computed before or after the window, partial writes anywhere.
     #[test]
-    fn out_buf_deferred_digests_match_eager_encoding() {
+    fn out_queue_deferred_digests_match_eager_encoding() {
         let cfg = EncodeConfig { hdgst: true, ddgst: true, pda: 0 };
         let writes: [&[usize]; 5] = [&[1], &[3, 5, 7, 4096], &[100_000], &[usize::MAX], &[131_075, 2]];
         for (small, writes) in [0usize, 512, 8192].into_iter().flat_map(|s| writes.map(move |w| (s, w))) {

@@ -135,7 +135,7 @@ pub async fn run_connection(
             last_activity = Instant::now();
         }
         // Write out everything queued; stop at WouldBlock.
-        if let Err(e) = flush(&stream, &mut q) {
+        if let Err(e) = nvmeof_net::write_out(&stream, &mut q.out) {
             debug!(error = %e, "write failed");
             break;
         }
@@ -344,9 +344,4 @@ async fn sleep_until_opt(t: Option<Instant>) {
         Some(t) => tokio::time::sleep_until(t.into()).await,
         None => std::future::pending().await,
     }
-}
-
-/// Writes queued output until done or the socket would block.
-fn flush(stream: &TcpStream, q: &mut QueueState) -> std::io::Result<()> {
-    nvmeof_net::write_out(stream, &mut q.out)
 }
