@@ -57,7 +57,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -651,6 +651,11 @@ pub struct QueueRing {
     ring: OnceLock<Option<Arc<Ring>>>,
     /// Backends whose resize knows about this ring.
     registered: Mutex<Vec<Weak<FileShared>>>,
+    /// The backend registered last, so that the usual case (one namespace per
+    /// queue) skips the lock. The address stays unique while its `Weak` is in
+    /// `registered`: a dead entry is only dropped under the lock, right before
+    /// this is set to the file being registered.
+    last_registered: AtomicPtr<FileShared>,
     owner: CompletionSink,
 }
 
@@ -667,7 +672,13 @@ impl QueueRing {
     /// A queue ring whose completions go to the queue (or to `owner`, its channel,
     /// when another thread reaps them). No ring exists until the first operation.
     pub fn new(owner: CompletionSink) -> Self {
-        Self { afd: OnceLock::new(), ring: OnceLock::new(), registered: Mutex::new(Vec::new()), owner }
+        Self {
+            afd: OnceLock::new(),
+            ring: OnceLock::new(),
+            registered: Mutex::new(Vec::new()),
+            last_registered: AtomicPtr::new(std::ptr::null_mut()),
+            owner,
+        }
     }
 
     /// The ring, created on first use, and made known to `file`'s resize.
@@ -684,6 +695,10 @@ impl QueueRing {
                 }
             })
             .as_ref()?;
+        let ptr = Arc::as_ptr(file).cast_mut();
+        if self.last_registered.load(Ordering::Acquire) == ptr {
+            return Some(ring);
+        }
         let mut registered = self.registered.lock().unwrap_or_else(PoisonError::into_inner);
         if !registered.iter().any(|w| w.as_ptr() == Arc::as_ptr(file)) {
             registered.retain(|w| w.strong_count() > 0);
@@ -692,6 +707,7 @@ impl QueueRing {
             rings.retain(|w| w.strong_count() > 0);
             rings.push(Arc::downgrade(ring));
         }
+        self.last_registered.store(ptr, Ordering::Release);
         Some(ring)
     }
 
