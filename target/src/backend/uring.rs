@@ -42,8 +42,10 @@
 //!   reaps the queue rings holding this backend's operations itself (their
 //!   owners may be blocked on that lock); those completions reach the queues
 //!   through their channels.
-//! - A queue that closes with operations in flight hands its ring to a drain
-//!   thread: the kernel may still write into their buffers until they complete.
+//! - A queue that closes with operations in flight hands its ring to the
+//!   process's one drain thread: the kernel may still write into their buffers
+//!   until they complete. One thread for all rings, so a device that stops
+//!   completing I/O while hosts reconnect does not cost a thread per closed queue.
 //!
 //! [`UringBackend::open_file`] / [`UringBackend::open_block`] fail with
 //! [`io::ErrorKind::Unsupported`] when io_uring is not usable here (seccomp,
@@ -58,7 +60,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, Weak};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -93,6 +95,9 @@ const REAP_TIMEOUT_IDLE: Duration = Duration::from_secs(1);
 const MAX_RW: usize = 1 << 30;
 /// Aligned write-copy buffers a ring keeps for reuse.
 const MAX_SPARE: usize = 64;
+/// A closed queue's operations still in flight after this long get a warning
+/// (the device has stopped completing I/O).
+const DRAIN_WARN_AFTER: Duration = Duration::from_secs(30);
 /// Retries of an operation that failed with `EINTR` / `EAGAIN`.
 const MAX_RETRIES: u8 = 16;
 
@@ -783,14 +788,93 @@ impl Drop for QueueRing {
         }
         // The queue closed with I/O in flight; the kernel may still write into
         // those operations' buffers, so they live until their completions
-        // arrive, on a thread of their own rather than blocking this task.
-        let r = ring.clone();
-        if std::thread::Builder::new()
-            .name("nvmet-uring-drain".into())
-            .spawn(move || r.drain_blocking())
-            .is_err()
-        {
-            ring.drain_blocking();
+        // arrive, on the drain thread rather than blocking this task.
+        match Drainer::get() {
+            Some(d) => d.add(ring),
+            None => ring.drain_blocking(),
+        }
+    }
+}
+
+/// The drain thread: reaps the rings of closed queues until their last
+/// operation completes, then drops them (and with them the buffers).
+struct Drainer {
+    /// Rings being drained, with when each arrived and whether it was warned about.
+    rings: Mutex<Vec<(Arc<Ring>, Instant, bool)>>,
+    more: Condvar,
+}
+
+impl Drainer {
+    /// The process's drainer, its thread started on first use; `None` when no
+    /// thread can be started (the caller drains in place).
+    fn get() -> Option<&'static Drainer> {
+        static DRAINER: Drainer = Drainer { rings: Mutex::new(Vec::new()), more: Condvar::new() };
+        static STARTED: OnceLock<bool> = OnceLock::new();
+        let started = *STARTED.get_or_init(|| {
+            match std::thread::Builder::new().name("nvmet-uring-drain".into()).spawn(|| DRAINER.run()) {
+                Ok(_) => true,
+                Err(e) => {
+                    tracing::warn!(error = %e, "no io_uring drain thread; closed queues drain in place");
+                    false
+                }
+            }
+        });
+        started.then_some(&DRAINER)
+    }
+
+    fn add(&self, ring: Arc<Ring>) {
+        self.rings.lock().unwrap_or_else(PoisonError::into_inner).push((ring, Instant::now(), false));
+        self.more.notify_one();
+    }
+
+    fn run(&self) {
+        let mut fds = Vec::new();
+        loop {
+            fds.clear();
+            {
+                let mut rings = self.rings.lock().unwrap_or_else(PoisonError::into_inner);
+                while rings.is_empty() {
+                    rings = self.more.wait(rings).unwrap_or_else(PoisonError::into_inner);
+                }
+                // Reaping sends nothing anywhere that could block: the queue's
+                // channel is unbounded (and its receiver usually gone).
+                rings.retain_mut(|(ring, since, warned)| {
+                    ring.enter();
+                    ring.reap_and_send();
+                    if !ring.has_live() {
+                        return false;
+                    }
+                    if !*warned && since.elapsed() >= DRAIN_WARN_AFTER {
+                        *warned = true;
+                        tracing::warn!(
+                            operations = ring.lock_state().live,
+                            "io_uring operations of a closed queue still in flight after {} s: the device is not \
+                             completing I/O; their buffers are held until it does",
+                            DRAIN_WARN_AFTER.as_secs()
+                        );
+                    }
+                    if let Some(fd) = &ring.eventfd {
+                        fds.push(libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+                    }
+                    true
+                });
+                if rings.is_empty() {
+                    continue;
+                }
+            }
+            // Sleep until a ring posts a completion (its eventfd) or, as a safety
+            // net for entries the kernel refused with EAGAIN and for rings added
+            // meanwhile, REAP_TIMEOUT passes.
+            // SAFETY: `fds` is a valid array of `fds.len()` pollfd entries whose
+            // descriptors stay open: their rings are held in `self.rings`.
+            unsafe {
+                libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, REAP_TIMEOUT.as_millis() as i32)
+            };
+            for p in &fds {
+                let mut count = 0u64;
+                // SAFETY: reads 8 bytes into a u64 from a non-blocking eventfd (clears it).
+                unsafe { libc::read(p.fd, (&raw mut count).cast(), 8) };
+            }
         }
     }
 }
@@ -1468,27 +1552,44 @@ mod tests {
         assert_eq!(&r[0].data[..], &pattern(4096, 63)[..]);
     }
 
-    /// A queue that closes with operations in flight returns at once; the
-    /// operations still complete (their buffers live until then).
+    /// Queues that close with operations in flight return at once; the
+    /// operations still complete (their buffers live until then), drained by
+    /// one thread for all of them.
     #[test]
     fn uring_queue_ring_dropped_with_io_in_flight() {
         let t = TempPath::new("qdrop");
         let Some(b) = open(&t, 4 << 20, 4096) else { return };
-        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-        let io = QueueIo::with_ring(tx);
-        for tag in 0..512u32 {
-            let op = IoOp::Write { offset: tag as u64 * 4096, data: pattern(4096, tag), fua: false };
-            assert!(b.submit(tag, op, &io).is_none());
+        const QUEUES: u32 = 8;
+        for q in 0..QUEUES {
+            let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+            let io = QueueIo::with_ring(tx);
+            for i in 0..512 / QUEUES {
+                let tag = q * (512 / QUEUES) + i;
+                let op = IoOp::Write { offset: tag as u64 * 4096, data: pattern(4096, tag), fua: false };
+                assert!(b.submit(tag, op, &io).is_none());
+            }
+            // The last queue closes before its pass submitted anything to the kernel.
+            if q + 1 < QUEUES {
+                io.ring.as_ref().unwrap().submit();
+            }
+            drop(io);
         }
-        io.ring.as_ref().unwrap().submit();
-        drop(io);
         let deadline = Instant::now() + Duration::from_secs(20);
         while b.file.live.load(Ordering::Acquire) > 0 {
             assert!(Instant::now() < deadline, "in-flight operations never completed");
             std::thread::sleep(Duration::from_millis(1));
         }
-        let r = run(&b, 1, IoOp::Read { offset: 511 * 4096, len: 4096 });
-        assert_eq!(&r.data[..], &pattern(4096, 511)[..]);
+        for tag in [0, 63, 64, 511] {
+            let r = run(&b, 1, IoOp::Read { offset: tag as u64 * 4096, len: 4096 });
+            assert_eq!(&r.data[..], &pattern(4096, tag)[..], "block {tag}");
+        }
+        // Thread names are cut to 15 bytes in /proc.
+        let drainers = std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|e| std::fs::read_to_string(e.ok()?.path().join("comm")).ok())
+            .filter(|comm| comm.trim_end() == "nvmet-uring-dra")
+            .count();
+        assert_eq!(drainers, 1, "one drain thread for every closed queue");
     }
 
     /// A sleeping queue task is woken through the ring's eventfd.
