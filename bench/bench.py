@@ -356,6 +356,9 @@ def main():
             try:
                 probe(t, 1, "--rw", "write", "--bs", "1m", "--qd", "4", "--size", "256M")  # populate
                 for rw in ("randread", "randwrite"):
+                    # Write back what the previous run dirtied, so that its
+                    # writeback does not run inside this engine's measurement.
+                    os.sync()
                     rep, _, _ = probe(t, T, "--rw", rw, "--bs", "4k", "--qd", "32", "--size", "256M")
                     s = side(rep, "read" if rw == "randread" else "write")
                     record(f"file_{engine}_{rw}", s["iops"])

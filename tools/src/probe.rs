@@ -21,7 +21,7 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
 use bytes::{Bytes, BytesMut};
@@ -573,6 +573,10 @@ struct Shared {
     sched: AtomicU64,
     seq: AtomicU64,
     live: Box<[SlotLive]>,
+    /// Read and write statistics of each queue's slots (index qid - 1). One
+    /// histogram per queue rather than per slot: at QD32 per-slot histograms
+    /// add up to more than the L2 cache, and a record then costs a miss.
+    queue_stats: Box<[Mutex<[OpStats; 2]>]>,
     verify: bool,
     gen_base: u64,
     gen: AtomicU64,
@@ -587,7 +591,6 @@ struct Shared {
 
 /// What one slot collected.
 struct SlotOut {
-    stats: [OpStats; 2],
     lag: Option<OpStats>,
     intervals: Vec<(u32, [Histogram<u64>; 2])>,
     samples: [Vec<u64>; 2],
@@ -748,7 +751,6 @@ async fn slot(sh: Arc<Shared>, idx: usize, qid: u16, seed: u64) -> SlotOut {
     let mut buf = IoBuf::new(sh.bs, &mut rng);
     let cap = if sh.record_samples { sh.samples_hint } else { 0 };
     let mut out = SlotOut {
-        stats: [OpStats::new(), OpStats::new()],
         lag: sh.period_ns.map(|_| OpStats::new()),
         intervals: Vec::new(),
         samples: [Vec::with_capacity(cap), Vec::with_capacity(cap)],
@@ -826,7 +828,8 @@ async fn slot(sh: Arc<Shared>, idx: usize, qid: u16, seed: u64) -> SlotOut {
         if !measured {
             continue;
         }
-        out.stats[op as usize].record(lat, bytes);
+        sh.queue_stats[qid as usize - 1].lock().unwrap_or_else(PoisonError::into_inner)[op as usize]
+            .record(lat, bytes);
         if let (Some(lag), Some(t)) = (out.lag.as_mut(), intended) {
             lag.record(send.saturating_duration_since(t).as_nanos() as u64, 0);
         }
@@ -1081,6 +1084,7 @@ async fn run_connected(
         sched: AtomicU64::new(0),
         seq: AtomicU64::new(0),
         live: (0..slots).map(|_| SlotLive::default()).collect(),
+        queue_stats: (0..queues).map(|_| Mutex::new([OpStats::new(), OpStats::new()])).collect(),
         verify: opts.verify,
         gen_base: time_seed().rotate_left(17),
         gen: AtomicU64::new(0),
@@ -1120,9 +1124,12 @@ async fn run_connected(
     let mut by_idx: std::collections::BTreeMap<u32, [Histogram<u64>; 2]> = Default::default();
     let mut samples = [Vec::new(), Vec::new()];
     let (mut written, mut checked) = (0, 0);
+    for q in &sh.queue_stats {
+        let q = q.lock().unwrap_or_else(PoisonError::into_inner);
+        read.merge(&q[0]);
+        write.merge(&q[1]);
+    }
     for o in outs {
-        read.merge(&o.stats[0]);
-        write.merge(&o.stats[1]);
         if let (Some(l), Some(ol)) = (lag.as_mut(), o.lag.as_ref()) {
             l.merge(ol);
         }
