@@ -767,10 +767,7 @@ impl QueueRing {
             let Ok(mut guard) = afd.readable().await else {
                 return tokio::time::sleep(Duration::from_millis(1)).await;
             };
-            let mut count = 0u64;
-            // SAFETY: reads 8 bytes into a u64 from a non-blocking eventfd.
-            let n = unsafe { libc::read(afd.get_ref().as_raw_fd(), (&raw mut count).cast(), 8) };
-            if n == 8 {
+            if clear_eventfd(afd.get_ref().as_raw_fd()) {
                 return;
             }
             guard.clear_ready();
@@ -794,6 +791,13 @@ impl Drop for QueueRing {
             None => ring.drain_blocking(),
         }
     }
+}
+
+/// Reads (and so resets) a non-blocking eventfd; whether it had been signalled.
+fn clear_eventfd(fd: RawFd) -> bool {
+    let mut count = 0u64;
+    // SAFETY: reads 8 bytes into a u64; a bad or non-eventfd descriptor only makes it fail.
+    unsafe { libc::read(fd, (&raw mut count).cast(), 8) == 8 }
 }
 
 /// The drain thread: reaps the rings of closed queues until their last
@@ -871,9 +875,7 @@ impl Drainer {
                 libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, REAP_TIMEOUT.as_millis() as i32)
             };
             for p in &fds {
-                let mut count = 0u64;
-                // SAFETY: reads 8 bytes into a u64 from a non-blocking eventfd (clears it).
-                unsafe { libc::read(p.fd, (&raw mut count).cast(), 8) };
+                clear_eventfd(p.fd);
             }
         }
     }
