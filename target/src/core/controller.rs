@@ -2,7 +2,7 @@
 //! keep-alive and asynchronous events (nvmet `core.c`).
 
 use std::collections::{BTreeSet, VecDeque};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -70,7 +70,10 @@ pub struct Controller {
     regs: Mutex<Regs>,
     kato_ms: AtomicU32,
     epoch: Instant,
+    /// When the keep-alive timer was last restarted, in ms since `epoch`.
     last_activity_ms: AtomicU64,
+    /// A command arrived since the timer last looked (nvmet's `reset_tbkas`).
+    activity: AtomicBool,
     aec: AtomicU32,
     aen: Mutex<AenState>,
     io_qids: Mutex<BTreeSet<u16>>,
@@ -99,6 +102,7 @@ impl Controller {
             kato_ms: AtomicU32::new(kato_ms),
             epoch: Instant::now(),
             last_activity_ms: AtomicU64::new(0),
+            activity: AtomicBool::new(false),
             aec: AtomicU32::new(0),
             aen: Mutex::new(AenState::default()),
             io_qids: Mutex::new(BTreeSet::new()),
@@ -166,18 +170,33 @@ impl Controller {
         self.touch();
     }
 
-    /// Restarts the keep-alive timer (Keep Alive command, or any command: TBKAS).
+    /// Notes a command for the keep-alive timer (Keep Alive command, or any
+    /// command: TBKAS). The timer restarts when it next looks
+    /// ([`Self::keep_alive_remaining`]), as nvmet's `reset_tbkas` flag does:
+    /// a controller is kept if any command arrived within the last KATO
+    /// period it checked.
+    ///
+    /// Called for every command on every queue of the controller, from all
+    /// cores: no clock read, and a load before the store, so that in steady
+    /// state the flag's cache line stays shared instead of bouncing between
+    /// cores (the timer clears it once per check).
     pub fn touch(&self) {
-        self.last_activity_ms.store(self.epoch.elapsed().as_millis() as u64, Ordering::Relaxed);
+        if !self.activity.load(Ordering::Relaxed) {
+            self.activity.store(true, Ordering::Relaxed);
+        }
     }
 
-    /// Time until the keep-alive timer expires, or `None` when disabled.
+    /// Time until the keep-alive timer expires, or `None` when disabled. A
+    /// command noted since the last call restarts the timer now.
     pub fn keep_alive_remaining(&self) -> Option<Duration> {
         let kato = self.kato_ms() as u64;
         if kato == 0 {
             return None;
         }
         let now = self.epoch.elapsed().as_millis() as u64;
+        if self.activity.load(Ordering::Relaxed) && self.activity.swap(false, Ordering::Relaxed) {
+            self.last_activity_ms.store(now, Ordering::Relaxed);
+        }
         let last = self.last_activity_ms.load(Ordering::Relaxed);
         Some(Duration::from_millis((last + kato).saturating_sub(now)))
     }
@@ -297,5 +316,33 @@ impl Controller {
             // A closed admin queue drops the event with it.
             let _ = sink.send(c);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn controller(kato_ms: u32) -> Controller {
+        let subsys = Arc::new(Subsystem::new("nqn.2026-11.io.nvmeof:kato", "nvmeof test", None, false));
+        Controller::new(1, subsys, "nqn.2026-11.io.nvmeof:host".into(), [0; 16], 0, kato_ms, 1)
+    }
+
+    #[test]
+    fn keep_alive_timer_restarts_when_it_looks_after_a_command() {
+        let c = controller(60_000);
+        let pause = Duration::from_millis(20);
+        // No command yet: the timer runs from the controller's creation.
+        std::thread::sleep(pause);
+        assert!(c.keep_alive_remaining().unwrap() <= Duration::from_millis(60_000) - pause);
+        // Commands noted since the last look restart it at the next look...
+        c.touch();
+        c.touch();
+        assert_eq!(c.keep_alive_remaining(), Some(Duration::from_millis(60_000)));
+        // ...once: without another command it runs down again.
+        std::thread::sleep(pause);
+        assert!(c.keep_alive_remaining().unwrap() <= Duration::from_millis(60_000) - pause);
+        c.set_kato_ms(0);
+        assert_eq!(c.keep_alive_remaining(), None);
     }
 }
