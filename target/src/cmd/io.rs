@@ -2,8 +2,6 @@
 //! Read, Write (+FUA), Compare, Flush, Write Zeroes (+deallocate), Dataset
 //! Management (deallocate).
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use nvmeof_common::opcode::IoOpcode;
 use nvmeof_common::spec::dsm::DSM_RANGE_LEN;
@@ -20,10 +18,6 @@ const DSM_AD: u32 = 1 << 2;
 /// Write Zeroes CDW12 bit 25: Deallocate.
 const WZ_DEAC: u32 = 1 << 25;
 
-fn namespace(ctrl: &Controller, sqe: &Sqe) -> Result<Arc<Namespace>, Status> {
-    ctrl.subsys.namespace(sqe.nsid()).ok_or(Status::INVALID_NS.with_dnr())
-}
-
 /// Checks SLBA/NLB against the namespace; returns (byte offset, byte length).
 fn lba_range(ns: &Namespace, sqe: &Sqe) -> Result<(u64, u64), Status> {
     let slba = sqe.slba();
@@ -38,11 +32,16 @@ fn lba_range(ns: &Namespace, sqe: &Sqe) -> Result<(u64, u64), Status> {
 /// against MDTS, and SGL length equal to the transfer length (nvmet
 /// `nvmet_check_transfer_len` → Data SGL Length Invalid).
 pub fn parse(ctx: &QueueCtx, ctrl: &Controller, sqe: &Sqe) -> Result<(), Status> {
-    let ns = namespace(ctrl, sqe)?;
+    ctrl.subsys
+        .with_namespace(sqe.nsid(), |ns| parse_on(ctx, ns, sqe))
+        .unwrap_or(Err(Status::INVALID_NS.with_dnr()))
+}
+
+fn parse_on(ctx: &QueueCtx, ns: &Namespace, sqe: &Sqe) -> Result<(), Status> {
     let sgl_len = sqe.sgl().length as u64;
     match IoOpcode(sqe.opcode()) {
         IoOpcode::READ | IoOpcode::WRITE | IoOpcode::COMPARE => {
-            let (_, len) = lba_range(&ns, sqe)?;
+            let (_, len) = lba_range(ns, sqe)?;
             let max = ctx.target.limits.max_transfer() as u64;
             if len > max {
                 warn!(len, max, "transfer larger than MDTS");
@@ -56,7 +55,7 @@ pub fn parse(ctx: &QueueCtx, ctrl: &Controller, sqe: &Sqe) -> Result<(), Status>
         // nvmet_{bdev,file}_execute_flush / _write_zeroes: nvmet_check_transfer_len(req, 0)
         // comes first.
         IoOpcode::FLUSH => expect_len(sqe, 0),
-        IoOpcode::WRITE_ZEROES => expect_len(sqe, 0).and_then(|()| lba_range(&ns, sqe).map(|_| ())),
+        IoOpcode::WRITE_ZEROES => expect_len(sqe, 0).and_then(|()| lba_range(ns, sqe).map(|_| ())),
         IoOpcode::DSM => {
             // The SGL may be longer than the range list (Linux always sends 4 KiB).
             let nr = (sqe.cdw(10) & 0xFF) as u64 + 1;
@@ -71,14 +70,16 @@ pub fn parse(ctx: &QueueCtx, ctrl: &Controller, sqe: &Sqe) -> Result<(), Status>
 
 /// Execute step: hands the operation to the namespace's backend.
 pub fn execute(ctx: &mut QueueCtx, ctrl: &Controller, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
-    let ns = match namespace(ctrl, sqe) {
-        Ok(ns) => ns,
-        Err(s) => return s.into(),
-    };
+    ctrl.subsys
+        .with_namespace(sqe.nsid(), |ns| execute_on(ctx, ns, sqe, data, tag))
+        .unwrap_or_else(|| Status::INVALID_NS.with_dnr().into())
+}
+
+fn execute_on(ctx: &mut QueueCtx, ns: &Namespace, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
     let (op, pending) = match IoOpcode(sqe.opcode()) {
         IoOpcode::READ | IoOpcode::WRITE | IoOpcode::COMPARE | IoOpcode::WRITE_ZEROES => {
             // Re-checked: the namespace may have shrunk while data was in flight.
-            let (offset, len) = match lba_range(&ns, sqe) {
+            let (offset, len) = match lba_range(ns, sqe) {
                 Ok(r) => r,
                 Err(s) => return s.into(),
             };

@@ -228,13 +228,22 @@ pub fn execute(ctx: &mut QueueCtx, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
     if sqe.opcode() == 0x7F {
         return fabrics::execute(ctx, sqe, data);
     }
-    let Some(ctrl) = ctx.ctrl.clone() else {
-        return Status::INVALID_OPCODE.with_dnr().into();
-    };
     if ctx.is_admin() {
+        let Some(ctrl) = ctx.ctrl.clone() else {
+            return Status::INVALID_OPCODE.with_dnr().into();
+        };
         return admin::execute(ctx, &ctrl, sqe, data, tag);
     }
-    io::execute(ctx, &ctrl, sqe, data, tag)
+    // Borrowed out of the context for the call, not cloned: every queue of
+    // the controller shares this `Arc`, and a clone per I/O command would
+    // move its reference count between their cores. The I/O path does not
+    // look at `ctx.ctrl`.
+    let Some(ctrl) = ctx.ctrl.take() else {
+        return Status::INVALID_OPCODE.with_dnr().into();
+    };
+    let exec = io::execute(ctx, &ctrl, sqe, data, tag);
+    ctx.ctrl = Some(ctrl);
+    exec
 }
 
 /// Turns an asynchronous completion into the command's response.

@@ -68,6 +68,10 @@ pub struct Controller {
     /// Highest I/O queue ID allowed.
     pub max_qid: u16,
     regs: Mutex<Regs>,
+    /// CC.EN && CSTS.RDY, kept beside `regs` by [`Self::set_cc`]: every I/O
+    /// command checks it, and a load keeps the line shared between the
+    /// queues' cores where the registers' mutex would bounce it.
+    ready: AtomicBool,
     kato_ms: AtomicU32,
     epoch: Instant,
     /// When the keep-alive timer was last restarted, in ms since `epoch`.
@@ -99,6 +103,7 @@ impl Controller {
             port_id,
             max_qid,
             regs: Mutex::new(Regs::default()),
+            ready: AtomicBool::new(false),
             kato_ms: AtomicU32::new(kato_ms),
             epoch: Instant::now(),
             last_activity_ms: AtomicU64::new(0),
@@ -122,8 +127,7 @@ impl Controller {
 
     /// Whether CC.EN and CSTS.RDY are set (I/O and most admin commands allowed).
     pub fn is_ready(&self) -> bool {
-        let r = self.regs();
-        Cc(r.cc).en() && Csts(r.csts).rdy()
+        self.ready.load(Ordering::Acquire)
     }
 
     /// Property Set CC, following nvmet `nvmet_update_cc`: EN 0→1 validates
@@ -157,6 +161,7 @@ impl Controller {
             csts = csts.with_shst(Csts::SHST_NORMAL);
         }
         r.csts = csts.0;
+        self.ready.store(Cc(r.cc).en() && csts.rdy(), Ordering::Release);
     }
 
     /// KATO in milliseconds (0 = disabled).

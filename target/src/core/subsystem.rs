@@ -57,6 +57,15 @@ impl Subsystem {
         self.namespaces.load().get(&nsid).cloned()
     }
 
+    /// Runs `f` on namespace `nsid`, or returns `None` if there is none.
+    /// The per-command form of [`Self::namespace`]: it borrows the namespace
+    /// from the map's snapshot instead of cloning its `Arc`, so commands on
+    /// queues of different cores do not all increment and decrement the same
+    /// reference count (a cache line moving between cores per command).
+    pub fn with_namespace<R>(&self, nsid: u32, f: impl FnOnce(&Namespace) -> R) -> Option<R> {
+        self.namespaces.load().get(&nsid).map(|ns| f(ns))
+    }
+
     /// Adds or replaces a namespace and notifies connected controllers
     /// (Namespace Attribute Changed AEN, as nvmet's `nvmet_ns_changed`).
     pub fn add_namespace(&self, ns: Arc<Namespace>) {
