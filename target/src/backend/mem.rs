@@ -410,7 +410,8 @@ mod tests {
     }
 
     /// Reads and writes on two threads while the namespace shrinks and grows
-    /// under them: no panic, and the part never cut off keeps its data.
+    /// under them: no panic, and the namespace reads back what is written
+    /// after the last resize.
     #[test]
     fn io_concurrent_with_resizes() {
         let b = std::sync::Arc::new(MemBackend::new(1 << 20, 512));
