@@ -79,6 +79,10 @@ impl Pacer {
         let Some(fd) = self.fd.as_ref() else {
             return fallback_nap(d).await;
         };
+        // An all-zero `it_value` disarms the timer instead of arming it
+        // (timerfd_settime(2)): the wait below would then never end. A nap of
+        // zero (exactly SPIN_BELOW left in `wait_until`) becomes one of 1 ns.
+        let d = d.max(Duration::from_nanos(1));
         let spec = libc::itimerspec {
             it_interval: libc::timespec { tv_sec: 0, tv_nsec: 0 },
             it_value: libc::timespec { tv_sec: d.as_secs() as libc::time_t, tv_nsec: d.subsec_nanos() as _ },
@@ -119,6 +123,19 @@ async fn fallback_nap(d: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_nap_of_zero_returns() {
+        // `wait_until` naps for `remaining - SPIN_BELOW`, which is zero when
+        // exactly SPIN_BELOW remains; an all-zero `it_value` disarms a timerfd
+        // (timerfd_settime(2)), and the slot then waited forever.
+        let mut p = Pacer::new();
+        let r = tokio::time::timeout(Duration::from_secs(2), p.nap(Duration::ZERO)).await;
+        assert!(r.is_ok(), "nap(0) did not return");
+        // The timer still works afterwards.
+        let r = tokio::time::timeout(Duration::from_secs(2), p.nap(Duration::from_micros(200))).await;
+        assert!(r.is_ok(), "nap(200 µs) did not return");
+    }
 
     #[tokio::test(flavor = "current_thread")]
     async fn wakes_close_to_the_deadline() {
