@@ -298,6 +298,54 @@ async fn verify_reports_exactly_the_corrupted_lba() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mixed_verify_skips_never_written_blocks_only() {
+    bounded(60, async {
+        let t = start_target(512, None).await;
+        // A fresh region, mixed reads and writes: reads of units no write has
+        // reached yet find zeros, which is not a fault (fio verifies only what
+        // it wrote). The old probe failed this run with hundreds of mismatches.
+        let r = t
+            .probe(&[
+                "--rw", "randrw", "--verify", "--size", "256k", "--offset", "4m", "--bs", "4k", "--count",
+                "400", "--qd", "4", "--queues", "2",
+            ])
+            .await;
+        let v = r.verify.as_ref().unwrap();
+        assert_eq!(v.mismatches, 0, "{:?}", v.first);
+        assert_eq!(r.exit_code(), ExitCode::Ok);
+        assert!(v.unwritten_blocks > 0 && v.checked_blocks > 0, "{v:?}");
+        assert_eq!(v.checked_blocks + v.unwritten_blocks, r.stats(OpKind::Read).ops * 8);
+        assert!(r.to_text().contains("never-written blocks read as zeros"), "{}", r.to_text());
+        assert_eq!(
+            r.to_fio_json()["jobs"][0]["nvmeof_probe"]["verify"]["unwritten_blocks"],
+            v.unwritten_blocks
+        );
+
+        // Only all-zero blocks are skipped: a damaged never-written block is still reported.
+        let bad_lba = 6 * 2048 + 3;
+        t.mem.corrupt_byte(bad_lba * 512 + 10);
+        let r = t
+            .probe(&[
+                "--rw", "randrw", "--mix", "100", "--verify", "--size", "4k", "--offset", "6m", "--count",
+                "5",
+            ])
+            .await;
+        let v = r.verify.as_ref().unwrap();
+        assert_eq!((v.mismatches, v.unwritten_blocks, v.checked_blocks), (5, 35, 5), "{v:?}");
+        assert!(v.first.iter().all(|m| m.lba == bad_lba), "{:?}", v.first);
+        assert_eq!(r.exit_code(), ExitCode::VerifyFailed);
+
+        // Read-only runs check every block: zeros there mean a write of an earlier run is missing.
+        let r =
+            t.probe(&["--rw", "read", "--verify", "--size", "4k", "--offset", "7m", "--count", "1"]).await;
+        let v = r.verify.as_ref().unwrap();
+        assert_eq!((v.mismatches, v.unwritten_blocks), (8, 0), "{v:?}");
+        t.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limit_holds_within_five_percent() {
     bounded(60, async {
         let t = start_target(512, None).await;

@@ -11,8 +11,12 @@
 //! | 24..end | a pseudo-random stream seeded from (LBA, generation) |
 //!
 //! A corrupted byte anywhere, data written to the wrong LBA, or a block the
-//! probe never wrote is detected. A stale but intact block (a lost write) is
+//! probe never wrote is detected (in mixed read/write runs, a never-written
+//! block reads as zeros and is skipped unless a write of it had completed,
+//! see [`WrittenUnits`]). A stale but intact block (a lost write) is
 //! not: the check is per block and needs no record of what was written.
+
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Magic at the start of every verify block.
 pub const MAGIC: [u8; 8] = *b"NVMEOFPB";
@@ -120,6 +124,47 @@ pub fn check_block(block: &[u8], lba: u64) -> Result<(), Mismatch> {
     Ok(())
 }
 
+/// Units of a region (I/O-sized pieces) that writes of this run have
+/// completed on, for mixed read/write runs with verify: there a read of a
+/// block nothing has written yet finds zeros, which is not a fault (fio
+/// verifies only what it wrote), while zeros where a write had completed
+/// before the read was sent are a lost write.
+pub struct WrittenUnits(Box<[AtomicU64]>);
+
+impl WrittenUnits {
+    /// None written, for a region of `units` units (one bit each).
+    pub fn new(units: u64) -> Self {
+        Self((0..units.div_ceil(64)).map(|_| AtomicU64::new(0)).collect())
+    }
+
+    /// Records that a write of `unit` completed.
+    pub fn mark(&self, unit: u64) {
+        if let Some(w) = self.0.get((unit / 64) as usize) {
+            w.fetch_or(1 << (unit % 64), Ordering::Relaxed);
+        }
+    }
+
+    /// Whether a write of `unit` has completed (ask before sending the read).
+    pub fn contains(&self, unit: u64) -> bool {
+        self.0.get((unit / 64) as usize).is_some_and(|w| w.load(Ordering::Relaxed) & (1 << (unit % 64)) != 0)
+    }
+}
+
+/// [`check`] for a read of a unit no write of this run had covered: blocks
+/// that are all zeros are not checked. Returns (bad, all-zero) block counts.
+pub fn check_unwritten(buf: &[u8], block_size: usize, lba: u64, mut bad: impl FnMut(Mismatch)) -> (u64, u64) {
+    let (mut n, mut zero) = (0, 0);
+    for (i, b) in buf.chunks(block_size).enumerate() {
+        if b.iter().all(|&x| x == 0) {
+            zero += 1;
+        } else if let Err(m) = check_block(b, lba + i as u64) {
+            n += 1;
+            bad(m);
+        }
+    }
+    (n, zero)
+}
+
 /// Checks a buffer of consecutive blocks read from `lba`; calls `bad` for each bad block and
 /// returns how many were bad.
 pub fn check(buf: &[u8], block_size: usize, lba: u64, mut bad: impl FnMut(Mismatch)) -> u64 {
@@ -136,6 +181,34 @@ pub fn check(buf: &[u8], block_size: usize, lba: u64, mut bad: impl FnMut(Mismat
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unwritten_zero_blocks_are_skipped_but_bad_ones_are_not() {
+        let mut buf = vec![0u8; 2048];
+        fill(&mut buf[..1024], 512, 100, 7);
+        // Blocks 100-101 written, 102-103 zeros.
+        assert_eq!(check_unwritten(&buf, 512, 100, |_| panic!()), (0, 2));
+        buf[600] ^= 1;
+        let mut seen = Vec::new();
+        assert_eq!(check_unwritten(&buf, 512, 100, |m| seen.push(m.lba)), (1, 2));
+        assert_eq!(seen, [101]);
+        // The strict check counts the zero blocks as bad.
+        assert_eq!(check(&buf, 512, 100, |_| {}), 3);
+    }
+
+    #[test]
+    fn written_units_record_completed_writes() {
+        let w = WrittenUnits::new(130);
+        assert!(!w.contains(0) && !w.contains(129));
+        w.mark(0);
+        w.mark(64);
+        w.mark(129);
+        assert!(w.contains(0) && w.contains(64) && w.contains(129));
+        assert!(!w.contains(1) && !w.contains(63) && !w.contains(128));
+        // Out of range: ignored, never written.
+        w.mark(10_000);
+        assert!(!w.contains(10_000));
+    }
 
     #[test]
     fn round_trip_and_every_corruption_is_caught() {

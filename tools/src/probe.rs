@@ -158,7 +158,9 @@ pub struct ProbeOptions {
     /// the C2HData SUCCESS flag instead of a separate response capsule.
     #[arg(long)]
     pub disable_sqflow: bool,
-    /// Write a self-checking pattern (LBA + generation) and check every block read.
+    /// Write a self-checking pattern (LBA + generation) and check every block read. In mixed modes
+    /// (randrw, rw) a read of a unit no write of the run has completed on may find zeros: those
+    /// blocks are counted as never written, not checked.
     #[arg(long)]
     pub verify: bool,
     /// Size of the region to use (default: from --offset to the end of the namespace).
@@ -460,6 +462,10 @@ pub struct VerifyStats {
     pub checked_blocks: u64,
     /// Blocks that failed the check.
     pub mismatches: u64,
+    /// Mixed read/write runs: blocks read as zeros from units no write of the
+    /// run had completed on before the read was sent (never written: not
+    /// checked, not counted in `checked_blocks`).
+    pub unwritten_blocks: u64,
     /// The first [`MAX_MISMATCHES_KEPT`] failures.
     pub first: Vec<Mismatch>,
 }
@@ -578,6 +584,8 @@ struct Shared {
     /// add up to more than the L2 cache, and a record then costs a miss.
     queue_stats: Box<[Mutex<[OpStats; 2]>]>,
     verify: bool,
+    /// Mixed modes with verify: units whose writes have completed.
+    written: Option<pattern::WrittenUnits>,
     gen_base: u64,
     gen: AtomicU64,
     hooks: Hooks,
@@ -596,6 +604,7 @@ struct SlotOut {
     samples: [Vec<u64>; 2],
     written_blocks: u64,
     checked_blocks: u64,
+    unwritten_blocks: u64,
 }
 
 /// xorshift64* generator.
@@ -756,6 +765,7 @@ async fn slot(sh: Arc<Shared>, idx: usize, qid: u16, seed: u64) -> SlotOut {
         samples: [Vec::with_capacity(cap), Vec::with_capacity(cap)],
         written_blocks: 0,
         checked_blocks: 0,
+        unwritten_blocks: 0,
     };
     let mut cur = sh.interval.map(|_| [new_hist(), new_hist()]);
     let mut cur_idx = 0u32;
@@ -801,6 +811,9 @@ async fn slot(sh: Arc<Shared>, idx: usize, qid: u16, seed: u64) -> SlotOut {
             let generation = sh.gen_base.wrapping_add(sh.gen.fetch_add(1, Ordering::Relaxed));
             pattern::fill(buf.write_data_mut(), sh.block_size, lba, generation);
         }
+        let unit = (lba - sh.region_lba) / sh.blocks_per_io;
+        // Asked before the read is sent: a write completing meanwhile may or may not be seen.
+        let was_written = sh.written.as_ref().is_none_or(|w| op == OpKind::Write || w.contains(unit));
         let sqe = rw_sqe(op, sh.nsid, lba, sh.blocks_per_io);
         let send = Instant::now();
         let r = buf.run(&sh.ctrl, qid, op, sqe).await;
@@ -818,7 +831,18 @@ async fn slot(sh: Arc<Shared>, idx: usize, qid: u16, seed: u64) -> SlotOut {
         sh.live[idx].ops[k].store(live_ops[k], Ordering::Relaxed);
         sh.live[idx].lat_ns[k].store(live_lat[k], Ordering::Relaxed);
         match op {
-            OpKind::Write => out.written_blocks += sh.blocks_per_io,
+            OpKind::Write => {
+                out.written_blocks += sh.blocks_per_io;
+                if let Some(w) = &sh.written {
+                    w.mark(unit);
+                }
+            }
+            OpKind::Read if sh.verify && !was_written => {
+                let (_, zero) =
+                    pattern::check_unwritten(buf.read_data(), sh.block_size, lba, |m| sh.mismatch(m));
+                out.unwritten_blocks += zero;
+                out.checked_blocks += sh.blocks_per_io - zero;
+            }
             OpKind::Read if sh.verify => {
                 out.checked_blocks += sh.blocks_per_io;
                 pattern::check(buf.read_data(), sh.block_size, lba, |m| sh.mismatch(m));
@@ -1086,6 +1110,8 @@ async fn run_connected(
         live: (0..slots).map(|_| SlotLive::default()).collect(),
         queue_stats: (0..queues).map(|_| Mutex::new([OpStats::new(), OpStats::new()])).collect(),
         verify: opts.verify,
+        written: (opts.verify && opts.rw.reads() && opts.rw.writes())
+            .then(|| pattern::WrittenUnits::new(g.units)),
         gen_base: time_seed().rotate_left(17),
         gen: AtomicU64::new(0),
         hooks: hooks.clone(),
@@ -1123,7 +1149,7 @@ async fn run_connected(
     let mut lag = sh.period_ns.map(|_| OpStats::new());
     let mut by_idx: std::collections::BTreeMap<u32, [Histogram<u64>; 2]> = Default::default();
     let mut samples = [Vec::new(), Vec::new()];
-    let (mut written, mut checked) = (0, 0);
+    let (mut written, mut checked, mut unwritten) = (0, 0, 0);
     for q in &sh.queue_stats {
         let q = q.lock().unwrap_or_else(PoisonError::into_inner);
         read.merge(&q[0]);
@@ -1144,6 +1170,7 @@ async fn run_connected(
         }
         written += o.written_blocks;
         checked += o.checked_blocks;
+        unwritten += o.unwritten_blocks;
     }
     let intervals = by_idx
         .into_iter()
@@ -1157,6 +1184,7 @@ async fn run_connected(
         let mut v = sh.mismatches.lock().unwrap().clone();
         v.written_blocks = written;
         v.checked_blocks = checked;
+        v.unwritten_blocks = unwritten;
         v
     });
     let error = sh.error.lock().unwrap().clone();
@@ -1259,6 +1287,8 @@ async fn run_ping(
     let mut stats = [OpStats::new(), OpStats::new()];
     let mut samples = [Vec::new(), Vec::new()];
     let mut verify = VerifyStats::default();
+    let written =
+        (opts.verify && opts.rw.reads() && opts.rw.writes()).then(|| pattern::WrittenUnits::new(g.units));
     let mut measured = 0u64;
     let mut seq = 0u64;
     let mut error = None;
@@ -1288,6 +1318,7 @@ async fn run_ping(
             pattern::fill(buf.write_data_mut(), g.block_size, lba, gen_base.wrapping_add(n));
         }
         let warmup = now < measure_start;
+        let was_written = written.as_ref().is_none_or(|w| w.contains(unit));
         let sqe = rw_sqe(op, opts.nsid, lba, g.blocks_per_io);
         let send = Instant::now();
         let r = buf.run(ctrl, 1, op, sqe).await;
@@ -1303,15 +1334,25 @@ async fn run_ping(
         let lat = done.duration_since(send).as_nanos() as u64;
         if op == OpKind::Write {
             verify.written_blocks += g.blocks_per_io;
+            if let Some(w) = &written {
+                w.mark(unit);
+            }
         } else if opts.verify {
-            verify.checked_blocks += g.blocks_per_io;
-            pattern::check(buf.read_data(), g.block_size, lba, |m| {
+            let mut bad = |m: Mismatch| {
                 verify.mismatches += 1;
                 if verify.first.len() < MAX_MISMATCHES_KEPT {
                     verify.first.push(m.clone());
                 }
                 hooks.emit(ProbeEvent::Mismatch(m));
-            });
+            };
+            let zero = if was_written {
+                pattern::check(buf.read_data(), g.block_size, lba, &mut bad);
+                0
+            } else {
+                pattern::check_unwritten(buf.read_data(), g.block_size, lba, &mut bad).1
+            };
+            verify.unwritten_blocks += zero;
+            verify.checked_blocks += g.blocks_per_io - zero;
         }
         hooks.emit(ProbeEvent::Ping(PingSample {
             request: n,

@@ -98,6 +98,7 @@ impl Report {
             own["verify"] = json!({
                 "written_blocks": v.written_blocks,
                 "checked_blocks": v.checked_blocks,
+                "unwritten_blocks": v.unwritten_blocks,
                 "mismatches": v.mismatches,
                 "first_mismatches": v.first.iter().map(|m| json!({
                     "lba": m.lba,
@@ -189,8 +190,11 @@ impl Report {
         }
         if let Some(v) = &self.verify {
             s += &format!(
-                "  verify: {} blocks written, {} blocks checked, {} mismatches\n",
-                v.written_blocks, v.checked_blocks, v.mismatches
+                "  verify: {} blocks written, {} blocks checked, {} mismatches{}\n",
+                v.written_blocks,
+                v.checked_blocks,
+                v.mismatches,
+                unwritten_note(v)
             );
             // The first few here; --json lists up to MAX_MISMATCHES_KEPT.
             for m in v.first.iter().take(TEXT_MISMATCHES) {
@@ -254,7 +258,12 @@ impl Report {
             );
         }
         if let Some(v) = &self.verify {
-            s += &format!("verify: {} blocks checked, {} mismatches\n", v.checked_blocks, v.mismatches);
+            s += &format!(
+                "verify: {} blocks checked, {} mismatches{}\n",
+                v.checked_blocks,
+                v.mismatches,
+                unwritten_note(v)
+            );
         }
         if let Some(e) = &self.error {
             s += &format!("error: {e}\n");
@@ -319,4 +328,12 @@ pub fn progress_line(p: &TimelinePoint) -> String {
         parts.push("no completions".into());
     }
     format!("[{:>5.0}s] {}{}", p.t, parts.join(" | "), if p.warmup { " (warmup)" } else { "" })
+}
+
+/// The text reports' note on never-written blocks of a mixed run (none: empty).
+fn unwritten_note(v: &crate::probe::VerifyStats) -> String {
+    match v.unwritten_blocks {
+        0 => String::new(),
+        n => format!(" ({n} never-written blocks read as zeros, not checked)"),
+    }
 }
