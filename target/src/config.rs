@@ -196,6 +196,25 @@ pub struct NamespaceConfig {
 }
 
 impl NamespaceConfig {
+    /// Logical block sizes a file or RAM namespace can have: powers of two
+    /// (Identify Namespace gives LBADS as log2), from 512 (the smallest the
+    /// spec allows) to 4096 (the largest the Linux host takes on any page size).
+    pub const BLOCK_SIZES: [u32; 4] = [512, 1024, 2048, 4096];
+
+    /// Checks the block size, and that a RAM namespace holds at least one block.
+    pub fn check_size(&self) -> Result<(), String> {
+        if !Self::BLOCK_SIZES.contains(&self.block_size) {
+            return Err(format!("block size {} must be 512, 1024, 2048 or 4096", self.block_size));
+        }
+        match self.source {
+            NamespaceSource::Ram(n) if n < self.block_size as u64 => Err(format!(
+                "a RAM namespace of {n} bytes is smaller than one {}-byte block",
+                self.block_size
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// `buffered_io = false` (`O_DIRECT`) needs io_uring: the thread pool
     /// always goes through the page cache for files.
     pub fn check_engine(&self) -> Result<(), String> {
@@ -375,13 +394,15 @@ impl TargetConfig {
                     _ => return Err(invalid(nkey, "exactly one of file, ram or block is required")),
                 };
                 let block_size = n.block_size.unwrap_or(512);
-                if !matches!(block_size, 512 | 1024 | 2048 | 4096) {
-                    return Err(invalid(format!("{nkey}.block_size"), "must be 512, 1024, 2048 or 4096"));
-                }
                 if n.nsid == Some(0) || n.nsid.is_some_and(|x| x >= 0xFFFF_FFFE) {
                     return Err(invalid(format!("{nkey}.nsid"), "must be 1..=0xFFFFFFFD"));
                 }
                 let ns = NamespaceConfig { nsid: n.nsid, source, block_size };
+                ns.check_size().map_err(|e| {
+                    let field =
+                        if NamespaceConfig::BLOCK_SIZES.contains(&block_size) { "ram" } else { "block_size" };
+                    invalid(format!("{nkey}.{field}"), e)
+                })?;
                 ns.check_engine().map_err(|e| invalid(format!("{nkey}.buffered_io"), e))?;
                 namespaces.push(ns);
             }
@@ -464,6 +485,31 @@ mod tests {
         assert!(e.contains("port[0].listen"), "{e}");
         let e = TargetConfig::from_toml("[bogus]\n").unwrap_err().to_string();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn block_size_and_ram_size_are_checked() {
+        let ns = |extra: &str| {
+            TargetConfig::from_toml(&format!(
+                "[[subsystem]]\nnqn = \"nqn.2026-11.x:y\"\n[[subsystem.namespace]]\n{extra}\n"
+            ))
+        };
+        for bs in NamespaceConfig::BLOCK_SIZES {
+            assert!(ns(&format!("ram = \"1M\"\nblock_size = {bs}")).is_ok(), "{bs}");
+        }
+        // Not a power of two (LBADS is log2), or out of 512..=4096.
+        for bs in [0, 256, 1000, 3072, 8192, 65536] {
+            let e = ns(&format!("ram = \"1M\"\nblock_size = {bs}")).unwrap_err().to_string();
+            assert!(
+                e.contains("namespace[0].block_size") && e.contains("512, 1024, 2048 or 4096"),
+                "{bs}: {e}"
+            );
+        }
+        let e = ns("ram = \"0\"").unwrap_err().to_string();
+        assert!(e.contains("namespace[0].ram") && e.contains("smaller than one 512-byte block"), "{e}");
+        let e = ns("ram = \"2k\"\nblock_size = 4096").unwrap_err().to_string();
+        assert!(e.contains("namespace[0].ram"), "{e}");
+        assert!(ns("ram = \"4k\"\nblock_size = 4096").is_ok());
     }
 
     #[test]

@@ -62,9 +62,9 @@ struct ServeArgs {
     /// Busy-poll sockets for this many µs after activity (trades CPU for latency).
     #[arg(long)]
     poll_us: Option<u64>,
-    /// Worker threads (cores) serving connections; default: one per CPU.
-    #[arg(long)]
-    threads: Option<usize>,
+    /// Worker threads (cores) serving connections, 1 to 1024; default: one per CPU.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    threads: Option<u32>,
     /// I/O engine of file and block namespaces: threads, uring, or auto (io_uring
     /// if available, else threads); overrides the configuration file. Default: auto.
     #[arg(long)]
@@ -115,6 +115,13 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
     }
     if nss.is_empty() {
         return Err("nothing to export: give --file, --ram, --block or --config".into());
+    }
+    for ns in &nss {
+        ns.check_size().map_err(|e| {
+            let flag =
+                if NamespaceConfig::BLOCK_SIZES.contains(&ns.block_size) { "--ram" } else { "--block-size" };
+            format!("{flag}: {e}")
+        })?;
     }
     let nqn = a.nqn.clone().unwrap_or_else(|| format!("nqn.2026-11.io.nvmeof:{}", hostname()));
     nvmeof_common::spec::nqn::validate_lax(&nqn).map_err(|e| format!("--nqn: {e}"))?;
@@ -188,7 +195,7 @@ fn main() -> std::process::ExitCode {
     }
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = args.threads {
-        rt.worker_threads(n.max(1));
+        rt.worker_threads(n as usize);
     }
     let rt = rt.thread_name("nvmeof-target").enable_all().build().expect("tokio runtime");
     rt.block_on(async move {
@@ -225,4 +232,32 @@ fn main() -> std::process::ExitCode {
         server.shutdown(Duration::from_secs(10)).await;
         std::process::ExitCode::SUCCESS
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn flags(args: &[&str]) -> Result<TargetConfig, String> {
+        let cli =
+            Cli::try_parse_from(["nvmeof-target", "serve"].iter().chain(args)).map_err(|e| e.to_string())?;
+        let Cmd::Serve(a) = cli.cmd;
+        config_from_flags(&a)
+    }
+
+    #[test]
+    fn flags_are_checked_like_the_configuration_file() {
+        assert!(flags(&["--ram", "1M", "--block-size", "4096", "--threads", "2"]).is_ok());
+        // Identify Namespace gives the block size as log2: 1000 cannot be described.
+        let e = flags(&["--ram", "1M", "--block-size", "1000"]).unwrap_err();
+        assert!(e.contains("--block-size") && e.contains("512, 1024, 2048 or 4096"), "{e}");
+        let e = flags(&["--file", "/nonexistent/x", "--block-size", "8192"]).unwrap_err();
+        assert!(e.contains("--block-size"), "{e}");
+        let e = flags(&["--ram", "0"]).unwrap_err();
+        assert!(e.contains("--ram") && e.contains("smaller than one 512-byte block"), "{e}");
+        for t in ["0", "1025"] {
+            let e = flags(&["--ram", "1M", "--threads", t]).unwrap_err();
+            assert!(e.contains("--threads"), "{t}: {e}");
+        }
+    }
 }
