@@ -201,15 +201,20 @@ impl NamespaceConfig {
     /// spec allows) to 4096 (the largest the Linux host takes on any page size).
     pub const BLOCK_SIZES: [u32; 4] = [512, 1024, 2048, 4096];
 
-    /// Checks the block size, and that a RAM namespace holds at least one block.
-    pub fn check_size(&self) -> Result<(), String> {
+    /// Checks the block size, and that a RAM namespace holds at least one
+    /// block. The error names the configuration key at fault (`block_size` or
+    /// `ram`) beside the reason.
+    pub fn check_size(&self) -> Result<(), (&'static str, String)> {
         if !Self::BLOCK_SIZES.contains(&self.block_size) {
-            return Err(format!("block size {} must be 512, 1024, 2048 or 4096", self.block_size));
+            return Err((
+                "block_size",
+                format!("block size {} must be 512, 1024, 2048 or 4096", self.block_size),
+            ));
         }
         match self.source {
-            NamespaceSource::Ram(n) if n < self.block_size as u64 => Err(format!(
-                "a RAM namespace of {n} bytes is smaller than one {}-byte block",
-                self.block_size
+            NamespaceSource::Ram(n) if n < self.block_size as u64 => Err((
+                "ram",
+                format!("a RAM namespace of {n} bytes is smaller than one {}-byte block", self.block_size),
             )),
             _ => Ok(()),
         }
@@ -398,11 +403,7 @@ impl TargetConfig {
                     return Err(invalid(format!("{nkey}.nsid"), "must be 1..=0xFFFFFFFD"));
                 }
                 let ns = NamespaceConfig { nsid: n.nsid, source, block_size };
-                ns.check_size().map_err(|e| {
-                    let field =
-                        if NamespaceConfig::BLOCK_SIZES.contains(&block_size) { "ram" } else { "block_size" };
-                    invalid(format!("{nkey}.{field}"), e)
-                })?;
+                ns.check_size().map_err(|(key, e)| invalid(format!("{nkey}.{key}"), e))?;
                 ns.check_engine().map_err(|e| invalid(format!("{nkey}.buffered_io"), e))?;
                 namespaces.push(ns);
             }

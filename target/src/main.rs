@@ -117,11 +117,8 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
         return Err("nothing to export: give --file, --ram, --block or --config".into());
     }
     for ns in &nss {
-        ns.check_size().map_err(|e| {
-            let flag =
-                if NamespaceConfig::BLOCK_SIZES.contains(&ns.block_size) { "--ram" } else { "--block-size" };
-            format!("{flag}: {e}")
-        })?;
+        // The flags are the configuration keys: `block_size` is --block-size.
+        ns.check_size().map_err(|(key, e)| format!("--{}: {e}", key.replace('_', "-")))?;
     }
     let nqn = a.nqn.clone().unwrap_or_else(|| format!("nqn.2026-11.io.nvmeof:{}", hostname()));
     nvmeof_common::spec::nqn::validate_lax(&nqn).map_err(|e| format!("--nqn: {e}"))?;

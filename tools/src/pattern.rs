@@ -150,12 +150,20 @@ impl WrittenUnits {
     }
 }
 
-/// [`check`] for a read of a unit no write of this run had covered: blocks
-/// that are all zeros are not checked. Returns (bad, all-zero) block counts.
-pub fn check_unwritten(buf: &[u8], block_size: usize, lba: u64, mut bad: impl FnMut(Mismatch)) -> (u64, u64) {
+/// Checks a buffer of consecutive blocks read from `lba`; calls `bad` for
+/// each bad block. With `written` false (a read of a unit no write of this run
+/// had completed on, see [`WrittenUnits`]) blocks that are all zeros are not
+/// checked. Returns (bad, skipped all-zero) block counts.
+pub fn check_read(
+    buf: &[u8],
+    block_size: usize,
+    lba: u64,
+    written: bool,
+    mut bad: impl FnMut(Mismatch),
+) -> (u64, u64) {
     let (mut n, mut zero) = (0, 0);
     for (i, b) in buf.chunks(block_size).enumerate() {
-        if b.iter().all(|&x| x == 0) {
+        if !written && b.iter().all(|&x| x == 0) {
             zero += 1;
         } else if let Err(m) = check_block(b, lba + i as u64) {
             n += 1;
@@ -167,15 +175,8 @@ pub fn check_unwritten(buf: &[u8], block_size: usize, lba: u64, mut bad: impl Fn
 
 /// Checks a buffer of consecutive blocks read from `lba`; calls `bad` for each bad block and
 /// returns how many were bad.
-pub fn check(buf: &[u8], block_size: usize, lba: u64, mut bad: impl FnMut(Mismatch)) -> u64 {
-    let mut n = 0;
-    for (i, b) in buf.chunks(block_size).enumerate() {
-        if let Err(m) = check_block(b, lba + i as u64) {
-            n += 1;
-            bad(m);
-        }
-    }
-    n
+pub fn check(buf: &[u8], block_size: usize, lba: u64, bad: impl FnMut(Mismatch)) -> u64 {
+    check_read(buf, block_size, lba, true, bad).0
 }
 
 #[cfg(test)]
@@ -187,10 +188,10 @@ mod tests {
         let mut buf = vec![0u8; 2048];
         fill(&mut buf[..1024], 512, 100, 7);
         // Blocks 100-101 written, 102-103 zeros.
-        assert_eq!(check_unwritten(&buf, 512, 100, |_| panic!()), (0, 2));
+        assert_eq!(check_read(&buf, 512, 100, false, |_| panic!()), (0, 2));
         buf[600] ^= 1;
         let mut seen = Vec::new();
-        assert_eq!(check_unwritten(&buf, 512, 100, |m| seen.push(m.lba)), (1, 2));
+        assert_eq!(check_read(&buf, 512, 100, false, |m| seen.push(m.lba)), (1, 2));
         assert_eq!(seen, [101]);
         // The strict check counts the zero blocks as bad.
         assert_eq!(check(&buf, 512, 100, |_| {}), 3);

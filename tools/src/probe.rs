@@ -665,7 +665,8 @@ impl Shared {
         self.hooks.emit(ProbeEvent::Mismatch(m));
     }
 
-    fn pick(&self, rng: &mut Rng) -> (OpKind, u64) {
+    /// The next request: its kind, its unit of the region and that unit's first LBA.
+    fn pick(&self, rng: &mut Rng) -> (OpKind, u64, u64) {
         let op = match self.mode {
             RwMode::Read | RwMode::Randread => OpKind::Read,
             RwMode::Write | RwMode::Randwrite => OpKind::Write,
@@ -682,7 +683,7 @@ impl Shared {
         } else {
             self.seq.fetch_add(1, Ordering::Relaxed) % self.units
         };
-        (op, self.region_lba + unit * self.blocks_per_io)
+        (op, unit, self.region_lba + unit * self.blocks_per_io)
     }
 }
 
@@ -754,6 +755,11 @@ impl IoBuf {
     }
 }
 
+/// The record of written units a run needs: mixed modes with `--verify` only.
+fn written_units(opts: &ProbeOptions, units: u64) -> Option<pattern::WrittenUnits> {
+    (opts.verify && opts.rw.reads() && opts.rw.writes()).then(|| pattern::WrittenUnits::new(units))
+}
+
 /// One in-flight slot: submits on queue `qid` until the run ends.
 async fn slot(sh: Arc<Shared>, idx: usize, qid: u16, seed: u64) -> SlotOut {
     let mut rng = Rng::new(seed);
@@ -806,14 +812,13 @@ async fn slot(sh: Arc<Shared>, idx: usize, qid: u16, seed: u64) -> SlotOut {
                 }
             }
         }
-        let (op, lba) = sh.pick(&mut rng);
+        let (op, unit, lba) = sh.pick(&mut rng);
         if op == OpKind::Write && sh.verify {
             let generation = sh.gen_base.wrapping_add(sh.gen.fetch_add(1, Ordering::Relaxed));
             pattern::fill(buf.write_data_mut(), sh.block_size, lba, generation);
         }
-        let unit = (lba - sh.region_lba) / sh.blocks_per_io;
         // Asked before the read is sent: a write completing meanwhile may or may not be seen.
-        let was_written = sh.written.as_ref().is_none_or(|w| op == OpKind::Write || w.contains(unit));
+        let was_written = sh.written.as_ref().is_none_or(|w| w.contains(unit));
         let sqe = rw_sqe(op, sh.nsid, lba, sh.blocks_per_io);
         let send = Instant::now();
         let r = buf.run(&sh.ctrl, qid, op, sqe).await;
@@ -837,15 +842,11 @@ async fn slot(sh: Arc<Shared>, idx: usize, qid: u16, seed: u64) -> SlotOut {
                     w.mark(unit);
                 }
             }
-            OpKind::Read if sh.verify && !was_written => {
+            OpKind::Read if sh.verify => {
                 let (_, zero) =
-                    pattern::check_unwritten(buf.read_data(), sh.block_size, lba, |m| sh.mismatch(m));
+                    pattern::check_read(buf.read_data(), sh.block_size, lba, was_written, |m| sh.mismatch(m));
                 out.unwritten_blocks += zero;
                 out.checked_blocks += sh.blocks_per_io - zero;
-            }
-            OpKind::Read if sh.verify => {
-                out.checked_blocks += sh.blocks_per_io;
-                pattern::check(buf.read_data(), sh.block_size, lba, |m| sh.mismatch(m));
             }
             OpKind::Read => {}
         }
@@ -1110,8 +1111,7 @@ async fn run_connected(
         live: (0..slots).map(|_| SlotLive::default()).collect(),
         queue_stats: (0..queues).map(|_| Mutex::new([OpStats::new(), OpStats::new()])).collect(),
         verify: opts.verify,
-        written: (opts.verify && opts.rw.reads() && opts.rw.writes())
-            .then(|| pattern::WrittenUnits::new(g.units)),
+        written: written_units(opts, g.units),
         gen_base: time_seed().rotate_left(17),
         gen: AtomicU64::new(0),
         hooks: hooks.clone(),
@@ -1287,8 +1287,7 @@ async fn run_ping(
     let mut stats = [OpStats::new(), OpStats::new()];
     let mut samples = [Vec::new(), Vec::new()];
     let mut verify = VerifyStats::default();
-    let written =
-        (opts.verify && opts.rw.reads() && opts.rw.writes()).then(|| pattern::WrittenUnits::new(g.units));
+    let written = written_units(opts, g.units);
     let mut measured = 0u64;
     let mut seq = 0u64;
     let mut error = None;
@@ -1338,19 +1337,13 @@ async fn run_ping(
                 w.mark(unit);
             }
         } else if opts.verify {
-            let mut bad = |m: Mismatch| {
+            let (_, zero) = pattern::check_read(buf.read_data(), g.block_size, lba, was_written, |m| {
                 verify.mismatches += 1;
                 if verify.first.len() < MAX_MISMATCHES_KEPT {
                     verify.first.push(m.clone());
                 }
                 hooks.emit(ProbeEvent::Mismatch(m));
-            };
-            let zero = if was_written {
-                pattern::check(buf.read_data(), g.block_size, lba, &mut bad);
-                0
-            } else {
-                pattern::check_unwritten(buf.read_data(), g.block_size, lba, &mut bad).1
-            };
+            });
             verify.unwritten_blocks += zero;
             verify.checked_blocks += g.blocks_per_io - zero;
         }
