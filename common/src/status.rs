@@ -67,12 +67,13 @@ impl Status {
     pub const SGL_INVALID_OFFSET: Self = st(0, 0x16);
     /// SGL Descriptor Subtype Invalid.
     pub const SGL_INVALID_SUBTYPE: Self = st(0, 0x17);
-    /// Keep Alive Timer Expired.
-    pub const KEEP_ALIVE_EXPIRED: Self = st(0, 0x1A);
     /// Host Identifier Inconsistent Format.
     pub const HOST_ID_INCONSIST: Self = st(0, 0x18);
-    /// Keep Alive Timeout Invalid.
-    pub const KAT_INVALID: Self = st(0, 0x19);
+    /// Keep Alive Timer Expired (19h, Linux `NVME_SC_KA_TIMEOUT_EXPIRED`).
+    pub const KEEP_ALIVE_EXPIRED: Self = st(0, 0x19);
+    /// Keep Alive Timeout Invalid (1Ah, Linux `NVME_SC_KA_TIMEOUT_INVALID`, which
+    /// nvmet's `nvmet_execute_keep_alive` returns while KATO is 0).
+    pub const KAT_INVALID: Self = st(0, 0x1A);
     /// Transient Transport Error.
     pub const TRANSIENT_TRANSPORT: Self = st(0, 0x22);
     /// Command Interrupted.

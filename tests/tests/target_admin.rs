@@ -145,6 +145,19 @@ async fn features_and_keep_alive() {
         .expect_status(Status::INVALID_FIELD);
 }
 
+/// Keep Alive while KATO is 0 completes with Keep Alive Timeout Invalid, generic
+/// status 1Ah without DNR, as nvmet's `nvmet_execute_keep_alive` answers
+/// (`NVME_SC_KA_TIMEOUT_INVALID`); 19h would be Keep Alive Timer Expired.
+#[tokio::test]
+async fn keep_alive_with_kato_zero_is_timeout_invalid_1ah() {
+    let mut s = setup(&default_config()).await;
+    let ka = s.admin.keep_alive().await;
+    let st = ka.status();
+    assert_eq!((st.sct().0, st.sc(), st.dnr()), (0, 0x1A, false), "Keep Alive with KATO 0: {st}");
+    // The wire form the host decodes: (SCT << 8 | SC) << 1 in the status field.
+    assert_eq!(st.to_wire(), 0x1A << 1);
+}
+
 #[tokio::test]
 async fn invalid_admin_opcode() {
     let mut s = setup(&default_config()).await;
