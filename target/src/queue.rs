@@ -9,6 +9,7 @@
 use bytes::{Bytes, BytesMut};
 use nvmeof_common::decoder::{DecoderConfig, PduDecoder, Role};
 use nvmeof_common::error::{DecodeError, Fes};
+use nvmeof_common::opcode::FabricsType;
 use nvmeof_common::out::OutQueue;
 use nvmeof_common::pdu::{
     C2hData, CapsuleCmd, CapsuleResp, DigestFlags, EncodeConfig, H2cData, IcReq, IcResp, Pdu, R2t, TermReq,
@@ -423,13 +424,15 @@ impl QueueState {
             self.sqhd = (self.sqhd + 1) % (self.ctx.sqsize.max(1) + 1);
         }
         if !sent_success {
-            let cqe = Cqe {
-                result: r.result,
-                sqhd: self.sqhd,
-                sqid: self.ctx.qid.unwrap_or(0),
-                cid,
-                status: r.status,
-            };
+            // A Connect that disabled SQ flow control is answered with SQHD
+            // FFFFh, which tells the host no SQHD updates follow (TP 8005;
+            // nvmet_install_queue sets `sq_head = 0xffff`). A host that reads
+            // any other value there (FreeBSD's libnvmf does) keeps SQ flow
+            // control on and sees its queue fill up, as SQHD then stays put.
+            let connect = sqe.opcode() == 0x7F && sqe.fctype() == FabricsType::CONNECT.0;
+            let sqhd =
+                if connect && self.ctx.sqflow_disabled && r.status.is_success() { 0xFFFF } else { self.sqhd };
+            let cqe = Cqe { result: r.result, sqhd, sqid: self.ctx.qid.unwrap_or(0), cid, status: r.status };
             self.out.push(&Pdu::CapsuleResp(CapsuleResp { cqe }), &self.enc);
         }
         let slot = &mut self.slots[tag as usize];

@@ -323,3 +323,32 @@ async fn enable_with_bad_queue_entry_sizes_is_fatal() {
     // Read-only registers cannot be set.
     a.property_set(PropertyOffset::CSTS, 1).await.expect_status(Status::INVALID_FIELD);
 }
+
+/// A Connect with CATTR "disable SQ flow control" is answered with SQHD FFFFh
+/// (TP 8005, nvmet_install_queue), on the admin queue and on I/O queues; without
+/// it the SQHD is a real head pointer. A host that reads anything else keeps SQ
+/// flow control on (FreeBSD's libnvmf, whose SQ then never drains).
+#[tokio::test]
+async fn connect_disabling_sq_flow_control_answers_sqhd_ffff() {
+    let (_server, addr) = start(&default_config()).await;
+    let mut a = RawClient::connect(addr).await;
+    let data = a.connect_data(SUBNQN, CNTLID_DYNAMIC);
+    let c = a.connect_cmd(ConnectCmd::admin(0).with_disable_sqflow(true), data).await.ok();
+    assert_eq!(c.cqe.sqhd, 0xFFFF, "admin Connect disabling SQ flow control");
+    a.enable().await;
+    let mut io = RawClient::connect(addr).await;
+    let data = io.connect_data(SUBNQN, a.cntlid);
+    let c = io.connect_cmd(ConnectCmd::io(1, 128).with_disable_sqflow(true), data).await.ok();
+    assert_eq!(c.cqe.sqhd, 0xFFFF, "I/O Connect disabling SQ flow control");
+    // With SQ flow control on, SQHD counts the Connect itself.
+    let mut io2 = RawClient::connect(addr).await;
+    let data = io2.connect_data(SUBNQN, a.cntlid);
+    let c = io2.connect_cmd(ConnectCmd::io(2, 128), data).await.ok();
+    assert_eq!(c.cqe.sqhd, 1, "I/O Connect with SQ flow control");
+    // A rejected Connect is not one that disabled flow control.
+    let mut bad = RawClient::connect(addr).await;
+    let data = bad.connect_data(SUBNQN, a.cntlid);
+    let c = bad.connect_cmd(ConnectCmd::io(0xFFFF, 128).with_disable_sqflow(true), data).await;
+    assert!(!c.status().is_success());
+    assert_ne!(c.cqe.sqhd, 0xFFFF);
+}
