@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use nvmeof_common::opcode::{AdminOpcode, IoOpcode};
 use nvmeof_common::pdu::{CapsuleCmd, DigestFlags, H2cData, IcReq, Pdu};
-use nvmeof_common::spec::features::{FeatureId, SetFeaturesCmd};
+use nvmeof_common::spec::features::{FeatureId, GetFeaturesCmd, SetFeaturesCmd};
 use nvmeof_common::spec::identify::{decode_ns_list, Cns};
 use nvmeof_common::spec::log::{ChangedNsList, LogPageId};
 use nvmeof_common::spec::IdentifyNamespace;
@@ -152,6 +152,27 @@ async fn keep_alive_commands_keep_the_controller() {
     admin.identify(Cns::CTRL, 0).await.ok();
     io.read(1, 0, 1, NS1_BS).await.ok();
     assert!(!admin.csts().await.cfs());
+}
+
+/// A Connect KATO that is not a whole number of seconds is rounded up to one,
+/// as nvmet_alloc_ctrl does (`ctrl->kato = DIV_ROUND_UP(kato, 1000)`): with
+/// KATO 100 ms an idle controller lives about a second, and Get Features KATO
+/// reports the 1000 ms the timer really uses.
+#[tokio::test]
+async fn connect_kato_is_rounded_up_to_whole_seconds() {
+    let (_server, addr) = start(&default_config()).await;
+    let mut admin = RawClient::connect(addr).await;
+    assert!(admin.admin_connect_kato(SUBNQN, HOSTNQN, 100).await.status.is_success());
+    admin.enable().await;
+    // Idle for four times the requested KATO: a 100 ms timer would have
+    // expired (within 2 × KATO), the rounded 1 s one has not.
+    assert!(admin.is_open_for(Duration::from_millis(400)).await, "controller gone before 1 s of idleness");
+    let g = admin.submit(GetFeaturesCmd::new(FeatureId::KATO).to_sqe(0), None).await.ok();
+    assert_eq!(g.cqe.dw0(), 1000, "KATO reported");
+    // It still expires, about a second after that last command.
+    let t0 = Instant::now();
+    admin.expect_closed_within(Duration::from_millis(3000)).await;
+    assert!(t0.elapsed() >= Duration::from_millis(700), "closed after {:?}", t0.elapsed());
 }
 
 /// One malformed connection; `Ok(true)` if the target terminated/closed it.

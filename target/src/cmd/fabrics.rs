@@ -103,6 +103,11 @@ fn connect(ctx: &mut QueueCtx, sqe: &Sqe, data: &[u8]) -> Response {
             return invalid_param(false, fabrics_off::SQSIZE);
         }
         let kato = if subsys.discovery && cmd.kato_ms == 0 { DISCOVERY_KATO_MS } else { cmd.kato_ms };
+        // KATO is kept in whole seconds, rounded up, as nvmet_alloc_ctrl does
+        // (`ctrl->kato = DIV_ROUND_UP(kato, 1000)`) and as Set Features KATO
+        // already does here: the timer then matches KAS (1 s) and what Get
+        // Features KATO reports.
+        let kato = kato.div_ceil(1000).saturating_mul(1000);
         let max_qid = if subsys.discovery { 0 } else { limits.max_io_queues };
         let (hostnqn, hostid, port) = (d.hostnqn.clone(), d.hostid, ctx.port_id);
         let Some(ctrl) = target.create_controller(|id| {
