@@ -292,7 +292,10 @@ impl QueueState {
         }
         let status = status.and_then(|()| {
             let max = self.ctx.target.limits.max_transfer();
-            if sgl.length > max && sqe.opcode() != 0x09 {
+            // MDTS bounds every command's data, Dataset Management's too: its
+            // ranges fit in 4 KiB, and a larger SGL would otherwise be solicited
+            // by R2T and buffered in full.
+            if sgl.length > max {
                 warn!(len = sgl.length, max, "transfer larger than MDTS");
                 return Err(Status::INVALID_FIELD.with_dnr());
             }

@@ -218,6 +218,14 @@ async fn io_error_statuses() {
     let one = encode_ranges(&[DsmRange { cattr: 0, nlb: 1, slba: 0 }]).unwrap();
     io.submit(sqe, Some(Bytes::from(one))).await.expect_status(Status::SGL_INVALID_DATA);
 
+    // DSM whose SGL is over MDTS: refused before any data is solicited (its
+    // ranges fit in 4 KiB; without the limit it would get an R2T for 4 GiB).
+    let mut sqe = DsmCmd::deallocate(1, 1).to_sqe(0);
+    sqe.set_sgl(SglDescriptor::transport(0xFFFF_FFF0));
+    let r = io.submit(sqe, None).await;
+    assert_eq!(r.status(), Status::INVALID_FIELD.with_dnr());
+    assert_eq!(r.r2t_count(), 0);
+
     // Write Zeroes moves no data, so MDTS does not limit it: 4 MiB at once.
     let mut wz = Sqe::new(IoOpcode::WRITE_ZEROES.0);
     wz.set_nsid(1).set_slba(0).set_nlb(8191).set_sgl(SglDescriptor::transport(0));
