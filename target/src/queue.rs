@@ -261,8 +261,10 @@ impl QueueState {
         let status = if sqe.fuse() != 0 || sqe.psdt() != 1 {
             // nvmet_req_init: fused commands and PRPs are not supported.
             Err(Status::INVALID_FIELD.with_dnr())
-        } else if sgl.id == SglId::DATA_BLOCK_OFFSET {
-            // In-capsule data (nvmet_tcp_map_data).
+        } else if sgl.id == SglId::DATA_BLOCK_OFFSET && sgl.length != 0 {
+            // In-capsule data (nvmet_tcp_map_data; like it, a zero length is
+            // no data whatever the descriptor type, so a Flush sent with an
+            // empty in-capsule descriptor runs).
             if !write {
                 Err(Status::INVALID_FIELD.with_dnr())
             } else if sgl.length > self.in_capsule_limit(&sqe) || sgl.addr != 0 {
