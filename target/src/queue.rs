@@ -292,7 +292,10 @@ impl QueueState {
             self.free.push(tag);
             return;
         }
-        let status = status.and_then(|()| {
+        // Parse first, so a command for an inactive namespace gets Invalid
+        // Namespace whatever its length (nvmet_req_init parses before the
+        // transport maps any data).
+        let status = status.and_then(|()| cmd::parse(&self.ctx, &sqe)).and_then(|()| {
             let max = self.ctx.target.limits.max_transfer();
             // MDTS bounds every command's data, Dataset Management's too: its
             // ranges fit in 4 KiB, and a larger SGL would otherwise be solicited
@@ -301,7 +304,7 @@ impl QueueState {
                 warn!(len = sgl.length, max, "transfer larger than MDTS");
                 return Err(Status::INVALID_FIELD.with_dnr());
             }
-            cmd::parse(&self.ctx, &sqe)
+            Ok(())
         });
         if let Err(s) = status {
             self.finish(tag, Response::status(s));

@@ -189,6 +189,9 @@ async fn io_error_statuses() {
     assert_eq!(r.status(), Status::INVALID_NS.with_dnr());
     io.read(0, 0, 1, BS).await.expect_status(Status::INVALID_NS);
     io.submit(flush_sqe(99), None).await.expect_status(Status::INVALID_NS);
+    // The namespace is checked before the length against MDTS (nvmet parses
+    // the command before mapping its data).
+    io.read(99, 0, 32, BS).await.expect_status(Status::INVALID_NS);
 
     // Transfer over MDTS (8 KiB): Invalid Field, and no data solicited for a write.
     io.read(1, 0, 32, BS).await.expect_status(Status::INVALID_FIELD);
