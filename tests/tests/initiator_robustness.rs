@@ -1,0 +1,345 @@
+//! Robustness of the initiator as an application (a data loader, a
+//! checkpoint writer) sees it, against our target on 127.0.0.1: regressions
+//! for bugs found in a sweep of the library (each added with its fix), and
+//! the behaviour that held in that sweep: a timed-out slow command leaves its
+//! queue usable with the right data in later buffers, cancelled requests give
+//! their slots back, more requests than the queue depth, invalid requests, an
+//! idle association outliving KATO, connect errors, many queues with digests,
+//! the target stopped mid-I/O and restarted on the same port.
+//!
+//! Every test body runs under a time bound.
+
+mod initiator_util;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use initiator_util::*;
+use nvmeof_initiator::common::Status;
+use nvmeof_initiator::{ConnectOptions, Controller, ControllerState, Error, IoFlags, ReconnectPolicy};
+use nvmeof_target::core::Namespace as TargetNamespace;
+use nvmeof_target::server::Server;
+use nvmeof_tests::harness::pattern;
+use nvmeof_tests::slow_backend::SlowBackend;
+use tokio::net::TcpListener;
+
+/// Adds namespace `nsid` backed by RAM whose completions arrive `delay` late.
+fn add_slow_ns(server: &Server, nsid: u32, size: u64, delay: Duration) {
+    let slow = Arc::new(SlowBackend::new(size, BS as u32, delay));
+    server
+        .target
+        .subsystem(SUBNQN)
+        .unwrap()
+        .add_namespace(Arc::new(TargetNamespace::new(SUBNQN, nsid, slow)));
+}
+
+async fn wait_state(ctrl: &Controller, want: ControllerState, within: Duration) {
+    let mut rx = ctrl.subscribe_state();
+    tokio::time::timeout(within, rx.wait_for(|s| *s == want))
+        .await
+        .unwrap_or_else(|_| panic!("controller not {want:?} within {within:?} (now {:?})", ctrl.state()))
+        .unwrap();
+}
+
+/// One I/O queue with `depth − 1` commands outstanding at most.
+fn one_queue(depth: u16) -> ConnectOptions {
+    ConnectOptions { io_queues: 1, queue_depth: depth, ..opts() }
+}
+
+fn is_lba_range(r: &Result<(), Error>) -> bool {
+    matches!(r, Err(Error::Nvme { status, .. }) if status.code() == Status::LBA_RANGE.code())
+}
+
+// ---------------------------------------------------------------------------
+// Behaviour that held in the sweep (kept as regression coverage).
+
+/// A slow command runs past its timeout: it fails with `Timeout`, the
+/// association is reset (so its late completion can never reach a later
+/// command), and the queue serves later reads into other buffers with the
+/// right data, with its whole depth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timed_out_slow_command_leaves_the_queue_usable() {
+    bounded(60, async {
+        let (server, addr) = start(&config(vec![ram_ns(1, 4 << 20)])).await;
+        add_slow_ns(&server, 2, 1 << 20, Duration::from_millis(900));
+        let o = ConnectOptions { command_timeout: Duration::from_millis(300), ..one_queue(4) };
+        let ctrl = Controller::connect(addr, SUBNQN, o).await.unwrap();
+        let ns1 = ctrl.namespace(1).await.unwrap();
+        let ns2 = ctrl.namespace(2).await.unwrap();
+        let data = pattern(64 << 10, 3);
+        ns1.write(0, &data).await.unwrap();
+        for _ in 0..3 {
+            let mut b = vec![0u8; 4096];
+            let r = ns2.read(0, &mut b).await;
+            assert!(matches!(r, Err(Error::Timeout(d)) if d == Duration::from_millis(300)), "{r:?}");
+            for i in 0..10usize {
+                let mut back = vec![0u8; 4096];
+                ns1.read(i as u64 * 8, &mut back).await.unwrap();
+                assert_eq!(back[..], data[i * 4096..(i + 1) * 4096], "block {i}");
+            }
+        }
+        // After the late completions were due: the full depth (3) at once.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
+        read_blocks_at_once(&ns1, 3, &data).await;
+        assert_eq!(ctrl.state(), ControllerState::Live);
+        ctrl.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
+
+/// Reads the first `n` 4 KiB blocks of `ns` at once and checks them against `data`.
+async fn read_blocks_at_once(ns: &nvmeof_initiator::Namespace, n: usize, data: &[u8]) {
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..n {
+        let ns = ns.clone();
+        set.spawn(async move {
+            let mut back = vec![0u8; 4096];
+            ns.read(i as u64 * 8, &mut back).await.map(|_| (i, back))
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        let (i, back) = r.unwrap().unwrap();
+        assert_eq!(back[..], data[i * 4096..(i + 1) * 4096], "block {i}");
+    }
+}
+
+/// Reads dropped while outstanding (borrowed and owned buffers, more of them
+/// than the queue depth) give their slots back once the controller answers,
+/// and later reads get their own data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_requests_return_their_slots() {
+    bounded(60, async {
+        let (server, addr) = start(&config(vec![ram_ns(1, 4 << 20)])).await;
+        add_slow_ns(&server, 2, 1 << 20, Duration::from_millis(300));
+        let ctrl = Controller::connect(addr, SUBNQN, one_queue(4)).await.unwrap();
+        let ns1 = ctrl.namespace(1).await.unwrap();
+        let ns2 = ctrl.namespace(2).await.unwrap();
+        let data = pattern(64 << 10, 4);
+        let slow = pattern(8192, 5);
+        ns1.write(0, &data).await.unwrap();
+        ns2.write(0, &slow).await.unwrap();
+        for _ in 0..10 {
+            let mut b = vec![0u8; 8192];
+            assert!(tokio::time::timeout(Duration::from_millis(20), ns2.read(0, &mut b)).await.is_err());
+            drop(b);
+            let owned = ns2.read_buf(0, BytesMut::new(), 8192);
+            assert!(tokio::time::timeout(Duration::from_millis(20), owned).await.is_err());
+        }
+        read_blocks_at_once(&ns1, 3, &data).await;
+        let mut b = vec![0u8; 8192];
+        ns2.read(0, &mut b).await.unwrap();
+        assert_eq!(b, slow);
+        assert_eq!(&ns2.read_buf(0, BytesMut::new(), 8192).await.unwrap()[..], &slow[..]);
+        ctrl.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
+
+/// 64 tasks on one queue of 2 slots: every write, borrowed read and owned
+/// read completes with its own data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_requests_than_the_queue_depth() {
+    bounded(60, async {
+        let (server, addr) = start(&config(vec![ram_ns(1, 4 << 20)])).await;
+        let ctrl = Controller::connect(addr, SUBNQN, one_queue(3)).await.unwrap();
+        let ns = ctrl.namespace(1).await.unwrap();
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..64u64 {
+            let ns = ns.clone();
+            set.spawn(async move {
+                let d = pattern(4096, i);
+                ns.write(i * 8, &d).await?;
+                let mut b = vec![0u8; 4096];
+                ns.read(i * 8, &mut b).await?;
+                let o = ns.read_buf(i * 8, BytesMut::new(), 4096).await?;
+                assert_eq!(b, d);
+                assert_eq!(&o[..], &d[..]);
+                Ok::<_, Error>(())
+            });
+        }
+        while let Some(r) = set.join_next().await {
+            r.unwrap().unwrap();
+        }
+        ctrl.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
+
+/// Zero-length, odd-sized and out-of-range requests fail with the right kind
+/// of error and cost the queue nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_requests_fail_with_the_right_errors() {
+    bounded(30, async {
+        let (server, addr) = start(&config(vec![ram_ns(1, 1 << 20)])).await;
+        let ctrl = Controller::connect(addr, SUBNQN, one_queue(4)).await.unwrap();
+        let ns = ctrl.namespace(1).await.unwrap();
+        let end = ns.blocks();
+        let inv = |r: Result<(), Error>| assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+        inv(ns.read(0, &mut []).await);
+        inv(ns.read(0, &mut [0u8; 513]).await);
+        inv(ns.read(0, &mut [0u8; 100]).await);
+        inv(ns.write(0, &[]).await);
+        inv(ns.write(0, &[1u8; 1000]).await);
+        inv(ns.read_buf(0, BytesMut::new(), 0).await.map(drop));
+        inv(ns.read_buf(0, BytesMut::new(), 700).await.map(drop));
+        inv(ns.write_zeroes(0, 0, false, IoFlags::default()).await);
+        inv(ctrl.io_command_on(0, Default::default(), Default::default()).await.map(drop));
+        inv(ctrl.io_command_on(2, Default::default(), Default::default()).await.map(drop));
+        inv(ctrl.namespace(7).await.map(drop));
+        let lba = |r: Result<(), Error>| assert!(is_lba_range(&r), "{r:?}");
+        lba(ns.read(end, &mut [0u8; 512]).await);
+        lba(ns.read(end - 1, &mut [0u8; 1024]).await);
+        lba(ns.read(end - 8, &mut vec![0u8; 4 << 20]).await);
+        lba(ns.write(end, &[0u8; 512]).await);
+        lba(ns.read_buf(end, BytesMut::new(), 512).await.map(drop));
+        lba(ns.write_zeroes(end, 1, false, IoFlags::default()).await);
+        lba(ns.deallocate(&[(end, 1)]).await);
+        lba(ns.compare(end, &[0u8; 512]).await.map(drop));
+        // All slots are still there (3 at once) and data lands right.
+        let d = pattern(4096, 1);
+        ns.write(0, &d).await.unwrap();
+        let mut bufs = [vec![0u8; 4096], vec![0u8; 4096], vec![0u8; 4096]];
+        let mut batch = ns.batch();
+        for b in bufs.iter_mut() {
+            batch.read(0, b, IoFlags::default());
+        }
+        assert!(batch.submit().await.iter().all(Result::is_ok));
+        assert!(bufs.iter().all(|b| *b == d));
+        ctrl.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
+
+/// An idle association outlives several KATO periods: keep-alive keeps it,
+/// without reconnecting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_association_outlives_kato() {
+    bounded(30, async {
+        let (server, addr) = start(&config(vec![ram_ns(1, 1 << 20)])).await;
+        let proxy = Proxy::start(addr).await;
+        let o = ConnectOptions { kato: Duration::from_millis(1000), ..one_queue(8) };
+        let ctrl = Controller::connect(proxy.addr, SUBNQN, o).await.unwrap();
+        let ns = ctrl.namespace(1).await.unwrap();
+        let conns = proxy.accepted.load(Ordering::SeqCst);
+        let rx = ctrl.subscribe_state();
+        tokio::time::sleep(Duration::from_millis(3500)).await;
+        assert!(!rx.has_changed().unwrap(), "state changed: {:?}", ctrl.state());
+        assert_eq!(proxy.accepted.load(Ordering::SeqCst), conns, "reconnected");
+        ns.read(0, &mut [0u8; 4096]).await.unwrap();
+        ctrl.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
+
+/// Wrong subsystem NQN: the Connect status; a closed port: a transport error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_errors() {
+    bounded(30, async {
+        let (server, addr) = start(&config(vec![ram_ns(1, 1 << 20)])).await;
+        let r = Controller::connect(addr, "nqn.2024-01.io.example:nope", one_queue(8)).await;
+        assert!(matches!(&r, Err(e @ Error::Nvme { .. }) if e.is_permanent()), "{r:?}");
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let closed = l.local_addr().unwrap();
+        drop(l);
+        let r = Controller::connect(closed, SUBNQN, one_queue(8)).await;
+        assert!(matches!(r, Err(Error::Transport(_))), "{r:?}");
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
+
+/// 64 I/O queues with header and data digests, 200 tasks over them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_queues_with_digests() {
+    bounded(60, async {
+        let (server, addr) = start(&config(vec![ram_ns(1, 4 << 20)])).await;
+        let o =
+            ConnectOptions { io_queues: 64, queue_depth: 8, hdr_digest: true, data_digest: true, ..opts() };
+        let ctrl = Controller::connect(addr, SUBNQN, o).await.unwrap();
+        assert_eq!(ctrl.io_queue_count(), 64);
+        let ns = ctrl.namespace(1).await.unwrap();
+        let mut set = tokio::task::JoinSet::new();
+        for i in 0..200u64 {
+            let ns = ns.clone();
+            set.spawn(async move {
+                let d = pattern(8192 + (i as usize % 4) * 512, i);
+                ns.write(i * 32, &d).await?;
+                let mut b = vec![0u8; d.len()];
+                ns.read(i * 32, &mut b).await?;
+                assert_eq!(b, d);
+                Ok::<_, Error>(())
+            });
+        }
+        while let Some(r) = set.join_next().await {
+            r.unwrap().unwrap();
+        }
+        ctrl.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
+
+/// The target stops with a command in flight (no requeue): it fails with
+/// `ConnectionLost` at once; a request made while the target is away waits
+/// and completes once the target is back on the same port.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn target_stopped_mid_io_then_restarted() {
+    bounded(60, async {
+        let cfg = config(vec![ram_ns(1, 4 << 20)]);
+        let (server, addr) = start(&cfg).await;
+        add_slow_ns(&server, 2, 1 << 20, Duration::from_millis(500));
+        let o = ConnectOptions {
+            reconnect: ReconnectPolicy {
+                delay: Duration::from_millis(100),
+                max_delay: Duration::from_millis(200),
+                ctrl_loss_timeout: Some(Duration::from_secs(20)),
+                requeue: false,
+            },
+            ..one_queue(8)
+        };
+        let ctrl = Controller::connect(addr, SUBNQN, o).await.unwrap();
+        let ns1 = ctrl.namespace(1).await.unwrap();
+        let ns2 = ctrl.namespace(2).await.unwrap();
+        let inflight = tokio::spawn(async move {
+            let mut b = vec![0u8; 4096];
+            ns2.read(0, &mut b).await
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let t0 = Instant::now();
+        let stop = tokio::spawn(server.shutdown(Duration::from_millis(100)));
+        let r = inflight.await.unwrap();
+        assert!(matches!(r, Err(Error::ConnectionLost)), "{r:?}");
+        assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
+        stop.await.unwrap();
+        let ns = ns1.clone();
+        let newer = tokio::spawn(async move { ns.read(0, &mut [0u8; 4096]).await });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(!newer.is_finished());
+        let mut cfg2 = cfg.clone();
+        cfg2.listen = vec![addr];
+        let until = Instant::now() + Duration::from_secs(5);
+        let server2 = loop {
+            match Server::start(&cfg2).await {
+                Ok(s) => break s,
+                Err(e) if Instant::now() < until => {
+                    eprintln!("restart: {e}; retrying");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(e) => panic!("target does not restart: {e}"),
+            }
+        };
+        newer.await.unwrap().unwrap();
+        wait_state(&ctrl, ControllerState::Live, Duration::from_secs(10)).await;
+        ns1.read(0, &mut [0u8; 4096]).await.unwrap();
+        ctrl.shutdown().await.unwrap();
+        server2.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
