@@ -15,6 +15,20 @@ use crate::error::{Error, Result};
 /// NLB is a 16-bit 0's based field: at most 65536 blocks per command.
 const MAX_NLB: u64 = 1 << 16;
 
+/// Refuses a range whose end is past the last 64-bit LBA. Split requests
+/// compute each piece's LBA as `lba + offset`: that overflowed (a panic in
+/// debug builds; in release builds the pieces after the first wrapped around to
+/// LBA 0 and up, so a write near `u64::MAX` overwrote the namespace's first
+/// blocks). No namespace holds such a range, so it is an invalid argument.
+fn check_range(lba: u64, blocks: u64) -> Result<()> {
+    if lba.checked_add(blocks).is_none() {
+        return Err(Error::InvalidArgument(format!(
+            "{blocks} blocks from LBA {lba} pass the last 64-bit LBA"
+        )));
+    }
+    Ok(())
+}
+
 /// Options of a read or write.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IoFlags {
@@ -128,14 +142,17 @@ impl Namespace {
         &self.ctrl
     }
 
-    fn blocks_of(&self, len: usize) -> Result<u64> {
+    /// Blocks of a `len`-byte transfer starting at `lba`.
+    fn blocks_of(&self, lba: u64, len: usize) -> Result<u64> {
         if len == 0 || len & ((1 << self.lba_shift) - 1) != 0 {
             return Err(Error::InvalidArgument(format!(
                 "buffer length {len} is not a non-zero multiple of the block size {}",
                 self.block_size()
             )));
         }
-        Ok((len >> self.lba_shift) as u64)
+        let blocks = (len >> self.lba_shift) as u64;
+        check_range(lba, blocks)?;
+        Ok(blocks)
     }
 
     fn rw_sqe(&self, opcode: IoOpcode, lba: u64, blocks: u64, flags: IoFlags) -> Sqe {
@@ -169,7 +186,7 @@ impl Namespace {
 
     /// Reads with flags.
     pub async fn read_with(&self, lba: u64, buf: &mut [u8], flags: IoFlags) -> Result<()> {
-        let blocks = self.blocks_of(buf.len())?;
+        let blocks = self.blocks_of(lba, buf.len())?;
         if blocks <= self.max_blocks {
             let q = self.ctrl.core().pick_io()?;
             let sqe = self.rw_sqe(IoOpcode::READ, lba, blocks, flags);
@@ -206,7 +223,7 @@ impl Namespace {
     /// are split; their pieces share `buf`'s allocation and are joined
     /// without copying.
     pub async fn read_buf(&self, lba: u64, mut buf: BytesMut, len: usize) -> Result<BytesMut> {
-        let blocks = self.blocks_of(len)?;
+        let blocks = self.blocks_of(lba, len)?;
         buf.reserve(len);
         let q = self.ctrl.core().pick_io()?;
         if blocks <= self.max_blocks {
@@ -243,7 +260,7 @@ impl Namespace {
 
     /// Writes `data` without copying it.
     pub async fn write_bytes(&self, lba: u64, data: Bytes, flags: IoFlags) -> Result<()> {
-        let blocks = self.blocks_of(data.len())?;
+        let blocks = self.blocks_of(lba, data.len())?;
         if blocks <= self.max_blocks {
             // One command: no batch bookkeeping (nothing allocated per call).
             let q = self.ctrl.core().pick_io()?;
@@ -261,7 +278,7 @@ impl Namespace {
     }
 
     async fn data_out(&self, op: IoOpcode, lba: u64, buf: &[u8], flags: IoFlags) -> Result<()> {
-        let blocks = self.blocks_of(buf.len())?;
+        let blocks = self.blocks_of(lba, buf.len())?;
         if blocks <= self.max_blocks {
             let q = self.ctrl.core().pick_io()?;
             let sqe = self.rw_sqe(op, lba, blocks, flags);
@@ -299,6 +316,7 @@ impl Namespace {
         if blocks == 0 {
             return Err(Error::InvalidArgument("write_zeroes of 0 blocks".into()));
         }
+        check_range(lba, blocks)?;
         let ops = (0..blocks.div_ceil(MAX_NLB))
             .map(|i| {
                 let start = i * MAX_NLB;
@@ -347,7 +365,7 @@ impl<'a> Batch<'a> {
     /// Adds a read; returns its index in the results.
     pub fn read(&mut self, lba: u64, buf: &'a mut [u8], flags: IoFlags) -> usize {
         self.add(|ns, owner, ops| {
-            let blocks = ns.blocks_of(buf.len())?;
+            let blocks = ns.blocks_of(lba, buf.len())?;
             let chunk = ns.max_transfer() as usize;
             for ((l, n, _), b) in ns.pieces(lba, blocks).zip(buf.chunks_mut(chunk)) {
                 ops.push(Op {
@@ -363,7 +381,7 @@ impl<'a> Batch<'a> {
     /// Adds a write; returns its index in the results.
     pub fn write(&mut self, lba: u64, buf: &'a [u8], flags: IoFlags) -> usize {
         self.add(|ns, owner, ops| {
-            let blocks = ns.blocks_of(buf.len())?;
+            let blocks = ns.blocks_of(lba, buf.len())?;
             let chunk = ns.max_transfer() as usize;
             for ((l, n, _), b) in ns.pieces(lba, blocks).zip(buf.chunks(chunk)) {
                 ops.push(Op {

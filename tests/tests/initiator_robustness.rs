@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use initiator_util::*;
 use nvmeof_initiator::common::Status;
 use nvmeof_initiator::{ConnectOptions, Controller, ControllerState, Error, IoFlags, ReconnectPolicy};
@@ -50,6 +50,51 @@ fn one_queue(depth: u16) -> ConnectOptions {
 
 fn is_lba_range(r: &Result<(), Error>) -> bool {
     matches!(r, Err(Error::Nvme { status, .. }) if status.code() == Status::LBA_RANGE.code())
+}
+
+// ---------------------------------------------------------------------------
+// Regressions.
+
+/// Requests split into several commands whose range passes the last 64-bit
+/// LBA are refused before anything is sent. The pieces' LBAs used to be
+/// `lba + offset` unchecked: a panic in debug builds, and in release builds the
+/// pieces after the first wrapped around, so this write put its data at LBA
+/// 2044 of the namespace while returning an error for the first piece.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn split_requests_past_the_last_lba_are_refused() {
+    bounded(30, async {
+        let (server, addr) = start(&config(vec![ram_ns(1, 4 << 20)])).await;
+        let ctrl = Controller::connect(addr, SUBNQN, one_queue(8)).await.unwrap();
+        let ns = ctrl.namespace(1).await.unwrap();
+        let mt = ns.max_transfer() as usize;
+        let lba = u64::MAX - 3;
+        let big = vec![0xAAu8; 2 * mt];
+        let inv = |r: &Result<(), Error>| matches!(r, Err(Error::InvalidArgument(_)));
+        let r = ns.write(lba, &big).await;
+        assert!(inv(&r), "write: {r:?}");
+        let r = ns.write_bytes(lba, Bytes::from(big.clone()), IoFlags::default()).await;
+        assert!(inv(&r), "write_bytes: {r:?}");
+        let r = ns.compare(lba, &big).await.map(drop);
+        assert!(inv(&r), "compare: {r:?}");
+        let r = ns.read(lba, &mut vec![0u8; 2 * mt]).await;
+        assert!(inv(&r), "read: {r:?}");
+        let r = ns.read_buf(lba, BytesMut::new(), 2 * mt).await.map(drop);
+        assert!(inv(&r), "read_buf: {r:?}");
+        let mut batch = ns.batch();
+        batch.write(lba, &big, IoFlags::default());
+        let r = batch.submit().await.remove(0);
+        assert!(inv(&r), "batch write: {r:?}");
+        let r = ns.write_zeroes(u64::MAX - 10, 200_000, false, IoFlags::default()).await;
+        assert!(inv(&r), "write_zeroes: {r:?}");
+        // Nothing reached the namespace.
+        let back = ns.read_bytes(0, 4 << 20).await.unwrap();
+        assert!(back.iter().all(|&b| b == 0), "data written at wrapped-around LBAs");
+        // A single command is still the controller's to judge.
+        assert!(is_lba_range(&ns.read(u64::MAX - 3, &mut [0u8; 512]).await));
+        ctrl.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
 }
 
 // ---------------------------------------------------------------------------
