@@ -15,6 +15,9 @@ use crate::error::{Error, Result};
 /// NLB is a 16-bit 0's based field: at most 65536 blocks per command.
 const MAX_NLB: u64 = 1 << 16;
 
+/// Commands of a [`Namespace::write_zeroes`] built and submitted at a time.
+const WRITE_ZEROES_GROUP: u64 = 256;
+
 /// Refuses a range whose end is past the last 64-bit LBA. Split requests
 /// compute each piece's LBA as `lba + offset`: that overflowed (a panic in
 /// debug builds; in release builds the pieces after the first wrapped around to
@@ -317,16 +320,27 @@ impl Namespace {
             return Err(Error::InvalidArgument("write_zeroes of 0 blocks".into()));
         }
         check_range(lba, blocks)?;
-        let ops = (0..blocks.div_ceil(MAX_NLB))
-            .map(|i| {
-                let start = i * MAX_NLB;
-                let n = (blocks - start).min(MAX_NLB);
-                let mut s = self.rw_sqe(IoOpcode::WRITE_ZEROES, lba + start, n, flags);
-                s.set_cdw(12, s.cdw(12) | (deallocate as u32) << 25);
-                (s, Payload::None)
-            })
-            .collect();
-        self.run(ops).await
+        // In groups: the caller picks `blocks` freely, and building every
+        // command at once (one per 65536 blocks) could ask for more memory than
+        // exists, which aborts the process (e.g. `write_zeroes(0, u64::MAX, ..)`
+        // asked for 2^48 commands). A failed group ends the request.
+        let commands = blocks.div_ceil(MAX_NLB);
+        let mut first = 0;
+        while first < commands {
+            let last = commands.min(first + WRITE_ZEROES_GROUP);
+            let ops = (first..last)
+                .map(|i| {
+                    let start = i * MAX_NLB;
+                    let n = (blocks - start).min(MAX_NLB);
+                    let mut s = self.rw_sqe(IoOpcode::WRITE_ZEROES, lba + start, n, flags);
+                    s.set_cdw(12, s.cdw(12) | (deallocate as u32) << 25);
+                    (s, Payload::None)
+                })
+                .collect();
+            self.run(ops).await?;
+            first = last;
+        }
+        Ok(())
     }
 
     /// Deallocates (TRIM) the given `(lba, blocks)` ranges with Dataset

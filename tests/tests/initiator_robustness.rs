@@ -97,6 +97,33 @@ async fn split_requests_past_the_last_lba_are_refused() {
     .await;
 }
 
+/// `write_zeroes` over a huge range fails with the controller's answer for
+/// the first commands. It used to build one command per 65536 blocks up front:
+/// for `u64::MAX − 1` blocks, 2^48 of them, which aborted the process (out of
+/// memory).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_zeroes_of_a_huge_range_fails_without_aborting() {
+    bounded(30, async {
+        let (server, addr) = start(&config(vec![ram_ns(1, 4 << 20)])).await;
+        let ctrl = Controller::connect(addr, SUBNQN, one_queue(8)).await.unwrap();
+        let ns = ctrl.namespace(1).await.unwrap();
+        let d = pattern(4096, 2);
+        ns.write(0, &d).await.unwrap();
+        let r = ns.write_zeroes(ns.blocks(), u64::MAX - ns.blocks(), false, IoFlags::default()).await;
+        assert!(is_lba_range(&r), "{r:?}");
+        let mut b = vec![0u8; 4096];
+        ns.read(0, &mut b).await.unwrap();
+        assert_eq!(b, d);
+        // Ranges inside the namespace still work, also across groups of commands.
+        ns.write_zeroes(0, ns.blocks(), false, IoFlags::default()).await.unwrap();
+        ns.read(0, &mut b).await.unwrap();
+        assert!(b.iter().all(|&x| x == 0));
+        ctrl.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
+
 // ---------------------------------------------------------------------------
 // Behaviour that held in the sweep (kept as regression coverage).
 
