@@ -58,7 +58,9 @@ use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use tracing::{debug, warn, Instrument};
 
 use crate::error::{CommandInfo, Error, Result};
-use crate::queue::{C2hHeader, Command, CommandFailure, DataXfer, Event, Queue, QueueConfig, SubmitError};
+use crate::queue::{
+    C2hHeader, Command, CommandFailure, DataXfer, Event, Queue, QueueConfig, QueueError, SubmitError,
+};
 
 /// `user_data` of the Connect command the driver itself issues.
 const CONNECT_UD: u64 = u64::MAX;
@@ -670,8 +672,8 @@ struct Conn {
     epoch: u64,
     /// Connect command to send once the ICResp arrives.
     connect: Option<(Command, oneshot::Sender<Result<Cqe>>)>,
-    /// Reply for the Connect in flight.
-    connect_reply: Option<(oneshot::Sender<Result<Cqe>>, CommandInfo, u16)>,
+    /// Reply for the Connect in flight, with its CNTLID and timeout.
+    connect_reply: Option<(oneshot::Sender<Result<Cqe>>, CommandInfo, u16, Duration)>,
     connected: bool,
     release_on_connect: bool,
     /// Set when the connection must be closed after this wake-up (Connect failed).
@@ -1105,7 +1107,12 @@ impl Driver {
         let c = self.conn.as_mut().expect("still connected");
         // Data read by `spin` is decoded here too.
         decode_all(c, &self.shared, now)?;
-        let expired = c.queue.handle_timeout(now)?;
+        let expired = c.queue.handle_timeout(now).map_err(|e| match e {
+            // Documented as a timeout (`ConnectOptions::connect_timeout`, `Error::Timeout`):
+            // a port that accepts but never answers the ICReq is not a protocol error.
+            QueueError::HandshakeTimeout => Error::Timeout(c.queue.config().icresp_timeout),
+            e => Error::Protocol(e),
+        })?;
         self.dispatch(now);
         if let Some(t) = expired {
             // The timed-out commands have been failed above; the rest are
@@ -1155,8 +1162,9 @@ impl Driver {
                     DataXfer::Write(b) if b.len() >= 18 => u16::from_le_bytes([b[16], b[17]]),
                     _ => 0xFFFF,
                 };
+                let timeout = cmd.timeout.unwrap_or(c.queue.config().command_timeout);
                 match c.queue.submit(CONNECT_UD, cmd, now) {
-                    Ok(_) => c.connect_reply = Some((reply, info, cntlid)),
+                    Ok(_) => c.connect_reply = Some((reply, info, cntlid, timeout)),
                     Err(_) => {
                         let _ = reply.send(Err(Error::Controller("cannot submit Connect".into())));
                         c.dead = Some(Error::ConnectionLost);
@@ -1169,9 +1177,12 @@ impl Driver {
             match ev {
                 Event::Data { user_data, offset, data } => self.shared.deliver_data(user_data, offset, data),
                 Event::Completion { user_data: CONNECT_UD, result, .. } => {
-                    let Some((reply, info, cntlid)) = c.connect_reply.take() else { continue };
+                    let Some((reply, info, cntlid, timeout)) = c.connect_reply.take() else { continue };
                     let r = match result {
                         Ok(cqe) => check_status(cqe, info),
+                        // Like every other command's (`Ticket::wait`): a Connect that
+                        // gets no answer is `Error::Timeout`, not `Error::Command`.
+                        Err(CommandFailure::Timeout) => Err(Error::Timeout(timeout)),
                         Err(f) => Err(Error::Command(f)),
                     };
                     match &r {
@@ -1215,7 +1226,7 @@ impl Driver {
         if let Some((_, reply)) = c.connect.take() {
             let _ = reply.send(Err(err.clone()));
         }
-        if let Some((reply, _, _)) = c.connect_reply.take() {
+        if let Some((reply, ..)) = c.connect_reply.take() {
             let _ = reply.send(Err(err.clone()));
         }
         // Deliver what completed before the failure.

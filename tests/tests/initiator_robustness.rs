@@ -11,6 +11,7 @@
 
 mod initiator_util;
 
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -23,7 +24,8 @@ use nvmeof_target::core::Namespace as TargetNamespace;
 use nvmeof_target::server::Server;
 use nvmeof_tests::harness::pattern;
 use nvmeof_tests::slow_backend::SlowBackend;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
 
 /// Adds namespace `nsid` backed by RAM whose completions arrive `delay` late.
 fn add_slow_ns(server: &Server, nsid: u32, size: u64, delay: Duration) {
@@ -52,8 +54,66 @@ fn is_lba_range(r: &Result<(), Error>) -> bool {
     matches!(r, Err(Error::Nvme { status, .. }) if status.code() == Status::LBA_RANGE.code())
 }
 
+/// An ICResp without digests.
+fn icresp() -> Vec<u8> {
+    use nvmeof_initiator::common::pdu::{DigestFlags, EncodeConfig, IcResp, Pdu};
+    Pdu::IcResp(IcResp { pfv: 0, cpda: 0, dgst: DigestFlags::new(false, false), maxh2cdata: 1 << 20 })
+        .encode_to_vec(&EncodeConfig::default())
+}
+
+/// Accepts connections on 127.0.0.1:0 and hands them to `each` (in its own task).
+async fn listener<F, Fut>(each: F) -> (SocketAddr, tokio::task::JoinHandle<()>)
+where
+    F: Fn(TcpStream) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let task = tokio::spawn(async move {
+        while let Ok((s, _)) = l.accept().await {
+            tokio::spawn(each(s));
+        }
+    });
+    (addr, task)
+}
+
 // ---------------------------------------------------------------------------
 // Regressions.
+
+/// A port that accepts but never answers the ICReq, and one that answers the
+/// ICReq but never the Connect, fail `connect` with `Error::Timeout` after
+/// `connect_timeout` (documented for both steps); they used to fail with
+/// `Error::Protocol(HandshakeTimeout)` and `Error::Command(Timeout)`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_step_timeouts_are_timeout_errors() {
+    bounded(30, async {
+        let t = Duration::from_millis(400);
+        let o = ConnectOptions { connect_timeout: t, ..one_queue(8) };
+        let (silent, a) = listener(|mut s| async move {
+            let _ = s.read(&mut [0u8; 256]).await;
+            tokio::time::sleep(Duration::from_secs(20)).await;
+        })
+        .await;
+        let t0 = Instant::now();
+        let r = Controller::connect(silent, SUBNQN, o.clone()).await;
+        assert!(matches!(r, Err(Error::Timeout(d)) if d == t), "no ICResp: {r:?}");
+        assert!(t0.elapsed() < t + Duration::from_secs(2), "{:?}", t0.elapsed());
+        a.abort();
+        let (half, a) = listener(|mut s| async move {
+            let mut icreq = [0u8; 128];
+            if s.read_exact(&mut icreq).await.is_ok() && s.write_all(&icresp()).await.is_ok() {
+                tokio::time::sleep(Duration::from_secs(20)).await;
+            }
+        })
+        .await;
+        let t0 = Instant::now();
+        let r = Controller::connect(half, SUBNQN, o).await;
+        assert!(matches!(r, Err(Error::Timeout(d)) if d == t), "no Connect response: {r:?}");
+        assert!(t0.elapsed() < t + Duration::from_secs(2), "{:?}", t0.elapsed());
+        a.abort();
+    })
+    .await;
+}
 
 /// Requests split into several commands whose range passes the last 64-bit
 /// LBA are refused before anything is sent. The pieces' LBAs used to be
