@@ -297,6 +297,18 @@ impl Setup<'_> {
     }
 }
 
+/// Drivers started by a [`Controller::connect`] that has not finished: shut
+/// down when dropped (connect failed or was cancelled) unless emptied first.
+struct SpawnedDrivers(Vec<Arc<QueueShared>>);
+
+impl Drop for SpawnedDrivers {
+    fn drop(&mut self) {
+        for q in &self.0 {
+            q.send_ctrl(DriverCtrl::Shutdown);
+        }
+    }
+}
+
 /// Polls a set of futures to completion concurrently (no extra tasks).
 async fn join_all<F: std::future::Future>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output> {
     let mut futs: Vec<_> = futs.into_iter().map(|f| Some(Box::pin(f))).collect();
@@ -568,6 +580,13 @@ impl Controller {
             busy_queues: busy_queues.clone(),
         };
         let admin = spawn_driver(0, ADMIN_TICKETS, opts.command_timeout, params(0));
+        // Stops the drivers if this future is dropped before it finishes (an
+        // application's own timeout around `connect`). Each driver holds the
+        // sender of its own control channel (in its `QueueShared`), so it never
+        // sees the channel close: without this it kept running for as long as
+        // the process lived, its socket open until the connection failed on
+        // its own (ICResp or command timeout, the target's keep-alive timeout).
+        let mut spawned = SpawnedDrivers(vec![admin.clone()]);
         let setup = Setup { addr, subnqn, host: &host, opts: &opts };
         let epoch = 1;
         let mut io = Vec::new();
@@ -580,7 +599,9 @@ impl Controller {
             }
             let (entries, _) = setup.io_params(&a);
             for qid in 1..=n {
-                io.push(spawn_driver(qid, entries as u32 - 1, opts.command_timeout, params(qid)));
+                let q = spawn_driver(qid, entries as u32 - 1, opts.command_timeout, params(qid));
+                spawned.0.push(q.clone());
+                io.push(q);
             }
             setup.io_queues(&io, &a, epoch).await?;
             admin.send_ctrl(DriverCtrl::Release);
@@ -588,15 +609,9 @@ impl Controller {
         }
         .instrument(ctrl_span.clone())
         .await;
-        let info = match r {
-            Ok(i) => i,
-            Err(e) => {
-                for q in io.iter().chain(std::iter::once(&admin)) {
-                    q.send_ctrl(DriverCtrl::Shutdown);
-                }
-                return Err(e);
-            }
-        };
+        // On error, dropping `spawned` shuts the drivers down.
+        let info = r?;
+        spawned.0.clear();
         ctrl_span.record("cntlid", info.cntlid);
         info!(parent: &ctrl_span, cntlid = info.cntlid, io_queues = info.io_queues, depth = info.queue_depth,
             max_transfer = ?info.max_transfer, "connected");

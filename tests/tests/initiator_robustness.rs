@@ -80,6 +80,34 @@ where
 // ---------------------------------------------------------------------------
 // Regressions.
 
+/// Dropping a `Controller::connect` future (an application's own timeout
+/// around it) closes the connection it opened. Its driver tasks used to keep
+/// running for the life of the process, here with the socket open until the
+/// ICResp timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_connect_closes_its_connection() {
+    bounded(30, async {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let (silent, acceptor) = listener(move |s| {
+            let _ = tx.send(s);
+            async {}
+        })
+        .await;
+        let o = ConnectOptions { connect_timeout: Duration::from_secs(10), ..one_queue(8) };
+        let r =
+            tokio::time::timeout(Duration::from_millis(300), Controller::connect(silent, SUBNQN, o)).await;
+        assert!(r.is_err(), "connect finished: {r:?}");
+        let mut s = rx.recv().await.unwrap();
+        let mut icreq = [0u8; 128];
+        s.read_exact(&mut icreq).await.unwrap();
+        let mut more = [0u8; 1];
+        let r = tokio::time::timeout(Duration::from_secs(3), s.read(&mut more)).await;
+        assert!(matches!(r, Ok(Ok(0))), "connection of a cancelled connect still open: {r:?}");
+        acceptor.abort();
+    })
+    .await;
+}
+
 /// A port that accepts but never answers the ICReq, and one that answers the
 /// ICReq but never the Connect, fail `connect` with `Error::Timeout` after
 /// `connect_timeout` (documented for both steps); they used to fail with
