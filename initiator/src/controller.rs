@@ -540,8 +540,13 @@ async fn supervise(core: Arc<Core>, mut rx: mpsc::UnboundedReceiver<SupMsg>) {
         if !core.recover(failure).await {
             return;
         }
-        // Loss reports from the association just replaced are stale.
-        while let Ok(SupMsg::QueueLost { .. }) = rx.try_recv() {}
+        // Reports queued meanwhile are not drained here: those from the
+        // association just replaced carry an older epoch and are skipped above,
+        // but a queue of the new association can already have lost its
+        // connection (after its own Connect succeeded, while the other queues
+        // were still connecting). Dropping that report left the queue without
+        // a connection, and its requests waiting forever, while the controller
+        // said `Live`.
         if let Some(i) = ka.as_mut() {
             i.reset();
         }

@@ -12,8 +12,8 @@
 mod initiator_util;
 
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -26,6 +26,7 @@ use nvmeof_tests::harness::pattern;
 use nvmeof_tests::slow_backend::SlowBackend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::task::AbortHandle;
 
 /// Adds namespace `nsid` backed by RAM whose completions arrive `delay` late.
 fn add_slow_ns(server: &Server, nsid: u32, size: u64, delay: Duration) {
@@ -79,6 +80,42 @@ where
 
 // ---------------------------------------------------------------------------
 // Regressions.
+
+/// A queue whose connection is lost while the association is being
+/// re-established (after its own Connect succeeded, before the other queues'
+/// did) is reconnected too. The supervisor used to discard every loss report
+/// queued during the recovery: the controller then said `Live` while every
+/// request routed to that queue waited forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_lost_while_reestablishing_is_reconnected() {
+    bounded(40, async {
+        let (server, addr) = start(&config(vec![ram_ns(1, 4 << 20)])).await;
+        let proxy = QidProxy::start(addr).await;
+        let o = ConnectOptions { io_queues: 2, queue_depth: 8, ..opts() };
+        let ctrl = Controller::connect(proxy.addr, SUBNQN, o).await.unwrap();
+        let ns = ctrl.namespace(1).await.unwrap();
+        let d = pattern(4096, 9);
+        ns.write(0, &d).await.unwrap();
+        // Next round: queue 1 connects and is cut 100 ms later, while queue 2's
+        // Connect is held for 600 ms (so the recovery is still running).
+        proxy.trick(1, Trick::CutAfter(Duration::from_millis(100)));
+        proxy.trick(2, Trick::DelayConnect(Duration::from_millis(600)));
+        proxy.cut(None);
+        wait_state(&ctrl, ControllerState::Reconnecting, Duration::from_secs(3)).await;
+        wait_state(&ctrl, ControllerState::Live, Duration::from_secs(5)).await;
+        // Requests on both queues (round robin) complete.
+        for i in 0..4 {
+            let mut b = vec![0u8; 4096];
+            let r = tokio::time::timeout(Duration::from_secs(8), ns.read(0, &mut b)).await;
+            r.unwrap_or_else(|_| panic!("read {i} hangs (state {:?})", ctrl.state())).unwrap();
+            assert_eq!(b, d);
+        }
+        assert!(proxy.accepted.load(Ordering::SeqCst) > 6, "queue 1 was not reconnected");
+        ctrl.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
 
 /// Dropping a `Controller::connect` future (an application's own timeout
 /// around it) closes the connection it opened. Its driver tasks used to keep
@@ -502,4 +539,110 @@ async fn target_stopped_mid_io_then_restarted() {
         server2.shutdown(Duration::from_secs(1)).await;
     })
     .await;
+}
+
+// ---------------------------------------------------------------------------
+// A proxy that knows which queue each connection carries.
+
+/// What [`QidProxy`] does to the next connection of a queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Trick {
+    /// Hold the Connect command this long before forwarding it.
+    DelayConnect(Duration),
+    /// Close the connection this long after forwarding the Connect command.
+    CutAfter(Duration),
+}
+
+/// Byte offset of the QID in a Connect SQE (CDW10 bits 31:16).
+const QID_OFF: usize = nvmeof_initiator::common::sqe::fabrics_off::QID;
+
+type Conns = Arc<Mutex<Vec<(u16, [AbortHandle; 2])>>>;
+
+/// Forwards connections to `upstream` and reads the QID of each queue from
+/// its Connect command (no header digest: the capsule's SQE starts at byte 8).
+struct QidProxy {
+    addr: SocketAddr,
+    /// One-shot tricks per QID, taken by the next connection of that queue.
+    tricks: Arc<Mutex<Vec<(u16, Trick)>>>,
+    /// Connections: QID and the tasks forwarding its two directions.
+    conns: Conns,
+    accepted: Arc<AtomicU64>,
+}
+
+impl QidProxy {
+    async fn start(upstream: SocketAddr) -> Self {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let tricks: Arc<Mutex<Vec<(u16, Trick)>>> = Default::default();
+        let conns: Conns = Default::default();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let (t, c, a) = (tricks.clone(), conns.clone(), accepted.clone());
+        tokio::spawn(async move {
+            while let Ok((down, _)) = l.accept().await {
+                a.fetch_add(1, Ordering::SeqCst);
+                let (t, c) = (t.clone(), c.clone());
+                tokio::spawn(async move {
+                    let Ok(up) = TcpStream::connect(upstream).await else { return };
+                    let _ = down.set_nodelay(true);
+                    let _ = up.set_nodelay(true);
+                    let (mut dr, mut dw) = down.into_split();
+                    let (mut ur, mut uw) = up.into_split();
+                    let mut icreq = [0u8; 128];
+                    if dr.read_exact(&mut icreq).await.is_err() || uw.write_all(&icreq).await.is_err() {
+                        return;
+                    }
+                    let back = tokio::spawn(async move {
+                        let _ = tokio::io::copy(&mut ur, &mut dw).await;
+                    });
+                    let mut capsule = [0u8; 72];
+                    if dr.read_exact(&mut capsule).await.is_err() {
+                        back.abort();
+                        return;
+                    }
+                    let qid = u16::from_le_bytes([capsule[8 + QID_OFF], capsule[9 + QID_OFF]]);
+                    let trick = {
+                        let mut t = t.lock().unwrap();
+                        t.iter().position(|(q, _)| *q == qid).map(|i| t.remove(i).1)
+                    };
+                    if let Some(Trick::DelayConnect(d)) = trick {
+                        tokio::time::sleep(d).await;
+                    }
+                    if uw.write_all(&capsule).await.is_err() {
+                        back.abort();
+                        return;
+                    }
+                    let fwd = tokio::spawn(async move {
+                        let _ = tokio::io::copy(&mut dr, &mut uw).await;
+                    });
+                    let handles = [back.abort_handle(), fwd.abort_handle()];
+                    if let Some(Trick::CutAfter(d)) = trick {
+                        tokio::spawn(async move {
+                            tokio::time::sleep(d).await;
+                            back.abort();
+                            fwd.abort();
+                        });
+                    }
+                    c.lock().unwrap().push((qid, handles));
+                });
+            }
+        });
+        Self { addr, tricks, conns, accepted }
+    }
+
+    fn trick(&self, qid: u16, t: Trick) {
+        self.tricks.lock().unwrap().push((qid, t));
+    }
+
+    /// Closes every connection of queue `qid` (or all with `None`).
+    fn cut(&self, qid: Option<u16>) {
+        let mut c = self.conns.lock().unwrap();
+        c.retain(|(q, hs)| {
+            if qid.is_none_or(|x| x == *q) {
+                hs.iter().for_each(|h| h.abort());
+                false
+            } else {
+                true
+            }
+        });
+    }
 }
