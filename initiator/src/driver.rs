@@ -800,6 +800,8 @@ enum Spin {
     Work,
     /// Nothing yet: let the runtime's other tasks run, then check again.
     Idle,
+    /// The socket reported its end (or an error): `pump` must read to see it.
+    Failed,
 }
 
 async fn conn_ready(conn: &Option<Conn>) -> io::Result<tokio::io::Ready> {
@@ -869,6 +871,12 @@ impl Driver {
                     read = false;
                     continue;
                 }
+                Spin::Failed => {
+                    // A `recv` in `pump` finds the end again (or the error is
+                    // followed by the end) and drops the connection.
+                    self.spin_since = None;
+                    continue;
+                }
                 Spin::Off => {}
             }
             let deadline = self.conn.as_ref().and_then(|c| c.queue.poll_timeout());
@@ -925,10 +933,16 @@ impl Driver {
         if readable_now(&c.stream) {
             match read_some(c, &self.shared) {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                _ => {
+                Ok(n) if n > 0 => {
                     self.spin_since = None;
                     return Spin::Work;
                 }
+                // The peer closed (or the socket failed). Reported as `Work`, the
+                // next `pump` did not read (`read` false), so the close was never
+                // seen: the poll stayed readable, every spin said `Work` again and
+                // restarted the window, and the task spun without yielding until
+                // a command deadline reset the connection.
+                _ => return Spin::Failed,
             }
         }
         if !lock(&self.shared.subq).items.is_empty() {

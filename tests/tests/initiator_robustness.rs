@@ -117,6 +117,44 @@ async fn queue_lost_while_reestablishing_is_reconnected() {
     .await;
 }
 
+/// With busy polling, the close of an I/O queue's connection that arrives
+/// while the driver spins is noticed at once: the outstanding command fails
+/// (no requeue) instead of waiting for its deadline, with a worker thread
+/// spinning meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn busy_poll_notices_a_close_during_the_spin() {
+    bounded(40, async {
+        let (server, addr) = start(&config(vec![ram_ns(1, 4 << 20)])).await;
+        add_slow_ns(&server, 2, 1 << 20, Duration::from_secs(3));
+        let proxy = QidProxy::start(addr).await;
+        let o = ConnectOptions {
+            io_queues: 1,
+            queue_depth: 8,
+            // Long enough that the driver is still spinning when the close comes.
+            busy_poll: Duration::from_secs(1),
+            command_timeout: Duration::from_secs(8),
+            reconnect: ReconnectPolicy { requeue: false, ..opts().reconnect },
+            ..opts()
+        };
+        let ctrl = Controller::connect(proxy.addr, SUBNQN, o).await.unwrap();
+        let ns2 = ctrl.namespace(2).await.unwrap();
+        let inflight = tokio::spawn(async move {
+            let mut b = vec![0u8; 4096];
+            let t0 = Instant::now();
+            (ns2.read(0, &mut b).await, t0.elapsed())
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        proxy.cut(Some(1));
+        let (r, took) = inflight.await.unwrap();
+        assert!(matches!(r, Err(Error::ConnectionLost)), "{r:?} after {took:?}");
+        assert!(took < Duration::from_secs(2), "noticed after {took:?}");
+        wait_state(&ctrl, ControllerState::Live, Duration::from_secs(10)).await;
+        ctrl.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
+
 /// Dropping a `Controller::connect` future (an application's own timeout
 /// around it) closes the connection it opened. Its driver tasks used to keep
 /// running for the life of the process, here with the socket open until the
