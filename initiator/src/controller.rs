@@ -197,7 +197,7 @@ impl Setup<'_> {
 
     /// Admin queue: connect, enable, identify (reference §4.5 steps 1–7).
     async fn admin(&self, admin: &QueueShared, epoch: u64) -> Result<AdminSetup> {
-        let kato_ms = self.opts.kato.as_millis().min(u32::MAX as u128) as u32;
+        let kato_ms = kato_ms(self.opts.kato);
         let cfg = self.queue_config(0, ADMIN_ENTRIES, ADMIN_INLINE_LIMIT);
         let cqe = self
             .attach(admin, cfg, self.connect_cmd(0, ADMIN_ENTRIES, kato_ms, CNTLID_DYNAMIC), epoch, false)
@@ -334,6 +334,11 @@ async fn join_all<F: std::future::Future>(futs: impl IntoIterator<Item = F>) -> 
     })
     .await;
     out.into_iter().map(|o| o.expect("all finished")).collect()
+}
+
+/// The KATO field of the admin Connect (milliseconds) for `kato`.
+fn kato_ms(kato: Duration) -> u32 {
+    kato.as_millis().min(u32::MAX as u128) as u32
 }
 
 fn ready_timeout(cap: Cap) -> Duration {
@@ -505,7 +510,13 @@ impl Core {
 
 /// Keep-alive and failure handling for one association.
 async fn supervise(core: Arc<Core>, mut rx: mpsc::UnboundedReceiver<SupMsg>) {
-    let kato = core.opts.kato;
+    // The KATO the controller was given, in whole milliseconds. Taken from
+    // `opts.kato` as is, a KATO of 1 ns made the period below zero, and
+    // `interval_at` panics on that: the panic ended this task, so no
+    // connection loss was recovered any more (the controller stayed `Live`,
+    // requests hung). A KATO under 1 ms is sent as 0 (disabled) and now also
+    // disables keep-alive here.
+    let kato = Duration::from_millis(kato_ms(core.opts.kato).into());
     let mut ka = (!kato.is_zero()).then(|| {
         let period = kato / 2;
         let mut i = tokio::time::interval_at(tokio::time::Instant::now() + period, period);

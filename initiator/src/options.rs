@@ -170,8 +170,9 @@ pub struct ConnectOptions {
     pub hdr_digest: bool,
     /// Ask for data digests.
     pub data_digest: bool,
-    /// Keep-alive timeout sent in the admin Connect; a Keep Alive command goes
-    /// out every KATO/2. `Duration::ZERO` disables keep-alive.
+    /// Keep-alive timeout sent in the admin Connect (in whole milliseconds); a
+    /// Keep Alive command goes out every KATO/2. `Duration::ZERO` (or anything
+    /// under 1 ms) disables keep-alive.
     pub kato: Duration,
     /// Default per-command timeout (I/O and admin). A command that runs past
     /// it fails with [`Error::Timeout`](crate::Error::Timeout) and, as with

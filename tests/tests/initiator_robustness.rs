@@ -287,6 +287,31 @@ async fn write_zeroes_of_a_huge_range_fails_without_aborting() {
     .await;
 }
 
+/// A KATO of 1 ns (sent to the controller as 0 ms, keep-alive disabled)
+/// still leaves a working supervisor: a cut connection is re-established.
+/// The keep-alive timer used to panic on its zero period (half of 1 ns),
+/// ending the supervisor task, so the controller stayed `Live` over dead
+/// connections and requests hung.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiny_kato_keeps_the_supervisor_alive() {
+    bounded(30, async {
+        let (server, addr) = start(&config(vec![ram_ns(1, 1 << 20)])).await;
+        let proxy = Proxy::start(addr).await;
+        let o = ConnectOptions { kato: Duration::from_nanos(1), ..one_queue(8) };
+        let ctrl = Controller::connect(proxy.addr, SUBNQN, o).await.unwrap();
+        let ns = ctrl.namespace(1).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        proxy.kill_all();
+        wait_state(&ctrl, ControllerState::Reconnecting, Duration::from_secs(3)).await;
+        wait_state(&ctrl, ControllerState::Live, Duration::from_secs(5)).await;
+        let r = tokio::time::timeout(Duration::from_secs(5), ns.read(0, &mut [0u8; 512])).await;
+        r.expect("read hangs").unwrap();
+        ctrl.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
+
 // ---------------------------------------------------------------------------
 // Behaviour that held in the sweep (kept as regression coverage).
 
