@@ -96,6 +96,32 @@ pub enum Payload<'a> {
     Read(&'a mut [u8]),
 }
 
+impl Payload<'_> {
+    /// Bytes the command moves.
+    pub fn len(&self) -> usize {
+        match self {
+            Payload::None => 0,
+            Payload::Write(b) => b.len(),
+            Payload::WriteBytes(b) => b.len(),
+            Payload::Read(b) => b.len(),
+        }
+    }
+
+    /// Whether the command moves no data.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Refuses a transfer the SGL's 32-bit length cannot describe: cast to it,
+/// a raw command's 4 GiB + n buffer would have been sent as an n-byte one.
+fn check_len(len: usize) -> Result<()> {
+    if len > u32::MAX as usize {
+        return Err(Error::InvalidArgument(format!("transfer of {len} bytes exceeds the 32-bit SGL length")));
+    }
+    Ok(())
+}
+
 /// Where received read data went (diagnostics; cumulative over all queues).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RxStats {
@@ -354,6 +380,7 @@ impl QueueShared {
         timeout: Option<Duration>,
         setup: bool,
     ) -> Result<Cqe> {
+        check_len(payload.len())?;
         let t = self.acquire().await?;
         let info = command_info(self.qid, &sqe);
         let (data, read) = t.prepare(payload.into(), timeout);
@@ -370,6 +397,7 @@ impl QueueShared {
     /// (without an intermediate copy where the data allows, see the module
     /// documentation). On error the buffer is dropped.
     pub(crate) async fn execute_owned(&self, sqe: Sqe, buf: BytesMut, len: usize) -> Result<BytesMut> {
+        check_len(len)?;
         let t = self.acquire().await?;
         let info = command_info(self.qid, &sqe);
         let (data, _) = t.prepare(Xfer::ReadOwned(buf, len), None);

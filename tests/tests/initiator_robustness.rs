@@ -451,6 +451,11 @@ async fn invalid_requests_fail_with_the_right_errors() {
         inv(ctrl.io_command_on(0, Default::default(), Default::default()).await.map(drop));
         inv(ctrl.io_command_on(2, Default::default(), Default::default()).await.map(drop));
         inv(ctrl.namespace(7).await.map(drop));
+        // More than the SGL's 32-bit length can say: refused before the buffer
+        // is grown (it used to be cast to u32, here to a 0-byte transfer).
+        let mut sqe = nvmeof_initiator::common::sqe::Sqe::new(0x02);
+        sqe.set_nsid(1);
+        inv(ctrl.io_read_buf_on(1, sqe, BytesMut::new(), (1 << 32) + 512).await.map(drop));
         let lba = |r: Result<(), Error>| assert!(is_lba_range(&r), "{r:?}");
         lba(ns.read(end, &mut [0u8; 512]).await);
         lba(ns.read(end - 1, &mut [0u8; 1024]).await);
