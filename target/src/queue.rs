@@ -191,6 +191,14 @@ impl QueueState {
 
     fn handle_pdu(&mut self, pdu: Pdu) {
         match (self.phase, pdu) {
+            // Whatever the phase, even before ICReq: the receiver of a TermReq
+            // sends nothing more and closes (nvmet_tcp_try_recv_pdu closes on it
+            // without a word, as it does on any type it does not accept); it was
+            // answered with a C2HTermReq (PDU Sequence Error) before ICReq.
+            (_, Pdu::H2cTermReq(t)) => {
+                warn!(fes = t.fes.0, fei = t.fei, "host terminated the connection");
+                self.phase = Phase::Closing;
+            }
             (Phase::AwaitIcReq, Pdu::IcReq(r)) => self.handle_icreq(r),
             (Phase::AwaitIcReq, _) | (Phase::Live, Pdu::IcReq(_)) => {
                 warn!("PDU out of sequence");
@@ -198,10 +206,6 @@ impl QueueState {
             }
             (Phase::Live, Pdu::CapsuleCmd(c)) => self.handle_capsule(c),
             (Phase::Live, Pdu::H2cData(d)) => self.handle_h2c_data(d),
-            (Phase::Live, Pdu::H2cTermReq(t)) => {
-                warn!(fes = t.fes.0, fei = t.fei, "host terminated the connection");
-                self.phase = Phase::Closing;
-            }
             (_, other) => {
                 // The decoder admits only H2C types; anything else is a bug.
                 warn!(pdu_type = ?other.pdu_type(), "unexpected PDU");

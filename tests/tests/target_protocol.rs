@@ -266,3 +266,14 @@ async fn icreq_timeout_and_connection_limit() {
     // The admitted ones work.
     assert!(a.admin_connect(SUBNQN, nvmeof_tests::raw_client::HOSTNQN).await.status.is_success());
 }
+
+#[tokio::test]
+async fn host_term_req_before_icreq_closes_silently() {
+    // The receiver of a TermReq sends nothing more, whatever the phase; a
+    // C2HTermReq (PDU Sequence Error) answered it before ICReq.
+    let (_server, addr) = start(&default_config()).await;
+    let mut c = RawClient::tcp(addr).await;
+    c.send_pdu(&Pdu::H2cTermReq(TermReq { fes: Fes::PDU_SEQUENCE, fei: 0, data: Bytes::new() })).await;
+    let after = c.expect_closed_within(std::time::Duration::from_secs(5)).await;
+    assert!(after.is_empty(), "target answered an H2CTermReq: {after:?}");
+}
