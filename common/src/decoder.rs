@@ -181,23 +181,41 @@ impl PduDecoder {
             return Ok(None);
         }
         let frame = buf.split_to(plen).freeze();
-        decode_frame(&layout, frame).map(Some)
+        match check_and_decode(&layout, &frame) {
+            Ok(pdu) => Ok(Some(pdu)),
+            Err(e) if e.is_fatal() => {
+                // A header error found once the PDU was whole (header digest,
+                // DATAL) leaves it in `buf` too, as promised above: the target
+                // quotes that header in its C2HTermReq, which otherwise quoted
+                // the next PDU's bytes, or just the 8-byte common header.
+                let rest = std::mem::take(buf);
+                buf.reserve(frame.len() + rest.len());
+                buf.extend_from_slice(&frame);
+                buf.extend_from_slice(&rest);
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 
 /// Decodes a complete frame (exactly PLEN bytes) whose layout was validated:
 /// checks the header digest, builds the PDU, then checks the data digest.
 pub fn decode_frame(layout: &FrameLayout, frame: Bytes) -> Result<Pdu, DecodeError> {
+    check_and_decode(layout, &frame)
+}
+
+fn check_and_decode(layout: &FrameLayout, frame: &Bytes) -> Result<Pdu, DecodeError> {
     let ch = &layout.ch;
     let hlen = ch.hlen as usize;
     if layout.hdgst {
-        let received = pdu::le32(&frame, hlen);
+        let received = pdu::le32(frame, hlen);
         let computed = crc32c(&frame[..hlen]);
         if received != computed {
             return Err(DecodeError::HeaderDigest { pdu_type: ch.pdu_type, received, computed });
         }
     }
-    let ddgst = layout.ddgst.then(|| pdu::le32(&frame, layout.data_start + layout.data_len));
+    let ddgst = layout.ddgst.then(|| pdu::le32(frame, layout.data_start + layout.data_len));
     let pdu = pdu::decode_frame(ch, frame, layout.data_start, layout.data_len)?;
     if let Some(received) = ddgst {
         let computed = crc32c(pdu.data());

@@ -277,3 +277,28 @@ async fn host_term_req_before_icreq_closes_silently() {
     let after = c.expect_closed_within(std::time::Duration::from_secs(5)).await;
     assert!(after.is_empty(), "target answered an H2CTermReq: {after:?}");
 }
+
+#[tokio::test]
+async fn errors_found_in_a_whole_pdu_quote_its_header() {
+    // Header digest and DATAL are checked once the whole PDU is in; the
+    // C2HTermReq quoted the bytes after it (the next PDU) or just 8 bytes.
+    let mut s = setup(&default_config()).await;
+    let mut c = RawClient::connect_with(s.addr, DigestFlags::new(true, false)).await;
+    let mut bad = c.encode(&read_capsule());
+    bad[73] ^= 0x55;
+    let mut b = bad.clone();
+    b.extend_from_slice(&c.encode(&Pdu::CapsuleCmd(CapsuleCmd::new(Sqe::new(0x06)))));
+    c.send_raw(&b).await;
+    let t = c.expect_term().await;
+    assert_eq!(t.fes, Fes::HEADER_DIGEST, "{t:?}");
+    assert_eq!(&t.data[..], &bad[..72], "quoted header");
+
+    // DATAL disagreeing with PLEN, alone in the stream.
+    let r = write_awaiting_r2t(&mut s.io, 9, 4096).await;
+    let mut b = s.io.encode(&h2c(9, r.ttag, 0, 4096, true));
+    b[16..20].copy_from_slice(&512u32.to_le_bytes());
+    s.io.send_raw(&b).await;
+    let t = s.io.expect_term().await;
+    assert_fes(&t, Fes::INVALID_HEADER_FIELD, 16);
+    assert_eq!(&t.data[..], &b[..24], "quoted header");
+}

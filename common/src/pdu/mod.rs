@@ -349,7 +349,7 @@ pub(crate) static EMPTY: Bytes = Bytes::new();
 /// header and data (zero-copy) and builds the typed PDU.
 pub(crate) fn decode_frame(
     ch: &CommonHeader,
-    frame: Bytes,
+    frame: &Bytes,
     data_start: usize,
     data_len: usize,
 ) -> Result<Pdu, DecodeError> {

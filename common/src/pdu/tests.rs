@@ -328,3 +328,23 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn errors_in_a_whole_pdu_leave_it_in_the_buffer() {
+    // Header digest and DATAL are checked once the whole PDU is in; like the
+    // errors found from its first bytes, they leave it (and what follows) in
+    // `buf` for the caller to quote.
+    let mut bad = Pdu::CapsuleCmd(CapsuleCmd::new(Sqe::new(0x06)))
+        .encode_to_vec(&EncodeConfig { hdgst: true, ..Default::default() });
+    bad[73] ^= 1;
+    let mut p = ch(0x06, 0, 24, 24, 32);
+    p[16] = 4;
+    for (hd, pdu) in [(true, bad), (false, p)] {
+        let mut bytes = pdu.clone();
+        bytes.extend_from_slice(&[9; 30]);
+        let mut buf = BytesMut::from(&bytes[..]);
+        let e = dec(Role::Controller, hd, false).decode(&mut buf).unwrap_err();
+        assert!(e.is_fatal(), "{e:?}");
+        assert_eq!(&buf[..], &bytes[..], "{e:?}");
+    }
+}
