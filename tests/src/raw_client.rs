@@ -160,6 +160,10 @@ impl RawClient {
             .await
             .expect("TCP connect timed out")
             .expect("TCP connect");
+        Self::with_stream(stream)
+    }
+
+    fn with_stream(stream: TcpStream) -> Self {
         stream.set_nodelay(true).unwrap();
         let mut cfg = DecoderConfig::new(Role::Host);
         cfg.max_data_pdu = 64 << 20;
@@ -182,6 +186,20 @@ impl RawClient {
             inflight: HashMap::new(),
             done: HashMap::new(),
         }
+    }
+
+    /// [`Self::tcp`] with SO_RCVBUF set to `bytes` before connecting, which
+    /// keeps the receive window small (no autotuning): a host that reads slowly.
+    pub async fn tcp_with_rcvbuf(addr: SocketAddr, bytes: u32) -> Self {
+        let sock =
+            if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }
+                .expect("socket");
+        sock.set_recv_buffer_size(bytes).expect("SO_RCVBUF");
+        let stream = tokio::time::timeout(DEFAULT_TIMEOUT, sock.connect(addr))
+            .await
+            .expect("TCP connect timed out")
+            .expect("TCP connect");
+        Self::with_stream(stream)
     }
 
     /// Opens TCP and exchanges ICReq/ICResp without digests.

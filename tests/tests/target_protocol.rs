@@ -302,3 +302,40 @@ async fn errors_found_in_a_whole_pdu_quote_its_header() {
     assert_fes(&t, Fes::INVALID_HEADER_FIELD, 16);
     assert_eq!(&t.data[..], &b[..24], "quoted header");
 }
+
+#[tokio::test]
+async fn term_req_reaches_a_slow_host_that_keeps_sending() {
+    // The C2HTermReq queued behind 16 MiB of read data the host reads slowly
+    // (64 KiB receive buffer) while its pipeline keeps sending. The target closed
+    // as soon as the TermReq was in the kernel's send buffer; the host's next
+    // bytes then reset the connection, which dropped the rest of that buffer,
+    // the TermReq included.
+    let s = setup(&default_config()).await;
+    let mut io = RawClient::tcp_with_rcvbuf(s.addr, 64 << 10).await;
+    io.icreq(icreq()).await.expect("ICResp");
+    let cqe = io.io_connect(2, s.admin.cntlid, SUBNQN, nvmeof_tests::raw_client::HOSTNQN).await;
+    assert!(cqe.status.is_success(), "{}", cqe.status);
+    for cid in 0..64u16 {
+        let mut sqe = RawClient::rw_sqe(IoOpcode::READ, 1, 0, (256 << 10) / NS1_BS);
+        sqe.set_cid(100 + cid).set_sgl(SglDescriptor::transport(256 << 10));
+        io.send_pdu(&Pdu::CapsuleCmd(CapsuleCmd::new(sqe))).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let mut b = io.encode(&read_capsule());
+    b[2] = 70;
+    io.send_raw(&b).await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let mut reads = 0;
+    let t = loop {
+        // Whatever the host still sends is garbage to a target that gave up on it.
+        let _ = io.try_send_raw(&[0]).await;
+        match io.recv_pdu().await {
+            Ok(Pdu::C2hTermReq(t)) => break t,
+            Ok(Pdu::C2hData(_)) | Ok(Pdu::CapsuleResp(_)) => reads += 1,
+            Ok(p) => panic!("unexpected {p:?}"),
+            Err(e) => panic!("connection ended before the C2HTermReq, after {reads} PDUs: {e}"),
+        }
+        assert!(reads < 1000, "no C2HTermReq");
+    };
+    assert_fes(&t, Fes::INVALID_HEADER_FIELD, 2);
+}

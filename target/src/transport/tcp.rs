@@ -143,8 +143,13 @@ pub async fn run_connection(
             more = q.handle_pdus(&mut rbuf, FLUSH_EVERY);
             continue;
         }
-        if q.phase() == Phase::Closing && q.out.is_empty() {
-            break;
+        if q.phase() == Phase::Closing {
+            // Nothing after a TermReq is parsed: drop what the host still sends
+            // instead of buffering it for as long as it leaves our last PDUs unread.
+            rbuf.clear();
+            if q.out.is_empty() {
+                break;
+            }
         }
         // Draining closes only once every response is on the wire: closing
         // with a PDU half written would hand the host a truncated stream.
@@ -269,6 +274,13 @@ pub async fn run_connection(
     if draining && !eof {
         close_gracefully(&stream).await;
     }
+    // After a C2HTermReq (or the host's H2CTermReq): FIN, not RST, as when
+    // draining. Closing at once with bytes of the host unread, or letting the
+    // host's next bytes reach the closed socket, resets the connection and drops
+    // what is still in the send buffer, the C2HTermReq at its end included,
+    // whenever the host's receive window holds it back. (nvmet sends no TermReq
+    // and has nothing to follow here: nvmet_tcp_fatal_error just shuts the socket.)
+    let linger = !draining && !eof && q.phase() == Phase::Closing;
 
     // Queue teardown (nvmet_tcp_release_queue): the admin queue takes its controller with it.
     if let Some(ctrl) = &q.ctx.ctrl {
@@ -283,6 +295,9 @@ pub async fn run_connection(
             Some(qid) => ctrl.remove_io_queue(qid),
             None => {}
         }
+    }
+    if linger {
+        close_gracefully(&stream).await;
     }
     debug!("connection closed");
 }
