@@ -144,14 +144,43 @@ pub trait Backend: Send + Sync + 'static {
     }
 }
 
-/// Maps an I/O error to the NVMe status nvmet uses (`errno_to_nvme_status`).
+/// Maps an I/O error to the NVMe status nvmet gives it (`errno_to_nvme_status`,
+/// drivers/nvme/target/core.c): ENOSPC → Capacity Exceeded, EREMOTEIO → LBA
+/// Out of Range, EOPNOTSUPP → Invalid Opcode, EIO and anything else → Internal
+/// Error, all with DNR. Beyond nvmet: EINVAL → Invalid Field (DNR), and the
+/// medium errors ENODATA / EILSEQ → Unrecovered Read Error (retryable).
+///
+/// EIO must carry DNR: a failed `fdatasync` reports a writeback error once
+/// (per open file, `errseq_t`) and the pages are no longer dirty, so the
+/// retry a host makes of a Flush without DNR (Linux: up to
+/// `nvme_max_retries`) would succeed with the data never written.
 pub fn io_error_to_status(e: &std::io::Error) -> Status {
     match e.raw_os_error() {
         Some(libc::ENOSPC) => Status::CAP_EXCEEDED.with_dnr(),
-        Some(libc::EREMOTEIO) | Some(libc::EIO) => Status::WRITE_FAULT,
+        Some(libc::EREMOTEIO) => Status::LBA_RANGE.with_dnr(),
         Some(libc::EOPNOTSUPP) => Status::INVALID_OPCODE.with_dnr(),
         Some(libc::EINVAL) => Status::INVALID_FIELD.with_dnr(),
         Some(libc::ENODATA) | Some(libc::EILSEQ) => Status::READ_ERROR,
         _ => Status::INTERNAL.with_dnr(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn io_errors_map_to_nvmet_statuses() {
+        let status = |errno| io_error_to_status(&std::io::Error::from_raw_os_error(errno));
+        // EIO was Write Fault without DNR (also for reads and Flush): a host
+        // retried the failed Flush, whose second fdatasync reports success.
+        assert_eq!(status(libc::EIO), Status::INTERNAL.with_dnr());
+        assert_eq!(status(libc::EREMOTEIO), Status::LBA_RANGE.with_dnr());
+        assert_eq!(status(libc::ENOSPC), Status::CAP_EXCEEDED.with_dnr());
+        assert_eq!(status(libc::EOPNOTSUPP), Status::INVALID_OPCODE.with_dnr());
+        assert_eq!(status(libc::EDQUOT), Status::INTERNAL.with_dnr());
+        assert_eq!(status(libc::EINVAL), Status::INVALID_FIELD.with_dnr());
+        assert_eq!(status(libc::ENODATA), Status::READ_ERROR);
+        assert_eq!(io_error_to_status(&std::io::ErrorKind::WriteZero.into()), Status::INTERNAL.with_dnr());
     }
 }
