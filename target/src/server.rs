@@ -1,8 +1,9 @@
 //! Running a target from a [`TargetConfig`]: open backends, create
 //! subsystems, bind ports, accept connections; graceful shutdown.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -22,6 +23,28 @@ pub struct Server {
     pub local_addrs: Vec<SocketAddr>,
     stop: watch::Sender<bool>,
     accept_tasks: Vec<JoinHandle<()>>,
+    /// The `size` each namespace (subsystem NQN, NSID) was last configured
+    /// with: [`Server::reload`] resizes a namespace only when this changes.
+    configured_sizes: Mutex<HashMap<(String, u32), Option<u64>>>,
+}
+
+/// The NSID of each namespace of a subsystem's configuration: its `nsid`, or
+/// the next one after the highest so far.
+fn with_nsids(nss: &[NamespaceConfig]) -> impl Iterator<Item = (u32, &NamespaceConfig)> {
+    nss.iter().scan(1u32, |next, n| {
+        let nsid = n.nsid.unwrap_or(*next);
+        *next = (*next).max(nsid + 1);
+        Some((nsid, n))
+    })
+}
+
+/// The capacity a namespace's configuration asks for, if any (block devices: none).
+fn configured_size(n: &NamespaceConfig) -> Option<u64> {
+    match &n.source {
+        NamespaceSource::Ram(sz) => Some(*sz),
+        NamespaceSource::File { size, .. } => *size,
+        NamespaceSource::Block { .. } => None,
+    }
 }
 
 /// Opens the backend for a namespace, with the namespace's [`IoEngine`]: `auto`
@@ -72,10 +95,7 @@ pub fn build_subsystem(
     nss: &[NamespaceConfig],
 ) -> std::io::Result<Arc<Subsystem>> {
     let s = Arc::new(Subsystem::new(nqn, model, hosts, false));
-    let mut next = 1;
-    for n in nss {
-        let nsid = n.nsid.unwrap_or(next);
-        next = next.max(nsid + 1);
+    for (nsid, n) in with_nsids(nss) {
         let b =
             open_backend(n).map_err(|e| std::io::Error::new(e.kind(), format!("namespace {nsid}: {e}")))?;
         info!(subnqn = nqn, nsid, backend = %b.describe(), size = b.size(), block_size = b.block_size(), "namespace");
@@ -110,14 +130,27 @@ impl Server {
             )));
         }
         info!(limits = ?target.limits, poll_us = cfg.poll_us, "target running");
-        Ok(Self { target, local_addrs, stop, accept_tasks })
+        let configured_sizes = cfg
+            .subsystems
+            .iter()
+            .flat_map(|s| {
+                with_nsids(&s.namespaces).map(|(nsid, n)| ((s.nqn.clone(), nsid), configured_size(n)))
+            })
+            .collect();
+        Ok(Self { target, local_addrs, stop, accept_tasks, configured_sizes: Mutex::new(configured_sizes) })
     }
 
     /// Applies a changed configuration while hosts stay connected (SIGHUP):
     /// new subsystems and namespaces are added, missing ones removed, and a
     /// namespace whose configured size changed is resized. Connected hosts get
     /// the Namespace Attribute Changed AEN. Ports and limits are not changed.
+    ///
+    /// "Changed" is against the size configured before, not the namespace's
+    /// capacity: a file larger than its `size` keeps its length at startup
+    /// (`size` creates or grows, never shrinks), so comparing with the
+    /// capacity would truncate it on any reload, the configuration unchanged.
     pub fn reload(&self, cfg: &TargetConfig) -> std::io::Result<()> {
+        let mut sizes = self.configured_sizes.lock().unwrap_or_else(PoisonError::into_inner);
         let mut keep = Vec::new();
         for sc in &cfg.subsystems {
             keep.push(sc.nqn.clone());
@@ -129,19 +162,16 @@ impl Server {
                     sc.allowed_hosts.clone(),
                     &sc.namespaces,
                 )?);
+                for (nsid, n) in with_nsids(&sc.namespaces) {
+                    sizes.insert((sc.nqn.clone(), nsid), configured_size(n));
+                }
                 continue;
             };
-            let mut next = 1;
             let mut wanted = Vec::new();
-            for n in &sc.namespaces {
-                let nsid = n.nsid.unwrap_or(next);
-                next = next.max(nsid + 1);
+            for (nsid, n) in with_nsids(&sc.namespaces) {
                 wanted.push(nsid);
-                let new_size = match &n.source {
-                    NamespaceSource::Ram(sz) => Some(*sz),
-                    NamespaceSource::File { size, .. } => *size,
-                    NamespaceSource::Block { .. } => None,
-                };
+                let new_size = configured_size(n);
+                let key = (sc.nqn.clone(), nsid);
                 match s.namespace(nsid) {
                     None => {
                         let b = open_backend(n)?;
@@ -149,7 +179,8 @@ impl Server {
                         s.add_namespace(Arc::new(Namespace::new(&sc.nqn, nsid, b)));
                     }
                     Some(ns) => {
-                        if let Some(sz) = new_size {
+                        let changed = new_size != sizes.get(&key).copied().flatten();
+                        if let Some(sz) = new_size.filter(|_| changed) {
                             let sz = sz / ns.block_size() as u64 * ns.block_size() as u64;
                             if sz != ns.backend.size() {
                                 info!(subnqn = %sc.nqn, nsid, old = ns.backend.size(), new = sz, "reload: resizing namespace");
@@ -158,11 +189,13 @@ impl Server {
                         }
                     }
                 }
+                sizes.insert(key, new_size);
             }
             for nsid in s.namespaces().keys().copied().collect::<Vec<_>>() {
                 if !wanted.contains(&nsid) {
                     info!(subnqn = %sc.nqn, nsid, "reload: removing namespace");
                     s.remove_namespace(nsid);
+                    sizes.remove(&(sc.nqn.clone(), nsid));
                 }
             }
         }
@@ -172,6 +205,7 @@ impl Server {
                 self.target.remove_subsystem(&s.nqn);
             }
         }
+        sizes.retain(|(nqn, _), _| keep.contains(nqn));
         Ok(())
     }
 
@@ -197,5 +231,50 @@ impl Server {
             }
         }
         info!("target stopped");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NQN: &str = "nqn.2026-11.io.nvmeof:reload";
+
+    fn config(path: &std::path::Path, size: &str) -> TargetConfig {
+        TargetConfig::from_toml(&format!(
+            "[[port]]\nlisten = \"127.0.0.1:0\"\n\n[[subsystem]]\nnqn = \"{NQN}\"\n\n\
+             [[subsystem.namespace]]\nfile = \"{}\"\nsize = \"{size}\"\nio_engine = \"threads\"\n\n\
+             [[subsystem.namespace]]\nram = \"{size}\"\n",
+            path.display()
+        ))
+        .unwrap()
+    }
+
+    /// A file longer than its configured `size` keeps its length at startup;
+    /// a reload of the same configuration must not truncate it (it did: the
+    /// reload compared `size` with the capacity and shrank the file to it).
+    /// Changing `size` still resizes.
+    #[tokio::test]
+    async fn reload_resizes_only_namespaces_whose_configured_size_changed() {
+        let path = std::env::temp_dir().join(format!("nvmeof-reload-{}", std::process::id()));
+        std::fs::write(&path, vec![0xA5; 4 << 20]).unwrap();
+        let cfg = config(&path, "1M");
+        let server = Server::start(&cfg).await.unwrap();
+        let size = |nsid| server.target.subsystem(NQN).unwrap().namespace(nsid).unwrap().backend.size();
+        let file_len = || std::fs::metadata(&path).unwrap().len();
+        assert_eq!((size(1), size(2), file_len()), (4 << 20, 1 << 20, 4 << 20));
+
+        server.reload(&cfg).unwrap();
+        assert_eq!((size(1), size(2), file_len()), (4 << 20, 1 << 20, 4 << 20), "unchanged config");
+        assert_eq!(std::fs::read(&path).unwrap()[(4 << 20) - 1], 0xA5, "data past `size` kept");
+
+        let cfg = config(&path, "2M");
+        server.reload(&cfg).unwrap();
+        assert_eq!((size(1), size(2), file_len()), (2 << 20, 2 << 20, 2 << 20), "size changed");
+        server.reload(&cfg).unwrap();
+        assert_eq!((size(1), size(2), file_len()), (2 << 20, 2 << 20, 2 << 20));
+
+        server.shutdown(Duration::from_millis(100)).await;
+        let _ = std::fs::remove_file(&path);
     }
 }
