@@ -135,6 +135,36 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
     })
 }
 
+/// The command-line settings that override the configuration: `--poll-us`,
+/// `--io-engine`, `--buffered-io` (then checked together) and
+/// `--in-capsule-data`.
+fn apply_overrides(cfg: &mut TargetConfig, a: &ServeArgs) -> Result<(), String> {
+    if let Some(p) = a.poll_us {
+        cfg.poll_us = p;
+    }
+    if let Some(e) = a.io_engine {
+        cfg.set_io_engine(e);
+    }
+    if let Some(b) = a.buffered_io {
+        cfg.set_buffered_io(b);
+    }
+    cfg.check_engines()?;
+    if let Some(v) = a.in_capsule_data {
+        cfg.limits.set_in_capsule_data(v).map_err(|e| format!("--in-capsule-data: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Reads `--config` with the command-line overrides applied: at startup and
+/// again on each SIGHUP, so that a namespace a reload adds gets the
+/// `--io-engine` / `--buffered-io` the command line chose (a reload used the
+/// file alone, so `--io-engine threads` did not reach namespaces it added).
+fn config_from_file(path: &std::path::Path, a: &ServeArgs) -> Result<TargetConfig, String> {
+    let mut cfg = TargetConfig::from_file(path).map_err(|e| format!("config {}: {e}", path.display()))?;
+    apply_overrides(&mut cfg, a)?;
+    Ok(cfg)
+}
+
 fn print_host_commands(cfg: &TargetConfig, addrs: &[SocketAddr]) {
     for s in &cfg.subsystems {
         for a in addrs {
@@ -155,41 +185,17 @@ fn main() -> std::process::ExitCode {
         .init();
     let cli = Cli::parse();
     let Cmd::Serve(args) = cli.cmd;
-    let mut cfg = match &args.config {
-        Some(p) => match TargetConfig::from_file(p) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("nvmeof-target: config {}: {e}", p.display());
-                return std::process::ExitCode::from(2);
-            }
-        },
-        None => match config_from_flags(&args) {
-            Ok(c) => c,
-            Err(e) => {
-                eprintln!("nvmeof-target: {e}");
-                return std::process::ExitCode::from(2);
-            }
-        },
+    let cfg = match &args.config {
+        Some(p) => config_from_file(p, &args),
+        None => config_from_flags(&args).and_then(|mut c| apply_overrides(&mut c, &args).map(|()| c)),
     };
-    if let Some(p) = args.poll_us {
-        cfg.poll_us = p;
-    }
-    if let Some(e) = args.io_engine {
-        cfg.set_io_engine(e);
-    }
-    if let Some(b) = args.buffered_io {
-        cfg.set_buffered_io(b);
-    }
-    if let Err(e) = cfg.check_engines() {
-        eprintln!("nvmeof-target: {e}");
-        return std::process::ExitCode::from(2);
-    }
-    if let Some(v) = args.in_capsule_data {
-        if let Err(e) = cfg.limits.set_in_capsule_data(v) {
-            eprintln!("nvmeof-target: --in-capsule-data: {e}");
+    let cfg = match cfg {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("nvmeof-target: {e}");
             return std::process::ExitCode::from(2);
         }
-    }
+    };
     let mut rt = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = args.threads {
         rt.worker_threads(n as usize);
@@ -217,7 +223,7 @@ fn main() -> std::process::ExitCode {
                         tracing::warn!("SIGHUP ignored: no --config file to reload");
                         continue;
                     };
-                    match TargetConfig::from_file(path).map_err(|e| e.to_string())
+                    match config_from_file(path, &args)
                         .and_then(|c| server.reload(&c).map_err(|e| e.to_string())) {
                         Ok(()) => tracing::info!(config = %path.display(), "configuration reloaded"),
                         Err(e) => tracing::error!(error = %e, "reload failed; keeping the running configuration"),
@@ -235,11 +241,42 @@ fn main() -> std::process::ExitCode {
 mod tests {
     use super::*;
 
-    fn flags(args: &[&str]) -> Result<TargetConfig, String> {
+    fn args(args: &[&str]) -> Result<ServeArgs, String> {
         let cli =
             Cli::try_parse_from(["nvmeof-target", "serve"].iter().chain(args)).map_err(|e| e.to_string())?;
         let Cmd::Serve(a) = cli.cmd;
-        config_from_flags(&a)
+        Ok(a)
+    }
+
+    fn flags(a: &[&str]) -> Result<TargetConfig, String> {
+        config_from_flags(&args(a)?)
+    }
+
+    /// What SIGHUP reloads carries the command-line overrides, like startup.
+    #[test]
+    fn config_file_reads_apply_the_command_line_overrides() {
+        let path = std::env::temp_dir().join(format!("nvmeof-main-config-{}.toml", std::process::id()));
+        std::fs::write(
+            &path,
+            "[[subsystem]]\nnqn = \"nqn.2026-11.io.nvmeof:x\"\n\n[[subsystem.namespace]]\n\
+             file = \"/var/tmp/x.img\"\nbuffered_io = false\n",
+        )
+        .unwrap();
+        let p = path.to_str().unwrap();
+        let engine = |c: &TargetConfig| match &c.subsystems[0].namespaces[0].source {
+            NamespaceSource::File { io_engine, buffered_io, .. } => (*io_engine, *buffered_io),
+            _ => unreachable!(),
+        };
+        let a = args(&["--config", p, "--io-engine", "uring", "--buffered-io", "true"]).unwrap();
+        let c = config_from_file(&path, &a).unwrap();
+        assert_eq!(engine(&c), (IoEngine::Uring, true));
+        // The overrides are checked together: O_DIRECT needs io_uring.
+        let a = args(&["--config", p, "--io-engine", "threads"]).unwrap();
+        let e = config_from_file(&path, &a).unwrap_err();
+        assert!(e.contains("buffered_io"), "{e}");
+        let a = args(&["--config", p]).unwrap();
+        assert_eq!(engine(&config_from_file(&path, &a).unwrap()), (IoEngine::Auto, false));
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]
