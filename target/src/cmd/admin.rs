@@ -76,8 +76,10 @@ const LPA_DISC: u8 = 1 << 2;
 const FRMW: u8 = 0x03;
 /// Identify Namespace NMIC bit 0: may be shared by controllers (nvmet sets it).
 const NMIC_SHARED: u8 = 1 << 0;
-/// CNS 08h NSFEAT bit 3: no volatile write cache behind this namespace.
-const NSFEAT_VWC_NOT_PRESENT: u8 = 1 << 3;
+/// CNS 08h NSFEAT bit 5 (VWCNP): no volatile write cache behind this
+/// namespace (Linux `NVME_NS_VWC_NOT_PRESENT`, which nvmet sets for block
+/// devices without one). Bit 3 is UIDREUSE.
+const NSFEAT_VWC_NOT_PRESENT: u8 = 1 << 5;
 /// CNS 08h NSTAT bit 0: namespace ready.
 const NSTAT_NRDY: u8 = 1 << 0;
 /// Get Features 81h CDW11 bit 0: extended (128-bit) host identifier.
@@ -230,10 +232,14 @@ fn identify(target: &Target, ctrl: &Controller, sqe: &Sqe) -> Result<Response, S
     Ok(Response::data(buf))
 }
 
-/// Whether any namespace of the controller's subsystem sits on a volatile write cache.
-fn volatile_write_cache(ctrl: &Controller) -> bool {
-    ctrl.subsys.namespaces().values().any(|ns| ns.backend.volatile_write_cache())
-}
+/// Identify Controller VWC and Get Features Volatile Write Cache: always
+/// present, as nvmet reports (`id->vwc = NVME_CTRL_VWC_PRESENT`). Hosts read
+/// VWC once per association (Linux: `ctrl->vwc`, at connect or reset), and a
+/// namespace added later (SIGHUP) may be a file or block device: had VWC
+/// followed the namespaces present at Identify time (none, or only RAM), the
+/// host would never send Flush or FUA for it. Namespaces without a cache say
+/// so themselves (NSFEAT VWCNP, [`NSFEAT_VWC_NOT_PRESENT`]).
+const VOLATILE_WRITE_CACHE: bool = true;
 
 /// Identify Controller (CNS 01h) for `ctrl`, values after nvmet
 /// (`nvmet_execute_identify_ctrl` / `nvmet_execute_disc_identify`).
@@ -276,7 +282,7 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
         cqes: 0x44,
         nn: MAX_NAMESPACES.max(max_nsid),
         oncs: ONCS,
-        vwc: volatile_write_cache(ctrl) as u8,
+        vwc: VOLATILE_WRITE_CACHE as u8,
         mnan: MAX_NAMESPACES,
         ioccsz: (64 + limits.in_capsule_data) / 16,
         iorcsz: 1,
@@ -480,7 +486,7 @@ fn get_features(ctrl: &Controller, sqe: &Sqe) -> Result<Response, Status> {
         FeatureId::KATO => Ok(Response::result(kato_reported_ms(ctrl))),
         FeatureId::ASYNC_EVENT => Ok(Response::result(ctrl.aec() as u64)),
         FeatureId::NUM_QUEUES if !disc => Ok(Response::result(num_queues(ctrl))),
-        FeatureId::VOLATILE_WC if !disc => Ok(Response::result(volatile_write_cache(ctrl) as u64)),
+        FeatureId::VOLATILE_WC if !disc => Ok(Response::result(VOLATILE_WRITE_CACHE as u64)),
         FeatureId::HOST_ID if !disc => {
             if cmd.cdw11 & EXHID == 0 {
                 return Err(invalid_field());
@@ -627,7 +633,8 @@ mod tests {
         assert_eq!(u32_at(&b, o::NN), 1024);
         assert_eq!(u32_at(&b, o::MNAN), 1024);
         assert_eq!(u16_at(&b, o::ONCS), 0x0D);
-        assert_eq!(b[o::VWC], 0); // RAM backends have no volatile cache
+        // Present even with only RAM namespaces: one added later may have a cache.
+        assert_eq!(b[o::VWC], 1);
         assert_eq!(b[o::ACL], 3);
         assert_eq!(b[o::AERL], 3);
         assert_eq!(b[o::LPA], 0x07);
@@ -741,7 +748,8 @@ mod tests {
         cc.csi = Csi::KV;
         assert_eq!(e.run(&cc.to_sqe(1)).unwrap_err(), invalid_field());
         let ind = IdentifyNsIndep::decode(&e.identify(Cns::IND_CS_NS, 3).unwrap()).unwrap();
-        assert_eq!((ind.nstat, ind.nmic, ind.nsfeat), (1, 1, NSFEAT_VWC_NOT_PRESENT));
+        // RAM: VWCNP (bit 5), so hosts skip Flush for it; not UIDREUSE (bit 3).
+        assert_eq!((ind.nstat, ind.nmic, ind.nsfeat), (1, 1, 1 << 5));
         assert_eq!(e.identify(Cns::IND_CS_NS, 9), Err(invalid_ns()));
         let mut l = IdentifyCmd::new(Cns::ACTIVE_NS_LIST_CS, 0);
         assert_eq!(decode_ns_list(&e.run(&l.to_sqe(1)).unwrap().data), vec![1, 3]);
@@ -846,7 +854,7 @@ mod tests {
         assert_eq!(e.ctrl.kato_ms(), 2000);
         assert_eq!(e.get_feature(FeatureId::KATO), Ok(2000));
         // VWC.
-        assert_eq!(e.get_feature(FeatureId::VOLATILE_WC), Ok(0));
+        assert_eq!(e.get_feature(FeatureId::VOLATILE_WC), Ok(1));
         assert_eq!(e.set_feature(FeatureId::VOLATILE_WC, 1), Err(invalid_field()));
         // Host identifier.
         let mut g = GetFeaturesCmd::new(FeatureId::HOST_ID);
