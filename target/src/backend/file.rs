@@ -454,6 +454,13 @@ mod tests {
     }
 
     #[test]
+    fn fua_and_flush_leave_nothing_dirty() {
+        let t = TempPath::new("fua-dirty");
+        let b = FileBackend::open(&t.0, Some(2 << 20), 4096).unwrap();
+        crate::backend::sys::check_fua_and_flush_leave_nothing_dirty(&b, &t.0);
+    }
+
+    #[test]
     fn many_concurrent_submissions_complete() {
         let t = TempPath::new("many");
         let b = FileBackend::open_with_workers(&t.0, Some(1 << 20), 512, 3).unwrap();

@@ -281,3 +281,56 @@ impl Drop for Loop {
         let _ = std::fs::remove_file(&self.file);
     }
 }
+
+/// Dirty and under-writeback page-cache pages of `len` bytes at `offset` of
+/// the file at `path` (`cachestat(2)`, Linux 6.5; tests). `None` where the
+/// kernel lacks it.
+#[cfg(test)]
+pub(crate) fn dirty_pages(path: &std::path::Path, offset: u64, len: u64) -> Option<(u64, u64)> {
+    /// `struct cachestat_range`.
+    #[repr(C)]
+    struct Range {
+        off: u64,
+        len: u64,
+    }
+    /// `struct cachestat`.
+    #[repr(C)]
+    #[derive(Default)]
+    struct Stat {
+        nr_cache: u64,
+        nr_dirty: u64,
+        nr_writeback: u64,
+        nr_evicted: u64,
+        nr_recently_evicted: u64,
+    }
+    /// The same number on every architecture (the unified syscall table).
+    const SYS_CACHESTAT: libc::c_long = 451;
+    let f = File::open(path).ok()?;
+    let range = Range { off: offset, len };
+    let mut st = Stat::default();
+    // SAFETY: valid descriptor; the kernel reads `range` and writes `st`, both live for the call.
+    let r = unsafe { libc::syscall(SYS_CACHESTAT, f.as_raw_fd(), &raw const range, &raw mut st, 0) };
+    (r == 0).then_some((st.nr_dirty, st.nr_writeback))
+}
+
+/// FUA writes leave none of their pages dirty or under writeback (O_DSYNC /
+/// RWF_DSYNC really reached the kernel), and a Flush leaves none in the whole
+/// file, on a buffered file namespace with 4 KiB blocks at `path` of at least
+/// 2 MiB (shared by the file and io_uring backend tests). Skips, with a note,
+/// where `cachestat(2)` is missing or the filesystem keeps no dirty pages.
+#[cfg(test)]
+pub(crate) fn check_fua_and_flush_leave_nothing_dirty(b: &dyn super::Backend, path: &std::path::Path) {
+    use super::IoOp;
+    let data = bytes::Bytes::from(vec![0x3C; 64 << 10]);
+    assert!(run(b, 1, IoOp::Write { offset: 0, data: data.clone(), fua: false }).status.is_success());
+    match dirty_pages(path, 0, 64 << 10) {
+        None => return eprintln!("note: no cachestat(2) here; FUA durability not checked"),
+        Some((0, _)) => return eprintln!("note: {} keeps no dirty pages; FUA not checked", path.display()),
+        Some(_) => {}
+    }
+    assert!(run(b, 2, IoOp::Write { offset: 1 << 20, data, fua: true }).status.is_success());
+    assert_eq!(dirty_pages(path, 1 << 20, 64 << 10), Some((0, 0)), "FUA write left dirty pages");
+    assert!(dirty_pages(path, 0, 64 << 10).unwrap().0 > 0, "the plain write is still cached");
+    assert!(run(b, 3, IoOp::Flush).status.is_success());
+    assert_eq!(dirty_pages(path, 0, 0), Some((0, 0)), "Flush left dirty pages");
+}

@@ -1634,6 +1634,18 @@ mod tests {
         assert_eq!(&on_disk[65536..65536 + 4096], &data[..4096]);
     }
 
+    /// FUA (RWF_DSYNC) and Flush (IORING_OP_FSYNC) through the page cache.
+    #[test]
+    fn uring_fua_and_flush_leave_nothing_dirty() {
+        let t = TempPath::new("fua-dirty");
+        let b = match UringBackend::open_file_with(&t.0, Some(2 << 20), 4096, false) {
+            Ok(b) => b,
+            Err(e) if e.kind() == io::ErrorKind::Unsupported => return,
+            Err(e) => panic!("{e}"),
+        };
+        crate::backend::sys::check_fua_and_flush_leave_nothing_dirty(&b, &t.0);
+    }
+
     #[test]
     fn uring_write_zeroes_punch_hole_and_deallocate() {
         let t = TempPath::new("zero");
