@@ -226,7 +226,7 @@ fn main() -> std::process::ExitCode {
                     match config_from_file(path, &args)
                         .and_then(|c| server.reload(&c).map_err(|e| e.to_string())) {
                         Ok(()) => tracing::info!(config = %path.display(), "configuration reloaded"),
-                        Err(e) => tracing::error!(error = %e, "reload failed; keeping the running configuration"),
+                        Err(e) => tracing::error!(error = %e, "reload failed"),
                     }
                 }
             }

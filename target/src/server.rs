@@ -38,6 +38,11 @@ fn with_nsids(nss: &[NamespaceConfig]) -> impl Iterator<Item = (u32, &NamespaceC
     })
 }
 
+/// A reload error that left the running configuration as it was.
+fn unchanged(e: std::io::Error, what: std::fmt::Arguments<'_>) -> std::io::Error {
+    std::io::Error::new(e.kind(), format!("{what}: {e}; nothing changed"))
+}
+
 /// The capacity a namespace's configuration asks for, if any (block devices: none).
 fn configured_size(n: &NamespaceConfig) -> Option<u64> {
     match &n.source {
@@ -151,17 +156,38 @@ impl Server {
     /// capacity would truncate it on any reload, the configuration unchanged.
     pub fn reload(&self, cfg: &TargetConfig) -> std::io::Result<()> {
         let mut sizes = self.configured_sizes.lock().unwrap_or_else(PoisonError::into_inner);
+        // First open everything the configuration adds, so that a namespace
+        // that cannot be opened fails the reload before anything changes
+        // (the caller logs "keeping the running configuration"; namespaces
+        // listed before it used to be added, and removals after it skipped).
+        let mut new_subsystems = HashMap::new();
+        let mut new_backends = HashMap::new();
+        for sc in &cfg.subsystems {
+            match self.target.subsystem(&sc.nqn) {
+                None => {
+                    let s = build_subsystem(&sc.nqn, &sc.model, sc.allowed_hosts.clone(), &sc.namespaces)
+                        .map_err(|e| unchanged(e, format_args!("subsystem {}", sc.nqn)))?;
+                    new_subsystems.insert(sc.nqn.clone(), s);
+                }
+                Some(s) => {
+                    for (nsid, n) in with_nsids(&sc.namespaces) {
+                        if s.namespace(nsid).is_none() {
+                            let b = open_backend(n)
+                                .map_err(|e| unchanged(e, format_args!("{} namespace {nsid}", sc.nqn)))?;
+                            new_backends.insert((sc.nqn.clone(), nsid), b);
+                        }
+                    }
+                }
+            }
+        }
+        let mut failed = Vec::new();
         let mut keep = Vec::new();
         for sc in &cfg.subsystems {
             keep.push(sc.nqn.clone());
             let Some(s) = self.target.subsystem(&sc.nqn) else {
+                let Some(s) = new_subsystems.remove(&sc.nqn) else { continue };
                 info!(subnqn = %sc.nqn, "reload: adding subsystem");
-                self.target.add_subsystem(build_subsystem(
-                    &sc.nqn,
-                    &sc.model,
-                    sc.allowed_hosts.clone(),
-                    &sc.namespaces,
-                )?);
+                self.target.add_subsystem(s);
                 for (nsid, n) in with_nsids(&sc.namespaces) {
                     sizes.insert((sc.nqn.clone(), nsid), configured_size(n));
                 }
@@ -172,19 +198,22 @@ impl Server {
                 wanted.push(nsid);
                 let new_size = configured_size(n);
                 let key = (sc.nqn.clone(), nsid);
-                match s.namespace(nsid) {
-                    None => {
-                        let b = open_backend(n)?;
+                match (s.namespace(nsid), new_backends.remove(&key)) {
+                    (None, Some(b)) => {
                         info!(subnqn = %sc.nqn, nsid, backend = %b.describe(), "reload: adding namespace");
                         s.add_namespace(Arc::new(Namespace::new(&sc.nqn, nsid, b)));
                     }
-                    Some(ns) => {
+                    (None, None) => continue,
+                    (Some(ns), _) => {
                         let changed = new_size != sizes.get(&key).copied().flatten();
                         if let Some(sz) = new_size.filter(|_| changed) {
                             let sz = sz / ns.block_size() as u64 * ns.block_size() as u64;
                             if sz != ns.backend.size() {
                                 info!(subnqn = %sc.nqn, nsid, old = ns.backend.size(), new = sz, "reload: resizing namespace");
-                                s.resize_namespace(nsid, sz).map_err(std::io::Error::other)?;
+                                if let Err(e) = s.resize_namespace(nsid, sz) {
+                                    failed.push(format!("{} namespace {nsid}: {e}", sc.nqn));
+                                    continue;
+                                }
                             }
                         }
                     }
@@ -206,7 +235,12 @@ impl Server {
             }
         }
         sizes.retain(|(nqn, _), _| keep.contains(nqn));
-        Ok(())
+        if failed.is_empty() {
+            Ok(())
+        } else {
+            // Everything else is applied; a later reload retries these.
+            Err(std::io::Error::other(format!("resize failed, the rest applied: {}", failed.join("; "))))
+        }
     }
 
     /// Stops accepting, lets connections finish in-flight commands (bounded by
@@ -276,5 +310,36 @@ mod tests {
 
         server.shutdown(Duration::from_millis(100)).await;
         let _ = std::fs::remove_file(&path);
+    }
+
+    /// A namespace that cannot be opened fails the reload before anything
+    /// changes (it used to add the namespaces listed before it and skip the
+    /// removals after it).
+    #[tokio::test]
+    async fn reload_that_cannot_open_a_namespace_changes_nothing() {
+        let missing = std::env::temp_dir().join(format!("nvmeof-reload-missing-{}", std::process::id()));
+        let ns = |nsid: u32, what: &str| format!("[[subsystem.namespace]]\nnsid = {nsid}\n{what}\n");
+        let cfg = |nss: &[String]| {
+            TargetConfig::from_toml(&format!(
+                "[[port]]\nlisten = \"127.0.0.1:0\"\n[[subsystem]]\nnqn = \"{NQN}\"\n{}",
+                nss.concat()
+            ))
+            .unwrap()
+        };
+        let server = Server::start(&cfg(&[ns(1, "ram = \"1M\""), ns(4, "ram = \"1M\"")])).await.unwrap();
+        let nsids = || server.target.subsystem(NQN).unwrap().namespaces().keys().copied().collect::<Vec<_>>();
+        // Adds 3, cannot open 2 (no `size`: the file must exist), drops 4.
+        let bad = cfg(&[
+            ns(1, "ram = \"1M\""),
+            ns(3, "ram = \"2M\""),
+            ns(2, &format!("file = \"{}\"", missing.display())),
+        ]);
+        let e = server.reload(&bad).unwrap_err().to_string();
+        assert_eq!(nsids(), vec![1, 4]);
+        assert!(e.contains("namespace 2") && e.contains("nothing changed"), "{e}");
+        // Without the bad namespace it applies.
+        server.reload(&cfg(&[ns(1, "ram = \"1M\""), ns(3, "ram = \"2M\"")])).unwrap();
+        assert_eq!(nsids(), vec![1, 3]);
+        server.shutdown(Duration::from_millis(100)).await;
     }
 }
