@@ -60,6 +60,11 @@ impl MemBackend {
     /// the piece's bytes, made writable (copy-on-write if the chunk is shared).
     fn modify(&self, offset: u64, len: u64, mut f: impl FnMut(&mut [u8])) {
         let chunks = self.chunks.read().unwrap();
+        // A shrink since this I/O's range check cut off what lies past the
+        // capacity now (a resize changes it under the write lock): dropped,
+        // also inside the last chunk, whose tail the shrink zeroed and a
+        // later grow must show as zeroes.
+        let len = len.min(self.size().saturating_sub(offset));
         for_each_piece(offset, len, |idx, within, n| {
             // No chunk: a shrink cut it off after this I/O's range check;
             // bytes past the new end are dropped, as on a file truncated
@@ -73,6 +78,7 @@ impl MemBackend {
     /// Zeroes `offset..offset+len` (in range); whole chunks are released.
     fn zero(&self, offset: u64, len: u64) {
         let chunks = self.chunks.read().unwrap();
+        let len = len.min(self.size().saturating_sub(offset));
         for_each_piece(offset, len, |idx, within, n| {
             let Some(chunk) = chunks.get(idx) else { return };
             let mut slot = chunk.lock().unwrap();
@@ -407,6 +413,20 @@ mod tests {
         assert_eq!(b.slice(900 << 10, 4096), None);
         b.resize(1 << 20).unwrap();
         assert_eq!(&read(&b, 900 << 10, 4096)[..], &[0; 4096][..]);
+    }
+
+    /// The same for a shrink to the middle of a chunk: a write executing
+    /// after it leaves nothing past the new end, so a later grow reads zeroes
+    /// there (it read the write's bytes: the chunk outlives the shrink).
+    #[test]
+    fn write_racing_a_shrink_leaves_nothing_past_the_end() {
+        let b = MemBackend::new(1 << 20, 512);
+        b.resize(100 * 512).unwrap();
+        // What Write does after its range check (made against the old 1 MiB).
+        b.modify(99 * 512, 2 * 512, |d| d.fill(0xFF));
+        b.resize(1 << 20).unwrap();
+        assert!(read(&b, 99 * 512, 512).iter().all(|&x| x == 0xFF));
+        assert!(read(&b, 100 * 512, 512).iter().all(|&x| x == 0), "bytes past the shrunk end came back");
     }
 
     /// Reads and writes on two threads while the namespace shrinks and grows
