@@ -245,6 +245,18 @@ pub struct SubsystemConfig {
     pub namespaces: Vec<NamespaceConfig>,
 }
 
+/// The NSID of each namespace of a subsystem's configuration: its `nsid`, or
+/// the one after the highest so far. [`TargetConfig::from_toml`] refuses a
+/// list whose NSIDs repeat or run past 0xFFFFFFFD, so this is the numbering
+/// startup and SIGHUP reload both use.
+pub fn assign_nsids(nss: &[NamespaceConfig]) -> impl Iterator<Item = (u32, &NamespaceConfig)> {
+    nss.iter().scan(1u32, |next, n| {
+        let nsid = n.nsid.unwrap_or(*next);
+        *next = (*next).max(nsid.saturating_add(1));
+        Some((nsid, n))
+    })
+}
+
 /// The whole configuration.
 #[derive(Clone, Debug)]
 pub struct TargetConfig {
@@ -407,6 +419,24 @@ impl TargetConfig {
                 ns.check_engine().map_err(|e| invalid(format!("{nkey}.buffered_io"), e))?;
                 namespaces.push(ns);
             }
+            // Two entries with one NSID (explicit, or an implicit one landing
+            // on an explicit one) would be one namespace opened twice, and a
+            // reload would match the wrong entry to it.
+            let mut seen = std::collections::HashSet::new();
+            for (j, (nsid, _)) in assign_nsids(&namespaces).enumerate() {
+                if nsid >= 0xFFFF_FFFE {
+                    return Err(invalid(format!("{key}.namespace[{j}]"), "no NSID left (past 0xFFFFFFFD)"));
+                }
+                if !seen.insert(nsid) {
+                    return Err(invalid(
+                        format!("{key}.namespace[{j}].nsid"),
+                        format!("NSID {nsid} is used twice"),
+                    ));
+                }
+            }
+            if subsystems.iter().any(|o: &SubsystemConfig| o.nqn == s.nqn) {
+                return Err(invalid(format!("{key}.nqn"), format!("{} is used twice", s.nqn)));
+            }
             subsystems.push(SubsystemConfig {
                 nqn: s.nqn,
                 model: s.model.unwrap_or_else(|| DEFAULT_MODEL.to_string()),
@@ -511,6 +541,45 @@ mod tests {
         let e = ns("ram = \"2k\"\nblock_size = 4096").unwrap_err().to_string();
         assert!(e.contains("namespace[0].ram"), "{e}");
         assert!(ns("ram = \"4k\"\nblock_size = 4096").is_ok());
+    }
+
+    /// NSIDs are unique within a subsystem (an implicit one may land on an
+    /// explicit one) and stay below the broadcast values; NQNs are unique.
+    #[test]
+    fn nsids_and_nqns_are_unique() {
+        let sub = |nqn: &str, nsids: &[Option<u32>]| {
+            let mut t = format!("[[subsystem]]\nnqn = \"{nqn}\"\n");
+            for n in nsids {
+                t += "[[subsystem.namespace]]\nram = \"1M\"\n";
+                if let Some(n) = n {
+                    t += &format!("nsid = {n}\n");
+                }
+            }
+            t
+        };
+        let parse = |t: String| {
+            TargetConfig::from_toml(&t).map(|c| {
+                c.subsystems
+                    .iter()
+                    .map(|s| assign_nsids(&s.namespaces).map(|(n, _)| n).collect::<Vec<_>>())
+                    .collect::<Vec<_>>()
+            })
+        };
+        assert_eq!(
+            parse(sub("nqn.2026-11.x:a", &[Some(2), None, Some(5), None])).unwrap(),
+            vec![vec![2, 3, 5, 6]]
+        );
+        let e = parse(sub("nqn.2026-11.x:a", &[Some(2), None, Some(3)])).unwrap_err().to_string();
+        assert!(e.contains("namespace[2].nsid") && e.contains("NSID 3 is used twice"), "{e}");
+        let e = parse(sub("nqn.2026-11.x:a", &[Some(4), Some(4)])).unwrap_err().to_string();
+        assert!(e.contains("NSID 4 is used twice"), "{e}");
+        let e = parse(sub("nqn.2026-11.x:a", &[Some(0xFFFF_FFFD), None])).unwrap_err().to_string();
+        assert!(e.contains("namespace[1]") && e.contains("no NSID left"), "{e}");
+        let e = parse(sub("nqn.2026-11.x:a", &[None]) + &sub("nqn.2026-11.x:a", &[None]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("subsystem[1].nqn") && e.contains("used twice"), "{e}");
+        assert!(parse(sub("nqn.2026-11.x:a", &[None]) + &sub("nqn.2026-11.x:b", &[None])).is_ok());
     }
 
     #[test]

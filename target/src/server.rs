@@ -11,7 +11,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::backend::{Backend, BlockBackend, FileBackend, MemBackend, UringBackend};
-use crate::config::{IoEngine, NamespaceConfig, NamespaceSource, TargetConfig};
+use crate::config::{assign_nsids, IoEngine, NamespaceConfig, NamespaceSource, TargetConfig};
 use crate::core::{Namespace, Subsystem, Target};
 use crate::transport::tcp::{self, ConnOptions};
 
@@ -23,24 +23,34 @@ pub struct Server {
     pub local_addrs: Vec<SocketAddr>,
     stop: watch::Sender<bool>,
     accept_tasks: Vec<JoinHandle<()>>,
-    /// The `size` each namespace (subsystem NQN, NSID) was last configured
-    /// with: [`Server::reload`] resizes a namespace only when this changes.
-    configured_sizes: Mutex<HashMap<(String, u32), Option<u64>>>,
-}
-
-/// The NSID of each namespace of a subsystem's configuration: its `nsid`, or
-/// the next one after the highest so far.
-fn with_nsids(nss: &[NamespaceConfig]) -> impl Iterator<Item = (u32, &NamespaceConfig)> {
-    nss.iter().scan(1u32, |next, n| {
-        let nsid = n.nsid.unwrap_or(*next);
-        *next = (*next).max(nsid + 1);
-        Some((nsid, n))
-    })
+    /// The configuration each namespace (subsystem NQN, NSID) was last
+    /// opened or resized with: [`Server::reload`] resizes a namespace only
+    /// when its `size` changes, and replaces it when its store changes.
+    configured: Mutex<HashMap<(String, u32), NamespaceConfig>>,
 }
 
 /// A reload error that left the running configuration as it was.
 fn unchanged(e: std::io::Error, what: std::fmt::Arguments<'_>) -> std::io::Error {
-    std::io::Error::new(e.kind(), format!("{what}: {e}; nothing changed"))
+    // Opening may have created or grown a file already; what hosts see is as it was.
+    std::io::Error::new(e.kind(), format!("{what}: {e}; the exported namespaces are unchanged"))
+}
+
+/// Whether two configurations of one NSID describe the same store (size
+/// aside): when they do not, the NSID now names another namespace (a path,
+/// device, engine or block size changed, or an entry before it was removed and
+/// implicit NSIDs moved up), which a reload replaces instead of resizing.
+fn same_store(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
+    use NamespaceSource::{Block, File, Ram};
+    a.block_size == b.block_size
+        && match (&a.source, &b.source) {
+            (
+                File { path: p, io_engine: e, buffered_io: bu, .. },
+                File { path: q, io_engine: f, buffered_io: bv, .. },
+            ) => (p, e, bu) == (q, f, bv),
+            (Block { .. }, Block { .. }) => a.source == b.source,
+            (Ram(_), Ram(_)) => true,
+            _ => false,
+        }
 }
 
 /// The capacity a namespace's configuration asks for, if any (block devices: none).
@@ -100,7 +110,7 @@ pub fn build_subsystem(
     nss: &[NamespaceConfig],
 ) -> std::io::Result<Arc<Subsystem>> {
     let s = Arc::new(Subsystem::new(nqn, model, hosts, false));
-    for (nsid, n) in with_nsids(nss) {
+    for (nsid, n) in assign_nsids(nss) {
         let b =
             open_backend(n).map_err(|e| std::io::Error::new(e.kind(), format!("namespace {nsid}: {e}")))?;
         info!(subnqn = nqn, nsid, backend = %b.describe(), size = b.size(), block_size = b.block_size(), "namespace");
@@ -135,31 +145,33 @@ impl Server {
             )));
         }
         info!(limits = ?target.limits, poll_us = cfg.poll_us, "target running");
-        let configured_sizes = cfg
+        let configured = cfg
             .subsystems
             .iter()
-            .flat_map(|s| {
-                with_nsids(&s.namespaces).map(|(nsid, n)| ((s.nqn.clone(), nsid), configured_size(n)))
-            })
+            .flat_map(|s| assign_nsids(&s.namespaces).map(|(nsid, n)| ((s.nqn.clone(), nsid), n.clone())))
             .collect();
-        Ok(Self { target, local_addrs, stop, accept_tasks, configured_sizes: Mutex::new(configured_sizes) })
+        Ok(Self { target, local_addrs, stop, accept_tasks, configured: Mutex::new(configured) })
     }
 
     /// Applies a changed configuration while hosts stay connected (SIGHUP):
-    /// new subsystems and namespaces are added, missing ones removed, and a
-    /// namespace whose configured size changed is resized. Connected hosts get
-    /// the Namespace Attribute Changed AEN. Ports and limits are not changed.
+    /// new subsystems and namespaces are added, missing ones removed, a
+    /// namespace whose store changed (path, device, engine, block size)
+    /// replaced, and one whose configured size changed resized. Connected
+    /// hosts get the Namespace Attribute Changed AEN. Ports, limits, models
+    /// and allowed hosts of running subsystems are not changed.
     ///
-    /// "Changed" is against the size configured before, not the namespace's
-    /// capacity: a file larger than its `size` keeps its length at startup
-    /// (`size` creates or grows, never shrinks), so comparing with the
-    /// capacity would truncate it on any reload, the configuration unchanged.
+    /// "Changed" is against the configuration applied before, not the
+    /// namespace's capacity: a file larger than its `size` keeps its length at
+    /// startup (`size` creates or grows), so comparing with the capacity would
+    /// truncate it on any reload of an unchanged configuration. For the same
+    /// reason a larger `size` only grows a file; a smaller one resizes it to
+    /// exactly that.
     pub fn reload(&self, cfg: &TargetConfig) -> std::io::Result<()> {
-        let mut sizes = self.configured_sizes.lock().unwrap_or_else(PoisonError::into_inner);
-        // First open everything the configuration adds, so that a namespace
-        // that cannot be opened fails the reload before anything changes
-        // (the caller logs "keeping the running configuration"; namespaces
-        // listed before it used to be added, and removals after it skipped).
+        let mut configured = self.configured.lock().unwrap_or_else(PoisonError::into_inner);
+        // First open everything the configuration adds or replaces, so that a
+        // namespace that cannot be opened fails the reload before anything
+        // changes (namespaces listed before it used to be added, and removals
+        // after it skipped).
         let mut new_subsystems = HashMap::new();
         let mut new_backends = HashMap::new();
         for sc in &cfg.subsystems {
@@ -170,11 +182,20 @@ impl Server {
                     new_subsystems.insert(sc.nqn.clone(), s);
                 }
                 Some(s) => {
-                    for (nsid, n) in with_nsids(&sc.namespaces) {
-                        if s.namespace(nsid).is_none() {
+                    if s.allowed_hosts != sc.allowed_hosts || s.model != sc.model {
+                        warn!(subnqn = %sc.nqn, "reload: allowed_hosts and model of a running subsystem are not changed (restart the target to apply them)");
+                    }
+                    for (nsid, n) in assign_nsids(&sc.namespaces) {
+                        let key = (sc.nqn.clone(), nsid);
+                        let open = match (s.namespace(nsid), configured.get(&key)) {
+                            (None, _) => true,
+                            (Some(_), Some(old)) => !same_store(old, n),
+                            (Some(_), None) => false,
+                        };
+                        if open {
                             let b = open_backend(n)
                                 .map_err(|e| unchanged(e, format_args!("{} namespace {nsid}", sc.nqn)))?;
-                            new_backends.insert((sc.nqn.clone(), nsid), b);
+                            new_backends.insert(key, b);
                         }
                     }
                 }
@@ -188,28 +209,36 @@ impl Server {
                 let Some(s) = new_subsystems.remove(&sc.nqn) else { continue };
                 info!(subnqn = %sc.nqn, "reload: adding subsystem");
                 self.target.add_subsystem(s);
-                for (nsid, n) in with_nsids(&sc.namespaces) {
-                    sizes.insert((sc.nqn.clone(), nsid), configured_size(n));
+                for (nsid, n) in assign_nsids(&sc.namespaces) {
+                    configured.insert((sc.nqn.clone(), nsid), n.clone());
                 }
                 continue;
             };
             let mut wanted = Vec::new();
-            for (nsid, n) in with_nsids(&sc.namespaces) {
+            for (nsid, n) in assign_nsids(&sc.namespaces) {
                 wanted.push(nsid);
-                let new_size = configured_size(n);
                 let key = (sc.nqn.clone(), nsid);
                 match (s.namespace(nsid), new_backends.remove(&key)) {
                     (None, Some(b)) => {
                         info!(subnqn = %sc.nqn, nsid, backend = %b.describe(), "reload: adding namespace");
                         s.add_namespace(Arc::new(Namespace::new(&sc.nqn, nsid, b)));
                     }
+                    (Some(_), Some(b)) => {
+                        info!(subnqn = %sc.nqn, nsid, backend = %b.describe(), "reload: replacing namespace (its store changed)");
+                        s.remove_namespace(nsid);
+                        s.add_namespace(Arc::new(Namespace::new(&sc.nqn, nsid, b)));
+                    }
                     (None, None) => continue,
-                    (Some(ns), _) => {
-                        let changed = new_size != sizes.get(&key).copied().flatten();
-                        if let Some(sz) = new_size.filter(|_| changed) {
+                    (Some(ns), None) => {
+                        let old = configured.get(&key).and_then(configured_size);
+                        if let Some(sz) = configured_size(n).filter(|&sz| Some(sz) != old) {
+                            let cur = ns.backend.size();
+                            let grow_only = matches!(n.source, NamespaceSource::File { .. })
+                                && old.is_none_or(|o| sz > o);
+                            let sz = if grow_only { sz.max(cur) } else { sz };
                             let sz = sz / ns.block_size() as u64 * ns.block_size() as u64;
-                            if sz != ns.backend.size() {
-                                info!(subnqn = %sc.nqn, nsid, old = ns.backend.size(), new = sz, "reload: resizing namespace");
+                            if sz != cur {
+                                info!(subnqn = %sc.nqn, nsid, old = cur, new = sz, "reload: resizing namespace");
                                 if let Err(e) = s.resize_namespace(nsid, sz) {
                                     failed.push(format!("{} namespace {nsid}: {e}", sc.nqn));
                                     continue;
@@ -218,13 +247,13 @@ impl Server {
                         }
                     }
                 }
-                sizes.insert(key, new_size);
+                configured.insert(key, n.clone());
             }
             for nsid in s.namespaces().keys().copied().collect::<Vec<_>>() {
                 if !wanted.contains(&nsid) {
                     info!(subnqn = %sc.nqn, nsid, "reload: removing namespace");
                     s.remove_namespace(nsid);
-                    sizes.remove(&(sc.nqn.clone(), nsid));
+                    configured.remove(&(sc.nqn.clone(), nsid));
                 }
             }
         }
@@ -234,7 +263,7 @@ impl Server {
                 self.target.remove_subsystem(&s.nqn);
             }
         }
-        sizes.retain(|(nqn, _), _| keep.contains(nqn));
+        configured.retain(|(nqn, _), _| keep.contains(nqn));
         if failed.is_empty() {
             Ok(())
         } else {
@@ -287,7 +316,8 @@ mod tests {
     /// A file longer than its configured `size` keeps its length at startup;
     /// a reload of the same configuration must not truncate it (it did: the
     /// reload compared `size` with the capacity and shrank the file to it).
-    /// Changing `size` still resizes.
+    /// A larger `size` only grows a file (as at startup); a smaller one
+    /// resizes it to exactly that. RAM namespaces take the size as given.
     #[tokio::test]
     async fn reload_resizes_only_namespaces_whose_configured_size_changed() {
         let path = std::env::temp_dir().join(format!("nvmeof-reload-{}", std::process::id()));
@@ -302,14 +332,54 @@ mod tests {
         assert_eq!((size(1), size(2), file_len()), (4 << 20, 1 << 20, 4 << 20), "unchanged config");
         assert_eq!(std::fs::read(&path).unwrap()[(4 << 20) - 1], 0xA5, "data past `size` kept");
 
+        // Raised below the file's length: the file keeps it (it was cut to 2 MiB).
         let cfg = config(&path, "2M");
         server.reload(&cfg).unwrap();
-        assert_eq!((size(1), size(2), file_len()), (2 << 20, 2 << 20, 2 << 20), "size changed");
+        assert_eq!((size(1), size(2), file_len()), (4 << 20, 2 << 20, 4 << 20), "size raised");
+        assert_eq!(std::fs::read(&path).unwrap()[(4 << 20) - 1], 0xA5, "data past `size` kept");
+        // Raised past it: grown.
+        let cfg = config(&path, "6M");
+        server.reload(&cfg).unwrap();
+        assert_eq!((size(1), size(2), file_len()), (6 << 20, 6 << 20, 6 << 20), "size raised past the file");
+        // Lowered: resized to exactly that.
+        let cfg = config(&path, "2M");
+        server.reload(&cfg).unwrap();
+        assert_eq!((size(1), size(2), file_len()), (2 << 20, 2 << 20, 2 << 20), "size lowered");
         server.reload(&cfg).unwrap();
         assert_eq!((size(1), size(2), file_len()), (2 << 20, 2 << 20, 2 << 20));
 
         server.shutdown(Duration::from_millis(100)).await;
         let _ = std::fs::remove_file(&path);
+    }
+
+    /// Removing an entry moves the implicit NSIDs of those after it: the NSID
+    /// then names another store, which replaces the namespace instead of
+    /// resizing the old one to the new entry's `size` (that cut the first
+    /// file to the second's size).
+    #[tokio::test]
+    async fn reload_replaces_a_namespace_whose_nsid_now_names_another_file() {
+        let dir = std::env::temp_dir();
+        let a = dir.join(format!("nvmeof-reload-a-{}", std::process::id()));
+        let b = dir.join(format!("nvmeof-reload-b-{}", std::process::id()));
+        let ns = |p: &std::path::Path, size: &str| {
+            format!(
+                "[[subsystem.namespace]]\nfile = \"{}\"\nsize = \"{size}\"\nio_engine = \"threads\"\n",
+                p.display()
+            )
+        };
+        let head = format!("[[port]]\nlisten = \"127.0.0.1:0\"\n\n[[subsystem]]\nnqn = \"{NQN}\"\n\n");
+        let both = TargetConfig::from_toml(&format!("{head}{}{}", ns(&a, "4M"), ns(&b, "1M"))).unwrap();
+        let server = Server::start(&both).await.unwrap();
+        let only_b = TargetConfig::from_toml(&format!("{head}{}", ns(&b, "1M"))).unwrap();
+        server.reload(&only_b).unwrap();
+        let s = server.target.subsystem(NQN).unwrap();
+        assert_eq!(s.namespaces().keys().copied().collect::<Vec<_>>(), vec![1]);
+        assert_eq!(s.namespace(1).unwrap().backend.size(), 1 << 20);
+        assert_eq!(std::fs::metadata(&a).unwrap().len(), 4 << 20, "a.img truncated");
+        assert_eq!(std::fs::metadata(&b).unwrap().len(), 1 << 20);
+        server.shutdown(Duration::from_millis(100)).await;
+        let _ = std::fs::remove_file(&a);
+        let _ = std::fs::remove_file(&b);
     }
 
     /// A namespace that cannot be opened fails the reload before anything
@@ -336,7 +406,7 @@ mod tests {
         ]);
         let e = server.reload(&bad).unwrap_err().to_string();
         assert_eq!(nsids(), vec![1, 4]);
-        assert!(e.contains("namespace 2") && e.contains("nothing changed"), "{e}");
+        assert!(e.contains("namespace 2") && e.contains("namespaces are unchanged"), "{e}");
         // Without the bad namespace it applies.
         server.reload(&cfg(&[ns(1, "ram = \"1M\""), ns(3, "ram = \"2M\"")])).unwrap();
         assert_eq!(nsids(), vec![1, 3]);
