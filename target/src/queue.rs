@@ -262,10 +262,13 @@ impl QueueState {
         }
         let sgl = sqe.sgl();
         let write = cmd::is_write(&sqe);
-        let status = if sqe.fuse() != 0 || sqe.psdt() != 1 {
+        let flags = if sqe.fuse() != 0 || sqe.psdt() != 1 {
             // nvmet_req_init: fused commands and PRPs are not supported.
             Err(Status::INVALID_FIELD.with_dnr())
-        } else if sgl.id == SglId::DATA_BLOCK_OFFSET && sgl.length != 0 {
+        } else {
+            Ok(())
+        };
+        let data = if sgl.id == SglId::DATA_BLOCK_OFFSET && sgl.length != 0 {
             // In-capsule data (nvmet_tcp_map_data; like it, a zero length is
             // no data whatever the descriptor type, so a Flush sent with an
             // empty in-capsule descriptor runs).
@@ -296,10 +299,11 @@ impl QueueState {
             self.free.push(tag);
             return;
         }
-        // Parse first, so a command for an inactive namespace gets Invalid
-        // Namespace whatever its length (nvmet_req_init parses before the
-        // transport maps any data).
-        let status = status.and_then(|()| cmd::parse(&self.ctx, &sqe)).and_then(|()| {
+        // Flags, then parse, then the data descriptor, so a command for an
+        // inactive namespace gets Invalid Namespace whatever its data
+        // (nvmet_req_init checks the flags and parses before
+        // nvmet_tcp_map_data looks at the SGL).
+        let status = flags.and_then(|()| cmd::parse(&self.ctx, &sqe)).and(data).and_then(|()| {
             let max = self.ctx.target.limits.max_transfer();
             // MDTS bounds every command's data, Dataset Management's too: its
             // ranges fit in 4 KiB, and a larger SGL would otherwise be solicited

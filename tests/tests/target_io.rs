@@ -192,6 +192,10 @@ async fn io_error_statuses() {
     // The namespace is checked before the length against MDTS (nvmet parses
     // the command before mapping its data).
     io.read(99, 0, 32, BS).await.expect_status(Status::INVALID_NS);
+    // ... and before its data descriptor (here an in-capsule one on a read).
+    let mut sqe = RawClient::rw_sqe(IoOpcode::READ, 99, 0, 1);
+    sqe.set_sgl(SglDescriptor::in_capsule(512));
+    io.submit(sqe, None).await.expect_status(Status::INVALID_NS);
 
     // Transfer over MDTS (8 KiB): Invalid Field, and no data solicited for a write.
     io.read(1, 0, 32, BS).await.expect_status(Status::INVALID_FIELD);
