@@ -314,7 +314,10 @@ impl Namespace {
     }
 
     /// Write Zeroes over `blocks` blocks from `lba`; `deallocate` sets DEAC
-    /// (the controller may deallocate instead of writing).
+    /// (the controller may deallocate instead of writing). Sent as one
+    /// command per 65536 blocks, 256 commands at a time: on an error, the
+    /// commands already sent may have zeroed part of the range, and the rest
+    /// is not sent.
     pub async fn write_zeroes(&self, lba: u64, blocks: u64, deallocate: bool, flags: IoFlags) -> Result<()> {
         if blocks == 0 {
             return Err(Error::InvalidArgument("write_zeroes of 0 blocks".into()));

@@ -147,8 +147,9 @@ pub trait Backend: Send + Sync + 'static {
 /// Maps an I/O error to the NVMe status nvmet gives it (`errno_to_nvme_status`,
 /// drivers/nvme/target/core.c): ENOSPC → Capacity Exceeded, EREMOTEIO → LBA
 /// Out of Range, EOPNOTSUPP → Invalid Opcode, EIO and anything else → Internal
-/// Error, all with DNR. Beyond nvmet: EINVAL → Invalid Field (DNR), and the
-/// medium errors ENODATA / EILSEQ → Unrecovered Read Error (retryable).
+/// Error, all with DNR. Where we differ: EINVAL → Invalid Field (DNR; nvmet:
+/// Internal Error), and the medium errors ENODATA / EILSEQ → Unrecovered Read
+/// Error, retryable (nvmet: ENODATA → Access Denied, EILSEQ → Internal Error).
 ///
 /// EIO must carry DNR: a failed `fdatasync` reports a writeback error once
 /// (per open file, `errseq_t`) and the pages are no longer dirty, so the

@@ -441,7 +441,9 @@ fn num_queues(ctrl: &Controller) -> u64 {
 
 /// KATO as reported: whole seconds (nvmet keeps KATO in seconds), in ms.
 fn kato_reported_ms(ctrl: &Controller) -> u64 {
-    (ctrl.kato_ms() as u64).div_ceil(1000) * 1000
+    // DW0 is 32 bits: a Connect KATO near u32::MAX ms, rounded up to whole
+    // seconds, would not fit, and the host would read it truncated.
+    ((ctrl.kato_ms() as u64).div_ceil(1000) * 1000).min(u32::MAX as u64 / 1000 * 1000)
 }
 
 fn set_features(ctrl: &Controller, sqe: &Sqe) -> Result<Response, Status> {
