@@ -175,6 +175,19 @@ async fn connect_kato_is_rounded_up_to_whole_seconds() {
     assert!(t0.elapsed() >= Duration::from_millis(700), "closed after {:?}", t0.elapsed());
 }
 
+/// A Connect KATO near u32::MAX ms, rounded up to whole seconds, does not
+/// fit in Get Features' 32-bit DW0: it is reported as the largest whole
+/// number of seconds that does (it came out truncated, as 704 ms).
+#[tokio::test]
+async fn connect_kato_near_the_32_bit_limit_is_reported_within_it() {
+    let (_server, addr) = start(&default_config()).await;
+    let mut admin = RawClient::connect(addr).await;
+    assert!(admin.admin_connect_kato(SUBNQN, HOSTNQN, u32::MAX - 100).await.status.is_success());
+    admin.enable().await;
+    let g = admin.submit(GetFeaturesCmd::new(FeatureId::KATO).to_sqe(0), None).await.ok();
+    assert_eq!(g.cqe.dw0(), u32::MAX / 1000 * 1000);
+}
+
 /// One malformed connection; `Ok(true)` if the target terminated/closed it.
 async fn attack(addr: std::net::SocketAddr, cntlid: u16, i: usize, rng: &mut rand::rngs::StdRng) -> bool {
     let garbage: Vec<u8> = (0..rng.gen_range(1..400)).map(|_| rng.gen()).collect();
