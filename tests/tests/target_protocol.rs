@@ -303,14 +303,9 @@ async fn errors_found_in_a_whole_pdu_quote_its_header() {
     assert_eq!(&t.data[..], &b[..24], "quoted header");
 }
 
-#[tokio::test]
-async fn term_req_reaches_a_slow_host_that_keeps_sending() {
-    // The C2HTermReq queued behind 16 MiB of read data the host reads slowly
-    // (64 KiB receive buffer) while its pipeline keeps sending. The target closed
-    // as soon as the TermReq was in the kernel's send buffer; the host's next
-    // bytes then reset the connection, which dropped the rest of that buffer,
-    // the TermReq included.
-    let s = setup(&default_config()).await;
+/// I/O queue 2 with a 64 KiB receive buffer: 16 MiB of reads asked for, then a
+/// PDU with a bad HLEN, so the target's C2HTermReq waits behind the read data.
+async fn term_req_behind_16_mib(s: &Setup) -> RawClient {
     let mut io = RawClient::tcp_with_rcvbuf(s.addr, 64 << 10).await;
     io.icreq(icreq()).await.expect("ICResp");
     let cqe = io.io_connect(2, s.admin.cntlid, SUBNQN, nvmeof_tests::raw_client::HOSTNQN).await;
@@ -324,6 +319,18 @@ async fn term_req_reaches_a_slow_host_that_keeps_sending() {
     let mut b = io.encode(&read_capsule());
     b[2] = 70;
     io.send_raw(&b).await;
+    io
+}
+
+#[tokio::test]
+async fn term_req_reaches_a_slow_host_that_keeps_sending() {
+    // The C2HTermReq queued behind 16 MiB of read data the host reads slowly
+    // (64 KiB receive buffer) while its pipeline keeps sending. The target closed
+    // as soon as the TermReq was in the kernel's send buffer; the host's next
+    // bytes then reset the connection, which dropped the rest of that buffer,
+    // the TermReq included.
+    let s = setup(&default_config()).await;
+    let mut io = term_req_behind_16_mib(&s).await;
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     let mut reads = 0;
     let t = loop {
@@ -338,4 +345,22 @@ async fn term_req_reaches_a_slow_host_that_keeps_sending() {
         assert!(reads < 1000, "no C2HTermReq");
     };
     assert_fes(&t, Fes::INVALID_HEADER_FIELD, 2);
+}
+
+#[tokio::test]
+async fn closing_queue_whose_host_never_reads_is_dropped() {
+    // A fatal error queues the C2HTermReq behind 16 MiB of read data, and the
+    // host never reads (64 KiB receive buffer). With KATO 0 nothing else ends
+    // the queue: it held its socket, buffers and connection slot for as long
+    // as the host kept the connection open. The send gets a bounded time.
+    let s = setup(&default_config()).await;
+    let io = term_req_behind_16_mib(&s).await;
+    // The setup's admin and I/O queue stay; the closing queue must go.
+    let target = s.server.target.clone();
+    let t0 = std::time::Instant::now();
+    while target.connection_count() > 2 && t0.elapsed() < std::time::Duration::from_secs(15) {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(target.connection_count(), 2, "closing queue still open after {:?}", t0.elapsed());
+    drop(io);
 }

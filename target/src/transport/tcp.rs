@@ -126,6 +126,9 @@ pub async fn run_connection(
     // Received PDUs are still waiting: handling stopped at `FLUSH_EVERY`.
     let mut more = false;
     let mut reaped: Vec<IoCompletion> = Vec::new();
+    // Set once the queue is closing: what is still queued (a C2HTermReq
+    // behind read data) gets this long to reach a host that does not read.
+    let mut closing_deadline: Option<Instant> = None;
 
     loop {
         // The queue's own io_uring: submit what the last pass queued (one
@@ -148,6 +151,15 @@ pub async fn run_connection(
             // instead of buffering it for as long as it leaves our last PDUs unread.
             rbuf.clear();
             if q.out.is_empty() {
+                break;
+            }
+            let deadline = *closing_deadline.get_or_insert_with(|| Instant::now() + CLOSING_SEND_LIMIT);
+            if Instant::now() >= deadline {
+                warn!(
+                    unsent_bytes = q.out.len(),
+                    limit_ms = CLOSING_SEND_LIMIT.as_millis() as u64,
+                    "closing queue: the host did not read its last PDUs in time; dropping the connection"
+                );
                 break;
             }
         }
@@ -258,6 +270,7 @@ pub async fn run_connection(
                     }
                 }
             }
+            _ = sleep_until_opt(closing_deadline) => {}
             _ = sleep_until_opt(ic_wait) => {
                 warn!("no ICReq within {} ms; closing", target.limits.icreq_timeout_ms);
                 break;
@@ -301,6 +314,13 @@ pub async fn run_connection(
     }
     debug!("connection closed");
 }
+
+/// How long a closing queue (after a fatal error) keeps sending what it has
+/// queued to a host that does not read. Without it a host with KATO 0 could
+/// hold the connection, its buffers and its slot in the connection limit
+/// forever; nvmet shuts the socket at once (nvmet_tcp_fatal_error) and leaves
+/// the rest to the kernel's orphan-socket limits.
+const CLOSING_SEND_LIMIT: Duration = Duration::from_secs(5);
 
 /// How long a queue closed by a graceful shutdown waits for the host to close
 /// its side after our FIN.
