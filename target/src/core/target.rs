@@ -113,16 +113,22 @@ impl Target {
     }
 
     /// Adds a subsystem (replacing one with the same NQN).
+    ///
+    /// Discovery controllers of hosts that may use it (or the one it
+    /// replaces) get the discovery log change notice; others see only GENCTR
+    /// move, as with nvmet's `nvmet_port_disc_changed(port, subsys)`.
     pub fn add_subsystem(&self, s: Arc<Subsystem>) {
-        self.subsystems.write().unwrap().insert(s.nqn.clone(), s);
-        self.discovery_changed();
+        let old = self.subsystems.write().unwrap().insert(s.nqn.clone(), s.clone());
+        self.discovery_changed_for(|host| {
+            s.host_allowed(host) || old.as_ref().is_some_and(|o| o.host_allowed(host))
+        });
     }
 
-    /// Removes a subsystem.
+    /// Removes a subsystem; only hosts that could use it get the notice.
     pub fn remove_subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
         let s = self.subsystems.write().unwrap().remove(nqn);
-        if s.is_some() {
-            self.discovery_changed();
+        if let Some(s) = &s {
+            self.discovery_changed_for(|host| s.host_allowed(host));
         }
         s
     }
@@ -160,11 +166,21 @@ impl Target {
         self.genctr.load(Ordering::Relaxed)
     }
 
-    /// Bumps GENCTR and notifies discovery controllers (AEN F0h).
+    /// Bumps GENCTR and notifies every discovery controller (AEN F0h).
     pub fn discovery_changed(&self) {
+        self.discovery_changed_for(|_| true);
+    }
+
+    /// Bumps GENCTR (one counter for all hosts, like nvmet's) and notifies the
+    /// discovery controllers whose host NQN `visible` accepts: those whose
+    /// log the change alters. The others would re-read an unchanged log, and
+    /// learn that a subsystem they may not see came or went.
+    fn discovery_changed_for(&self, visible: impl Fn(&str) -> bool) {
         self.genctr.fetch_add(1, Ordering::Relaxed);
         for c in self.discovery.controllers() {
-            c.discovery_changed();
+            if visible(&c.hostnqn) {
+                c.discovery_changed();
+            }
         }
     }
 
