@@ -375,6 +375,12 @@ impl TargetConfig {
             let key = format!("subsystem[{i}]");
             nvmeof_common::spec::nqn::validate_lax(&s.nqn)
                 .map_err(|e| invalid(format!("{key}.nqn"), e.to_string()))?;
+            if s.nqn == nvmeof_common::spec::DISCOVERY_NQN {
+                return Err(invalid(
+                    format!("{key}.nqn"),
+                    "the discovery subsystem's NQN cannot name an NVM subsystem",
+                ));
+            }
             let mut namespaces = Vec::new();
             for (j, n) in s.namespace.into_iter().enumerate() {
                 let nkey = format!("{key}.namespace[{j}]");

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use nvmeof_common::spec::DISCOVERY_NQN;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -102,6 +103,20 @@ pub fn open_backend(ns: &NamespaceConfig) -> std::io::Result<Arc<dyn Backend>> {
     })
 }
 
+/// Refuses the well-known discovery NQN as an NVM subsystem's NQN, as nvmet's
+/// `nvmet_subsys_make` does: Connect to that NQN reaches the discovery
+/// controller, so the subsystem's namespaces would be unreachable, and the
+/// discovery log would list the discovery NQN as an NVM subsystem.
+fn check_subsystem_nqn(nqn: &str) -> std::io::Result<()> {
+    if nqn == DISCOVERY_NQN {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("subsystem {nqn}: the discovery subsystem's NQN cannot name an NVM subsystem"),
+        ));
+    }
+    Ok(())
+}
+
 /// Builds a subsystem with its namespaces.
 pub fn build_subsystem(
     nqn: &str,
@@ -109,6 +124,7 @@ pub fn build_subsystem(
     hosts: Option<Vec<String>>,
     nss: &[NamespaceConfig],
 ) -> std::io::Result<Arc<Subsystem>> {
+    check_subsystem_nqn(nqn)?;
     let s = Arc::new(Subsystem::new(nqn, model, hosts, false));
     for (nsid, n) in assign_nsids(nss) {
         let b =
@@ -175,6 +191,7 @@ impl Server {
         let mut new_subsystems = HashMap::new();
         let mut new_backends = HashMap::new();
         for sc in &cfg.subsystems {
+            check_subsystem_nqn(&sc.nqn).map_err(|e| unchanged(e, format_args!("reload")))?;
             match self.target.subsystem(&sc.nqn) {
                 None => {
                     let s = build_subsystem(&sc.nqn, &sc.model, sc.allowed_hosts.clone(), &sc.namespaces)

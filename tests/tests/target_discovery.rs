@@ -14,8 +14,8 @@ use nvmeof_common::spec::log::{GetLogPageCmd, LogPageId};
 use nvmeof_common::spec::{ConnectCmd, DiscoveryLog, DISCOVERY_NQN};
 use nvmeof_common::sqe::fabrics_off;
 use nvmeof_common::{SglDescriptor, Sqe, Status};
-use nvmeof_target::config::SubsystemConfig;
-use nvmeof_target::server::build_subsystem;
+use nvmeof_target::config::{SubsystemConfig, TargetConfig};
+use nvmeof_target::server::{build_subsystem, Server};
 use nvmeof_tests::harness::*;
 use nvmeof_tests::raw_client::{RawClient, HOSTNQN};
 
@@ -302,4 +302,39 @@ async fn reload_notifies_only_hosts_that_see_the_change() {
         assert_eq!(DiscoveryLog::decode(&log_bytes(&mut d, 0, 20).await).unwrap().header.genctr, g);
     })
     .await;
+}
+
+/// A subsystem named with the well-known discovery NQN cannot be exported
+/// (nvmet `nvmet_subsys_make`: "can't create discovery subsystem through
+/// configfs"): Connect to that NQN reaches the discovery controller, so its
+/// namespaces would be unreachable, and the log would list the discovery NQN
+/// as an NVM subsystem for connect-all.
+#[tokio::test]
+async fn subsystem_with_the_discovery_nqn_is_refused() {
+    init_tracing();
+    let mut cfg = default_config();
+    cfg.subsystems[0].nqn = DISCOVERY_NQN.into();
+    match Server::start(&cfg).await {
+        Ok(s) => {
+            let addr = s.local_addrs[0];
+            let mut d = discovery_queue(addr, HOSTNQN).await;
+            let log = DiscoveryLog::decode(&log_bytes(&mut d, 0, 4096).await).unwrap();
+            panic!("started; the log lists {:?}", log.entries.iter().map(|e| e.subtype).collect::<Vec<_>>());
+        }
+        Err(e) => assert!(e.to_string().contains(DISCOVERY_NQN), "{e}"),
+    }
+    let toml = format!(
+        "[[port]]\nlisten = \"127.0.0.1:0\"\n[[subsystem]]\nnqn = \"{DISCOVERY_NQN}\"\n\
+         [[subsystem.namespace]]\nram = \"1M\"\n"
+    );
+    let e = TargetConfig::from_toml(&toml).unwrap_err().to_string();
+    assert!(e.contains("subsystem[0].nqn"), "{e}");
+    // A reload adding it is refused and changes nothing.
+    let (server, _addr) = start(&default_config()).await;
+    let mut bad = default_config();
+    bad.subsystems
+        .push(SubsystemConfig { nqn: DISCOVERY_NQN.into(), ..default_config().subsystems.remove(0) });
+    assert!(server.reload(&bad).is_err());
+    assert!(server.target.discovery.namespaces().is_empty());
+    assert_eq!(server.target.subsystems().len(), 1);
 }
