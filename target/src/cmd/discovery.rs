@@ -31,10 +31,9 @@ pub fn discovery_log(target: &Target, ctrl: &Controller) -> Vec<u8> {
 /// on — as nvmet's `nvmet_set_disc_traddr` does, so `connect-all` dials a
 /// usable address. `local` is only substituted when its family fits the port.
 pub fn discovery_log_with_local_addr(target: &Target, ctrl: &Controller, local: Option<IpAddr>) -> Vec<u8> {
-    let mut ports = target.ports();
+    let (genctr, mut ports, subsystems) = target.discovery_snapshot();
     // The port the host came in on first (nvmet reports only that one).
     ports.sort_by_key(|p| (p.id != ctrl.port_id, p.id));
-    let subsystems = target.subsystems();
     let mut entries = Vec::new();
     for port in &ports {
         let (adrfam, traddr) = port_address(port, local);
@@ -46,7 +45,7 @@ pub fn discovery_log_with_local_addr(target: &Target, ctrl: &Controller, local: 
             entries.push(entry(SubType::NVME, &s.nqn));
         }
     }
-    DiscoveryLog::new(target.genctr(), entries).encode()
+    DiscoveryLog::new(genctr, entries).encode()
 }
 
 /// ADRFAM and TRADDR text for a port.
@@ -158,6 +157,45 @@ mod tests {
         let log2 = DiscoveryLog::decode(&discovery_log(&t, &c)).unwrap();
         assert!(log2.header.genctr > log.header.genctr);
         assert_eq!(log2.header.numrec, 3);
+    }
+
+    /// GENCTR and the entries of one log belong together: a log built while
+    /// a subsystem comes and goes never shows the counter of one state with
+    /// the entries of another (libnvme takes matching GENCTRs before and
+    /// after its reads as proof that the entries are current).
+    #[test]
+    fn genctr_matches_the_entries_under_concurrent_changes() {
+        let (t, c) = setup();
+        let base = t.genctr();
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (t, done) = (t.clone(), done.clone());
+            std::thread::spawn(move || {
+                let start = std::time::Instant::now();
+                for _ in 0..5_000 {
+                    if start.elapsed() > std::time::Duration::from_secs(2) {
+                        break;
+                    }
+                    t.add_subsystem(Arc::new(Subsystem::new("nqn.2024-01.io.example:x", "m", None, false)));
+                    t.remove_subsystem("nqn.2024-01.io.example:x");
+                }
+                done.store(true, std::sync::atomic::Ordering::Release);
+            })
+        };
+        let mut checked = 0u32;
+        while !done.load(std::sync::atomic::Ordering::Acquire) && checked < 200_000 {
+            let log = DiscoveryLog::decode(&discovery_log(&t, &c)).unwrap();
+            let present = log.entries.iter().any(|e| e.subnqn == "nqn.2024-01.io.example:x");
+            // Each add and each remove bumps GENCTR once.
+            let odd = (log.header.genctr - base) % 2 == 1;
+            assert_eq!(
+                present, odd,
+                "GENCTR {} with x present: {present} (check {checked})",
+                log.header.genctr
+            );
+            checked += 1;
+        }
+        writer.join().unwrap();
     }
 
     #[test]

@@ -118,17 +118,26 @@ impl Target {
     /// replaces) get the discovery log change notice; others see only GENCTR
     /// move, as with nvmet's `nvmet_port_disc_changed(port, subsys)`.
     pub fn add_subsystem(&self, s: Arc<Subsystem>) {
-        let old = self.subsystems.write().unwrap().insert(s.nqn.clone(), s.clone());
-        self.discovery_changed_for(|host| {
+        let mut map = self.subsystems.write().unwrap();
+        let old = map.insert(s.nqn.clone(), s.clone());
+        // GENCTR moves with the change, under its lock (see `discovery_snapshot`).
+        self.bump_genctr();
+        drop(map);
+        self.notify_discovery(|host| {
             s.host_allowed(host) || old.as_ref().is_some_and(|o| o.host_allowed(host))
         });
     }
 
     /// Removes a subsystem; only hosts that could use it get the notice.
     pub fn remove_subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
-        let s = self.subsystems.write().unwrap().remove(nqn);
+        let mut map = self.subsystems.write().unwrap();
+        let s = map.remove(nqn);
+        if s.is_some() {
+            self.bump_genctr();
+        }
+        drop(map);
         if let Some(s) = &s {
-            self.discovery_changed_for(|host| s.host_allowed(host));
+            self.notify_discovery(|host| s.host_allowed(host));
         }
         s
     }
@@ -151,8 +160,9 @@ impl Target {
         let mut p = self.ports.write().unwrap();
         let id = p.len() as u16 + 1;
         p.push(Port { id, addr });
+        self.bump_genctr();
         drop(p);
-        self.discovery_changed();
+        self.notify_discovery(|_| true);
         id
     }
 
@@ -166,17 +176,34 @@ impl Target {
         self.genctr.load(Ordering::Relaxed)
     }
 
-    /// Bumps GENCTR and notifies every discovery controller (AEN F0h).
-    pub fn discovery_changed(&self) {
-        self.discovery_changed_for(|_| true);
+    /// GENCTR with the ports and subsystems it describes, read together:
+    /// changes bump GENCTR while they hold the lock of what they change, so
+    /// a log never pairs the counter of one state with the entries of
+    /// another (nvmet builds the log under `nvmet_config_sem`). libnvme
+    /// takes equal GENCTRs before and after its reads as proof that the
+    /// entries it read are current.
+    pub fn discovery_snapshot(&self) -> (u64, Vec<Port>, Vec<Arc<Subsystem>>) {
+        let ports = self.ports.read().unwrap();
+        let subsystems = self.subsystems.read().unwrap();
+        (self.genctr(), ports.clone(), subsystems.values().cloned().collect())
     }
 
-    /// Bumps GENCTR (one counter for all hosts, like nvmet's) and notifies the
-    /// discovery controllers whose host NQN `visible` accepts: those whose
-    /// log the change alters. The others would re-read an unchanged log, and
-    /// learn that a subsystem they may not see came or went.
-    fn discovery_changed_for(&self, visible: impl Fn(&str) -> bool) {
+    /// Bumps GENCTR and notifies every discovery controller (AEN F0h).
+    pub fn discovery_changed(&self) {
+        self.bump_genctr();
+        self.notify_discovery(|_| true);
+    }
+
+    /// One GENCTR for all hosts, like nvmet's.
+    fn bump_genctr(&self) {
         self.genctr.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Raises the discovery log change notice on the discovery controllers
+    /// whose host NQN `visible` accepts: those whose log the change alters.
+    /// The others would re-read an unchanged log, and learn that a subsystem
+    /// they may not see came or went.
+    fn notify_discovery(&self, visible: impl Fn(&str) -> bool) {
         for c in self.discovery.controllers() {
             if visible(&c.hostnqn) {
                 c.discovery_changed();
