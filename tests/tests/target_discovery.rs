@@ -338,3 +338,31 @@ async fn subsystem_with_the_discovery_nqn_is_refused() {
     assert!(server.target.discovery.namespaces().is_empty());
     assert_eq!(server.target.subsystems().len(), 1);
 }
+
+/// Two ports, IPv4 and IPv6: each entry carries its port's ADRFAM, TRADDR,
+/// TRSVCID and PORTID; the port the host came in on comes first.
+#[tokio::test]
+async fn ipv4_and_ipv6_ports() {
+    bounded(30, async {
+        let mut cfg = default_config();
+        cfg.listen.push("[::1]:0".parse().unwrap());
+        let (server, _) = start(&cfg).await;
+        let (v4, v6) = (server.local_addrs[0], server.local_addrs[1]);
+        for (via, first) in [(v6, 2u16), (v4, 1)] {
+            let mut d = discovery_queue(via, HOSTNQN).await;
+            let log = DiscoveryLog::decode(&log_bytes(&mut d, 0, 5 * 1024).await).unwrap();
+            assert!(log.is_complete());
+            assert_eq!(log.header.numrec, 4);
+            assert_eq!(log.entries[0].portid, first);
+            assert_eq!(log.entries[0].subtype, SubType::CURRENT_DISCOVERY);
+            for e in &log.entries {
+                let (fam, addr) = if e.portid == 1 { (AdrFam::IPV4, v4) } else { (AdrFam::IPV6, v6) };
+                assert_eq!(e.adrfam, fam);
+                assert_eq!(e.traddr, addr.ip().to_string());
+                assert_eq!(e.trsvcid, addr.port().to_string());
+            }
+            assert_eq!(log.entries.iter().filter(|e| e.subnqn == SUBNQN).count(), 2);
+        }
+    })
+    .await;
+}
