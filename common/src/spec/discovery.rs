@@ -394,6 +394,23 @@ mod tests {
             prop_assert_eq!(DiscoveryLogEntry::decode(&e.encode_with(pad)).unwrap(), e);
         }
 
+        /// A hostile or broken target's bytes: an error or a bounded log, never a panic.
+        #[test]
+        fn garbage_log_decodes_without_panic(
+            mut b in proptest::collection::vec(any::<u8>(), 0..4200),
+            numrec in any::<u64>(),
+        ) {
+            if b.len() >= 16 {
+                b[8..16].copy_from_slice(&numrec.to_le_bytes());
+            }
+            if let Ok(log) = DiscoveryLog::decode(&b) {
+                prop_assert!(log.entries.len() as u64 <= log.header.numrec);
+                prop_assert!(log.entries.len() <= b.len().saturating_sub(DISC_RECORD_LEN) / DISC_RECORD_LEN);
+            } else {
+                prop_assert!(b.len() < DISC_HEADER_MIN || b.len() > DISC_RECORD_LEN);
+            }
+        }
+
         #[test]
         fn log_roundtrip(genctr in any::<u64>(), recfmt in any::<u16>(), entries in proptest::collection::vec(arb_entry(), 0..5)) {
             let mut log = DiscoveryLog::new(genctr, entries);
