@@ -35,11 +35,19 @@ struct TestTarget {
 }
 
 async fn start_target(block_size: u32, allowed_hosts: Option<Vec<String>>) -> TestTarget {
+    start_target_with(block_size, allowed_hosts, Limits::default()).await
+}
+
+async fn start_target_with(
+    block_size: u32,
+    allowed_hosts: Option<Vec<String>>,
+    limits: Limits,
+) -> TestTarget {
     init_tracing();
     let cfg = TargetConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         subsystems: Vec::new(),
-        limits: Limits::default(),
+        limits,
         poll_us: 0,
     };
     let server = Server::start(&cfg).await.expect("target starts");
@@ -236,6 +244,38 @@ async fn percentiles_match_sorted_raw_samples() {
                 );
             }
         }
+        t.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queue_depth_is_clamped_to_the_granted_queue_size() {
+    bounded(60, async {
+        // 8 entries per queue: 7 commands in flight, not the 32 asked for.
+        let limits = Limits { max_queue_entries: 8, ..Limits::default() };
+        let t = start_target_with(512, None, limits).await;
+        let warnings = Arc::new(Mutex::new(Vec::new()));
+        let w2 = warnings.clone();
+        let hooks = Hooks {
+            on_event: Some(Arc::new(move |e: &ProbeEvent| {
+                if let ProbeEvent::Warning(w) = e {
+                    w2.lock().unwrap().push(w.clone());
+                }
+            })),
+            ..Hooks::default()
+        };
+        let opts = t.opts(&["--qd", "32", "--queues", "2", "--count", "400"]);
+        let r = nvmeof_tools::run_probe_with(&opts, hooks).await.unwrap();
+        assert_eq!(r.read.ops, 400);
+        let w = warnings.lock().unwrap().clone();
+        assert!(w.iter().any(|w| w.contains("7 in flight per queue, not 32")), "{w:?}");
+        // The run used (and reports) what the queues hold, not 32 slots per
+        // queue of which 25 would wait in the initiator with their clock running.
+        let j = r.to_fio_json();
+        let own = &j["jobs"][0]["nvmeof_probe"];
+        assert_eq!((u(&own["qd"], "qd"), u(&own["qd_requested"], "qd_requested")), (7, 32));
+        assert!(r.to_text().contains("qd=7, queues=2"), "{}", r.to_text());
         t.stop().await;
     })
     .await;

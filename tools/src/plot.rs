@@ -54,7 +54,7 @@ pub fn write_plot(r: &Report, path: &Path) -> std::io::Result<()> {
         o.name,
         o.rw.as_str(),
         crate::util::fmt_bytes(o.bs),
-        o.qd,
+        r.qd,
         r.queues,
         r.addr
     );

@@ -479,6 +479,9 @@ pub struct Report {
     pub addr: String,
     /// I/O queues actually used.
     pub queues: u16,
+    /// Requests in flight per queue actually used: `--qd`, or less where the
+    /// controller granted smaller queues.
+    pub qd: u32,
     /// Namespace block size.
     pub block_size: u32,
     /// Region used: first byte and length.
@@ -1071,7 +1074,7 @@ async fn run_connected(
             opts.queues
         )));
     }
-    let per_queue = info.queue_depth.saturating_sub(1) as u32;
+    let per_queue = (info.queue_depth.saturating_sub(1) as u32).max(1);
     if !opts.ping && per_queue < opts.qd {
         hooks.emit(ProbeEvent::Warning(format!(
             "queue depth capped by the controller: {per_queue} in flight per queue, not {}",
@@ -1081,7 +1084,10 @@ async fn run_connected(
     if opts.ping {
         return run_ping(opts, addr, ctrl, g, ns, hooks).await;
     }
-    let slots = opts.qd as usize * queues as usize;
+    // No more slots than the queues hold: extra ones would only wait in the
+    // initiator for a free command slot, and that wait would count as latency.
+    let qd = opts.qd.min(per_queue);
+    let slots = qd as usize * queues as usize;
     let seed = opts.seed.unwrap_or_else(time_seed);
     let t0 = Instant::now();
     let measure_start = t0 + opts.warmup;
@@ -1192,6 +1198,7 @@ async fn run_connected(
         opts: opts.clone(),
         addr: addr.to_string(),
         queues,
+        qd,
         block_size: g.block_size as u32,
         region: (g.region_lba * g.block_size as u64, g.region_bytes),
         started,
@@ -1376,6 +1383,7 @@ async fn run_ping(
         opts: opts.clone(),
         addr: addr.to_string(),
         queues: 1,
+        qd: 1,
         block_size: ns.block_size,
         region: (g.region_lba * g.block_size as u64, g.region_bytes),
         started,
