@@ -282,6 +282,18 @@ async fn queue_depth_is_clamped_to_the_granted_queue_size() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn count_of_u64_max_is_accepted() {
+    bounded(60, async {
+        let t = start_target(512, None).await;
+        // The time bound ends it; sizing the sample buffers from the count overflowed.
+        let r = t.probe(&["--count", &u64::MAX.to_string(), "--time", "200ms"]).await;
+        assert!(r.read.ops > 0 && r.error.is_none());
+        t.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn verify_reports_exactly_the_corrupted_lba() {
     bounded(60, async {
         let t = start_target(512, None).await;

@@ -1093,7 +1093,7 @@ async fn run_connected(
     let measure_start = t0 + opts.warmup;
     let end = opts.time_limit().map(|t| measure_start + t);
     let samples_hint = match opts.count {
-        Some(c) => (c as usize / slots + 16).min(1 << 24),
+        Some(c) => (c / slots as u64).saturating_add(16).min(1 << 24) as usize,
         None => 1 << 12,
     };
     let sh = Arc::new(Shared {
