@@ -416,6 +416,22 @@ async fn rate_limit_holds_within_five_percent() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sparse_rate_schedule_still_measures_the_whole_run_time() {
+    bounded(60, async {
+        let t = start_target(512, None).await;
+        // Sends due at 0, 200 and 400 ms; the next (600 ms) is past the end.
+        let r = t.probe(&["--rate", "5", "--time", "600ms", "--qd", "2"]).await;
+        assert_eq!(r.read.ops, 3);
+        // The run lasts --time: it ended at the last send (~400 ms), which made 3
+        // requests in 600 ms look like 7.5 IOPS against a cap of 5.
+        assert!(r.runtime >= Duration::from_millis(600), "{:?}", r.runtime);
+        assert!(r.iops(OpKind::Read) <= 5.0, "{}", r.iops(OpKind::Read));
+        t.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ping_mode_emits_one_line_per_request() {
     bounded(60, async {
         let t = start_target(4096, None).await;

@@ -792,7 +792,11 @@ async fn slot(sh: Arc<Shared>, idx: usize, qid: u16, seed: u64) -> SlotOut {
             Some(p) => {
                 let n = sh.sched.fetch_add(1, Ordering::Relaxed);
                 let t = sh.t0 + Duration::from_nanos((n as f64 * p) as u64);
-                if sh.end.is_some_and(|e| t >= e) {
+                if let Some(e) = sh.end.filter(|&e| t >= e) {
+                    // Nothing more is due within the run time, but the run still
+                    // lasts until its end: leaving now would end the measured
+                    // time early (at the last send) and overstate the IOPS.
+                    pacer.wait_until(e, stop).await;
                     break;
                 }
                 if !pacer.wait_until(t, stop).await {
