@@ -655,7 +655,9 @@ fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
     let path = profile_dir.join(name);
-    if !path.exists() {
+    // Always (cargo does nothing when they are up to date): a binary left by an
+    // older build would otherwise be tested instead of the current sources.
+    {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.args(["build", "-p", "nvmeof-tools", "--bins"]);
@@ -725,6 +727,27 @@ async fn binaries_end_to_end() {
         .unwrap();
         assert_eq!(out.status.code(), Some(4), "{}", String::from_utf8_lossy(&out.stderr));
         assert!(String::from_utf8_lossy(&out.stderr).contains("namespace 3 not found"));
+        // An output file that cannot be written is a usage error before the run, not after it.
+        let probe = binary("nvmeof-probe");
+        let a = t.addr.clone();
+        let missing = std::env::temp_dir().join(format!("nvmeof-probe-no-such-dir-{}", std::process::id()));
+        let out = tokio::task::spawn_blocking(move || {
+            let mut outs = Vec::new();
+            for flag in ["--hdr-log", "--plot"] {
+                let f = missing.join("out");
+                let args = [a.as_str(), "--nqn", NQN, "--count", "100", "-q", flag, f.to_str().unwrap()];
+                outs.push(Command::new(&probe).args(args).output().unwrap());
+            }
+            outs
+        })
+        .await
+        .unwrap();
+        for out in out {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(2), "{err}");
+            assert!(err.contains("cannot write the"), "{err}");
+            assert!(out.stdout.is_empty(), "the run went ahead: {}", String::from_utf8_lossy(&out.stdout));
+        }
         t.stop().await;
     })
     .await;

@@ -83,6 +83,16 @@ async fn run(opts: ProbeOptions) -> i32 {
         })),
         ..hooks
     };
+    // The output files are written after the run: find out now, not after a long run, that they
+    // cannot be.
+    for (what, path) in [("HdrHistogram log", &opts.hdr_log), ("plot", &opts.plot)] {
+        if let Some(p) = path {
+            if let Err(e) = std::fs::File::create(p) {
+                eprintln!("nvmeof-probe: cannot write the {what} {}: {e}", p.display());
+                return ExitCode::Usage as i32;
+            }
+        }
+    }
     let report = match nvmeof_tools::run_probe_with(&opts, hooks).await {
         Ok(r) => r,
         Err(e) => {
