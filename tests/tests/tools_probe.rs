@@ -549,6 +549,28 @@ async fn admin(args: &[&str], stdin: &[u8]) -> Result<String, ToolError> {
     admin_raw(args, stdin).await.map(|o| String::from_utf8(o).expect("text output"))
 }
 
+#[test]
+fn bad_host_nqns_and_a_zero_timeout_are_usage_errors() {
+    // Longer than the 223 bytes of an NQN: the 256-byte Connect field cut it short
+    // without a word, and the host connected under another name.
+    let long = format!("nqn.2014-08.org.example:{}", "h".repeat(250));
+    for bad in ["", long.as_str()] {
+        let e = admin::Cli::parse_args(["nvmeof", "--hostnqn", bad, "list", "127.0.0.1", "--nqn", NQN])
+            .expect_err("bad --hostnqn accepted by nvmeof");
+        assert_eq!(e.exit_code(), 2, "{e}");
+        let e = ProbeOptions::parse_args(["nvmeof-probe", "127.0.0.1", "--nqn", NQN, "--hostnqn", bad])
+            .expect_err("bad --hostnqn accepted by nvmeof-probe");
+        assert_eq!(e.exit_code(), 2, "{e}");
+    }
+    // A zero timeout failed every command as a transport error (exit code 3).
+    let e = admin::Cli::parse_args(["nvmeof", "--timeout", "0", "discover", "127.0.0.1"])
+        .expect_err("--timeout 0 accepted");
+    assert_eq!(e.exit_code(), 2, "{e}");
+    assert!(
+        admin::Cli::parse_args(["nvmeof", "--hostnqn", "nqn.2014-08.org.example:h", "discover", "x"]).is_ok()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_cli_outputs_and_exit_codes() {
     bounded(60, async {

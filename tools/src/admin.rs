@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::error::ToolError;
 use crate::probe::{connect, connect_options, namespace_info};
-use crate::util::{fmt_bytes, parse_duration, with_default_port, DEFAULT_PORT};
+use crate::util::{fmt_bytes, parse_host_nqn, parse_positive_duration, with_default_port, DEFAULT_PORT};
 
 /// `nvmeof`: administer and access NVMe/TCP targets.
 #[derive(clap::Parser, Debug, Clone)]
@@ -33,10 +33,10 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub json: bool,
     /// Host NQN to connect as (default: this machine's UUID host NQN).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, value_parser = parse_host_nqn)]
     pub hostnqn: Option<String>,
     /// Connect and command timeout (e.g. 10s).
-    #[arg(long, global = true, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, global = true, default_value = "10s", value_parser = parse_positive_duration)]
     pub timeout: Duration,
     /// Enable header and data digests.
     #[arg(long, global = true)]

@@ -188,7 +188,7 @@ pub struct ProbeOptions {
     #[arg(long, default_value = "nvmeof-probe")]
     pub name: String,
     /// Host NQN to connect as (default: this machine's UUID host NQN).
-    #[arg(long)]
+    #[arg(long, value_parser = util::parse_host_nqn)]
     pub hostnqn: Option<String>,
     /// Seed of the random offsets (default: time based).
     #[arg(long)]

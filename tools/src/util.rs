@@ -47,6 +47,26 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// Parses a duration that must be positive (`--timeout`): a zero timeout would fail every command.
+pub fn parse_positive_duration(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d.is_zero() {
+        return Err(format!("duration {s:?} must be positive"));
+    }
+    Ok(d)
+}
+
+/// Parses a host NQN (`--hostnqn`): not empty, at most 223 bytes, no NUL (what Linux
+/// enforces). The Connect data field holds 256 bytes: a longer name was cut short
+/// silently, and the host connected under a name it was not given.
+pub fn parse_host_nqn(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Err("the host NQN must not be empty".into());
+    }
+    nvmeof_common::spec::nqn::validate_lax(s).map_err(|e| e.to_string())?;
+    Ok(s.to_string())
+}
+
 /// Adds the default port to `ADDR` when it has none: `10.0.0.1` →
 /// `10.0.0.1:4420`, `::1` → `[::1]:4420`; `host:port` and `[v6]:port` are kept.
 pub fn with_default_port(addr: &str, port: u16) -> String {
@@ -132,6 +152,18 @@ mod tests {
         assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
         assert!(parse_duration("3 weeks").is_err());
         assert!(parse_duration("").is_err());
+    }
+
+    #[test]
+    fn host_nqns_and_timeouts() {
+        assert_eq!(parse_host_nqn("nqn.2014-08.org.example:h"), Ok("nqn.2014-08.org.example:h".into()));
+        assert!(parse_host_nqn("").is_err());
+        assert!(parse_host_nqn(&"a".repeat(224)).is_err());
+        assert!(parse_host_nqn(&"a".repeat(223)).is_ok());
+        assert!(parse_host_nqn("nqn.x\u{0}y").is_err());
+        assert!(parse_positive_duration("0").is_err());
+        assert!(parse_positive_duration("0ms").is_err());
+        assert_eq!(parse_positive_duration("1ms"), Ok(Duration::from_millis(1)));
     }
 
     #[test]
