@@ -572,6 +572,27 @@ fn bad_host_nqns_and_a_zero_timeout_are_usage_errors() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_addresses_are_usage_errors() {
+    bounded(60, async {
+        // A port out of range or missing, an unclosed [ or no host: bad command
+        // lines (exit 2), which were reported as connection failures (exit 3).
+        for bad in ["127.0.0.1:99999", "127.0.0.1:", "127.0.0.1:0", "[::1", ":4420"] {
+            let o = ProbeOptions::parse_args(["nvmeof-probe", bad, "--nqn", NQN]).unwrap();
+            let e = nvmeof_tools::run_probe(&o).await.expect_err(bad);
+            assert_eq!(e.exit_code(), ExitCode::Usage, "{bad}: {e}");
+            assert!(e.message.contains("invalid address"), "{bad}: {e}");
+            for cmd in [vec!["discover", bad], vec!["list", bad, "--nqn", NQN]] {
+                let mut args = vec!["nvmeof"];
+                args.extend_from_slice(&cmd);
+                let e = admin(&args, b"").await.expect_err(bad);
+                assert_eq!(e.exit_code(), ExitCode::Usage, "{args:?}: {e}");
+            }
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_cli_outputs_and_exit_codes() {
     bounded(60, async {
         let allowed = "nqn.2024-01.io.nvmeof.test:allowed-host";

@@ -15,7 +15,7 @@ use serde_json::{json, Value};
 
 use crate::error::ToolError;
 use crate::probe::{connect, connect_options, namespace_info};
-use crate::util::{fmt_bytes, parse_host_nqn, parse_positive_duration, with_default_port, DEFAULT_PORT};
+use crate::util::{fmt_bytes, parse_host_nqn, parse_positive_duration, target_addr, DEFAULT_PORT};
 
 /// `nvmeof`: administer and access NVMe/TCP targets.
 #[derive(clap::Parser, Debug, Clone)]
@@ -149,7 +149,7 @@ fn emit(out: &mut dyn Write, v: &Value) -> Result<(), ToolError> {
 pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result<(), ToolError> {
     match &cli.cmd {
         Command::Discover { addr } => {
-            let addr = with_default_port(addr, DEFAULT_PORT);
+            let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
             let opts = ConnectOptions {
                 host: cli.opts(0).host,
                 connect_timeout: cli.timeout,
@@ -168,14 +168,14 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
             }
         }
         Command::Identify { addr, nqn, nsid } => {
-            let addr = with_default_port(addr, DEFAULT_PORT);
+            let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
             let ctrl = connect(&addr, nqn, cli.opts(0)).await?;
             let r = identify(cli, &ctrl, *nsid, out).await;
             close(ctrl).await;
             r
         }
         Command::List { addr, nqn } => {
-            let addr = with_default_port(addr, DEFAULT_PORT);
+            let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
             let ctrl = connect(&addr, nqn, cli.opts(0)).await?;
             let r = list(cli, &ctrl, out).await;
             close(ctrl).await;
@@ -185,13 +185,14 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
             if cli.json && file.is_none() {
                 return Err(ToolError::usage("read --json needs --file (the data goes to stdout otherwise)"));
             }
-            let addr = with_default_port(addr, DEFAULT_PORT);
+            let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
             let ctrl = connect(&addr, nqn, cli.opts(1)).await?;
             let r = read(cli, &ctrl, *nsid, *lba, *count, file.as_ref(), out).await;
             close(ctrl).await;
             r
         }
         Command::Write { addr, nqn, nsid, lba, count, file, fua } => {
+            let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
             let mut data = Vec::new();
             let src = file.as_ref().map_or("stdin".to_string(), |f| f.display().to_string());
             match file {
@@ -199,7 +200,6 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
                 None => input.read_to_end(&mut data),
             }
             .map_err(|e| ToolError::usage(format!("cannot read {src}: {e}")))?;
-            let addr = with_default_port(addr, DEFAULT_PORT);
             let ctrl = connect(&addr, nqn, cli.opts(1)).await?;
             let r = write(cli, &ctrl, *nsid, *lba, *count, data, *fua, &src, out).await;
             close(ctrl).await;

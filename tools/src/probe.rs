@@ -264,6 +264,7 @@ impl ProbeOptions {
         if self.nqn.is_empty() {
             return Err(ToolError::usage("--nqn must not be empty"));
         }
+        util::target_addr(&self.target, DEFAULT_PORT).map_err(ToolError::usage)?;
         Ok(())
     }
 }

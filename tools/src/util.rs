@@ -81,6 +81,26 @@ pub fn with_default_port(addr: &str, port: u16) -> String {
     }
 }
 
+/// `ADDR` with the default port added ([`with_default_port`]), checked for a
+/// host and a port in 1..=65535: a malformed address is a usage error, not a
+/// connection failure.
+pub fn target_addr(addr: &str, port: u16) -> Result<String, String> {
+    let a = with_default_port(addr, port);
+    let bad =
+        |why: &str| format!("invalid address {addr:?}: {why} (use HOST, HOST:PORT, [IPv6] or [IPv6]:PORT)");
+    let (host, p) = match a.strip_prefix('[') {
+        Some(rest) => rest.split_once("]:").ok_or_else(|| bad("unbalanced ["))?,
+        None => a.rsplit_once(':').ok_or_else(|| bad("no port"))?,
+    };
+    if host.is_empty() {
+        return Err(bad("no host"));
+    }
+    match p.parse::<u16>() {
+        Ok(n) if n > 0 => Ok(a),
+        _ => Err(bad(&format!("port {p:?} is not in 1..=65535"))),
+    }
+}
+
 /// A byte count with a binary unit: `512 B`, `4 KiB`, `1.5 MiB`.
 pub fn fmt_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -174,6 +194,19 @@ mod tests {
         assert_eq!(with_default_port("::1", 4420), "[::1]:4420");
         assert_eq!(with_default_port("[::1]", 4420), "[::1]:4420");
         assert_eq!(with_default_port("[::1]:7", 4420), "[::1]:7");
+    }
+
+    #[test]
+    fn target_addresses_are_checked() {
+        assert_eq!(target_addr("127.0.0.1", 4420).as_deref(), Ok("127.0.0.1:4420"));
+        assert_eq!(target_addr("::1", 4420).as_deref(), Ok("[::1]:4420"));
+        assert_eq!(target_addr("[::1]:7", 4420).as_deref(), Ok("[::1]:7"));
+        assert_eq!(target_addr("host.example:8009", 4420).as_deref(), Ok("host.example:8009"));
+        for bad in
+            ["", ":4420", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:0", "127.0.0.1:x", "[::1", "[]:4420"]
+        {
+            assert!(target_addr(bad, 4420).is_err(), "{bad:?}");
+        }
     }
 
     #[test]
