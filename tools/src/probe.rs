@@ -138,7 +138,7 @@ pub struct ProbeOptions {
     /// I/O queues (connections) to use.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub queues: u16,
-    /// Run time, e.g. 10s, 500ms, 2m (default 10s, or unlimited in ping mode; with --count, whichever ends first).
+    /// Run time, e.g. 10s, 500ms, 2m (default 10s; none with --count or in ping mode; with both --time and --count, whichever ends first).
     #[arg(long, value_parser = parse_duration)]
     pub time: Option<Duration>,
     /// Number of measured requests (after warm-up).
