@@ -4,12 +4,12 @@
 //! io_engine = "threads"   # optional, before any table: "threads" | "uring" | "auto"
 //!
 //! [limits]            # all optional
-//! mdts = 8            # 2^8 × 4 KiB = 1 MiB per command
+//! mdts = 8            # 2^8 × 4 KiB = 1 MiB per command (1..=18)
 //! max_io_queues = 128
 //! max_queue_entries = 1024
 //! in_capsule_data = 131072   # writes up to this size travel in the capsule (no R2T)
 //! max_h2c_data = 1048576
-//! max_connections = 1024
+//! max_connections = 1024   # at least 1
 //! poll_us = 0         # busy-poll after activity (µs); 0 = sleep in epoll
 //!
 //! [[port]]
@@ -97,6 +97,28 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     };
     let n: u64 = num.trim().parse().map_err(|_| format!("not a size: {s:?}"))?;
     n.checked_mul(mul).ok_or_else(|| format!("size too large: {s:?}"))
+}
+
+/// Checks a subsystem NQN: 1 to 223 bytes without NUL (what Linux enforces;
+/// an empty one cannot be named in Connect), and not the discovery NQN.
+pub fn check_subsystem_nqn(nqn: &str) -> Result<(), String> {
+    if nqn.is_empty() {
+        return Err("the NQN is empty".into());
+    }
+    nvmeof_common::spec::nqn::validate_lax(nqn).map_err(|e| e.to_string())?;
+    if nqn == nvmeof_common::spec::DISCOVERY_NQN {
+        return Err("the discovery subsystem's NQN cannot name an NVM subsystem".into());
+    }
+    Ok(())
+}
+
+/// Checks an allowed host NQN: 1 to 223 bytes without NUL, as a host can
+/// send it in Connect (a longer or empty one would never match any host).
+pub fn check_host_nqn(nqn: &str) -> Result<(), String> {
+    if nqn.is_empty() {
+        return Err("the host NQN is empty".into());
+    }
+    nvmeof_common::spec::nqn::validate_lax(nqn).map_err(|e| e.to_string())
 }
 
 /// How a file or block-device namespace executes I/O.
@@ -201,8 +223,8 @@ impl NamespaceConfig {
     /// spec allows) to 4096 (the largest the Linux host takes on any page size).
     pub const BLOCK_SIZES: [u32; 4] = [512, 1024, 2048, 4096];
 
-    /// Checks the block size, and that a RAM namespace holds at least one
-    /// block. The error names the configuration key at fault (`block_size` or
+    /// Checks the block size, and that a RAM namespace (or a file namespace's
+    /// `size`) holds at least one block. The error names the configuration key at fault (`block_size` or
     /// `ram`) beside the reason.
     pub fn check_size(&self) -> Result<(), (&'static str, String)> {
         if !Self::BLOCK_SIZES.contains(&self.block_size) {
@@ -215,6 +237,11 @@ impl NamespaceConfig {
             NamespaceSource::Ram(n) if n < self.block_size as u64 => Err((
                 "ram",
                 format!("a RAM namespace of {n} bytes is smaller than one {}-byte block", self.block_size),
+            )),
+            // Refused before the file is created (it was created, then refused).
+            NamespaceSource::File { size: Some(n), .. } if n < self.block_size as u64 => Err((
+                "size",
+                format!("a file namespace of {n} bytes is smaller than one {}-byte block", self.block_size),
             )),
             _ => Ok(()),
         }
@@ -333,6 +360,15 @@ impl TargetConfig {
         let mut limits = Limits::default();
         let l = raw.limits;
         if let Some(v) = l.mdts {
+            // Identify Controller advertises the value as given, while the
+            // target caps a command at 1 GiB (`Limits::max_transfer`): 0 ("no
+            // limit") or more than 18 would promise hosts transfers it refuses.
+            if !(1..=Limits::MAX_MDTS).contains(&v) {
+                return Err(invalid(
+                    "limits.mdts",
+                    format!("must be 1..={} (2^mdts × 4 KiB per command: 8 KiB to 1 GiB)", Limits::MAX_MDTS),
+                ));
+            }
             limits.mdts = v;
         }
         if let Some(v) = l.max_io_queues {
@@ -357,6 +393,9 @@ impl TargetConfig {
             limits.max_h2c_data = v;
         }
         if let Some(v) = l.max_connections {
+            if v == 0 {
+                return Err(invalid("limits.max_connections", "must be at least 1"));
+            }
             limits.max_connections = v;
         }
         let mut listen = Vec::new();
@@ -373,13 +412,9 @@ impl TargetConfig {
         let mut subsystems = Vec::new();
         for (i, s) in raw.subsystem.into_iter().enumerate() {
             let key = format!("subsystem[{i}]");
-            nvmeof_common::spec::nqn::validate_lax(&s.nqn)
-                .map_err(|e| invalid(format!("{key}.nqn"), e.to_string()))?;
-            if s.nqn == nvmeof_common::spec::DISCOVERY_NQN {
-                return Err(invalid(
-                    format!("{key}.nqn"),
-                    "the discovery subsystem's NQN cannot name an NVM subsystem",
-                ));
+            check_subsystem_nqn(&s.nqn).map_err(|e| invalid(format!("{key}.nqn"), e))?;
+            for (h, host) in s.allowed_hosts.iter().flatten().enumerate() {
+                check_host_nqn(host).map_err(|e| invalid(format!("{key}.allowed_hosts[{h}]"), e))?;
             }
             let mut namespaces = Vec::new();
             for (j, n) in s.namespace.into_iter().enumerate() {
@@ -524,6 +559,54 @@ mod tests {
         assert!(e.contains("bogus"), "{e}");
     }
 
+    /// Limits a host is told about are bounded to what the target honours:
+    /// MDTS above 18 or 0 ("no limit") was advertised as given while
+    /// commands were capped at 1 GiB; no connection at all was accepted.
+    #[test]
+    fn limits_are_bounded() {
+        let limits = |l: &str| TargetConfig::from_toml(&format!("[limits]\n{l}\n"));
+        for v in [0, 19, 30, 255] {
+            let e = limits(&format!("mdts = {v}")).unwrap_err().to_string();
+            assert!(e.contains("limits.mdts") && e.contains("1..=18"), "{v}: {e}");
+        }
+        assert_eq!(limits("mdts = 1").unwrap().limits.mdts, 1);
+        assert_eq!(limits("mdts = 18").unwrap().limits.max_transfer(), 1 << 30);
+        let e = limits("max_connections = 0").unwrap_err().to_string();
+        assert!(e.contains("limits.max_connections"), "{e}");
+        assert_eq!(limits("max_connections = 1").unwrap().limits.max_connections, 1);
+        for (k, v) in [("max_queue_entries", "15"), ("max_queue_entries", "65537"), ("max_io_queues", "0")] {
+            let e = limits(&format!("{k} = {v}")).unwrap_err().to_string();
+            assert!(e.contains(&format!("limits.{k}")), "{e}");
+        }
+        let e = limits("in_capsule_data = 100").unwrap_err().to_string();
+        assert!(e.contains("limits.in_capsule_data"), "{e}");
+        let e = limits("mtds = 8").unwrap_err().to_string();
+        assert!(e.contains("mtds"), "a typo is refused: {e}");
+    }
+
+    /// NQNs are 1..=223 bytes: an empty subsystem NQN was exported (and
+    /// printed as `nvme connect ... -n `), and an empty or overlong allowed
+    /// host, which no host can send, was accepted.
+    #[test]
+    fn subsystem_and_host_nqns_are_checked() {
+        let sub = |nqn: &str, hosts: &str| {
+            TargetConfig::from_toml(&format!(
+                "[[subsystem]]\nnqn = \"{nqn}\"\nallowed_hosts = [{hosts}]\n[[subsystem.namespace]]\nram = \"1M\"\n"
+            ))
+        };
+        let e = sub("", "").unwrap_err().to_string();
+        assert!(e.contains("subsystem[0].nqn") && e.contains("empty"), "{e}");
+        let e = sub(nvmeof_common::spec::DISCOVERY_NQN, "").unwrap_err().to_string();
+        assert!(e.contains("subsystem[0].nqn") && e.contains("discovery"), "{e}");
+        let e = sub("nqn.2026-11.x:y", "\"nqn.2026-11.x:h\", \"\"").unwrap_err().to_string();
+        assert!(e.contains("subsystem[0].allowed_hosts[1]") && e.contains("empty"), "{e}");
+        let long = "n".repeat(224);
+        let e = sub("nqn.2026-11.x:y", &format!("\"{long}\"")).unwrap_err().to_string();
+        assert!(e.contains("subsystem[0].allowed_hosts[0]") && e.contains("223"), "{e}");
+        let c = sub("nqn.2026-11.x:y", "\"nqn.2026-11.x:h\"").unwrap();
+        assert_eq!(c.subsystems[0].allowed_hosts, Some(vec!["nqn.2026-11.x:h".to_string()]));
+    }
+
     #[test]
     fn block_size_and_ram_size_are_checked() {
         let ns = |extra: &str| {
@@ -547,6 +630,11 @@ mod tests {
         let e = ns("ram = \"2k\"\nblock_size = 4096").unwrap_err().to_string();
         assert!(e.contains("namespace[0].ram"), "{e}");
         assert!(ns("ram = \"4k\"\nblock_size = 4096").is_ok());
+        // A file's `size` too: refused before the file is created.
+        let e = ns("file = \"/x\"\nsize = \"0\"").unwrap_err().to_string();
+        assert!(e.contains("namespace[0].size") && e.contains("smaller than one 512-byte block"), "{e}");
+        assert!(ns("file = \"/x\"\nsize = \"512\"").is_ok());
+        assert!(ns("file = \"/x\"").is_ok(), "no size: the file's own");
     }
 
     /// NSIDs are unique within a subsystem (an implicit one may land on an

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use nvmeof_target::config::{
-    default_listen, parse_size, IoEngine, NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig,
-    DEFAULT_MODEL,
+    check_host_nqn, check_subsystem_nqn, default_listen, parse_size, IoEngine, NamespaceConfig,
+    NamespaceSource, SubsystemConfig, TargetConfig, DEFAULT_MODEL,
 };
 use nvmeof_target::core::Limits;
 use nvmeof_target::server::Server;
@@ -33,13 +33,13 @@ enum Cmd {
 #[derive(clap::Args)]
 struct ServeArgs {
     /// TOML configuration (ports, subsystems, namespaces, allowed hosts); excludes the other export flags.
-    #[arg(long, conflicts_with_all = ["file", "ram", "block", "listen", "nqn"])]
+    #[arg(long, conflicts_with_all = ["file", "size", "ram", "block", "listen", "nqn", "allow_host", "block_size"])]
     config: Option<PathBuf>,
     /// Export this regular file (repeat for several namespaces).
     #[arg(long)]
     file: Vec<PathBuf>,
     /// Create (sparse) or grow each --file to this size, e.g. 10G.
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = parse_size, requires = "file")]
     size: Option<u64>,
     /// Export a RAM namespace of this size (repeatable).
     #[arg(long, value_parser = parse_size)]
@@ -121,7 +121,10 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
         ns.check_size().map_err(|(key, e)| format!("--{}: {e}", key.replace('_', "-")))?;
     }
     let nqn = a.nqn.clone().unwrap_or_else(|| format!("nqn.2026-11.io.nvmeof:{}", hostname()));
-    nvmeof_common::spec::nqn::validate_lax(&nqn).map_err(|e| format!("--nqn: {e}"))?;
+    check_subsystem_nqn(&nqn).map_err(|e| format!("--nqn: {e}"))?;
+    for h in &a.allow_host {
+        check_host_nqn(h).map_err(|e| format!("--allow-host {h:?}: {e}"))?;
+    }
     Ok(TargetConfig {
         listen: if a.listen.is_empty() { vec![default_listen()] } else { a.listen.clone() },
         subsystems: vec![SubsystemConfig {
@@ -165,15 +168,28 @@ fn config_from_file(path: &std::path::Path, a: &ServeArgs) -> Result<TargetConfi
     Ok(cfg)
 }
 
-fn print_host_commands(cfg: &TargetConfig, addrs: &[SocketAddr]) {
+/// The nvme-cli commands that reach each subsystem through each bound
+/// address. A subsystem with allowed hosts gets one pair per host, with
+/// `--hostnqn`: nvme-cli otherwise sends /etc/nvme/hostnqn, which the
+/// subsystem refuses (and the discovery log omits it for) unless it is listed.
+fn host_commands(cfg: &TargetConfig, addrs: &[SocketAddr]) -> Vec<String> {
+    let mut lines = Vec::new();
     for s in &cfg.subsystems {
+        let hosts: Vec<Option<&str>> = match &s.allowed_hosts {
+            Some(h) => h.iter().map(|h| Some(h.as_str())).collect(),
+            None => vec![None],
+        };
         for a in addrs {
             let ip = if a.ip().is_unspecified() { "<this-host-ip>".to_string() } else { a.ip().to_string() };
-            println!("On a Linux host (nvme-cli):");
-            println!("  nvme discover -t tcp -a {ip} -s {}", a.port());
-            println!("  nvme connect -t tcp -a {ip} -s {} -n {}", a.port(), s.nqn);
+            lines.push("On a Linux host (nvme-cli):".to_string());
+            for h in &hosts {
+                let q = h.map(|h| format!(" --hostnqn {h}")).unwrap_or_default();
+                lines.push(format!("  nvme discover -t tcp -a {ip} -s {}{q}", a.port()));
+                lines.push(format!("  nvme connect -t tcp -a {ip} -s {} -n {}{q}", a.port(), s.nqn));
+            }
         }
     }
+    lines
 }
 
 fn main() -> std::process::ExitCode {
@@ -182,6 +198,8 @@ fn main() -> std::process::ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
+        // Colour codes only on a terminal: not in a log file or the journal.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let Cmd::Serve(args) = cli.cmd;
@@ -209,7 +227,9 @@ fn main() -> std::process::ExitCode {
                 return std::process::ExitCode::from(1);
             }
         };
-        print_host_commands(&cfg, &server.local_addrs);
+        for l in host_commands(&cfg, &server.local_addrs) {
+            println!("{l}");
+        }
         use tokio::signal::unix::{signal, SignalKind};
         let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
         let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
@@ -277,6 +297,80 @@ mod tests {
         let a = args(&["--config", p]).unwrap();
         assert_eq!(engine(&config_from_file(&path, &a).unwrap()), (IoEngine::Auto, false));
         let _ = std::fs::remove_file(&path);
+    }
+
+    /// `--config` refuses every export flag: `--allow-host`, `--size` and
+    /// `--block-size` were silently ignored (an --allow-host beside --config
+    /// left the subsystem open to any host). `--size` needs `--file`.
+    #[test]
+    fn config_refuses_the_export_flags() {
+        for extra in [
+            &["--allow-host", "nqn.2026-11.x:h"][..],
+            &["--size", "1G"],
+            &["--block-size", "4096"],
+            &["--file", "/x"],
+            &["--ram", "1M"],
+            &["--listen", "127.0.0.1:4420"],
+            &["--nqn", "nqn.2026-11.x:y"],
+        ] {
+            let e = args(&[&["--config", "/x.toml"][..], extra].concat()).err();
+            assert!(e.as_deref().is_some_and(|e| e.contains("cannot be used with")), "{extra:?}: {e:?}");
+        }
+        // The overrides combine with it.
+        assert!(args(&["--config", "/x.toml", "--io-engine", "threads", "--threads", "2"]).is_ok());
+        let e = args(&["--ram", "1M", "--size", "1G"]).err().unwrap_or_default();
+        assert!(e.contains("--file"), "{e}");
+    }
+
+    /// `--nqn` and `--allow-host` are checked like the file's `nqn` and
+    /// `allowed_hosts` (an empty NQN was exported, an empty host accepted).
+    #[test]
+    fn nqn_flags_are_checked() {
+        let e = flags(&["--ram", "1M", "--nqn", ""]).unwrap_err();
+        assert!(e.contains("--nqn") && e.contains("empty"), "{e}");
+        let e = flags(&["--ram", "1M", "--nqn", nvmeof_common::spec::DISCOVERY_NQN]).unwrap_err();
+        assert!(e.contains("--nqn") && e.contains("discovery"), "{e}");
+        let e = flags(&["--ram", "1M", "--allow-host", ""]).unwrap_err();
+        assert!(e.contains("--allow-host") && e.contains("empty"), "{e}");
+        let long = "n".repeat(224);
+        let e = flags(&["--ram", "1M", "--allow-host", &long]).unwrap_err();
+        assert!(e.contains("--allow-host") && e.contains("223"), "{e}");
+    }
+
+    /// The printed nvme-cli lines reach the subsystem: with allowed hosts
+    /// they carry `--hostnqn` (without it nvme-cli sends /etc/nvme/hostnqn,
+    /// which the subsystem refuses unless listed).
+    #[test]
+    fn printed_commands_name_the_allowed_hosts() {
+        let addrs: Vec<SocketAddr> = vec!["127.0.0.1:4420".parse().unwrap(), "[::]:4421".parse().unwrap()];
+        let c = flags(&["--ram", "1M", "--nqn", "nqn.2026-11.x:y"]).unwrap();
+        assert_eq!(
+            host_commands(&c, &addrs[..1]),
+            [
+                "On a Linux host (nvme-cli):",
+                "  nvme discover -t tcp -a 127.0.0.1 -s 4420",
+                "  nvme connect -t tcp -a 127.0.0.1 -s 4420 -n nqn.2026-11.x:y",
+            ]
+        );
+        let c =
+            flags(&["--ram", "1M", "--nqn", "nqn.2026-11.x:y", "--allow-host", "nqn.2026-11.x:h1"]).unwrap();
+        let lines = host_commands(&c, &addrs);
+        assert_eq!(
+            lines[4..],
+            [
+                "  nvme discover -t tcp -a <this-host-ip> -s 4421 --hostnqn nqn.2026-11.x:h1",
+                "  nvme connect -t tcp -a <this-host-ip> -s 4421 -n nqn.2026-11.x:y --hostnqn nqn.2026-11.x:h1",
+            ]
+        );
+        let c =
+            flags(&["--ram", "1M", "--allow-host", "nqn.2026-11.x:h1", "--allow-host", "nqn.2026-11.x:h2"])
+                .unwrap();
+        let lines = host_commands(&c, &addrs[..1]);
+        assert_eq!(lines.len(), 5, "{lines:?}");
+        assert!(
+            lines[1].ends_with("--hostnqn nqn.2026-11.x:h1")
+                && lines[4].ends_with("--hostnqn nqn.2026-11.x:h2")
+        );
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub struct Server {
     /// opened or resized with: [`Server::reload`] resizes a namespace only
     /// when its `size` changes, and replaces it when its store changes.
     configured: Mutex<HashMap<(String, u32), NamespaceConfig>>,
+    /// The ports, limits and busy-poll window the target started with: a
+    /// reload does not change them, and says so when the file does.
+    started: (Vec<SocketAddr>, crate::core::Limits, u64),
 }
 
 /// A reload error that left the running configuration as it was.
@@ -65,7 +68,20 @@ fn configured_size(n: &NamespaceConfig) -> Option<u64> {
 
 /// Opens the backend for a namespace, with the namespace's [`IoEngine`]: `auto`
 /// falls back to the thread pool (with one warning) where io_uring is unavailable.
+/// An error names the file or device (the system's own message, such as "No
+/// such file or directory", does not).
 pub fn open_backend(ns: &NamespaceConfig) -> std::io::Result<Arc<dyn Backend>> {
+    open_backend_inner(ns).map_err(|e| match &ns.source {
+        NamespaceSource::File { path, .. } | NamespaceSource::Block { path, .. }
+            if !e.to_string().contains(&*path.to_string_lossy()) =>
+        {
+            std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+        }
+        _ => e,
+    })
+}
+
+fn open_backend_inner(ns: &NamespaceConfig) -> std::io::Result<Arc<dyn Backend>> {
     /// Opens with io_uring per `engine`; `Ok(None)` means "use the thread pool".
     fn uring(
         engine: IoEngine,
@@ -86,7 +102,10 @@ pub fn open_backend(ns: &NamespaceConfig) -> std::io::Result<Arc<dyn Backend>> {
         }
     }
     Ok(match &ns.source {
-        NamespaceSource::Ram(size) => Arc::new(MemBackend::new(*size, ns.block_size)),
+        NamespaceSource::Ram(size) => {
+            MemBackend::check_capacity(*size).map_err(std::io::Error::other)?;
+            Arc::new(MemBackend::new(*size, ns.block_size))
+        }
         NamespaceSource::File { path, size, io_engine, buffered_io } => {
             let open = || UringBackend::open_file_with(path, *size, ns.block_size, !*buffered_io);
             match uring(*io_engine, path, open)? {
@@ -166,15 +185,17 @@ impl Server {
             .iter()
             .flat_map(|s| assign_nsids(&s.namespaces).map(|(nsid, n)| ((s.nqn.clone(), nsid), n.clone())))
             .collect();
-        Ok(Self { target, local_addrs, stop, accept_tasks, configured: Mutex::new(configured) })
+        let started = (cfg.listen.clone(), cfg.limits.clone(), cfg.poll_us);
+        Ok(Self { target, local_addrs, stop, accept_tasks, configured: Mutex::new(configured), started })
     }
 
     /// Applies a changed configuration while hosts stay connected (SIGHUP):
     /// new subsystems and namespaces are added, missing ones removed, a
     /// namespace whose store changed (path, device, engine, block size)
     /// replaced, and one whose configured size changed resized. Connected
-    /// hosts get the Namespace Attribute Changed AEN. Ports, limits, models
-    /// and allowed hosts of running subsystems are not changed.
+    /// hosts get the Namespace Attribute Changed AEN. Ports, limits,
+    /// `poll_us`, models and allowed hosts of running subsystems are not
+    /// changed (a warning says so when the configuration changes them).
     ///
     /// "Changed" is against the configuration applied before, not the
     /// namespace's capacity: a file larger than its `size` keeps its length at
@@ -216,6 +237,19 @@ impl Server {
                         }
                     }
                 }
+            }
+        }
+        // Like allowed_hosts and model below: applied only by a restart, which
+        // the log says (the reload reported success while the new port or
+        // limit silently did not apply).
+        let (listen, limits, poll_us) = &self.started;
+        for (what, changed) in [
+            ("the ports are", *listen != cfg.listen),
+            ("the limits are", *limits != cfg.limits),
+            ("poll_us is", *poll_us != cfg.poll_us),
+        ] {
+            if changed {
+                warn!("reload: {what} not changed while running (restart the target to apply them)");
             }
         }
         let mut failed = Vec::new();

@@ -33,7 +33,27 @@ pub struct MemBackend {
     block_size: u32,
 }
 
+/// The machine's physical memory in bytes (None where unknown).
+fn physical_memory() -> Option<u64> {
+    // SAFETY: sysconf only reads system parameters.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    (pages > 0 && page > 0).then(|| (pages as u64).saturating_mul(page as u64))
+}
+
 impl MemBackend {
+    /// Refuses a capacity larger than the machine's memory: its contents
+    /// could never be held, and the chunk table alone (40 bytes per 128 KiB,
+    /// allocated up front) of a mistyped size such as `100T` took all memory
+    /// until the OOM killer ended the target.
+    pub fn check_capacity(size: u64) -> Result<(), String> {
+        match physical_memory() {
+            Some(mem) if size > mem => Err(format!(
+                "a RAM namespace of {size} bytes is larger than this machine's memory ({mem} bytes)"
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// A zero-filled namespace of `size` bytes (rounded down to whole blocks).
     pub fn new(size: u64, block_size: u32) -> Self {
         let size = size / block_size as u64 * block_size as u64;
@@ -233,6 +253,7 @@ impl Backend for MemBackend {
         format!("ram {} MiB", self.size() >> 20)
     }
     fn resize(&self, new_size: u64) -> Result<(), String> {
+        Self::check_capacity(new_size)?;
         let new_size = new_size / self.block_size as u64 * self.block_size as u64;
         let mut chunks = self.chunks.write().unwrap();
         let old = self.size();

@@ -10,7 +10,7 @@ use nvmeof_common::spec::DISCOVERY_NQN;
 use super::{Controller, Subsystem};
 
 /// Every limit the target enforces, advertised to hosts and logged when hit.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Most I/O queues per controller (max QID).
     pub max_io_queues: u16,
@@ -54,6 +54,10 @@ impl Default for Limits {
 }
 
 impl Limits {
+    /// Largest MDTS the target honours: 2^18 × 4 KiB = 1 GiB, the cap of
+    /// [`Self::max_transfer`].
+    pub const MAX_MDTS: u8 = 18;
+
     /// Sets [`Self::in_capsule_data`]: a multiple of 16 (IOCCSZ counts 16-byte
     /// units) up to 1 MiB.
     pub fn set_in_capsule_data(&mut self, bytes: u32) -> Result<(), &'static str> {
@@ -69,7 +73,7 @@ impl Limits {
         if self.mdts == 0 {
             1 << 30
         } else {
-            4096u32 << self.mdts.min(18)
+            4096u32 << self.mdts.min(Self::MAX_MDTS)
         }
     }
 }
