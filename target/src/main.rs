@@ -220,6 +220,15 @@ fn main() -> std::process::ExitCode {
     }
     let rt = rt.thread_name("nvmeof-target").enable_all().build().expect("tokio runtime");
     rt.block_on(async move {
+        // The handlers are installed once, before startup: a signal that
+        // arrives while a namespace opens or a reload runs is kept for the
+        // loop below. `tokio::signal::ctrl_c()` made afresh on each pass lost
+        // a SIGINT sent during a reload (the target kept running), and a
+        // SIGHUP during startup ended the process (its default action).
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+        let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
         let server = match Server::start(&cfg).await {
             Ok(s) => s,
             Err(e) => {
@@ -230,12 +239,9 @@ fn main() -> std::process::ExitCode {
         for l in host_commands(&cfg, &server.local_addrs) {
             println!("{l}");
         }
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-        let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
         loop {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => break,
+                _ = int.recv() => break,
                 _ = term.recv() => break,
                 _ = hup.recv() => {
                     // Reload the configuration file: add/remove/resize namespaces live.

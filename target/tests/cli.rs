@@ -105,14 +105,21 @@ impl Running {
     }
 
     /// SIGTERM, then the exit status (within 30 s).
-    fn stop(mut self) -> Option<i32> {
+    fn stop(self) -> Option<i32> {
         self.signal(libc::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(30);
+        self.exit_within(Duration::from_secs(30)).expect("no exit within 30 s of SIGTERM")
+    }
+
+    /// The exit status, if the target exits within `limit`.
+    fn exit_within(mut self, limit: Duration) -> Option<Option<i32>> {
+        let deadline = Instant::now() + limit;
         loop {
             if let Some(s) = self.child.try_wait().unwrap() {
-                return s.code();
+                return Some(s.code());
             }
-            assert!(Instant::now() < deadline, "no exit within 30 s of SIGTERM");
+            if Instant::now() > deadline {
+                return None;
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
@@ -218,4 +225,23 @@ fn sighup_says_what_it_does_not_apply() {
     let log = r.log.join("\n");
     assert!(!log.contains("panicked"), "{log}");
     assert_eq!(r.stop(), Some(0));
+}
+
+/// SIGINT sent while a SIGHUP reload runs stops the target (it was lost
+/// about one time in three: the SIGINT listener was made afresh after each
+/// reload, and missed a signal delivered before that).
+#[test]
+fn sigint_right_after_sighup_stops_the_target() {
+    let dir = TempDir::new("int");
+    let path = config(
+        &dir.0,
+        &format!("[[port]]\nlisten = \"127.0.0.1:0\"\n[[subsystem]]\nnqn = \"{NQN}\"\n[[subsystem.namespace]]\nram = \"1M\"\n"),
+    );
+    for i in 0..20 {
+        let r = Running::start(&["--config", path.to_str().unwrap()]);
+        r.signal(libc::SIGHUP);
+        r.signal(libc::SIGINT);
+        let code = r.exit_within(Duration::from_secs(10));
+        assert_eq!(code, Some(Some(0)), "try {i}: SIGINT after SIGHUP did not stop the target");
+    }
 }
