@@ -34,8 +34,20 @@
 #                     finishes, everything written reads back, new I/O works,
 #                     namespace 2 is still there with its data.
 #
+# Keep-alive and discovery:
+#   - keep-alive:     connect with KATO 2 s (-k 2), stay idle 7 s: the
+#                     controller stays live with no error recovery (the
+#                     host's Keep Alives reset the target's timer), then I/O.
+#   - discovery-aen:  a persistent discovery controller (nvme discover -p
+#                     -k 2) stays live while idle; hook "add-subsystem NQN2"
+#                     (our target: config + SIGHUP; nvmet: configfs link to
+#                     the port) -> the Discovery Log Change notice reaches the
+#                     host (a uevent with NVME_AEN=0x70f002 on the discovery
+#                     controller, seen by busybox `uevent`), the log lists
+#                     NQN2; "remove-subsystem NQN2" -> a second notice (the
+#                     host re-armed its AER), NQN2 gone from the log.
+#
 # PLACEHOLDERS (not implemented yet):
-#   - keep-alive:        idle > KATO with no I/O, controller stays live.
 #   - auth / TLS:        nvme connect --dhchap-secret / --tls when supported.
 
 : "${TARGET:=host}"
@@ -180,6 +192,94 @@ kh_disconnect() { # must be clean and quick (DISCONNECT_MAX_MS)
     rm -f "$STATE/dev" "$STATE/ctrl"
     info "disconnected in ${_dt} ms"
     [ "$_dt" -le "$DISCONNECT_MAX_MS" ] || fail "disconnect took ${_dt} ms (> ${DISCONNECT_MAX_MS} ms)"
+}
+
+# ---------------------------------------------------------------- keep-alive, discovery
+
+DISC_NQN=nqn.2014-08.org.nvmexpress.discovery
+NQN2=$NQN-2
+
+# uevent_lines DEV: the uevents seen for controller DEV (see kh_discovery_aen)
+uevent_lines() { grep -c "/$1 NVME_AEN=0x70f002\$" /tmp/uevents 2>/dev/null; }
+
+# wait_uevents DEV N SECS: until N discovery notices were seen for DEV
+wait_uevents() {
+    _dl=$(( $(date +%s) + $3 ))
+    while [ "$(uevent_lines "$1")" -lt "$2" ]; do
+        [ "$(date +%s)" -le $_dl ] || return 1
+        sleep 0.1
+    done
+}
+
+kh_keep_alive() {
+    kh_connect -k 2
+    need_dev
+    _bad0=$(dmesg | grep -cE "$CTRL: .*(error recovery|Reconnecting|keep alive|keep-alive)")
+    sleep 7
+    _st=$(cat "/sys/class/nvme/$CTRL/state")
+    [ "$_st" = live ] || fail "controller $CTRL is $_st after 7 s idle with KATO 2 s"
+    _bad=$(dmesg | grep -cE "$CTRL: .*(error recovery|Reconnecting|keep alive|keep-alive)")
+    [ "$_bad" = "$_bad0" ] || fail "error recovery while idle: $(dmesg | grep -E "$CTRL: " | tail -n 3 | tr '\n' ' ')"
+    info "idle 7 s with KATO 2 s: $CTRL still live, no error recovery"
+    dd_verify "$DEV" 0 1 after-idle
+    kh_disconnect
+}
+
+kh_subsys() { # kh_subsys add|remove NQN
+    if [ "$TARGET" = kernel-guest ]; then
+        _s=$NVMET/subsystems/$2
+        if [ "$1" = add ]; then
+            mkdir "$_s" && echo 1 >"$_s/attr_allow_any_host" && ln -s "$_s" "$NVMET/ports/1/subsystems/$2"
+        else
+            rm -f "$NVMET/ports/1/subsystems/$2" && rmdir "$_s"
+        fi
+    else
+        hook_call "$1-subsystem" 60 "$2" || { echo "hook $1-subsystem: ${HOOK_REPLY:-no reply}"; return 1; }
+    fi
+}
+
+kh_discovery_aen() {
+    [ -z "$(ctrls_for_nqn "$DISC_NQN")" ] || fail "a discovery controller is already connected"
+    : >/tmp/uevents
+    # busybox uevent runs the command for every kernel uevent (netlink), with
+    # the event's variables in its environment; nvme_aen_uevent sends one on
+    # the controller with NVME_AEN=<completion dword 0>
+    uevent sh -c 'echo "${ACTION:-} ${DEVPATH:-} NVME_AEN=${NVME_AEN:-}" >>/tmp/uevents' </dev/null >/dev/null 2>&1 &
+    _uev=$!
+    sleep 0.5
+    t 30 nvme discover -p -k 2 -t tcp -a "$NVME_ADDR" -s "$NVME_PORT" >/tmp/pdisc.txt 2>&1
+    _rc=$?
+    _dc=$(ctrls_for_nqn "$DISC_NQN" | head -n 1)
+    if [ -z "$_dc" ]; then kill "$_uev"; fail "nvme discover -p (rc=$_rc) left no discovery controller: $(tail -n 1 /tmp/pdisc.txt)"; fi
+    _ok=1; _why=""
+    grep -q "subnqn: *$NQN2\$" /tmp/pdisc.txt && { _ok=0; _why="$NQN2 listed before it was added"; }
+    # idle past 2 x KATO: the keep-alive keeps the discovery controller
+    [ $_ok = 1 ] && { sleep 5; _st=$(cat "/sys/class/nvme/$_dc/state"); [ "$_st" = live ] || { _ok=0; _why="discovery controller $_dc is $_st after 5 s idle with KATO 2 s"; }; }
+    if [ $_ok = 1 ]; then
+        info "persistent discovery controller $_dc live after 5 s idle (KATO 2 s)"
+        _th=$(now_ms)
+        if ! _out=$(kh_subsys add "$NQN2"); then _ok=0; _why="adding $NQN2: $_out"
+        elif ! wait_uevents "$_dc" 1 30; then _ok=0; _why="no discovery log change notice on $_dc within 30 s of adding $NQN2; uevents: $(tail -n 3 /tmp/uevents | tr '\n' ';')"
+        else
+            info "discovery log change notice on $_dc $(( $(now_ms) - _th )) ms after $NQN2 was added"
+            t 30 nvme discover -t tcp -a "$NVME_ADDR" -s "$NVME_PORT" >/tmp/disc2.txt 2>&1
+            grep -q "subnqn: *$NQN2\$" /tmp/disc2.txt || { _ok=0; _why="discovery log lacks $NQN2 after the notice"; }
+        fi
+    fi
+    if [ $_ok = 1 ]; then
+        _th=$(now_ms)
+        if ! _out=$(kh_subsys remove "$NQN2"); then _ok=0; _why="removing $NQN2: $_out"
+        elif ! wait_uevents "$_dc" 2 30; then _ok=0; _why="no second notice on $_dc within 30 s of removing $NQN2 (AER not re-armed?)"
+        else
+            info "second notice on $_dc $(( $(now_ms) - _th )) ms after $NQN2 was removed"
+            t 30 nvme discover -t tcp -a "$NVME_ADDR" -s "$NVME_PORT" >/tmp/disc3.txt 2>&1
+            grep -q "subnqn: *$NQN2\$" /tmp/disc3.txt && { _ok=0; _why="discovery log still lists $NQN2"; }
+        fi
+    fi
+    t 30 nvme disconnect -d "$_dc" >/dev/null 2>&1 || info "nvme disconnect -d $_dc failed"
+    kill "$_uev" 2>/dev/null
+    [ $_ok = 1 ] || fail "$_why"
+    wait_no_ctrl "$DISC_NQN" 10 || fail "discovery controller $_dc still present after disconnect"
 }
 
 # ---------------------------------------------------------------- reconfiguration
@@ -361,6 +461,9 @@ scenario_main() {
     run_step queues-2q 20 kh_queues 2
     run_step dd-verify-2q 180 kh_dd_verify 2q
     run_step disconnect-2q 60 kh_disconnect
+    # keep-alive and persistent discovery
+    run_step keep-alive 90 kh_keep_alive
+    run_step discovery-aen 180 kh_discovery_aen
     # reconfiguration while connected: AENs, target restart -> reconnect
     if [ "${KH_RECONF:-1}" = 1 ]; then
         run_step connect-reconf 90 kh_connect --reconnect-delay=1 --ctrl-loss-tmo=60
@@ -371,6 +474,6 @@ scenario_main() {
     else
         info "reconfiguration steps (connect-reconf ... disconnect-reconf) left out: KH_RECONF=$KH_RECONF"
     fi
-    # PLACEHOLDERS (see the header): keep-alive, auth/TLS.
+    # PLACEHOLDERS (see the header): auth/TLS.
     run_step final-clean 60 kh_final_clean
 }
