@@ -795,3 +795,53 @@ async fn binaries_end_to_end() {
     })
     .await;
 }
+
+/// Runs `bin args` with its standard output closed before it writes
+/// (`| head` that has already exited) and returns its exit status and stderr.
+fn run_with_stdout_closed(bin: PathBuf, args: Vec<String>) -> (std::process::ExitStatus, String) {
+    let mut child = Command::new(bin)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    (out.status, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_stop_quietly_when_their_reader_goes_away() {
+    // `nvmeof list | head` ended with "output: Broken pipe" and exit 2, and
+    // `nvmeof-probe --ping ... | head` panicked in println! (exit 101). Both
+    // now end quietly with 0, as a Unix tool ends on SIGPIPE; the probe stops
+    // its run instead of pinging on for --count requests.
+    bounded(300, async {
+        let t = start_target(512, None).await;
+        let (nvmeof, probe) = (binary("nvmeof"), binary("nvmeof-probe"));
+        let a = t.addr.clone();
+        let list: Vec<String> = ["list", a.as_str(), "--nqn", NQN].map(String::from).into();
+        let (st, err) =
+            tokio::task::spawn_blocking(move || run_with_stdout_closed(nvmeof, list)).await.unwrap();
+        assert_eq!(st.code(), Some(0), "nvmeof list: {err}");
+        assert!(err.is_empty(), "nvmeof list: {err}");
+        let a = t.addr.clone();
+        let ping: Vec<String> =
+            [a.as_str(), "--nqn", NQN, "--ping", "--count", "100000", "--interval", "1ms", "--rw", "read"]
+                .map(String::from)
+                .into();
+        let t0 = std::time::Instant::now();
+        let (st, err) =
+            tokio::task::spawn_blocking(move || run_with_stdout_closed(probe, ping)).await.unwrap();
+        assert_eq!(st.code(), Some(0), "nvmeof-probe --ping: {err}");
+        assert!(!err.contains("panicked"), "{err}");
+        // 100000 pings 1 ms apart would take minutes.
+        assert!(
+            t0.elapsed() < std::time::Duration::from_secs(60),
+            "the probe did not stop: {:?}",
+            t0.elapsed()
+        );
+        t.stop().await;
+    })
+    .await;
+}

@@ -138,6 +138,9 @@ impl Cli {
 }
 
 fn out_err(e: std::io::Error) -> ToolError {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        return ToolError::new(crate::error::ErrorKind::OutputClosed, "output closed by its reader");
+    }
     ToolError::usage(format!("output: {e}"))
 }
 

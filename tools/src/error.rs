@@ -37,6 +37,9 @@ pub enum ErrorKind {
     NotFound,
     /// See [`ExitCode::VerifyFailed`].
     Verify,
+    /// Standard output was closed by its reader (`nvmeof list | head`): the
+    /// tool stops quietly with [`ExitCode::Ok`], as a Unix tool ends on SIGPIPE.
+    OutputClosed,
 }
 
 /// An error with a message that says what failed.
@@ -80,6 +83,7 @@ impl ToolError {
             ErrorKind::Transport => ExitCode::Transport,
             ErrorKind::NotFound => ExitCode::NotFound,
             ErrorKind::Verify => ExitCode::VerifyFailed,
+            ErrorKind::OutputClosed => ExitCode::Ok,
         }
     }
 

@@ -213,23 +213,50 @@ pub(crate) fn open_sized(
     if !block_size.is_power_of_two() || block_size < 512 {
         return Err(invalid(format!("invalid block size {block_size}")));
     }
-    let file = OpenOptions::new().read(true).write(true).create(create_size.is_some()).open(path)?;
-    let meta = file.metadata()?;
-    if !meta.file_type().is_file() {
-        return Err(invalid(format!("{} is not a regular file", path.display())));
-    }
-    let mut len = meta.len();
-    if let Some(want) = create_size {
-        if len < want {
-            file.set_len(want)?;
-            len = want;
+    // Whether this call creates the file: a file it created is removed again
+    // when it cannot be sized (e.g. `--size 100T`: "File too large"), instead
+    // of leaving an empty file behind a failed start.
+    let mut created = false;
+    let file = match create_size {
+        Some(_) => match OpenOptions::new().read(true).write(true).create_new(true).open(path) {
+            Ok(f) => {
+                created = true;
+                f
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                OpenOptions::new().read(true).write(true).open(path)?
+            }
+            Err(e) => return Err(e),
+        },
+        None => OpenOptions::new().read(true).write(true).open(path)?,
+    };
+    let sized = (|| {
+        let meta = file.metadata()?;
+        if !meta.file_type().is_file() {
+            return Err(invalid(format!("{} is not a regular file", path.display())));
+        }
+        let mut len = meta.len();
+        if let Some(want) = create_size {
+            if len < want {
+                file.set_len(want)?;
+                len = want;
+            }
+        }
+        let size = len / block_size as u64 * block_size as u64;
+        if size == 0 {
+            return Err(invalid(format!("{} is smaller than one {block_size}-byte block", path.display())));
+        }
+        Ok((meta, size))
+    })();
+    match sized {
+        Ok((meta, size)) => Ok((file, meta, size)),
+        Err(e) => {
+            if created {
+                let _ = std::fs::remove_file(path);
+            }
+            Err(e)
         }
     }
-    let size = len / block_size as u64 * block_size as u64;
-    if size == 0 {
-        return Err(invalid(format!("{} is smaller than one {block_size}-byte block", path.display())));
-    }
-    Ok((file, meta, size))
 }
 
 // ---------------------------------------------------------------------------
@@ -430,6 +457,20 @@ mod tests {
         assert_eq!(FileBackend::open(&t.0, Some(4096), 4096).unwrap().size(), 1 << 30);
         assert!(FileBackend::open(&t.0, None, 1000).is_err(), "block size must be a power of two");
         assert!(FileBackend::open(std::env::temp_dir(), None, 512).is_err(), "directories are refused");
+    }
+
+    /// A file the target creates but cannot size is removed again (a failed
+    /// `--size 100T` start left an empty file); one that existed stays.
+    #[test]
+    fn a_file_created_but_not_sized_is_removed() {
+        let t = TempPath::new("unsized");
+        let _ = std::fs::remove_file(&t.0);
+        // Past the largest file offset of any filesystem (and of off_t).
+        assert!(FileBackend::open(&t.0, Some(1 << 63), 512).is_err());
+        assert!(!t.0.exists(), "the file it created is left behind");
+        std::fs::write(&t.0, b"").unwrap();
+        assert!(FileBackend::open(&t.0, Some(1 << 63), 512).is_err());
+        assert!(t.0.exists(), "a file that existed is removed");
     }
 
     #[test]

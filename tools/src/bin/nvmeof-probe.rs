@@ -56,6 +56,7 @@ async fn run(opts: ProbeOptions) -> i32 {
     let (nsid, json) = (opts.nsid, opts.json);
     let mismatches = Arc::new(AtomicU64::new(0));
     let printed = mismatches.clone();
+    let reader_gone = hooks.stop.clone();
     let hooks = Hooks {
         on_event: Some(Arc::new(move |e: &ProbeEvent| match e {
             ProbeEvent::Warning(w) => eprintln!("nvmeof-probe: warning: {w}"),
@@ -68,8 +69,10 @@ async fn run(opts: ProbeOptions) -> i32 {
                 let line = ping_line(&addr, nsid, p);
                 if json {
                     eprintln!("{line}");
-                } else {
-                    println!("{line}");
+                } else if writeln!(std::io::stdout(), "{line}").is_err() {
+                    // The reader went away (`| head`): end the run, as ioping
+                    // does on SIGPIPE (println! panicked on the broken pipe).
+                    reader_gone.store(true, Ordering::Relaxed);
                 }
             }
             ProbeEvent::Mismatch(m) => {

@@ -19,6 +19,9 @@ fn main() {
         run(&cli, &mut stdin, &mut stdout).await
     });
     if let Err(e) = r {
+        if e.kind == nvmeof_tools::error::ErrorKind::OutputClosed {
+            return;
+        }
         eprintln!("nvmeof: {e}");
         std::process::exit(e.exit_code() as i32);
     }
