@@ -57,6 +57,33 @@ fn same_store(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
         }
 }
 
+/// Whether two configurations of one NSID read the same data: the same file
+/// or the same device, whatever the engine, buffering or block size.
+fn same_data(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
+    use NamespaceSource::{Block, File};
+    match (&a.source, &b.source) {
+        (File { path: p, .. }, File { path: q, .. }) | (Block { path: p, .. }, Block { path: q, .. }) => {
+            p == q
+        }
+        _ => false,
+    }
+}
+
+/// What a namespace that replaces another one derives its identifiers from
+/// ([`Namespace::replacing`]): its file or device path, and for RAM a number
+/// of its own (every RAM store starts empty).
+fn store_identity(n: &NamespaceConfig) -> Vec<u8> {
+    static RAM_STORES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let (kind, id) = match &n.source {
+        NamespaceSource::File { path, .. } => ("file", path.as_os_str().as_encoded_bytes().to_vec()),
+        NamespaceSource::Block { path, .. } => ("block", path.as_os_str().as_encoded_bytes().to_vec()),
+        NamespaceSource::Ram(_) => {
+            ("ram", RAM_STORES.fetch_add(1, std::sync::atomic::Ordering::Relaxed).to_le_bytes().to_vec())
+        }
+    };
+    [kind.as_bytes(), b":", &id].concat()
+}
+
 /// The capacity a namespace's configuration asks for, if any (block devices: none).
 fn configured_size(n: &NamespaceConfig) -> Option<u64> {
     match &n.source {
@@ -274,10 +301,16 @@ impl Server {
                         info!(subnqn = %sc.nqn, nsid, backend = %b.describe(), "reload: adding namespace");
                         s.add_namespace(Arc::new(Namespace::new(&sc.nqn, nsid, b)));
                     }
-                    (Some(_), Some(b)) => {
+                    (Some(old), Some(b)) => {
                         info!(subnqn = %sc.nqn, nsid, backend = %b.describe(), "reload: replacing namespace (its store changed)");
+                        // Same data reopened (engine, buffering or block size
+                        // changed): same identifiers. Other data: new ones.
+                        let ns = match configured.get(&key) {
+                            Some(c) if same_data(c, n) => old.reopened(b),
+                            _ => Namespace::replacing(&sc.nqn, nsid, &store_identity(n), b),
+                        };
                         s.remove_namespace(nsid);
-                        s.add_namespace(Arc::new(Namespace::new(&sc.nqn, nsid, b)));
+                        s.add_namespace(Arc::new(ns));
                     }
                     (None, None) => continue,
                     (Some(ns), None) => {
@@ -428,6 +461,47 @@ mod tests {
         assert_eq!(s.namespace(1).unwrap().backend.size(), 1 << 20);
         assert_eq!(std::fs::metadata(&a).unwrap().len(), 4 << 20, "a.img truncated");
         assert_eq!(std::fs::metadata(&b).unwrap().len(), 1 << 20);
+        server.shutdown(Duration::from_millis(100)).await;
+        let _ = std::fs::remove_file(&a);
+        let _ = std::fs::remove_file(&b);
+    }
+
+    /// A reload that gives an NSID another file gives it other identifiers
+    /// (the Linux host revalidates a namespace by its identifiers alone, and
+    /// with the old ones kept the block device and any filesystem on it
+    /// silently moved to the new file); reopening the same file with another
+    /// engine keeps them.
+    #[tokio::test]
+    async fn reload_that_moves_an_nsid_to_another_file_changes_its_identifiers() {
+        let dir = std::env::temp_dir();
+        let a = dir.join(format!("nvmeof-reload-ids-a-{}", std::process::id()));
+        let b = dir.join(format!("nvmeof-reload-ids-b-{}", std::process::id()));
+        let ns = |p: &std::path::Path, engine: &str| {
+            format!(
+                "[[subsystem.namespace]]\nfile = \"{}\"\nsize = \"1M\"\nio_engine = \"{engine}\"\n",
+                p.display()
+            )
+        };
+        let head = format!("[[port]]\nlisten = \"127.0.0.1:0\"\n\n[[subsystem]]\nnqn = \"{NQN}\"\n\n");
+        let cfg = |body: String| TargetConfig::from_toml(&format!("{head}{body}")).unwrap();
+        let server =
+            Server::start(&cfg(format!("{}{}", ns(&a, "threads"), ns(&b, "threads")))).await.unwrap();
+        let s = server.target.subsystem(NQN).unwrap();
+        let ids = |nsid| {
+            let n = s.namespace(nsid).unwrap();
+            (n.nguid, n.uuid, n.eui64)
+        };
+        let (a1, b2) = (ids(1), ids(2));
+        // Same file, another engine: the same namespace.
+        server.reload(&cfg(format!("{}{}", ns(&a, "auto"), ns(&b, "threads")))).unwrap();
+        assert_eq!(ids(1), a1);
+        // The first entry removed: NSID 1 now names b.
+        server.reload(&cfg(ns(&b, "threads"))).unwrap();
+        let now = ids(1);
+        assert_ne!(now.0, a1.0, "NGUID kept for another file");
+        assert_ne!(now.1, a1.1, "UUID kept for another file");
+        assert_ne!(now.2, a1.2, "EUI-64 kept for another file");
+        assert_ne!(now, b2, "b's NSID 2 identifiers reused for NSID 1");
         server.shutdown(Duration::from_millis(100)).await;
         let _ = std::fs::remove_file(&a);
         let _ = std::fs::remove_file(&b);

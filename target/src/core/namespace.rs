@@ -23,14 +23,46 @@ pub struct Namespace {
 impl Namespace {
     /// A namespace whose identifiers derive from the subsystem NQN and the
     /// NSID only, so they survive restarts and resizes (hosts use them to
-    /// recognise the same namespace after a reconnect).
+    /// recognise the same namespace after a reconnect). A store that takes
+    /// an NSID over while the target runs gets others ([`Self::replacing`]).
     pub fn new(subnqn: &str, nsid: u32, backend: Arc<dyn Backend>) -> Self {
-        let nguid = super::stable_id(&[b"nguid", subnqn.as_bytes(), &nsid.to_le_bytes()]);
-        let mut uuid = super::stable_id(&[b"uuid", subnqn.as_bytes(), &nsid.to_le_bytes()]);
+        Self::derive(subnqn, nsid, None, backend)
+    }
+
+    /// A namespace that takes over `nsid` from another store while hosts
+    /// stay connected (a reload replacing it): identifiers derived from
+    /// `store` as well, so they differ from the NSID's previous ones. The
+    /// Linux host compares only the identifiers when it revalidates a
+    /// namespace after the Namespace Attribute Changed notice
+    /// (`nvme_validate_ns`): unchanged ones make it keep the block device,
+    /// its page cache and any filesystem mounted on it, now reading and
+    /// writing the new store as if it were the old one. Changed ones make
+    /// it drop the namespace ("identifiers changed for nsid").
+    pub fn replacing(subnqn: &str, nsid: u32, store: &[u8], backend: Arc<dyn Backend>) -> Self {
+        Self::derive(subnqn, nsid, Some(store), backend)
+    }
+
+    /// The same namespace (identifiers kept) on another backend of the
+    /// same data: the store was reopened, say with another I/O engine.
+    pub fn reopened(&self, backend: Arc<dyn Backend>) -> Self {
+        let block_shift = backend.block_size().trailing_zeros();
+        Self { nsid: self.nsid, backend, nguid: self.nguid, uuid: self.uuid, eui64: self.eui64, block_shift }
+    }
+
+    fn derive(subnqn: &str, nsid: u32, store: Option<&[u8]>, backend: Arc<dyn Backend>) -> Self {
+        let id = |kind: &[u8]| {
+            let nsid = nsid.to_le_bytes();
+            match store {
+                None => super::stable_id(&[kind, subnqn.as_bytes(), &nsid]),
+                Some(s) => super::stable_id(&[kind, subnqn.as_bytes(), &nsid, b"store", s]),
+            }
+        };
+        let nguid = id(b"nguid");
+        let mut uuid = id(b"uuid");
         // RFC 4122 version 4 / variant 1 bits so tools print it as a UUID.
         uuid[6] = (uuid[6] & 0x0F) | 0x40;
         uuid[8] = (uuid[8] & 0x3F) | 0x80;
-        let e = super::stable_id(&[b"eui64", subnqn.as_bytes(), &nsid.to_le_bytes()]);
+        let e = id(b"eui64");
         let mut eui64 = [0u8; 8];
         eui64.copy_from_slice(&e[..8]);
         let block_shift = backend.block_size().trailing_zeros();
