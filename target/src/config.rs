@@ -416,6 +416,17 @@ impl TargetConfig {
             for (h, host) in s.allowed_hosts.iter().flatten().enumerate() {
                 check_host_nqn(host).map_err(|e| invalid(format!("{key}.allowed_hosts[{h}]"), e))?;
             }
+            if let Some(m) = &s.model {
+                // Identify Controller MN: 40 bytes of printable ASCII, space
+                // padded (nvmet refuses anything else in its configfs
+                // `attr_model`); longer text was cut, mid-character for UTF-8.
+                if m.is_empty() || m.len() > 40 || !m.bytes().all(|c| (0x20..=0x7E).contains(&c)) {
+                    return Err(invalid(
+                        format!("{key}.model"),
+                        "must be 1 to 40 printable ASCII characters",
+                    ));
+                }
+            }
             let mut namespaces = Vec::new();
             for (j, n) in s.namespace.into_iter().enumerate() {
                 let nkey = format!("{key}.namespace[{j}]");
@@ -557,6 +568,22 @@ mod tests {
         assert!(e.contains("port[0].listen"), "{e}");
         let e = TargetConfig::from_toml("[bogus]\n").unwrap_err().to_string();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    /// The model is Identify Controller MN: 40 printable ASCII bytes. Longer
+    /// or non-ASCII text was accepted and reported cut (UTF-8 mid-character).
+    #[test]
+    fn model_is_printable_ascii_up_to_40() {
+        let model = |m: &str| {
+            TargetConfig::from_toml(&format!("[[subsystem]]\nnqn = \"nqn.2026-11.x:y\"\nmodel = \"{m}\"\n"))
+        };
+        assert_eq!(model(&"M".repeat(40)).unwrap().subsystems[0].model, "M".repeat(40));
+        for bad in ["", "Ünïcode disk", "tab\\there"] {
+            let e = model(bad).unwrap_err().to_string();
+            assert!(e.contains("subsystem[0].model"), "{bad:?}: {e}");
+        }
+        let e = model(&"M".repeat(41)).unwrap_err().to_string();
+        assert!(e.contains("subsystem[0].model"), "{e}");
     }
 
     /// Limits a host is told about are bounded to what the target honours:
