@@ -69,16 +69,25 @@ fn same_data(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
     }
 }
 
-/// What a namespace that replaces another one derives its identifiers from
-/// ([`Namespace::replacing`]): its file or device path, and for RAM a number
-/// of its own (every RAM store starts empty).
+/// What a namespace derives its identifiers from besides NQN and NSID
+/// ([`Namespace::for_store`]): its file or device path as configured, and for
+/// RAM a value of its own that no restart repeats (a RAM store starts empty:
+/// after a restart it is another namespace, and a host must not keep the old
+/// one's cached pages for it).
 fn store_identity(n: &NamespaceConfig) -> Vec<u8> {
     static RAM_STORES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static START: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
     let (kind, id) = match &n.source {
         NamespaceSource::File { path, .. } => ("file", path.as_os_str().as_encoded_bytes().to_vec()),
         NamespaceSource::Block { path, .. } => ("block", path.as_os_str().as_encoded_bytes().to_vec()),
         NamespaceSource::Ram(_) => {
-            ("ram", RAM_STORES.fetch_add(1, std::sync::atomic::Ordering::Relaxed).to_le_bytes().to_vec())
+            let start = *START.get_or_init(|| {
+                let t =
+                    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                t.as_nanos() ^ ((std::process::id() as u128) << 96)
+            });
+            let n = RAM_STORES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            ("ram", [start.to_le_bytes().as_slice(), &n.to_le_bytes()].concat())
         }
     };
     [kind.as_bytes(), b":", &id].concat()
@@ -176,7 +185,7 @@ pub fn build_subsystem(
         let b =
             open_backend(n).map_err(|e| std::io::Error::new(e.kind(), format!("namespace {nsid}: {e}")))?;
         info!(subnqn = nqn, nsid, backend = %b.describe(), size = b.size(), block_size = b.block_size(), "namespace");
-        s.add_namespace(Arc::new(Namespace::new(nqn, nsid, b)));
+        s.add_namespace(Arc::new(Namespace::for_store(nqn, nsid, &store_identity(n), b)));
     }
     Ok(s)
 }
@@ -299,7 +308,7 @@ impl Server {
                 match (s.namespace(nsid), new_backends.remove(&key)) {
                     (None, Some(b)) => {
                         info!(subnqn = %sc.nqn, nsid, backend = %b.describe(), "reload: adding namespace");
-                        s.add_namespace(Arc::new(Namespace::new(&sc.nqn, nsid, b)));
+                        s.add_namespace(Arc::new(Namespace::for_store(&sc.nqn, nsid, &store_identity(n), b)));
                     }
                     (Some(old), Some(b)) => {
                         info!(subnqn = %sc.nqn, nsid, backend = %b.describe(), "reload: replacing namespace (its store changed)");
@@ -307,7 +316,7 @@ impl Server {
                         // changed): same identifiers. Other data: new ones.
                         let ns = match configured.get(&key) {
                             Some(c) if same_data(c, n) => old.reopened(b),
-                            _ => Namespace::replacing(&sc.nqn, nsid, &store_identity(n), b),
+                            _ => Namespace::for_store(&sc.nqn, nsid, &store_identity(n), b),
                         };
                         s.remove_namespace(nsid);
                         s.add_namespace(Arc::new(ns));
@@ -503,6 +512,45 @@ mod tests {
         assert_ne!(now.2, a1.2, "EUI-64 kept for another file");
         assert_ne!(now, b2, "b's NSID 2 identifiers reused for NSID 1");
         server.shutdown(Duration::from_millis(100)).await;
+        let _ = std::fs::remove_file(&a);
+        let _ = std::fs::remove_file(&b);
+    }
+
+    /// A restart that gives an NSID another file gives it other identifiers
+    /// (a reconnecting Linux host kept the block device, and any filesystem
+    /// on it, for the other file); the same file keeps them, and a RAM
+    /// namespace, empty again, gets new ones.
+    #[tokio::test]
+    async fn restart_with_another_file_under_an_nsid_changes_its_identifiers() {
+        let dir = std::env::temp_dir();
+        let a = dir.join(format!("nvmeof-restart-ids-a-{}", std::process::id()));
+        let b = dir.join(format!("nvmeof-restart-ids-b-{}", std::process::id()));
+        let cfg = |body: String| {
+            let head = format!("[[port]]\nlisten = \"127.0.0.1:0\"\n\n[[subsystem]]\nnqn = \"{NQN}\"\n\n");
+            TargetConfig::from_toml(&format!("{head}{body}")).unwrap()
+        };
+        let file = |p: &std::path::Path| {
+            format!("[[subsystem.namespace]]\nfile = \"{}\"\nsize = \"1M\"\n", p.display())
+        };
+        let ram = "[[subsystem.namespace]]\nram = \"1M\"\n".to_string();
+        let ids_after_start = |c: TargetConfig| async move {
+            let server = Server::start(&c).await.unwrap();
+            let n = server.target.subsystem(NQN).unwrap().namespace(1).unwrap();
+            let ids = (n.nguid, n.uuid, n.eui64);
+            server.shutdown(Duration::from_millis(100)).await;
+            ids
+        };
+        let first = ids_after_start(cfg(file(&a))).await;
+        assert_eq!(ids_after_start(cfg(file(&a))).await, first, "same file, other identifiers");
+        let other = ids_after_start(cfg(file(&b))).await;
+        assert_ne!(other.0, first.0, "NGUID kept for another file");
+        assert_ne!(other.1, first.1, "UUID kept for another file");
+        assert_ne!(other.2, first.2, "EUI-64 kept for another file");
+        assert_ne!(
+            ids_after_start(cfg(ram.clone())).await,
+            ids_after_start(cfg(ram)).await,
+            "RAM identifiers repeated"
+        );
         let _ = std::fs::remove_file(&a);
         let _ = std::fs::remove_file(&b);
     }

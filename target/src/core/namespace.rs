@@ -22,23 +22,24 @@ pub struct Namespace {
 
 impl Namespace {
     /// A namespace whose identifiers derive from the subsystem NQN and the
-    /// NSID only, so they survive restarts and resizes (hosts use them to
-    /// recognise the same namespace after a reconnect). A store that takes
-    /// an NSID over while the target runs gets others ([`Self::replacing`]).
+    /// NSID only, so they survive restarts and resizes. The target binary
+    /// uses [`Self::for_store`], which ties them to the store as well.
     pub fn new(subnqn: &str, nsid: u32, backend: Arc<dyn Backend>) -> Self {
         Self::derive(subnqn, nsid, None, backend)
     }
 
-    /// A namespace that takes over `nsid` from another store while hosts
-    /// stay connected (a reload replacing it): identifiers derived from
-    /// `store` as well, so they differ from the NSID's previous ones. The
-    /// Linux host compares only the identifiers when it revalidates a
-    /// namespace after the Namespace Attribute Changed notice
-    /// (`nvme_validate_ns`): unchanged ones make it keep the block device,
-    /// its page cache and any filesystem mounted on it, now reading and
-    /// writing the new store as if it were the old one. Changed ones make
-    /// it drop the namespace ("identifiers changed for nsid").
-    pub fn replacing(subnqn: &str, nsid: u32, store: &[u8], backend: Arc<dyn Backend>) -> Self {
+    /// A namespace whose identifiers derive from the subsystem NQN, the NSID
+    /// and `store` (what holds the data: a file or device path): the same
+    /// file under the same NSID keeps them across restarts, resizes and
+    /// reloads; another file under that NSID, at startup or by a reload,
+    /// gets others. The Linux host recognises a namespace by its identifiers
+    /// alone when it reconnects or revalidates after the Namespace Attribute
+    /// Changed notice (`nvme_validate_ns`, `nvme_ns_ids_equal`): unchanged
+    /// ones make it keep the block device, its page cache and any
+    /// filesystem mounted on it, reading and writing the new store as if it
+    /// were the old one. Changed ones make it drop the namespace
+    /// ("identifiers changed for nsid") and add the new one.
+    pub fn for_store(subnqn: &str, nsid: u32, store: &[u8], backend: Arc<dyn Backend>) -> Self {
         Self::derive(subnqn, nsid, Some(store), backend)
     }
 
