@@ -6,7 +6,6 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use nvmeof_common::spec::DISCOVERY_NQN;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -158,18 +157,14 @@ fn open_backend_inner(ns: &NamespaceConfig) -> std::io::Result<Arc<dyn Backend>>
     })
 }
 
-/// Refuses the well-known discovery NQN as an NVM subsystem's NQN, as nvmet's
-/// `nvmet_subsys_make` does: Connect to that NQN reaches the discovery
-/// controller, so the subsystem's namespaces would be unreachable, and the
-/// discovery log would list the discovery NQN as an NVM subsystem.
+/// Checks a subsystem NQN ([`crate::config::check_subsystem_nqn`]) for
+/// configurations built without the parser: the well-known discovery NQN is
+/// refused as nvmet's `nvmet_subsys_make` does (Connect to it reaches the
+/// discovery controller, so the subsystem's namespaces would be unreachable,
+/// and the discovery log would list the discovery NQN as an NVM subsystem).
 fn check_subsystem_nqn(nqn: &str) -> std::io::Result<()> {
-    if nqn == DISCOVERY_NQN {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            format!("subsystem {nqn}: the discovery subsystem's NQN cannot name an NVM subsystem"),
-        ));
-    }
-    Ok(())
+    crate::config::check_subsystem_nqn(nqn)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("subsystem {nqn:?}: {e}")))
 }
 
 /// Builds a subsystem with its namespaces.
