@@ -56,18 +56,6 @@ fn same_store(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
         }
 }
 
-/// Whether two configurations of one NSID read the same data: the same file
-/// or the same device, whatever the engine, buffering or block size.
-fn same_data(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
-    use NamespaceSource::{Block, File};
-    match (&a.source, &b.source) {
-        (File { path: p, .. }, File { path: q, .. }) | (Block { path: p, .. }, Block { path: q, .. }) => {
-            p == q
-        }
-        _ => false,
-    }
-}
-
 /// What a namespace derives its identifiers from besides NQN and NSID
 /// ([`Namespace::for_store`]): its file or device path as configured, and for
 /// RAM a value of its own that no restart repeats (a RAM store starts empty:
@@ -301,20 +289,17 @@ impl Server {
                 wanted.push(nsid);
                 let key = (sc.nqn.clone(), nsid);
                 match (s.namespace(nsid), new_backends.remove(&key)) {
-                    (None, Some(b)) => {
-                        info!(subnqn = %sc.nqn, nsid, backend = %b.describe(), "reload: adding namespace");
+                    (running, Some(b)) => {
+                        if running.is_some() {
+                            info!(subnqn = %sc.nqn, nsid, backend = %b.describe(), "reload: replacing namespace (its store changed)");
+                            s.remove_namespace(nsid);
+                        } else {
+                            info!(subnqn = %sc.nqn, nsid, backend = %b.describe(), "reload: adding namespace");
+                        }
+                        // Identifiers follow the store: the same file reopened
+                        // (engine, buffering or block size changed) keeps
+                        // them, another file or a new RAM store gets others.
                         s.add_namespace(Arc::new(Namespace::for_store(&sc.nqn, nsid, &store_identity(n), b)));
-                    }
-                    (Some(old), Some(b)) => {
-                        info!(subnqn = %sc.nqn, nsid, backend = %b.describe(), "reload: replacing namespace (its store changed)");
-                        // Same data reopened (engine, buffering or block size
-                        // changed): same identifiers. Other data: new ones.
-                        let ns = match configured.get(&key) {
-                            Some(c) if same_data(c, n) => old.reopened(b),
-                            _ => Namespace::for_store(&sc.nqn, nsid, &store_identity(n), b),
-                        };
-                        s.remove_namespace(nsid);
-                        s.add_namespace(Arc::new(ns));
                     }
                     (None, None) => continue,
                     (Some(ns), None) => {
@@ -391,6 +376,20 @@ mod tests {
 
     const NQN: &str = "nqn.2026-11.io.nvmeof:reload";
 
+    /// One port on 127.0.0.1:0 and subsystem [`NQN`] with `namespaces` (TOML).
+    fn subsystem_config(namespaces: &str) -> TargetConfig {
+        TargetConfig::from_toml(&format!(
+            "[[port]]\nlisten = \"127.0.0.1:0\"\n\n[[subsystem]]\nnqn = \"{NQN}\"\n\n{namespaces}"
+        ))
+        .unwrap()
+    }
+
+    /// NGUID, UUID and EUI-64 of namespace `nsid` of [`NQN`].
+    fn ids(server: &Server, nsid: u32) -> ([u8; 16], [u8; 16], [u8; 8]) {
+        let n = server.target.subsystem(NQN).unwrap().namespace(nsid).unwrap();
+        (n.nguid, n.uuid, n.eui64)
+    }
+
     fn config(path: &std::path::Path, size: &str) -> TargetConfig {
         TargetConfig::from_toml(&format!(
             "[[port]]\nlisten = \"127.0.0.1:0\"\n\n[[subsystem]]\nnqn = \"{NQN}\"\n\n\
@@ -455,11 +454,9 @@ mod tests {
                 p.display()
             )
         };
-        let head = format!("[[port]]\nlisten = \"127.0.0.1:0\"\n\n[[subsystem]]\nnqn = \"{NQN}\"\n\n");
-        let both = TargetConfig::from_toml(&format!("{head}{}{}", ns(&a, "4M"), ns(&b, "1M"))).unwrap();
+        let both = subsystem_config(&format!("{}{}", ns(&a, "4M"), ns(&b, "1M")));
         let server = Server::start(&both).await.unwrap();
-        let only_b = TargetConfig::from_toml(&format!("{head}{}", ns(&b, "1M"))).unwrap();
-        server.reload(&only_b).unwrap();
+        server.reload(&subsystem_config(&ns(&b, "1M"))).unwrap();
         let s = server.target.subsystem(NQN).unwrap();
         assert_eq!(s.namespaces().keys().copied().collect::<Vec<_>>(), vec![1]);
         assert_eq!(s.namespace(1).unwrap().backend.size(), 1 << 20);
@@ -486,22 +483,16 @@ mod tests {
                 p.display()
             )
         };
-        let head = format!("[[port]]\nlisten = \"127.0.0.1:0\"\n\n[[subsystem]]\nnqn = \"{NQN}\"\n\n");
-        let cfg = |body: String| TargetConfig::from_toml(&format!("{head}{body}")).unwrap();
+        let cfg = |body: String| subsystem_config(&body);
         let server =
             Server::start(&cfg(format!("{}{}", ns(&a, "threads"), ns(&b, "threads")))).await.unwrap();
-        let s = server.target.subsystem(NQN).unwrap();
-        let ids = |nsid| {
-            let n = s.namespace(nsid).unwrap();
-            (n.nguid, n.uuid, n.eui64)
-        };
-        let (a1, b2) = (ids(1), ids(2));
+        let (a1, b2) = (ids(&server, 1), ids(&server, 2));
         // Same file, another engine: the same namespace.
         server.reload(&cfg(format!("{}{}", ns(&a, "auto"), ns(&b, "threads")))).unwrap();
-        assert_eq!(ids(1), a1);
+        assert_eq!(ids(&server, 1), a1);
         // The first entry removed: NSID 1 now names b.
         server.reload(&cfg(ns(&b, "threads"))).unwrap();
-        let now = ids(1);
+        let now = ids(&server, 1);
         assert_ne!(now.0, a1.0, "NGUID kept for another file");
         assert_ne!(now.1, a1.1, "UUID kept for another file");
         assert_ne!(now.2, a1.2, "EUI-64 kept for another file");
@@ -520,18 +511,14 @@ mod tests {
         let dir = std::env::temp_dir();
         let a = dir.join(format!("nvmeof-restart-ids-a-{}", std::process::id()));
         let b = dir.join(format!("nvmeof-restart-ids-b-{}", std::process::id()));
-        let cfg = |body: String| {
-            let head = format!("[[port]]\nlisten = \"127.0.0.1:0\"\n\n[[subsystem]]\nnqn = \"{NQN}\"\n\n");
-            TargetConfig::from_toml(&format!("{head}{body}")).unwrap()
-        };
+        let cfg = |body: String| subsystem_config(&body);
         let file = |p: &std::path::Path| {
             format!("[[subsystem.namespace]]\nfile = \"{}\"\nsize = \"1M\"\n", p.display())
         };
         let ram = "[[subsystem.namespace]]\nram = \"1M\"\n".to_string();
         let ids_after_start = |c: TargetConfig| async move {
             let server = Server::start(&c).await.unwrap();
-            let n = server.target.subsystem(NQN).unwrap().namespace(1).unwrap();
-            let ids = (n.nguid, n.uuid, n.eui64);
+            let ids = ids(&server, 1);
             server.shutdown(Duration::from_millis(100)).await;
             ids
         };

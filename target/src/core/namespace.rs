@@ -43,13 +43,6 @@ impl Namespace {
         Self::derive(subnqn, nsid, Some(store), backend)
     }
 
-    /// The same namespace (identifiers kept) on another backend of the
-    /// same data: the store was reopened, say with another I/O engine.
-    pub fn reopened(&self, backend: Arc<dyn Backend>) -> Self {
-        let block_shift = backend.block_size().trailing_zeros();
-        Self { nsid: self.nsid, backend, nguid: self.nguid, uuid: self.uuid, eui64: self.eui64, block_shift }
-    }
-
     fn derive(subnqn: &str, nsid: u32, store: Option<&[u8]>, backend: Arc<dyn Backend>) -> Self {
         let id = |kind: &[u8]| {
             let nsid = nsid.to_le_bytes();
