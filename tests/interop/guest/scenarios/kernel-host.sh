@@ -238,6 +238,35 @@ kh_subsys() { # kh_subsys add|remove NQN
     fi
 }
 
+# disc_notice DC add|remove N: change the subsystem set by NQN2; the N-th
+# discovery log change notice must reach DC, and the log then list NQN2
+# (add) or not (remove)
+disc_notice() {
+    _th=$(now_ms)
+    _out=$(kh_subsys "$2" "$NQN2") || fail "$2 $NQN2: $_out"
+    wait_uevents "$1" "$3" 30 \
+        || fail "no discovery log change notice #$3 on $1 within 30 s of the $2 of $NQN2 (AER not re-armed?); uevents: $(tail -n 3 /tmp/uevents | tr '\n' ';')"
+    info "discovery log change notice #$3 on $1 $(( $(now_ms) - _th )) ms after the $2 of $NQN2"
+    t 30 nvme discover -t tcp -a "$NVME_ADDR" -s "$NVME_PORT" >/tmp/disc$3.txt 2>&1
+    if grep -q "subnqn: *$NQN2\$" /tmp/disc$3.txt; then
+        [ "$2" = add ] || fail "discovery log still lists $NQN2 after the notice"
+    else
+        [ "$2" = remove ] || fail "discovery log lacks $NQN2 after the notice"
+    fi
+}
+
+# disc_checks DC: what kh_discovery_aen checks on discovery controller DC
+disc_checks() {
+    grep -q "subnqn: *$NQN2\$" /tmp/pdisc.txt && fail "$NQN2 listed before it was added"
+    # idle past 2 x KATO: the keep-alive keeps the discovery controller
+    sleep 5
+    _st=$(cat "/sys/class/nvme/$1/state")
+    [ "$_st" = live ] || fail "discovery controller $1 is $_st after 5 s idle with KATO 2 s"
+    info "persistent discovery controller $1 live after 5 s idle (KATO 2 s)"
+    disc_notice "$1" add 1
+    disc_notice "$1" remove 2
+}
+
 kh_discovery_aen() {
     [ -z "$(ctrls_for_nqn "$DISC_NQN")" ] || fail "a discovery controller is already connected"
     : >/tmp/uevents
@@ -251,34 +280,12 @@ kh_discovery_aen() {
     _rc=$?
     _dc=$(ctrls_for_nqn "$DISC_NQN" | head -n 1)
     if [ -z "$_dc" ]; then kill "$_uev"; fail "nvme discover -p (rc=$_rc) left no discovery controller: $(tail -n 1 /tmp/pdisc.txt)"; fi
-    _ok=1; _why=""
-    grep -q "subnqn: *$NQN2\$" /tmp/pdisc.txt && { _ok=0; _why="$NQN2 listed before it was added"; }
-    # idle past 2 x KATO: the keep-alive keeps the discovery controller
-    [ $_ok = 1 ] && { sleep 5; _st=$(cat "/sys/class/nvme/$_dc/state"); [ "$_st" = live ] || { _ok=0; _why="discovery controller $_dc is $_st after 5 s idle with KATO 2 s"; }; }
-    if [ $_ok = 1 ]; then
-        info "persistent discovery controller $_dc live after 5 s idle (KATO 2 s)"
-        _th=$(now_ms)
-        if ! _out=$(kh_subsys add "$NQN2"); then _ok=0; _why="adding $NQN2: $_out"
-        elif ! wait_uevents "$_dc" 1 30; then _ok=0; _why="no discovery log change notice on $_dc within 30 s of adding $NQN2; uevents: $(tail -n 3 /tmp/uevents | tr '\n' ';')"
-        else
-            info "discovery log change notice on $_dc $(( $(now_ms) - _th )) ms after $NQN2 was added"
-            t 30 nvme discover -t tcp -a "$NVME_ADDR" -s "$NVME_PORT" >/tmp/disc2.txt 2>&1
-            grep -q "subnqn: *$NQN2\$" /tmp/disc2.txt || { _ok=0; _why="discovery log lacks $NQN2 after the notice"; }
-        fi
-    fi
-    if [ $_ok = 1 ]; then
-        _th=$(now_ms)
-        if ! _out=$(kh_subsys remove "$NQN2"); then _ok=0; _why="removing $NQN2: $_out"
-        elif ! wait_uevents "$_dc" 2 30; then _ok=0; _why="no second notice on $_dc within 30 s of removing $NQN2 (AER not re-armed?)"
-        else
-            info "second notice on $_dc $(( $(now_ms) - _th )) ms after $NQN2 was removed"
-            t 30 nvme discover -t tcp -a "$NVME_ADDR" -s "$NVME_PORT" >/tmp/disc3.txt 2>&1
-            grep -q "subnqn: *$NQN2\$" /tmp/disc3.txt && { _ok=0; _why="discovery log still lists $NQN2"; }
-        fi
-    fi
+    # in a subshell: its `fail` (FAILREASON, exit) must not skip the cleanup
+    ( disc_checks "$_dc" )
+    _rc=$?
     t 30 nvme disconnect -d "$_dc" >/dev/null 2>&1 || info "nvme disconnect -d $_dc failed"
     kill "$_uev" 2>/dev/null
-    [ $_ok = 1 ] || fail "$_why"
+    [ $_rc = 0 ] || exit 1
     wait_no_ctrl "$DISC_NQN" 10 || fail "discovery controller $_dc still present after disconnect"
 }
 
