@@ -693,6 +693,40 @@ async fn admin_cli_outputs_and_exit_codes() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_write_pads_with_zeroes_up_to_count() {
+    bounded(60, async {
+        let t = start_target(512, None).await;
+        let a = t.addr.as_str();
+        // 3 MiB of 0xAB at lba 100, then 1.5 MiB + 1000 bytes of input with
+        // --count covering 2.5 MiB more: the input lands as given, the rest of
+        // the range (last partial block, then whole commands of padding) reads
+        // as zeroes, and nothing past --count changes.
+        let fill = vec![0xABu8; 3 << 20];
+        let w = admin(&["nvmeof", "write", a, "--nqn", NQN, "--lba", "100"], &fill).await.unwrap();
+        assert!(w.contains("wrote 6144 blocks"), "{w}");
+        let data: Vec<u8> = (0..(3 << 19) + 1000u32).map(|i| (i % 251) as u8 + 1).collect();
+        let count = 5 * 1024; // 2.5 MiB of blocks
+        let w = admin(
+            &["nvmeof", "write", a, "--nqn", NQN, "--lba", "100", "--count", &count.to_string()],
+            &data,
+        )
+        .await
+        .unwrap();
+        assert!(w.contains(&format!("wrote {count} blocks")), "{w}");
+        let raw = admin_raw(&["nvmeof", "read", a, "--nqn", NQN, "--lba", "100", "--count", "6144"], b"")
+            .await
+            .unwrap();
+        assert_eq!(raw.len(), 3 << 20);
+        assert!(raw[..data.len()] == data[..], "input bytes differ");
+        let pad_end = count * 512;
+        assert!(raw[data.len()..pad_end].iter().all(|&b| b == 0), "padding is not zeroes");
+        assert!(raw[pad_end..].iter().all(|&b| b == 0xAB), "blocks past --count changed");
+        t.stop().await;
+    })
+    .await;
+}
+
 /// The built binaries, next to this test executable's `deps/` folder; built on demand.
 fn binary(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();

@@ -566,7 +566,7 @@ async fn write(
     nsid: u32,
     lba: u64,
     count: Option<u64>,
-    mut data: Vec<u8>,
+    data: Vec<u8>,
     fua: bool,
     src: &str,
     out: &mut dyn Write,
@@ -586,21 +586,36 @@ async fn write(
         None => need,
     };
     check_range(nsid, lba, count, info.blocks)?;
-    data.resize((count * bs) as usize, 0);
     let ns = ctrl
         .namespace(nsid)
         .await
         .map_err(|e| ToolError::from_initiator(&format!("namespace {nsid}"), &e))?;
     let flags = IoFlags { fua, ..IoFlags::default() };
     let per = (CHUNK / bs).max(1);
-    for (i, chunk) in data.chunks((per * bs) as usize).enumerate() {
-        let at = lba + i as u64 * per;
+    // The input's last block and any further blocks up to --count are zeroes.
+    // They are written from one reused command-sized buffer rather than by
+    // growing `data` to the whole range: `--count` may name gigabytes past a
+    // short input (zeroing a range), which must not need that much memory.
+    let mut padded = Vec::new();
+    let mut done = 0;
+    while done < count {
+        let n = per.min(count - done);
+        let (from, len) = ((done * bs) as usize, (n * bs) as usize);
+        let chunk = match data.get(from..from + len) {
+            Some(whole) => whole,
+            None => {
+                let have = data.get(from..).unwrap_or_default();
+                padded.clear();
+                padded.extend_from_slice(have);
+                padded.resize(len, 0);
+                &padded[..]
+            }
+        };
+        let at = lba + done;
         ns.write_with(at, chunk, flags).await.map_err(|e| {
-            ToolError::from_initiator(
-                &format!("write of {} blocks at lba {at} (nsid {nsid})", chunk.len() as u64 / bs),
-                &e,
-            )
+            ToolError::from_initiator(&format!("write of {n} blocks at lba {at} (nsid {nsid})"), &e)
         })?;
+        done += n;
     }
     if cli.json {
         emit(out, &json!({ "nsid": nsid, "lba": lba, "blocks": count, "bytes": count * bs, "fua": fua }))
