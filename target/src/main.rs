@@ -179,8 +179,15 @@ fn host_commands(cfg: &TargetConfig, addrs: &[SocketAddr]) -> Vec<String> {
             Some(h) => h.iter().map(|h| Some(h.as_str())).collect(),
             None => vec![None],
         };
+        // Listening on both wildcards (0.0.0.0 and ::) on one port makes the
+        // same "<this-host-ip>" lines: printed once.
+        let mut shown: Vec<(String, u16)> = Vec::new();
         for a in addrs {
             let ip = if a.ip().is_unspecified() { "<this-host-ip>".to_string() } else { a.ip().to_string() };
+            if shown.contains(&(ip.clone(), a.port())) {
+                continue;
+            }
+            shown.push((ip.clone(), a.port()));
             lines.push("On a Linux host (nvme-cli):".to_string());
             for h in &hosts {
                 let q = h.map(|h| format!(" --hostnqn {h}")).unwrap_or_default();
@@ -257,8 +264,16 @@ fn main() -> std::process::ExitCode {
                 }
             }
         }
-        tracing::info!("signal received: stopping");
-        server.shutdown(Duration::from_secs(10)).await;
+        tracing::info!(
+            "signal received: stopping (a second SIGINT or SIGTERM stops without waiting for hosts)"
+        );
+        let again = async {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+        };
+        server.shutdown_or(Duration::from_secs(10), again).await;
         std::process::ExitCode::SUCCESS
     })
 }
@@ -346,6 +361,22 @@ mod tests {
     /// The printed nvme-cli lines reach the subsystem: with allowed hosts
     /// they carry `--hostnqn` (without it nvme-cli sends /etc/nvme/hostnqn,
     /// which the subsystem refuses unless listed).
+    #[test]
+    fn printed_commands_show_both_wildcards_of_one_port_once() {
+        let addrs: Vec<SocketAddr> =
+            vec!["0.0.0.0:4420".parse().unwrap(), "[::]:4420".parse().unwrap(), "[::]:4421".parse().unwrap()];
+        let c = flags(&["--ram", "1M", "--nqn", "nqn.2026-11.x:y"]).unwrap();
+        let lines = host_commands(&c, &addrs);
+        let connects: Vec<&String> = lines.iter().filter(|l| l.contains("nvme connect")).collect();
+        assert_eq!(
+            connects,
+            [
+                "  nvme connect -t tcp -a <this-host-ip> -s 4420 -n nqn.2026-11.x:y",
+                "  nvme connect -t tcp -a <this-host-ip> -s 4421 -n nqn.2026-11.x:y",
+            ]
+        );
+    }
+
     #[test]
     fn printed_commands_name_the_allowed_hosts() {
         let addrs: Vec<SocketAddr> = vec!["127.0.0.1:4420".parse().unwrap(), "[::]:4421".parse().unwrap()];

@@ -348,13 +348,28 @@ impl Server {
     /// Stops accepting, lets connections finish in-flight commands (bounded by
     /// `grace`), then flushes every backend.
     pub async fn shutdown(self, grace: Duration) {
+        self.shutdown_or(grace, std::future::pending()).await
+    }
+
+    /// [`Server::shutdown`], except that the wait for connections also ends
+    /// when `cut` completes (the binary's second SIGINT or SIGTERM: an admin
+    /// who asks twice does not want to wait out the grace period). The
+    /// backends are flushed either way.
+    pub async fn shutdown_or(self, grace: Duration, cut: impl std::future::Future<Output = ()>) {
         let _ = self.stop.send(true);
         for t in self.accept_tasks {
             let _ = t.await;
         }
         let deadline = tokio::time::Instant::now() + grace;
+        tokio::pin!(cut);
         while self.target.connection_count() > 0 && tokio::time::Instant::now() < deadline {
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(10)) => {}
+                _ = &mut cut => {
+                    warn!("second stop signal: not waiting for connections any longer");
+                    break;
+                }
+            }
         }
         if self.target.connection_count() > 0 {
             warn!(left = self.target.connection_count(), "connections still open after the grace period");

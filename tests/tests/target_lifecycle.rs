@@ -465,3 +465,24 @@ async fn graceful_shutdown_completes_write_awaiting_data() {
         .unwrap();
     assert!(c.data == d, "written data not in the namespace");
 }
+
+/// A second stop signal ends the wait for connections at once (the binary's
+/// second SIGINT or SIGTERM): before, it waited out the whole grace period
+/// (10 s) for a host that never sent the data of its write.
+#[tokio::test]
+async fn shutdown_wait_for_connections_ends_when_cut() {
+    let s = setup(&default_config()).await;
+    let (server, mut io, _admin) = (s.server, s.io, s.admin);
+    let mut sqe = RawClient::rw_sqe(IoOpcode::WRITE, 1, 0, 8);
+    sqe.set_cid(78).set_sgl(SglDescriptor::transport(4096));
+    io.send_pdu(&Pdu::CapsuleCmd(CapsuleCmd::new(sqe))).await;
+    assert!(matches!(io.recv_pdu().await, Ok(Pdu::R2t(_))));
+    let target = server.target.clone();
+    let t0 = std::time::Instant::now();
+    let cut = tokio::time::sleep(Duration::from_millis(300));
+    let stop = tokio::spawn(server.shutdown_or(Duration::from_secs(30), cut));
+    tokio::time::timeout(Duration::from_secs(5), stop).await.expect("shutdown not cut").unwrap();
+    assert!(t0.elapsed() >= Duration::from_millis(300), "stopped before the cut: {:?}", t0.elapsed());
+    // The host never sent its data: its connection was still open when the wait ended.
+    assert!(target.connection_count() >= 1);
+}
