@@ -571,6 +571,26 @@ fn bad_host_nqns_and_a_zero_timeout_are_usage_errors() {
     );
 }
 
+/// Options that had no effect (`--interval` outside ping mode, `--threads 0`)
+/// were ignored without a word; they are usage errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_options_without_effect_are_usage_errors() {
+    bounded(30, async {
+        for (bad, says) in [
+            (vec!["--interval", "5ms"], "--interval applies to --ping only"),
+            (vec!["--threads", "0"], "--threads must be at least 1"),
+        ] {
+            let mut args = vec!["nvmeof-probe", "127.0.0.1:9", "--nqn", NQN];
+            args.extend_from_slice(&bad);
+            let o = ProbeOptions::parse_args(&args).unwrap();
+            let e = nvmeof_tools::run_probe(&o).await.expect_err(says);
+            assert_eq!(e.exit_code(), ExitCode::Usage, "{bad:?}: {e}");
+            assert!(e.message.contains(says), "{bad:?}: {e}");
+        }
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_addresses_are_usage_errors() {
     bounded(60, async {

@@ -261,6 +261,14 @@ impl ProbeOptions {
                 "--ping sends one request at a time: --qd, --queues and --rate do not apply (use --interval)",
             ));
         }
+        // Options that would otherwise do nothing: a user who gave them
+        // expected an effect (ioping pauses, a thread count).
+        if self.interval.is_some() && !self.ping {
+            return Err(ToolError::usage("--interval applies to --ping only (use --rate to pace a run)"));
+        }
+        if self.threads == Some(0) {
+            return Err(ToolError::usage("--threads must be at least 1"));
+        }
         if self.nqn.is_empty() {
             return Err(ToolError::usage("--nqn must not be empty"));
         }
