@@ -486,3 +486,84 @@ async fn shutdown_wait_for_connections_ends_when_cut() {
     // The host never sent its data: its connection was still open when the wait ended.
     assert!(target.connection_count() >= 1);
 }
+
+/// The `nvmeof-target` binary of this build (built on demand: cargo does
+/// nothing when it is up to date, and a binary left by an older build would
+/// otherwise be tested instead of the current sources).
+fn target_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.args(["build", "-p", "nvmeof-target", "--bins"]);
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    assert!(cmd.status().expect("cargo build runs").success(), "building nvmeof-target failed");
+    let path = profile_dir.join("nvmeof-target");
+    assert!(path.exists(), "{} not found", path.display());
+    path
+}
+
+/// The binary's first SIGINT starts the graceful stop, which waits (up to
+/// 10 s) for a write whose data the host never sends; a second SIGINT ends
+/// that wait: the target exits at once, status 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn second_sigint_stops_the_binary_without_waiting_for_hosts() {
+    let bin = tokio::task::spawn_blocking(target_binary).await.unwrap();
+    // A free port: bound, read, released (the target binds it next).
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let mut child = std::process::Command::new(bin)
+        .args(["serve", "--ram", "1M", "--nqn", SUBNQN, "--listen", &addr.to_string()])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id().to_string();
+    // SIGINT to the child this test started, by its PID.
+    let sigint = || {
+        let st = std::process::Command::new("kill").args(["-INT", &pid]).status().unwrap();
+        assert!(st.success(), "kill -INT {pid}");
+    };
+    let mut up = false;
+    for _ in 0..100 {
+        if tokio::net::TcpStream::connect(addr).await.is_ok() {
+            up = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(up, "target not listening on {addr} within 5 s");
+    let admin = admin_queue(addr, SUBNQN).await;
+    let mut io = io_queue(addr, admin.cntlid, 1, 8192).await;
+    let mut sqe = RawClient::rw_sqe(IoOpcode::WRITE, 1, 0, 8);
+    sqe.set_cid(79).set_sgl(SglDescriptor::transport(4096));
+    io.send_pdu(&Pdu::CapsuleCmd(CapsuleCmd::new(sqe))).await;
+    assert!(matches!(io.recv_pdu().await, Ok(Pdu::R2t(_))));
+    let exited_within = |child: &mut std::process::Child, limit: Duration| {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(st) = child.try_wait().unwrap() {
+                return Some(st);
+            }
+            if std::time::Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    sigint();
+    let first = exited_within(&mut child, Duration::from_millis(1500));
+    if first.is_some() {
+        panic!("the target did not wait for the write in flight: {first:?}");
+    }
+    sigint();
+    let second = exited_within(&mut child, Duration::from_secs(3));
+    let _ = child.kill();
+    let _ = child.wait();
+    let st = second.expect("no exit within 3 s of the second SIGINT");
+    assert_eq!(st.code(), Some(0), "{st:?}");
+    drop((io, admin));
+}
