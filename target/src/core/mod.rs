@@ -12,17 +12,38 @@ pub use namespace::Namespace;
 pub use subsystem::Subsystem;
 pub use target::{Limits, Target};
 
-/// Deterministic 16 bytes derived from `parts` (CRC32C chained), used for
-/// serial numbers, NGUID/UUID/EUI-64 that must survive target restarts.
+/// Deterministic 16 bytes derived from `parts`, used for serial numbers and
+/// NGUID/UUID/EUI-64 that must survive target restarts: the first half of
+/// SHA-256 over the parts, each preceded by its length (so `["ab", "c"]` and
+/// `["a", "bc"]` differ). A chained CRC32C did this before: linear, so every
+/// word of two equal-length inputs collided together with odds 2^-32 per
+/// pair, and the Linux host refuses a namespace whose identifiers another
+/// one already has (`nvme_global_check_duplicate_ids`).
 pub fn stable_id(parts: &[&[u8]]) -> [u8; 16] {
-    let mut out = [0u8; 16];
-    let mut crc = 0x4E56_4D65u32;
-    for (i, chunk) in out.chunks_mut(4).enumerate() {
-        crc = nvmeof_common::digest::crc32c_append(crc, &[i as u8]);
-        for p in parts {
-            crc = nvmeof_common::digest::crc32c_append(crc, p);
-        }
-        chunk.copy_from_slice(&crc.to_le_bytes());
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for p in parts {
+        h.update((p.len() as u64).to_le_bytes());
+        h.update(p);
     }
+    let mut out = [0u8; 16];
+    out.copy_from_slice(&h.finalize()[..16]);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::stable_id;
+
+    #[test]
+    fn stable_ids_separate_parts_and_do_not_change() {
+        assert_ne!(stable_id(&[b"ab", b"c"]), stable_id(&[b"a", b"bc"]));
+        assert_ne!(stable_id(&[b"x"]), stable_id(&[b"x", b""]));
+        // Fixed: identifiers a host has seen must come out the same in every
+        // build (value from Python: sha256 over u64-LE length + bytes per part).
+        assert_eq!(
+            stable_id(&[b"nguid", b"nqn.2026-12.io.nvmeof:a", &1u32.to_le_bytes()]),
+            [242, 26, 24, 14, 8, 96, 105, 212, 165, 160, 246, 30, 131, 95, 52, 84],
+        );
+    }
 }
