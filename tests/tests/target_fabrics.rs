@@ -352,3 +352,28 @@ async fn connect_disabling_sq_flow_control_answers_sqhd_ffff() {
     assert!(!c.status().is_success());
     assert_ne!(c.cqe.sqhd, 0xFFFF);
 }
+
+/// A normal shutdown resets CC, as nvmet_update_cc does (nvmet_clear_ctrl:
+/// RDY cleared, CC = 0, then SHST complete): Property Get CC reads 0 after it,
+/// and the next write of CC.EN = 1 is an enable (0→1) that readies the
+/// controller again, with CSTS = RDY only (nvmet_start_ctrl assigns CSTS).
+#[tokio::test]
+async fn shutdown_resets_cc_and_a_later_enable_readies() {
+    let (_server, addr) = start(&default_config()).await;
+    let mut a = admin_queue(addr, SUBNQN).await;
+    let cc = Cc(a.property_get(PropertyOffset::CC, false).await.ok().cqe.dw0());
+    assert!(cc.en());
+    a.property_set(PropertyOffset::CC, cc.with_shn(Cc::SHN_NORMAL).0).await.ok();
+    let csts = a.csts().await;
+    assert_eq!(csts.shst(), Csts::SHST_COMPLETE, "{csts:?}");
+    assert!(!csts.rdy(), "{csts:?}");
+    let after = a.property_get(PropertyOffset::CC, false).await.ok().cqe.dw0();
+    assert_eq!(after, 0, "CC after shutdown");
+    a.identify(Cns::CTRL, 0).await.expect_status(Status::CMD_SEQ_ERROR);
+    // EN = 1 again, SHN = 0, without a write of EN = 0 first.
+    a.property_set(PropertyOffset::CC, cc.0).await.ok();
+    let csts = a.csts().await;
+    assert!(csts.rdy() && !csts.cfs(), "{csts:?}");
+    assert_eq!(csts.shst(), Csts::SHST_NORMAL, "{csts:?}");
+    a.identify(Cns::CTRL, 0).await.ok();
+}

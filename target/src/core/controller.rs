@@ -131,8 +131,11 @@ impl Controller {
     }
 
     /// Property Set CC, following nvmet `nvmet_update_cc`: EN 0→1 validates
-    /// MPS/AMS/CSS (and IOSQES/IOCQES for I/O controllers) and sets RDY or CFS;
-    /// EN 1→0 clears RDY; SHN set completes shutdown at once.
+    /// MPS/AMS/CSS (and IOSQES/IOCQES for I/O controllers) and sets CSTS to
+    /// RDY or CFS alone (`nvmet_start_ctrl` assigns it, so an earlier SHST or
+    /// CFS goes); EN 1→0 clears RDY and CC (`nvmet_clear_ctrl`); SHN set
+    /// completes shutdown at once, after the same reset of RDY and CC, so CC
+    /// reads 0 afterwards and the next write of EN = 1 is an enable again.
     pub fn set_cc(&self, new: u32) {
         let mut r = self.regs.lock().unwrap();
         let old = Cc(r.cc);
@@ -143,19 +146,21 @@ impl Controller {
             let css_ok = matches!(cc.css(), Cc::CSS_NVM | Cc::CSS_CSI);
             let qes_ok = self.is_discovery() || (cc.iosqes() == 6 && cc.iocqes() == 4);
             if cc.mps() != 0 || cc.ams() != 0 || !css_ok || !qes_ok {
-                csts = csts.with_cfs(true);
+                csts = Csts(0).with_cfs(true);
             } else {
-                csts = csts.with_rdy(true);
+                csts = Csts(0).with_rdy(true);
                 self.touch();
             }
         }
         if !cc.en() && old.en() {
-            // Controller reset: clear RDY and the register (nvmet_clear_ctrl).
-            csts = Csts(0);
+            // Controller reset (nvmet_clear_ctrl): RDY and the register.
+            csts = csts.with_rdy(false);
             r.cc = 0;
         }
         if cc.shn() != Cc::SHN_NONE && old.shn() == Cc::SHN_NONE {
+            // nvmet_clear_ctrl, then SHST complete.
             csts = csts.with_rdy(false).with_shst(Csts::SHST_COMPLETE);
+            r.cc = 0;
         }
         if cc.shn() == Cc::SHN_NONE && old.shn() != Cc::SHN_NONE {
             csts = csts.with_shst(Csts::SHST_NORMAL);
