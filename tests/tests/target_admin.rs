@@ -206,3 +206,19 @@ async fn commands_before_enable_are_sequence_errors() {
     let r = io.read(1, 0, 1, NS1_BS).await;
     assert_eq!(r.status(), Status::CMD_SEQ_ERROR.with_dnr());
 }
+
+/// SMART / Health Information is controller-wide only for NSID FFFFFFFFh; any
+/// other NSID names a namespace, and NSID 0 names none: Invalid Namespace or
+/// Format with DNR, as nvmet answers (`nvmet_execute_get_log_page_smart` →
+/// `nvmet_get_smart_log_nsid` → `nvmet_req_find_ns`).
+#[tokio::test]
+async fn smart_log_for_nsid_0_is_invalid_namespace() {
+    let mut s = setup(&default_config()).await;
+    let a = &mut s.admin;
+    let r = a.get_log_page(LogPageId::SMART, 0, 0, 512, false).await;
+    assert_eq!(r.status(), Status::INVALID_NS.with_dnr(), "SMART log, NSID 0");
+    let r = a.get_log_page(LogPageId::SMART, 7, 0, 512, false).await;
+    assert_eq!(r.status(), Status::INVALID_NS.with_dnr(), "SMART log, inactive NSID");
+    assert_eq!(a.get_log_page(LogPageId::SMART, 1, 0, 512, false).await.ok().data.len(), 512);
+    assert_eq!(a.get_log_page(LogPageId::SMART, 0xFFFF_FFFF, 0, 512, false).await.ok().data.len(), 512);
+}

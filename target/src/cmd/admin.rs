@@ -387,11 +387,12 @@ fn get_log_page(
     Ok(Response::data(log_window(&page, cmd.lpo, len)))
 }
 
-/// SMART / Health log (LID 02h): controller-wide for NSID 0 or FFFFFFFFh, else
-/// for an active namespace. No counters are kept, so it is all zero (as nvmet
-/// for file-backed namespaces).
+/// SMART / Health log (LID 02h): controller-wide for NSID FFFFFFFFh, else for
+/// an active namespace; NSID 0 names none and is Invalid Namespace, as nvmet
+/// answers (`nvmet_get_smart_log_nsid` → `nvmet_req_find_ns`). No counters are
+/// kept, so it is all zero (as nvmet for file-backed namespaces).
 fn smart_log(ctrl: &Controller, nsid: u32) -> Result<Vec<u8>, Status> {
-    if nsid != 0 && nsid != 0xFFFF_FFFF && ctrl.subsys.namespace(nsid).is_none() {
+    if nsid != 0xFFFF_FFFF && ctrl.subsys.namespace(nsid).is_none() {
         return Err(invalid_ns());
     }
     Ok(SmartLog::default().encode())
