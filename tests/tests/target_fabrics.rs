@@ -377,3 +377,47 @@ async fn shutdown_resets_cc_and_a_later_enable_readies() {
     assert_eq!(csts.shst(), Csts::SHST_NORMAL, "{csts:?}");
     a.identify(Cns::CTRL, 0).await.ok();
 }
+
+/// A Connect with more than one bad field gets the status of the check nvmet
+/// makes first: RECFMT before the data (`nvmet_execute_admin_connect` /
+/// `nvmet_execute_io_connect`), an admin CNTLID other than FFFFh before the
+/// subsystem and host (`nvmet_alloc_ctrl` comes after it), and on an I/O queue
+/// a QID already connected before SQSIZE above MQES (`nvmet_install_queue`).
+#[tokio::test]
+async fn connect_checks_come_in_nvmets_order() {
+    let (_server, addr) = start(&default_config()).await;
+
+    // RECFMT 1 with connect data whose SUBNQN has no NUL: Incompatible Format.
+    let mut c = RawClient::connect(addr).await;
+    let mut data = c.connect_data(SUBNQN, CNTLID_DYNAMIC).encode();
+    data[data_off::SUBNQN..data_off::SUBNQN + 256].fill(b'a');
+    let mut cmd = ConnectCmd::admin(0);
+    cmd.recfmt = 1;
+    let cid = c.send_cmd(cmd.to_sqe(0), bytes::Bytes::copy_from_slice(&data), bytes::Bytes::new()).await;
+    assert_eq!(c.wait(cid).await.status(), Status::CONNECT_FORMAT.with_dnr());
+
+    // Admin Connect to an unknown subsystem with CNTLID 5: the CNTLID is reported.
+    let (s, dw0) =
+        connect_status(addr, ConnectCmd::admin(0), "nqn.2024-01.io.nvmeof.test:nope", HOSTNQN, 5).await;
+    assert_eq!(s, Status::CONNECT_INVALID_PARAM.with_dnr());
+    assert_eq!(dw0, invalid_param_dw0(true, data_off::CNTLID as u16));
+
+    // I/O Connect for a QID already connected, with SQSIZE above MQES: Command Sequence Error.
+    let admin = admin_queue(addr, SUBNQN).await;
+    let _io1 = io_queue(addr, admin.cntlid, 1, 8192).await;
+    let mut cmd = ConnectCmd::io(1, 32);
+    cmd.sqsize = 4096;
+    let (s, _) = connect_status(addr, cmd, SUBNQN, HOSTNQN, admin.cntlid).await;
+    assert_eq!(s, Status::CMD_SEQ_ERROR.with_dnr());
+    // SQSIZE 0 comes first of all.
+    let mut cmd = ConnectCmd::io(1, 32);
+    cmd.sqsize = 0;
+    let (s, dw0) = connect_status(addr, cmd, SUBNQN, HOSTNQN, admin.cntlid).await;
+    assert_eq!((s, dw0), (Status::CONNECT_INVALID_PARAM.with_dnr(), fabrics_off::SQSIZE as u32));
+    // A refused SQSIZE leaves the QID free.
+    let mut cmd = ConnectCmd::io(2, 32);
+    cmd.sqsize = 4096;
+    let (s, dw0) = connect_status(addr, cmd, SUBNQN, HOSTNQN, admin.cntlid).await;
+    assert_eq!((s, dw0), (Status::CONNECT_INVALID_PARAM.with_dnr(), fabrics_off::SQSIZE as u32));
+    let _io2 = io_queue(addr, admin.cntlid, 2, 8192).await;
+}

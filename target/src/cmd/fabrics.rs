@@ -66,6 +66,19 @@ fn connect(ctx: &mut QueueCtx, sqe: &Sqe, data: &[u8]) -> Response {
         return Status::SGL_INVALID_DATA.with_dnr().into();
     }
     let cmd = ConnectCmd::from_sqe(sqe);
+    // The checks come in nvmet's order (nvmet_execute_admin_connect /
+    // nvmet_execute_io_connect, then nvmet_install_queue), so a Connect with
+    // several bad fields is answered as nvmet answers it: RECFMT first, then
+    // an admin CNTLID other than FFFFh, then subsystem and host.
+    if cmd.recfmt != 0 {
+        warn!(recfmt = cmd.recfmt, "Connect with unsupported record format");
+        return Status::CONNECT_FORMAT.with_dnr().into();
+    }
+    let cntlid = u16::from_le_bytes([data[data_off::CNTLID], data[data_off::CNTLID + 1]]);
+    if cmd.qid == 0 && cntlid != CNTLID_DYNAMIC {
+        warn!(cntlid, "admin Connect with a CNTLID other than FFFFh");
+        return invalid_param(true, data_off::CNTLID);
+    }
     let d = match ConnectData::decode(data) {
         Ok(d) => d,
         Err(e) => {
@@ -73,10 +86,6 @@ fn connect(ctx: &mut QueueCtx, sqe: &Sqe, data: &[u8]) -> Response {
             return invalid_param(true, data_off::SUBNQN);
         }
     };
-    if cmd.recfmt != 0 {
-        warn!(recfmt = cmd.recfmt, "Connect with unsupported record format");
-        return Status::CONNECT_FORMAT.with_dnr().into();
-    }
     let target = ctx.target.clone();
     let Some(subsys) = target.subsystem(&d.subnqn) else {
         warn!(subnqn = %d.subnqn, "Connect to unknown subsystem");
@@ -92,9 +101,6 @@ fn connect(ctx: &mut QueueCtx, sqe: &Sqe, data: &[u8]) -> Response {
     }
     let limits = &target.limits;
     if cmd.qid == 0 {
-        if d.cntlid != CNTLID_DYNAMIC {
-            return invalid_param(true, data_off::CNTLID);
-        }
         if cmd.sqsize == 0 || cmd.queue_entries() > ADMIN_QUEUE_ENTRIES {
             warn!(
                 sqsize = cmd.sqsize,
@@ -137,13 +143,19 @@ fn connect(ctx: &mut QueueCtx, sqe: &Sqe, data: &[u8]) -> Response {
         warn!(qid = cmd.qid, max_qid = ctrl.max_qid, "I/O Connect beyond the queue limit");
         return invalid_param(false, fabrics_off::QID);
     }
-    if cmd.sqsize == 0 || cmd.queue_entries() > limits.max_queue_entries {
-        warn!(sqsize = cmd.sqsize, limit = limits.max_queue_entries, "I/O Connect SQSIZE out of range");
+    // nvmet_install_queue: SQSIZE 0, then a QID already connected, then SQSIZE above MQES.
+    if cmd.sqsize == 0 {
+        warn!("I/O Connect with SQSIZE 0");
         return invalid_param(false, fabrics_off::SQSIZE);
     }
     if !ctrl.add_io_queue(cmd.qid) {
         warn!(qid = cmd.qid, "I/O queue already connected");
         return Status::CMD_SEQ_ERROR.with_dnr().into();
+    }
+    if cmd.queue_entries() > limits.max_queue_entries {
+        warn!(sqsize = cmd.sqsize, limit = limits.max_queue_entries, "I/O Connect SQSIZE above MQES");
+        ctrl.remove_io_queue(cmd.qid);
+        return invalid_param(false, fabrics_off::SQSIZE);
     }
     info!(cntlid = ctrl.cntlid, qid = cmd.qid, entries = cmd.queue_entries(), "I/O queue connected");
     let cntlid = ctrl.cntlid;
