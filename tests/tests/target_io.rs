@@ -408,3 +408,23 @@ async fn full_queue_depth_and_pdu_segmentation() {
     io.wait(cid).await.expect_status(Status::SGL_INVALID_DATA);
     assert_eq!(io.read(1, 600, 2, BS).await.ok().data, vec![0; 1024]);
 }
+
+/// The SGL length is checked against NLB before the LBA range, as nvmet does
+/// (`nvmet_file_execute_rw` / `nvmet_bdev_execute_rw` call
+/// `nvmet_check_transfer_len` before any range check): a Read or Write past
+/// the end whose SGL length does not match NLB is Data SGL Length Invalid.
+#[tokio::test]
+async fn sgl_length_is_checked_before_the_lba_range() {
+    let mut s = setup(&default_config()).await;
+    let io = &mut s.io;
+    let mut sqe = RawClient::rw_sqe(IoOpcode::READ, 1, NSZE, 2);
+    sqe.set_sgl(SglDescriptor::transport(BS));
+    io.submit(sqe, None).await.expect_status(Status::SGL_INVALID_DATA);
+    let mut sqe = RawClient::rw_sqe(IoOpcode::READ, 1, u64::MAX, 1);
+    sqe.set_sgl(SglDescriptor::transport(2 * BS));
+    io.submit(sqe, None).await.expect_status(Status::SGL_INVALID_DATA);
+    let sqe = RawClient::rw_sqe(IoOpcode::WRITE, 1, NSZE - 1, 4);
+    io.submit(sqe, Some(Bytes::from(vec![1; 512]))).await.expect_status(Status::SGL_INVALID_DATA);
+    // With a matching SGL the range is what is wrong.
+    io.read(1, NSZE - 1, 2, BS).await.expect_status(Status::LBA_RANGE);
+}

@@ -28,9 +28,9 @@ fn lba_range(ns: &Namespace, sqe: &Sqe) -> Result<(u64, u64), Status> {
     }
 }
 
-/// Parse step for I/O commands: namespace, opcode, LBA range, transfer size
-/// against MDTS, and SGL length equal to the transfer length (nvmet
-/// `nvmet_check_transfer_len` → Data SGL Length Invalid).
+/// Parse step for I/O commands: namespace, opcode, SGL length equal to the
+/// transfer length (nvmet `nvmet_check_transfer_len` → Data SGL Length
+/// Invalid), LBA range, transfer size against MDTS.
 pub fn parse(ctx: &QueueCtx, ctrl: &Controller, sqe: &Sqe) -> Result<(), Status> {
     ctrl.subsys
         .with_namespace(sqe.nsid(), |ns| parse_on(ctx, ns, sqe))
@@ -41,14 +41,17 @@ fn parse_on(ctx: &QueueCtx, ns: &Namespace, sqe: &Sqe) -> Result<(), Status> {
     let sgl_len = sqe.sgl().length as u64;
     match IoOpcode(sqe.opcode()) {
         IoOpcode::READ | IoOpcode::WRITE | IoOpcode::COMPARE => {
-            let (_, len) = lba_range(ns, sqe)?;
+            // The SGL length first, as nvmet_{file,bdev}_execute_rw call
+            // nvmet_check_transfer_len before anything looks at the range.
+            let len = (sqe.nlb() as u64 + 1) << ns.block_shift;
+            if sgl_len != len {
+                return Err(Status::SGL_INVALID_DATA.with_dnr());
+            }
+            lba_range(ns, sqe)?;
             let max = ctx.target.limits.max_transfer() as u64;
             if len > max {
                 warn!(len, max, "transfer larger than MDTS");
                 return Err(Status::INVALID_FIELD.with_dnr());
-            }
-            if sgl_len != len {
-                return Err(Status::SGL_INVALID_DATA.with_dnr());
             }
             Ok(())
         }
