@@ -86,6 +86,10 @@ pub struct Controller {
 
 impl Controller {
     /// A new controller; the keep-alive timer starts now (nvmet starts it at admin Connect).
+    /// An I/O controller starts with Namespace Attribute Notices enabled, as
+    /// nvmet_alloc_ctrl sets `aen_enabled = NVMET_AEN_CFG_OPTIONAL` (its ANA
+    /// change bit is not implemented here); a discovery controller with none,
+    /// since it accepts only Discovery Log Page Change Notices.
     pub fn new(
         cntlid: u16,
         subsys: Arc<Subsystem>,
@@ -95,6 +99,7 @@ impl Controller {
         kato_ms: u32,
         max_qid: u16,
     ) -> Self {
+        let aec = if subsys.discovery { 0 } else { AEC_NS_ATTR };
         Self {
             cntlid,
             subsys,
@@ -108,7 +113,7 @@ impl Controller {
             epoch: Instant::now(),
             last_activity_ms: AtomicU64::new(0),
             activity: AtomicBool::new(false),
-            aec: AtomicU32::new(0),
+            aec: AtomicU32::new(aec),
             aen: Mutex::new(AenState::default()),
             io_qids: Mutex::new(BTreeSet::new()),
             teardown: watch::channel(Teardown::Alive).0,
