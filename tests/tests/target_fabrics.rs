@@ -421,3 +421,31 @@ async fn connect_checks_come_in_nvmets_order() {
     assert_eq!((s, dw0), (Status::CONNECT_INVALID_PARAM.with_dnr(), fabrics_off::SQSIZE as u32));
     let _io2 = io_queue(addr, admin.cntlid, 2, 8192).await;
 }
+
+/// Property Get/Set look only at ATTRIB bit 0 (8-byte access), as nvmet does
+/// (`nvmet_execute_prop_get` / `nvmet_execute_prop_set` test `attrib & 1`):
+/// the reserved bits 7:1 do not turn an access into an Invalid Field.
+#[tokio::test]
+async fn property_attrib_reserved_bits_are_ignored() {
+    use nvmeof_common::spec::{PropertyGet, PropertySet};
+    let (_server, addr) = start(&default_config()).await;
+    let mut a = RawClient::connect(addr).await;
+    assert!(a.admin_connect(SUBNQN, HOSTNQN).await.status.is_success());
+    let vs = PropertyGet { attrib: 0x02, offset: PropertyOffset::VS };
+    let r = a.submit(vs.to_sqe(0), None).await.ok();
+    assert_eq!(r.cqe.dw0(), nvmeof_target::cmd::admin::VERSION);
+    let cap = PropertyGet { attrib: 0x07, offset: PropertyOffset::CAP };
+    let r = a.submit(cap.to_sqe(0), None).await.ok();
+    assert_eq!(Cap(r.cqe.result).mqes(), 1023);
+    // 4-byte CAP is still refused, whatever the reserved bits.
+    let cap4 = PropertyGet { attrib: 0x06, offset: PropertyOffset::CAP };
+    a.submit(cap4.to_sqe(0), None).await.expect_status(Status::INVALID_FIELD);
+    // A Set of CC with reserved ATTRIB bits enables the controller.
+    let cc = Cc::linux_host_default(Cc::CSS_NVM).with_en(true);
+    let set = PropertySet { attrib: 0x04, offset: PropertyOffset::CC, value: cc.0 as u64 };
+    a.submit(set.to_sqe(0), None).await.ok();
+    assert!(a.csts().await.rdy());
+    // An 8-byte Set is refused, whatever the reserved bits.
+    let set8 = PropertySet { attrib: 0x03, offset: PropertyOffset::CC, value: cc.0 as u64 };
+    a.submit(set8.to_sqe(0), None).await.expect_status(Status::INVALID_FIELD);
+}

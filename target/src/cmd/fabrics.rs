@@ -172,16 +172,20 @@ pub fn cap(ctx: &QueueCtx) -> Cap {
     Cap(0).with_mqes(mqes).with_cqr(true).with_to(15).with_css(Cap::CSS_NVM).with_mpsmin(0).with_mpsmax(0)
 }
 
+/// ATTRIB bit 0: an 8-byte access. nvmet looks at this bit alone and ignores
+/// the reserved ones (`attrib & 1` in `nvmet_execute_prop_get` / `_set`).
+const ATTRIB_8_BYTES: u8 = 1 << 0;
+
 /// Property Get (nvmet `nvmet_execute_prop_get`): CAP only as 8 bytes, the others as 4.
 fn property_get(ctx: &QueueCtx, sqe: &Sqe) -> Response {
     let cmd = PropertyGet::from_sqe(sqe);
     let ctrl = ctx.ctrl.as_ref().expect("parse checked the queue is connected");
     let regs = ctrl.regs();
-    let v = match (cmd.offset, cmd.size()) {
-        (PropertyOffset::CAP, Some(8)) => cap(ctx).0,
-        (PropertyOffset::VS, Some(4)) => super::admin::VERSION as u64,
-        (PropertyOffset::CC, Some(4)) => regs.cc as u64,
-        (PropertyOffset::CSTS, Some(4)) => regs.csts as u64,
+    let v = match (cmd.offset, cmd.attrib & ATTRIB_8_BYTES != 0) {
+        (PropertyOffset::CAP, true) => cap(ctx).0,
+        (PropertyOffset::VS, false) => super::admin::VERSION as u64,
+        (PropertyOffset::CC, false) => regs.cc as u64,
+        (PropertyOffset::CSTS, false) => regs.csts as u64,
         _ => return Status::INVALID_FIELD.with_dnr().into(),
     };
     Response::result(v)
@@ -190,7 +194,7 @@ fn property_get(ctx: &QueueCtx, sqe: &Sqe) -> Response {
 /// Property Set: only CC, only 4 bytes (nvmet `nvmet_execute_prop_set`).
 fn property_set(ctx: &QueueCtx, sqe: &Sqe) -> Response {
     let cmd = PropertySet::from_sqe(sqe);
-    if cmd.offset != PropertyOffset::CC || cmd.size() != Some(4) {
+    if cmd.offset != PropertyOffset::CC || cmd.attrib & ATTRIB_8_BYTES != 0 {
         return Status::INVALID_FIELD.with_dnr().into();
     }
     let ctrl = ctx.ctrl.as_ref().expect("parse checked the queue is connected");
