@@ -910,10 +910,13 @@ impl Controller {
             let timeout = SHUTDOWN_TIMEOUT
                 .max(Duration::from_micros(info.identify.rtd3e as u64))
                 .min(Duration::from_secs(60));
+            // As setup commands: the supervisor is stopped, so nothing would
+            // reconnect for a command parked after a connection loss, and
+            // `shutdown` would wait for it forever. These fail with the loss.
             async {
-                prop_set(&core.admin, PropertyOffset::CC, info.cc.with_shn(Cc::SHN_NORMAL).0 as u64, false)
+                prop_set(&core.admin, PropertyOffset::CC, info.cc.with_shn(Cc::SHN_NORMAL).0 as u64, true)
                     .await?;
-                wait_csts(&core.admin, timeout, |c| c.shst() == Csts::SHST_COMPLETE, false).await.map(drop)
+                wait_csts(&core.admin, timeout, |c| c.shst() == Csts::SHST_COMPLETE, true).await.map(drop)
             }
             .await
         } else {

@@ -90,6 +90,9 @@ struct Target {
     drop_countdown: AtomicI64,
     /// Close every new connection at once.
     refuse: AtomicBool,
+    /// Close the connection on a Property Set of CC with SHN (a controller
+    /// that goes away during the shutdown handshake).
+    drop_on_shutdown: AtomicBool,
     genctr: AtomicI64,
 }
 
@@ -109,6 +112,7 @@ async fn start(cfg: Cfg) -> (SocketAddr, Arc<Target>) {
         stats: Mutex::default(),
         drop_countdown: AtomicI64::new(0),
         refuse: AtomicBool::new(false),
+        drop_on_shutdown: AtomicBool::new(false),
         genctr: AtomicI64::new(1),
     });
     let t2 = t.clone();
@@ -249,6 +253,10 @@ impl Conn {
     fn command(&mut self, sqe: Sqe, data: Bytes) -> bool {
         let qid = self.qid;
         if sqe.opcode() == 0x7F {
+            let shn = sqe.fctype() == 0x00 && Cc(PropertySet::from_sqe(&sqe).value as u32).shn() != 0;
+            if shn && self.t.drop_on_shutdown.load(Ordering::SeqCst) {
+                return false;
+            }
             self.fabrics(sqe, data);
             return true;
         }
@@ -790,6 +798,24 @@ async fn keep_alive_runs_in_background() {
     let n = t.stats().keep_alives;
     assert!((3..=8).contains(&n), "{n} keep-alives");
     ctrl.keep_alive().await.unwrap();
+}
+
+/// The connection closing during the shutdown handshake (the controller
+/// goes away as it is told to shut down) fails `shutdown` at once. Its
+/// Property Set used to be parked for a reconnect that `shutdown` itself had
+/// stopped (it aborts the supervisor first), so `shutdown` never returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_returns_when_the_admin_connection_drops_during_it() {
+    let (addr, t) = start(Cfg::default()).await;
+    let ctrl = Controller::connect(addr, SUBNQN, opts()).await.unwrap();
+    let ns = ctrl.namespace(1).await.unwrap();
+    t.drop_on_shutdown.store(true, Ordering::SeqCst);
+    let r = tokio::time::timeout(Duration::from_secs(3), ctrl.shutdown()).await.expect("shutdown hangs");
+    assert!(r.is_err(), "{r:?}");
+    assert_eq!(ctrl.state(), ControllerState::Shutdown);
+    let mut buf = vec![0u8; 512];
+    let r = tokio::time::timeout(Duration::from_secs(3), ns.read(0, &mut buf)).await.expect("read hangs");
+    assert!(matches!(r, Err(Error::Shutdown)), "{r:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
