@@ -800,6 +800,16 @@ impl Controller {
                 "log page length and offset must be non-zero dword multiples".into(),
             ));
         }
+        // Each command's offset is `lpo` plus the bytes before it: past the
+        // last 64-bit offset that sum overflowed (in release builds it wrapped
+        // to the start of the log).
+        if buf.len() as u64 - 1 > u64::MAX - cmd.lpo {
+            return Err(Error::InvalidArgument(format!(
+                "{} log page bytes from offset {} pass the last 64-bit offset",
+                buf.len(),
+                cmd.lpo
+            )));
+        }
         let chunk = self.info().max_transfer.unwrap_or(1 << 20).max(4096) as usize & !3;
         let total = buf.len();
         let mut off = 0usize;

@@ -13,7 +13,7 @@ use nvmeof_common::decoder::{DecoderConfig, PduDecoder, Role};
 use nvmeof_common::pdu::{C2hData, CapsuleResp, EncodeConfig, IcResp, Pdu, R2t};
 use nvmeof_common::spec::discovery::{AdrFam, DiscoveryLog, DiscoveryLogEntry, SubType, TREQ_DISABLE_SQFLOW};
 use nvmeof_common::spec::identify::{encode_ns_list, LbaFormat};
-use nvmeof_common::spec::log::{log_window, GetLogPageCmd};
+use nvmeof_common::spec::log::{log_window, GetLogPageCmd, LogPageId};
 use nvmeof_common::spec::{
     Cap, Cc, ConnectCmd, ConnectData, Csts, IdentifyCmd, IdentifyController, IdentifyNamespace, PropertyGet,
     PropertyOffset, PropertySet, Vs, DISCOVERY_NQN,
@@ -816,6 +816,27 @@ async fn shutdown_returns_when_the_admin_connection_drops_during_it() {
     let mut buf = vec![0u8; 512];
     let r = tokio::time::timeout(Duration::from_secs(3), ns.read(0, &mut buf)).await.expect("read hangs");
     assert!(matches!(r, Err(Error::Shutdown)), "{r:?}");
+}
+
+/// A log page range that passes the last 64-bit offset is refused before
+/// anything is sent. Split into commands, the offset of the second one was
+/// computed as `lpo + 1 MiB`: a panic in debug builds, and in release builds
+/// it wrapped around, so that part of the buffer was filled from the start of
+/// the log (from a controller that accepts any offset, like this one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_page_range_past_the_last_offset_is_refused() {
+    let (addr, _t) = start(Cfg::default()).await;
+    let ctrl = Controller::connect(addr, SUBNQN, opts()).await.unwrap();
+    let chunk = ctrl.info().max_transfer.unwrap() as usize;
+    let mut buf = vec![0u8; chunk + 4];
+    let lpo = u64::MAX - 3;
+    let r =
+        ctrl.get_log_page(GetLogPageCmd::new(LogPageId::DISCOVERY, 0, lpo, buf.len() as u32), &mut buf).await;
+    assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+    // The last dword below 2^64 is still a valid (if unusual) offset.
+    let mut last = [0u8; 4];
+    ctrl.get_log_page(GetLogPageCmd::new(LogPageId::DISCOVERY, 0, lpo, 4), &mut last).await.unwrap();
+    ctrl.shutdown().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
