@@ -103,10 +103,14 @@ impl Namespace {
             return Err(Error::Controller(format!("namespace {nsid}: extended-LBA metadata not supported")));
         }
         let lba_shift = bs.trailing_zeros();
+        // Also within the SGL's 32-bit length: without MDTS, 65536 blocks of
+        // 64 KiB are 4 GiB, which no command can carry.
         let max_blocks = match ctrl.info().max_transfer {
-            Some(m) => ((m as u64) >> lba_shift).clamp(1, MAX_NLB),
+            Some(m) => (m as u64) >> lba_shift,
             None => MAX_NLB,
-        };
+        }
+        .min(u32::MAX as u64 >> lba_shift)
+        .clamp(1, MAX_NLB);
         Ok(Self { ctrl, nsid, lba_shift, nsze: id.nsze, max_blocks, identify: Arc::new(id) })
     }
 

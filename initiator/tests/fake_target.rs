@@ -45,6 +45,8 @@ struct Cfg {
     /// Reads of this LBA never complete.
     black_hole_lba: Option<u64>,
     discovery_entries: usize,
+    /// LBADS of namespace 1's only LBA format (log2 of its block size).
+    lbads: u8,
 }
 
 impl Default for Cfg {
@@ -60,6 +62,7 @@ impl Default for Cfg {
             blocks: 4096,
             black_hole_lba: None,
             discovery_entries: 3,
+            lbads: 9,
         }
     }
 }
@@ -462,7 +465,7 @@ impl Conn {
                             nsze: cfg.blocks,
                             ncap: cfg.blocks,
                             nuse: cfg.blocks,
-                            lbaf: vec![LbaFormat::new(9)],
+                            lbaf: vec![LbaFormat::new(cfg.lbads)],
                             ..Default::default()
                         };
                         n.encode()
@@ -836,6 +839,24 @@ async fn log_page_range_past_the_last_offset_is_refused() {
     // The last dword below 2^64 is still a valid (if unusual) offset.
     let mut last = [0u8; 4];
     ctrl.get_log_page(GetLogPageCmd::new(LogPageId::DISCOVERY, 0, lpo, 4), &mut last).await.unwrap();
+    ctrl.shutdown().await.unwrap();
+}
+
+/// Without MDTS or a `max_transfer` option, a namespace of 64 KiB blocks
+/// splits requests into commands that one 32-bit SGL length can describe.
+/// The 65536 blocks of a 16-bit NLB are 4 GiB there: `max_transfer` said
+/// 2^32, a 4 GiB write failed with `InvalidArgument` instead of being split,
+/// and the pieces of larger batch requests had their length cast to 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transfer_limit_fits_the_sgl_length_with_64k_blocks() {
+    let (addr, _t) = start(Cfg { lbads: 16, ..Cfg::default() }).await;
+    let o = ConnectOptions { max_transfer: None, ..opts() };
+    let ctrl = Controller::connect(addr, SUBNQN, o).await.unwrap();
+    assert_eq!(ctrl.info().max_transfer, None);
+    let ns = ctrl.namespace(1).await.unwrap();
+    assert_eq!(ns.block_size(), 1 << 16);
+    assert!(ns.max_transfer() <= u32::MAX as u64, "{}", ns.max_transfer());
+    assert_eq!(ns.max_transfer(), 65535 << 16);
     ctrl.shutdown().await.unwrap();
 }
 
