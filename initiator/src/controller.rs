@@ -583,6 +583,11 @@ impl Controller {
             )));
         }
         let host = opts.host.clone().unwrap_or_else(HostIdentity::default_for_host);
+        // Same bounds as the subsystem NQN's: the Connect data would cut a
+        // longer one to 255 bytes, connecting as another host.
+        if host.nqn.is_empty() || host.nqn.len() >= 256 {
+            return Err(Error::InvalidArgument(format!("host NQN length {} out of range", host.nqn.len())));
+        }
         let (sup_tx, sup_rx) = mpsc::unbounded_channel();
         let ctrl_span = info_span!("nvme_ctrl", %addr, subnqn, cntlid = tracing::field::Empty);
         let queue_span =

@@ -860,6 +860,25 @@ async fn transfer_limit_fits_the_sgl_length_with_64k_blocks() {
     ctrl.shutdown().await.unwrap();
 }
 
+/// A host NQN that does not fit the Connect data's 256-byte field (with its
+/// terminating NUL) is refused like such a subsystem NQN. It used to be cut
+/// to 255 bytes silently: the controller saw, and matched its allowed hosts
+/// against, another host's name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_nqn_longer_than_its_field_is_refused() {
+    let (addr, t) = start(Cfg::default()).await;
+    for bad in [String::new(), format!("nqn.2024-01.io.example:{}", "h".repeat(240))] {
+        let o = ConnectOptions { host: Some(HostIdentity::new(bad.clone(), [7; 16])), ..opts() };
+        let r = Controller::connect(addr, SUBNQN, o).await;
+        assert!(matches!(r, Err(Error::InvalidArgument(_))), "{} bytes: {r:?}", bad.len());
+    }
+    assert_eq!(t.stats().admin_connects, 0);
+    let longest = format!("nqn.2024-01.io.example:{}", "h".repeat(232));
+    assert_eq!(longest.len(), 255);
+    let o = ConnectOptions { host: Some(HostIdentity::new(longest, [7; 16])), ..opts() };
+    Controller::connect(addr, SUBNQN, o).await.unwrap().shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_errors_are_typed() {
     let (addr, _t) = start(Cfg::default()).await;
