@@ -250,8 +250,12 @@ impl Setup<'_> {
         if a.identify.maxcmd > 1 {
             entries = entries.min(a.identify.maxcmd as u32);
         }
-        let inline =
-            if a.identify.icdoff == 0 && a.identify.ioccsz >= 4 { a.identify.ioccsz * 16 - 64 } else { 0 };
+        // In 64 bits: IOCCSZ is the controller's 32-bit value, and ·16 overflowed.
+        let inline = if a.identify.icdoff == 0 && a.identify.ioccsz >= 4 {
+            (a.identify.ioccsz as u64 * 16 - 64).min(u32::MAX as u64) as u32
+        } else {
+            0
+        };
         (entries.max(2) as u16, inline)
     }
 

@@ -47,6 +47,8 @@ struct Cfg {
     discovery_entries: usize,
     /// LBADS of namespace 1's only LBA format (log2 of its block size).
     lbads: u8,
+    /// IOCCSZ reported instead of the one `inline` implies.
+    ioccsz: Option<u32>,
 }
 
 impl Default for Cfg {
@@ -63,6 +65,7 @@ impl Default for Cfg {
             black_hole_lba: None,
             discovery_entries: 3,
             lbads: 9,
+            ioccsz: None,
         }
     }
 }
@@ -451,7 +454,7 @@ impl Conn {
                         let mut c = IdentifyController::fabrics_io_default();
                         c.cntlid = self.cntlid;
                         c.mdts = cfg.mdts;
-                        c.ioccsz = (64 + cfg.inline) / 16;
+                        c.ioccsz = cfg.ioccsz.unwrap_or((64 + cfg.inline) / 16);
                         c.maxcmd = cfg.mqes + 1;
                         c.subnqn = if self.discovery { DISCOVERY_NQN.into() } else { SUBNQN.into() };
                         c.cntrltype = if self.discovery { 2 } else { 1 };
@@ -877,6 +880,19 @@ async fn host_nqn_longer_than_its_field_is_refused() {
     assert_eq!(longest.len(), 255);
     let o = ConnectOptions { host: Some(HostIdentity::new(longest, [7; 16])), ..opts() };
     Controller::connect(addr, SUBNQN, o).await.unwrap().shutdown().await.unwrap();
+}
+
+/// An absurd IOCCSZ from Identify Controller does not panic the connect:
+/// the in-capsule limit IOCCSZ·16 − 64 was computed in 32 bits, which
+/// overflowed (a panic in debug builds; in release builds a wrapped limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn huge_ioccsz_does_not_overflow_the_in_capsule_limit() {
+    for (ioccsz, inline) in [(u32::MAX, u32::MAX), (1 << 28, u32::MAX - 63)] {
+        let (addr, _t) = start(Cfg { ioccsz: Some(ioccsz), ..Cfg::default() }).await;
+        let ctrl = Controller::connect(addr, SUBNQN, opts()).await.unwrap();
+        assert_eq!(ctrl.info().inline_data, inline, "IOCCSZ {ioccsz:#x}");
+        ctrl.shutdown().await.unwrap();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
