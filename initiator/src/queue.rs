@@ -304,6 +304,16 @@ impl C2hHeader {
     }
 }
 
+/// Longest timeout taken as given; longer ones (e.g. `Duration::MAX` for "no
+/// timeout") end then instead, like tokio's far future.
+const MAX_TIMEOUT: Duration = Duration::from_secs(30 * 365 * 86400);
+
+/// `now + timeout` without overflow: `Instant + Duration::MAX` panics, and it
+/// did so in the queue's driver task, which then left its callers waiting.
+fn deadline_after(now: Instant, timeout: Duration) -> Instant {
+    now + timeout.min(MAX_TIMEOUT)
+}
+
 fn le32(b: &[u8], off: usize) -> u32 {
     u32::from_le_bytes([b[off], b[off + 1], b[off + 2], b[off + 3]])
 }
@@ -411,7 +421,7 @@ impl Queue {
             maxr2t: 0,
         }));
         Self {
-            handshake_deadline: now + cfg.icresp_timeout,
+            handshake_deadline: deadline_after(now, cfg.icresp_timeout),
             cfg,
             state: State::Handshake,
             negotiated: None,
@@ -530,7 +540,7 @@ impl Queue {
         } else {
             SglDescriptor::transport(len)
         });
-        let deadline = now + timeout.unwrap_or(self.cfg.command_timeout);
+        let deadline = deadline_after(now, timeout.unwrap_or(self.cfg.command_timeout));
         *slot = Slot {
             gen: slot.gen,
             active: true,

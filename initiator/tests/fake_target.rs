@@ -895,6 +895,37 @@ async fn huge_ioccsz_does_not_overflow_the_in_capsule_limit() {
     }
 }
 
+/// `Duration::MAX` as a timeout means no timeout: connect, I/O and admin
+/// commands work. Deadlines were computed as `now + timeout`, which panicked
+/// in the queue's driver task: the task died, and the request waiting on it
+/// (with `command_timeout`, the first Property Get of `connect`) never
+/// returned; with `connect_timeout`, `connect` failed with `Shutdown`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unbounded_timeouts_do_not_kill_the_queue_drivers() {
+    let (addr, _t) = start(Cfg::default()).await;
+    let bound = Duration::from_secs(5);
+    let o = ConnectOptions { connect_timeout: Duration::MAX, ..opts() };
+    let ctrl =
+        tokio::time::timeout(bound, Controller::connect(addr, SUBNQN, o)).await.expect("connect hangs");
+    ctrl.unwrap().shutdown().await.unwrap();
+    let o = ConnectOptions { command_timeout: Duration::MAX, ..opts() };
+    let ctrl =
+        tokio::time::timeout(bound, Controller::connect(addr, SUBNQN, o)).await.expect("connect hangs");
+    let ctrl = ctrl.unwrap();
+    let ns = ctrl.namespace(1).await.unwrap();
+    let d = pattern(4096, 1);
+    tokio::time::timeout(bound, ns.write(0, &d)).await.expect("write hangs").unwrap();
+    let mut back = vec![0u8; 4096];
+    tokio::time::timeout(bound, ns.read(0, &mut back)).await.expect("read hangs").unwrap();
+    assert_eq!(back, d);
+    let ka = Sqe::new(0x18);
+    tokio::time::timeout(bound, ctrl.admin_command_timeout(ka, Payload::None, Duration::MAX))
+        .await
+        .expect("admin command hangs")
+        .unwrap();
+    ctrl.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_errors_are_typed() {
     let (addr, _t) = start(Cfg::default()).await;
