@@ -301,8 +301,9 @@ impl Setup<'_> {
     }
 }
 
-/// Drivers started by a [`Controller::connect`] that has not finished: shut
-/// down when dropped (connect failed or was cancelled) unless emptied first.
+/// Drivers started by a [`Controller::connect`] that has not finished, or
+/// the admin queue's during [`Controller::shutdown`]: shut down when dropped
+/// (the future finished, failed or was cancelled) unless emptied first.
 struct SpawnedDrivers(Vec<Arc<QueueShared>>);
 
 impl Drop for SpawnedDrivers {
@@ -924,6 +925,11 @@ impl Controller {
         for q in &core.io {
             q.send_ctrl(DriverCtrl::Shutdown);
         }
+        // Stops the admin queue when this future ends, also when it is
+        // dropped during the handshake below (an application's timeout):
+        // otherwise a controller that says `Shutdown` kept serving admin
+        // commands on a connection without keep-alive.
+        let _admin = SpawnedDrivers(vec![core.admin.clone()]);
         let r = if was_live {
             let info = self.info();
             let timeout = SHUTDOWN_TIMEOUT
@@ -941,7 +947,6 @@ impl Controller {
         } else {
             Ok(())
         };
-        core.admin.send_ctrl(DriverCtrl::Shutdown);
         r
     }
 }

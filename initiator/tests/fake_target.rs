@@ -99,6 +99,8 @@ struct Target {
     /// Close the connection on a Property Set of CC with SHN (a controller
     /// that goes away during the shutdown handshake).
     drop_on_shutdown: AtomicBool,
+    /// Never answer a Property Set of CC with SHN.
+    ignore_shutdown: AtomicBool,
     genctr: AtomicI64,
 }
 
@@ -119,6 +121,7 @@ async fn start(cfg: Cfg) -> (SocketAddr, Arc<Target>) {
         drop_countdown: AtomicI64::new(0),
         refuse: AtomicBool::new(false),
         drop_on_shutdown: AtomicBool::new(false),
+        ignore_shutdown: AtomicBool::new(false),
         genctr: AtomicI64::new(1),
     });
     let t2 = t.clone();
@@ -262,6 +265,9 @@ impl Conn {
             let shn = sqe.fctype() == 0x00 && Cc(PropertySet::from_sqe(&sqe).value as u32).shn() != 0;
             if shn && self.t.drop_on_shutdown.load(Ordering::SeqCst) {
                 return false;
+            }
+            if shn && self.t.ignore_shutdown.load(Ordering::SeqCst) {
+                return true;
             }
             self.fabrics(sqe, data);
             return true;
@@ -924,6 +930,28 @@ async fn unbounded_timeouts_do_not_kill_the_queue_drivers() {
         .expect("admin command hangs")
         .unwrap();
     ctrl.shutdown().await.unwrap();
+}
+
+/// A `shutdown` cancelled during its handshake (an application's own timeout
+/// around it) still closes the admin queue: the controller says `Shutdown`,
+/// and admin commands fail like I/O does. The admin queue's driver used to be
+/// told to stop only at the end of `shutdown`, so it kept its connection (with
+/// keep-alive stopped) and served admin commands for as long as a handle lived.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelled_shutdown_still_closes_the_admin_queue() {
+    let (addr, t) = start(Cfg::default()).await;
+    let ctrl = Controller::connect(addr, SUBNQN, opts()).await.unwrap();
+    let ns = ctrl.namespace(1).await.unwrap();
+    t.ignore_shutdown.store(true, Ordering::SeqCst);
+    assert!(tokio::time::timeout(Duration::from_millis(200), ctrl.shutdown()).await.is_err());
+    assert_eq!(ctrl.state(), ControllerState::Shutdown);
+    let mut buf = vec![0u8; 512];
+    let r = tokio::time::timeout(Duration::from_secs(3), ns.read(0, &mut buf)).await.expect("read hangs");
+    assert!(matches!(r, Err(Error::Shutdown)), "{r:?}");
+    let r = tokio::time::timeout(Duration::from_secs(3), ctrl.identify_controller())
+        .await
+        .expect("identify hangs");
+    assert!(matches!(r, Err(Error::Shutdown)), "{r:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
