@@ -803,24 +803,32 @@ impl Controller {
     /// Get Log Page: reads `buf.len()` bytes (a multiple of 4) of the log
     /// described by `cmd` starting at `cmd.lpo`, split into commands no larger
     /// than the maximum transfer size. `cmd.numd` is recomputed; RAE is kept on
-    /// every command but the last, which uses `cmd.rae`.
+    /// every command but the last, which uses `cmd.rae`. With `cmd.ot` set,
+    /// `cmd.lpo` is an entry index (any value) and the read must fit one
+    /// command: the entry size a split needs is defined by each log.
     pub async fn get_log_page(&self, cmd: GetLogPageCmd, buf: &mut [u8]) -> Result<()> {
-        if buf.is_empty() || !buf.len().is_multiple_of(4) || !cmd.lpo.is_multiple_of(4) {
+        if buf.is_empty() || !buf.len().is_multiple_of(4) || (!cmd.ot && !cmd.lpo.is_multiple_of(4)) {
             return Err(Error::InvalidArgument(
                 "log page length and offset must be non-zero dword multiples".into(),
             ));
         }
+        let chunk = self.info().max_transfer.unwrap_or(1 << 20).max(4096) as usize & !3;
+        if cmd.ot && buf.len() > chunk {
+            return Err(Error::InvalidArgument(format!(
+                "a log page read by entry index (OT) of {} bytes exceeds one command's {chunk}",
+                buf.len()
+            )));
+        }
         // Each command's offset is `lpo` plus the bytes before it: past the
         // last 64-bit offset that sum overflowed (in release builds it wrapped
         // to the start of the log).
-        if buf.len() as u64 - 1 > u64::MAX - cmd.lpo {
+        if !cmd.ot && buf.len() as u64 - 1 > u64::MAX - cmd.lpo {
             return Err(Error::InvalidArgument(format!(
                 "{} log page bytes from offset {} pass the last 64-bit offset",
                 buf.len(),
                 cmd.lpo
             )));
         }
-        let chunk = self.info().max_transfer.unwrap_or(1 << 20).max(4096) as usize & !3;
         let total = buf.len();
         let mut off = 0usize;
         for part in buf.chunks_mut(chunk) {

@@ -954,6 +954,29 @@ async fn cancelled_shutdown_still_closes_the_admin_queue() {
     assert!(matches!(r, Err(Error::Shutdown)), "{r:?}");
 }
 
+/// With OT set, LPO is an index into the log's list of entries, not a byte
+/// offset: any index is accepted, and a read that one command cannot carry
+/// is refused (the entry size that a split would need is the log's own). The
+/// index used to be refused unless a multiple of 4, and a longer read was
+/// split with byte counts added to the index, reading other entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_page_offset_type_index_is_not_a_byte_offset() {
+    let (addr, _t) = start(Cfg::default()).await;
+    let ctrl = Controller::connect(addr, SUBNQN, opts()).await.unwrap();
+    let chunk = ctrl.info().max_transfer.unwrap() as usize;
+    let with_ot = |lpo: u64, len: usize| {
+        let mut c = GetLogPageCmd::new(LogPageId::DISCOVERY, 0, lpo, len as u32);
+        c.ot = true;
+        c
+    };
+    let mut one = vec![0u8; 64];
+    ctrl.get_log_page(with_ot(1, one.len()), &mut one).await.unwrap();
+    let mut long = vec![0u8; chunk + 4];
+    let r = ctrl.get_log_page(with_ot(0, long.len()), &mut long).await;
+    assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+    ctrl.shutdown().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_errors_are_typed() {
     let (addr, _t) = start(Cfg::default()).await;
