@@ -314,7 +314,8 @@ impl Namespace {
     pub async fn flush(&self) -> Result<()> {
         let mut s = Sqe::new(IoOpcode::FLUSH.0);
         s.set_nsid(self.nsid);
-        self.run(vec![(s, Payload::None)]).await
+        // Straight to the queue: `run` takes a Vec, one allocation per flush.
+        self.ctrl.core().pick_io()?.execute(s, Payload::None, None, false).await.map(drop)
     }
 
     /// Write Zeroes over `blocks` blocks from `lba`; `deallocate` sets DEAC

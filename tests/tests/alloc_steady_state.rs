@@ -1,7 +1,7 @@
 //! Steady-state heap allocations per I/O, target and initiator together in one
 //! process (issue: "no per-I/O heap allocation"). A counting global allocator
 //! wraps the system one; after a warm-up, the allocations made while a fixed
-//! number of 4 KiB reads and writes run are divided by the I/O count.
+//! number of 4 KiB reads and writes (and flushes) run are divided by the I/O count.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -77,6 +77,18 @@ async fn measure_owned(ns: &nvmeof_initiator::Namespace, n: u64, write: bool) ->
     ALLOCS.load(Ordering::SeqCst) as f64 / n as f64
 }
 
+/// Flushes: a command without data, as a checkpoint writer issues after
+/// each of its writes.
+async fn measure_flush(ns: &nvmeof_initiator::Namespace, n: u64) -> f64 {
+    ALLOCS.store(0, Ordering::SeqCst);
+    COUNTING.store(true, Ordering::SeqCst);
+    for _ in 0..n {
+        ns.flush().await.unwrap();
+    }
+    COUNTING.store(false, Ordering::SeqCst);
+    ALLOCS.load(Ordering::SeqCst) as f64 / n as f64
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn steady_state_allocations_per_io() {
     // An io_uring file namespace too (O_DIRECT where /var/tmp allows it),
@@ -139,6 +151,9 @@ async fn steady_state_allocations_per_io() {
     let wo = measure_owned(&ns, 5000, true).await;
     let ro = measure_owned(&ns, 5000, false).await;
     println!("owned buffers: {wo:.3} allocations per 4 KiB write_bytes, {ro:.3} per 4 KiB read_buf");
+    measure_flush(&ns, 2000).await;
+    let f = measure_flush(&ns, 5000).await;
+    println!("flush: {f:.3} allocations per flush");
     let uring = match uring_file {
         Some(_) => {
             let ns2 = ctrl.namespace(2).await.unwrap();
@@ -160,6 +175,7 @@ async fn steady_state_allocations_per_io() {
     assert!(r < 0.1, "{r} allocations per read");
     assert!(wo < 0.01, "{wo} allocations per write_bytes");
     assert!(ro < 0.1, "{ro} allocations per read_buf");
+    assert!(f < 0.01, "{f} allocations per flush");
     // io_uring: reads land in the queue's recycled buffers and O_DIRECT write
     // copies reuse the ring's aligned buffers.
     if let Some((w, r)) = uring {
