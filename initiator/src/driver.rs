@@ -1403,6 +1403,17 @@ fn start_direct(c: &mut Conn, shared: &QueueShared) -> Result<bool> {
 
 /// Decodes and handles every complete PDU in the receive buffer.
 fn decode_all(c: &mut Conn, shared: &QueueShared, now: Instant) -> Result<()> {
+    // The decoder accepts C2HData as long as the longest read submitted
+    // (`Queue::decoder_config`), and reads are submitted between calls. With
+    // the configured limit alone, a longer read's data in one PDU (as Linux
+    // nvmet sends it) was a protocol error: the connection was reset and the
+    // requeued read failed the same way again.
+    if c.queue.is_live() {
+        let limit = c.queue.decoder_config().max_data_pdu;
+        if c.dec.config().max_data_pdu != limit {
+            c.dec.set_config(c.queue.decoder_config());
+        }
+    }
     loop {
         match &c.rx {
             RxState::Pdus => {}

@@ -80,7 +80,8 @@ pub struct QueueConfig {
     pub command_timeout: Duration,
     /// How long to wait for the ICResp (Linux: 10 s).
     pub icresp_timeout: Duration,
-    /// Largest C2HData payload accepted in one PDU.
+    /// Largest C2HData payload accepted in one PDU, raised to the length of
+    /// the longest read submitted on the connection ([`Queue::decoder_config`]).
     pub max_c2h_data: u32,
 }
 
@@ -389,6 +390,10 @@ pub struct Queue {
     out: VecDeque<Pdu>,
     events: VecDeque<Event>,
     stats: QueueStats,
+    /// Longest read submitted on this connection: its data may come in one
+    /// C2HData PDU (Linux nvmet sends one per command), so the decoder must
+    /// accept that much even above [`QueueConfig::max_c2h_data`].
+    max_read: u32,
 }
 
 impl Queue {
@@ -432,6 +437,7 @@ impl Queue {
             out,
             events: VecDeque::with_capacity(2 * tags),
             stats: QueueStats::default(),
+            max_read: 0,
         }
     }
 
@@ -465,10 +471,11 @@ impl Queue {
         self.free.len()
     }
 
-    /// Decoder parameters for the current state (digests only after ICResp).
+    /// Decoder parameters for the current state (digests only after ICResp;
+    /// the PDU data limit grows with the longest read submitted).
     pub fn decoder_config(&self) -> DecoderConfig {
         let mut c = DecoderConfig::new(Role::Host);
-        c.max_data_pdu = self.cfg.max_c2h_data;
+        c.max_data_pdu = self.cfg.max_c2h_data.max(self.max_read);
         if let Some(n) = self.negotiated {
             c.hdgst = n.hdgst;
             c.ddgst = n.ddgst;
@@ -527,7 +534,10 @@ impl Queue {
         let (kind, len, bytes, capsule_data) = match data {
             DataXfer::None => (Kind::None, 0, Bytes::new(), Bytes::new()),
             DataXfer::Read(0) => (Kind::None, 0, Bytes::new(), Bytes::new()),
-            DataXfer::Read(n) => (Kind::Read, n, Bytes::new(), Bytes::new()),
+            DataXfer::Read(n) => {
+                self.max_read = self.max_read.max(n);
+                (Kind::Read, n, Bytes::new(), Bytes::new())
+            }
             DataXfer::Write(b) if b.is_empty() => (Kind::None, 0, Bytes::new(), Bytes::new()),
             DataXfer::Write(b) if b.len() as u64 <= limit as u64 => {
                 (Kind::WriteInline, b.len() as u32, b.clone(), b)

@@ -27,7 +27,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 const SUBNQN: &str = "nqn.2024-01.io.example:fake";
-const BS: usize = 512;
 
 #[derive(Clone)]
 struct Cfg {
@@ -105,6 +104,11 @@ struct Target {
 }
 
 impl Target {
+    /// Namespace 1's block size.
+    fn bs(&self) -> usize {
+        1 << self.cfg.lbads
+    }
+
     fn stats(&self) -> Stats {
         self.stats.lock().unwrap().clone()
     }
@@ -114,7 +118,7 @@ async fn start(cfg: Cfg) -> (SocketAddr, Arc<Target>) {
     let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = l.local_addr().unwrap();
     let t = Arc::new(Target {
-        disk: Mutex::new(vec![0; cfg.blocks as usize * BS]),
+        disk: Mutex::new(vec![0; (cfg.blocks as usize) << cfg.lbads]),
         cfg,
         next_cntlid: AtomicU16::new(1),
         stats: Mutex::default(),
@@ -309,7 +313,8 @@ impl Conn {
             0x00 => self.out.push(ok(&sqe, qid, 0)),
             0x08 => {
                 let (lba, n) = (sqe.slba() as usize, sqe.nlb() as usize + 1);
-                self.t.disk.lock().unwrap()[lba * BS..(lba + n) * BS].fill(0);
+                let bs = self.t.bs();
+                self.t.disk.lock().unwrap()[lba * bs..(lba + n) * bs].fill(0);
                 self.out.push(ok(&sqe, qid, 0));
             }
             _ => self.out.push(status(&sqe, qid, Status::INVALID_OPCODE.with_dnr(), 0)),
@@ -319,7 +324,8 @@ impl Conn {
 
     fn read(&mut self, sqe: Sqe) {
         let (lba, n) = (sqe.slba(), sqe.nlb() as u64 + 1);
-        assert_eq!(sqe.sgl().length as u64, n * BS as u64);
+        let bs = self.t.bs();
+        assert_eq!(sqe.sgl().length as u64, n * bs as u64);
         if Some(lba) == self.t.cfg.black_hole_lba {
             return;
         }
@@ -328,7 +334,7 @@ impl Conn {
             return;
         }
         let data =
-            Bytes::copy_from_slice(&self.t.disk.lock().unwrap()[lba as usize * BS..(lba + n) as usize * BS]);
+            Bytes::copy_from_slice(&self.t.disk.lock().unwrap()[lba as usize * bs..(lba + n) as usize * bs]);
         self.send_data(&sqe, data);
     }
 
@@ -369,15 +375,16 @@ impl Conn {
                 for r in data.chunks_exact(16).take(nr) {
                     let nlb = u32::from_le_bytes(r[4..8].try_into().unwrap()) as usize;
                     let slba = u64::from_le_bytes(r[8..16].try_into().unwrap()) as usize;
-                    disk[slba * BS..(slba + nlb) * BS].fill(0);
+                    disk[slba * self.t.bs()..(slba + nlb) * self.t.bs()].fill(0);
                 }
                 self.out.push(ok(sqe, qid, 0));
             }
             op => {
                 let (lba, n) = (sqe.slba() as usize, sqe.nlb() as usize + 1);
-                assert_eq!(data.len(), n * BS);
+                let bs = self.t.bs();
+                assert_eq!(data.len(), n * bs);
                 let mut disk = self.t.disk.lock().unwrap();
-                let range = &mut disk[lba * BS..(lba + n) * BS];
+                let range = &mut disk[lba * bs..(lba + n) * bs];
                 if op == 0x05 {
                     let st = if range == data { Status::SUCCESS } else { Status::COMPARE_FAILED.with_dnr() };
                     self.out.push(status(sqe, qid, st, 0));
@@ -858,7 +865,7 @@ async fn log_page_range_past_the_last_offset_is_refused() {
 /// and the pieces of larger batch requests had their length cast to 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transfer_limit_fits_the_sgl_length_with_64k_blocks() {
-    let (addr, _t) = start(Cfg { lbads: 16, ..Cfg::default() }).await;
+    let (addr, _t) = start(Cfg { lbads: 16, blocks: 16, ..Cfg::default() }).await;
     let o = ConnectOptions { max_transfer: None, ..opts() };
     let ctrl = Controller::connect(addr, SUBNQN, o).await.unwrap();
     assert_eq!(ctrl.info().max_transfer, None);
@@ -974,6 +981,33 @@ async fn log_page_offset_type_index_is_not_a_byte_offset() {
     let mut long = vec![0u8; chunk + 4];
     let r = ctrl.get_log_page(with_ot(0, long.len()), &mut long).await;
     assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
+    ctrl.shutdown().await.unwrap();
+}
+
+/// A raw read longer than 64 MiB whose data comes in one C2HData PDU (as
+/// Linux nvmet sends it, MDTS unlimited) completes, with the default
+/// `max_transfer` of 1 MiB. The receive side refused PDUs above
+/// max(`max_transfer`, 64 MiB) as a protocol error: the connection was reset,
+/// the read requeued and sent again, forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_read_above_64_mib_in_one_pdu_completes() {
+    // 4 KiB blocks: 65 MiB is one command (NLB is 16 bits).
+    const B: usize = 4096;
+    let len = (64 << 20) + B;
+    let (addr, t) =
+        start(Cfg { lbads: 12, blocks: (len / B) as u64 + 8, c2h_chunk: usize::MAX, ..Cfg::default() }).await;
+    let ctrl = Controller::connect(addr, SUBNQN, ConnectOptions { io_queues: 1, ..opts() }).await.unwrap();
+    let ns = ctrl.namespace(1).await.unwrap();
+    let tail = pattern(B, 3);
+    ns.write(((64 << 20) / B) as u64, &tail).await.unwrap();
+    let mut sqe = Sqe::new(0x02);
+    sqe.set_nsid(1).set_slba(0).set_cdw(12, (len / B - 1) as u32);
+    let mut buf = vec![0u8; len];
+    let r =
+        tokio::time::timeout(Duration::from_secs(20), ctrl.io_command_on(1, sqe, Payload::Read(&mut buf)));
+    r.await.expect("read hangs").unwrap();
+    assert_eq!(&buf[64 << 20..], &tail[..]);
+    assert_eq!(t.stats().admin_connects, 1, "reconnected");
     ctrl.shutdown().await.unwrap();
 }
 
