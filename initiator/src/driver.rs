@@ -80,6 +80,11 @@ const OWNED_READ_CAP: usize = 8 << 10;
 const OWNED_DIRECT_MIN: usize = 16 << 10;
 /// Scratch size for discarding payload bytes nobody wants any more.
 const DISCARD_CHUNK: usize = 64 << 10;
+/// Times a command outstanding on a lost connection is resubmitted (Linux
+/// `nvme_max_retries`); then it fails with [`Error::ConnectionLost`]. Without
+/// a bound, a command that costs the connection every time (a target that
+/// crashes on it) was resubmitted after every reconnect, forever.
+const MAX_REQUEUES: u8 = 5;
 
 /// Data of a command, as the caller holds it.
 #[derive(Debug, Default)]
@@ -184,6 +189,8 @@ struct TicketState {
     /// tell whether a destination still belongs to the command it started
     /// streaming a payload for.
     seq: u64,
+    /// Times the current command was resubmitted after a connection loss.
+    requeues: u8,
 }
 
 impl TicketState {
@@ -543,6 +550,15 @@ impl QueueShared {
         }
     }
 
+    /// Counts one more resubmission of ticket `ud`'s command; false once it
+    /// was resubmitted [`MAX_REQUEUES`] times.
+    fn count_requeue(&self, ud: u64) -> bool {
+        let Some(t) = self.tickets.get((ud & 0xFFFF_FFFF) as usize) else { return false };
+        let mut st = lock(t);
+        st.requeues = st.requeues.saturating_add(1);
+        st.requeues <= MAX_REQUEUES
+    }
+
     /// Forgets the data received so far (the command will run again).
     fn clear_data(&self, ud: u64) {
         if let Some(t) = self.tickets.get((ud & 0xFFFF_FFFF) as usize) {
@@ -571,6 +587,7 @@ impl Ticket<'_> {
         let mut st = self.state();
         st.timeout = timeout.unwrap_or(self.q.default_timeout);
         st.seq = st.seq.wrapping_add(1);
+        st.requeues = 0;
         match payload {
             Xfer::P(Payload::None) => (DataXfer::None, None),
             Xfer::P(Payload::WriteBytes(b)) => (DataXfer::Write(b), None),
@@ -1291,7 +1308,7 @@ impl Driver {
                 self.shared.finish(ud, Err(e.clone()));
             } else if ud & SETUP_BIT != 0 {
                 self.shared.finish(ud, Err(err.clone()));
-            } else if self.requeue {
+            } else if self.requeue && self.shared.count_requeue(ud) {
                 requeue.push(Submission { user_data: ud, cmd });
             } else {
                 self.shared.finish(ud, Err(Error::ConnectionLost));

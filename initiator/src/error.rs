@@ -59,7 +59,8 @@ pub enum Error {
     #[error("timed out after {0:?}")]
     Timeout(Duration),
     /// The command was outstanding when its connection was lost and the
-    /// reconnect policy does not resubmit.
+    /// reconnect policy does not resubmit, or it had been resubmitted after
+    /// 5 losses already.
     #[error("connection lost while the command was outstanding")]
     ConnectionLost,
     /// Reconnecting failed until the controller-loss timeout (or with a

@@ -118,8 +118,9 @@ pub struct ReconnectPolicy {
     pub ctrl_loss_timeout: Option<Duration>,
     /// Resubmit commands that were outstanding on the lost connection once
     /// reconnected (`true`), or fail them at once with
-    /// [`crate::Error::ConnectionLost`] (`false`). Commands submitted while
-    /// reconnecting always wait for the outcome.
+    /// [`crate::Error::ConnectionLost`] (`false`). A command is resubmitted
+    /// at most 5 times (Linux `nvme_max_retries`), then fails with that error.
+    /// Commands submitted while reconnecting always wait for the outcome.
     pub requeue: bool,
 }
 

@@ -43,6 +43,8 @@ struct Cfg {
     blocks: u64,
     /// Reads of this LBA never complete.
     black_hole_lba: Option<u64>,
+    /// A read of this LBA closes the connection (every time).
+    poison_lba: Option<u64>,
     discovery_entries: usize,
     /// LBADS of namespace 1's only LBA format (log2 of its block size).
     lbads: u8,
@@ -62,6 +64,7 @@ impl Default for Cfg {
             grant_queues: 4,
             blocks: 4096,
             black_hole_lba: None,
+            poison_lba: None,
             discovery_entries: 3,
             lbads: 9,
             ioccsz: None,
@@ -84,6 +87,8 @@ struct Stats {
     shutdowns: usize,
     disc_header_reads: usize,
     hdgst_seen: bool,
+    /// Connections closed by a read of `poison_lba`.
+    poisoned: usize,
 }
 
 struct Target {
@@ -292,6 +297,10 @@ impl Conn {
             st.max_io_len = st.max_io_len.max(sgl.length as usize);
         }
         match sqe.opcode() {
+            0x02 if Some(sqe.slba()) == self.t.cfg.poison_lba => {
+                self.t.stats.lock().unwrap().poisoned += 1;
+                return false;
+            }
             0x02 => self.read(sqe),
             0x01 | 0x05 | 0x09 => {
                 if sgl.id == SglId::DATA_BLOCK_OFFSET {
@@ -1008,6 +1017,29 @@ async fn raw_read_above_64_mib_in_one_pdu_completes() {
     r.await.expect("read hangs").unwrap();
     assert_eq!(&buf[64 << 20..], &tail[..]);
     assert_eq!(t.stats().admin_connects, 1, "reconnected");
+    ctrl.shutdown().await.unwrap();
+}
+
+/// A command that costs the connection every time it is sent (a target that
+/// crashes on it) is resubmitted a bounded number of times (5, like Linux's
+/// `nvme_max_retries`), then fails with `ConnectionLost`; the association
+/// stays usable. It used to be requeued after every reconnect, forever: its
+/// caller never returned and the queue was torn down again and again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn command_that_kills_every_connection_is_not_resubmitted_forever() {
+    let (addr, t) = start(Cfg { poison_lba: Some(99), ..Cfg::default() }).await;
+    let ctrl = Controller::connect(addr, SUBNQN, ConnectOptions { io_queues: 1, ..opts() }).await.unwrap();
+    let ns = ctrl.namespace(1).await.unwrap();
+    let mut buf = vec![0u8; 512];
+    let r = tokio::time::timeout(Duration::from_secs(10), ns.read(99, &mut buf)).await.expect("read hangs");
+    assert!(matches!(r, Err(Error::ConnectionLost)), "{r:?}");
+    assert_eq!(t.stats().poisoned, 6, "sent once and resubmitted 5 times");
+    let mut states = ctrl.subscribe_state();
+    tokio::time::timeout(Duration::from_secs(5), states.wait_for(|s| *s == ControllerState::Live))
+        .await
+        .unwrap()
+        .unwrap();
+    ns.read(0, &mut buf).await.unwrap();
     ctrl.shutdown().await.unwrap();
 }
 
