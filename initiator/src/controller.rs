@@ -167,10 +167,15 @@ impl Setup<'_> {
         }
     }
 
-    fn queue_config(&self, qid: u16, tags: u16, inline_limit: u32) -> QueueConfig {
+    /// The queue of a connection whose Connect asks for `entries` (SQSIZE + 1).
+    fn queue_config(&self, qid: u16, entries: u16, inline_limit: u32) -> QueueConfig {
         QueueConfig {
             qid,
-            tags,
+            // A full SQ keeps one entry empty (head = tail + 1): SQSIZE commands
+            // at most, as Linux sizes its tag sets (`ctrl->sqsize`). The tickets
+            // are sized once, at the first connect; after a reconnect to a
+            // controller with a smaller MQES the queue parks what does not fit.
+            tags: entries - 1,
             hdgst: self.opts.hdr_digest,
             ddgst: self.opts.data_digest,
             inline_limit,

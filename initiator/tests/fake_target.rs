@@ -89,6 +89,9 @@ struct Stats {
     hdgst_seen: bool,
     /// Connections closed by a read of `poison_lba`.
     poisoned: usize,
+    /// Times an I/O queue had more commands outstanding than its SQSIZE
+    /// (reads of `black_hole_lba` are the ones that stay outstanding).
+    sq_overflows: usize,
 }
 
 struct Target {
@@ -106,9 +109,18 @@ struct Target {
     /// Never answer a Property Set of CC with SHN.
     ignore_shutdown: AtomicBool,
     genctr: AtomicI64,
+    /// MQES reported from now on instead of `cfg.mqes` (0: `cfg.mqes`).
+    mqes_now: AtomicU16,
 }
 
 impl Target {
+    fn mqes(&self) -> u16 {
+        match self.mqes_now.load(Ordering::SeqCst) {
+            0 => self.cfg.mqes,
+            m => m,
+        }
+    }
+
     /// Namespace 1's block size.
     fn bs(&self) -> usize {
         1 << self.cfg.lbads
@@ -132,6 +144,7 @@ async fn start(cfg: Cfg) -> (SocketAddr, Arc<Target>) {
         drop_on_shutdown: AtomicBool::new(false),
         ignore_shutdown: AtomicBool::new(false),
         genctr: AtomicI64::new(1),
+        mqes_now: AtomicU16::new(0),
     });
     let t2 = t.clone();
     tokio::spawn(async move {
@@ -165,6 +178,10 @@ struct Conn {
     discovery: bool,
     pending: HashMap<u16, PendingWrite>,
     out: Vec<Pdu>,
+    /// SQSIZE of this queue's Connect.
+    sqsize: u16,
+    /// Reads of `black_hole_lba` received (never answered).
+    black_holed: u16,
 }
 
 fn ok(sqe: &Sqe, qid: u16, result: u64) -> Pdu {
@@ -188,6 +205,8 @@ impl Conn {
             discovery: false,
             pending: HashMap::new(),
             out: Vec::new(),
+            sqsize: 0,
+            black_holed: 0,
         }
     }
 
@@ -336,6 +355,10 @@ impl Conn {
         let bs = self.t.bs();
         assert_eq!(sqe.sgl().length as u64, n * bs as u64);
         if Some(lba) == self.t.cfg.black_hole_lba {
+            self.black_holed += 1;
+            if self.black_holed > self.sqsize {
+                self.t.stats.lock().unwrap().sq_overflows += 1;
+            }
             return;
         }
         if lba + n > self.t.cfg.blocks {
@@ -424,7 +447,8 @@ impl Conn {
                     self.cntlid = self.t.next_cntlid.fetch_add(1, Ordering::SeqCst);
                     self.t.stats.lock().unwrap().admin_connects += 1;
                 } else {
-                    assert!(c.sqsize <= self.t.cfg.mqes, "SQSIZE above MQES");
+                    assert!(c.sqsize <= self.t.mqes(), "SQSIZE above MQES");
+                    self.sqsize = c.sqsize;
                     self.cntlid = d.cntlid;
                     self.t.stats.lock().unwrap().io_connects += 1;
                 }
@@ -434,7 +458,7 @@ impl Conn {
                 let g = PropertyGet::from_sqe(&sqe);
                 let v = match g.offset {
                     PropertyOffset::CAP => {
-                        Cap(0).with_mqes(self.t.cfg.mqes).with_to(2).with_css(Cap::CSS_NVM).with_cqr(true).0
+                        Cap(0).with_mqes(self.t.mqes()).with_to(2).with_css(Cap::CSS_NVM).with_cqr(true).0
                     }
                     PropertyOffset::VS => Vs::V1_3.0 as u64,
                     PropertyOffset::CC => self.cc.0 as u64,
@@ -477,7 +501,7 @@ impl Conn {
                         c.cntlid = self.cntlid;
                         c.mdts = cfg.mdts;
                         c.ioccsz = cfg.ioccsz.unwrap_or((64 + cfg.inline) / 16);
-                        c.maxcmd = cfg.mqes + 1;
+                        c.maxcmd = self.t.mqes() + 1;
                         c.subnqn = if self.discovery { DISCOVERY_NQN.into() } else { SUBNQN.into() };
                         c.cntrltype = if self.discovery { 2 } else { 1 };
                         c.sn = "FAKE0001".into();
@@ -1093,4 +1117,41 @@ async fn admin_passthrough() {
     assert_eq!(err.status().map(|s| s.code()), Some(Status::INVALID_OPCODE));
     assert!(err.is_permanent());
     let _ = ctrl.shutdown().await;
+}
+
+/// After a reconnect to a controller whose MQES shrank, no more commands are
+/// outstanding on a queue than its new SQSIZE. The tickets are sized at the
+/// first connect; the queue's slots followed SQSIZE + 1 (the entry count), one
+/// more than a full SQ holds, so a reconnect to MQES 3 had 4 outstanding.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reconnect_to_a_smaller_mqes_keeps_within_the_new_sqsize() {
+    let (addr, t) = start(Cfg { black_hole_lba: Some(77), mqes: 7, ..Cfg::default() }).await;
+    let o = ConnectOptions {
+        io_queues: 1,
+        queue_depth: 8,
+        command_timeout: Duration::from_millis(800),
+        ..opts()
+    };
+    let ctrl = Controller::connect(addr, SUBNQN, o).await.unwrap();
+    let ns = ctrl.namespace(1).await.unwrap();
+    // The 7th read closes the connection; the reconnect finds MQES 3.
+    t.mqes_now.store(3, Ordering::SeqCst);
+    t.drop_countdown.store(7, Ordering::SeqCst);
+    let reads: Vec<_> = (0..7)
+        .map(|_| {
+            let ns = ns.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 512];
+                ns.read(77, &mut buf).await
+            })
+        })
+        .collect();
+    for r in reads {
+        let r = tokio::time::timeout(Duration::from_secs(20), r).await.expect("read hangs").unwrap();
+        assert!(matches!(r, Err(Error::Timeout(_))), "{r:?}");
+    }
+    let st = t.stats();
+    // Reconnected (the timeouts start error recovery again, as on Linux).
+    assert!(st.io_connects >= 2, "{st:?}");
+    assert_eq!(st.sq_overflows, 0, "more commands outstanding than SQSIZE: {st:?}");
 }
