@@ -55,7 +55,7 @@ use nvmeof_net::{readable_now, recv_buf, write_out, PollWindow};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
-use tracing::{debug, warn, Instrument};
+use tracing::{debug, error, warn, Instrument};
 
 use crate::error::{CommandInfo, Error, Result};
 use crate::queue::{
@@ -318,6 +318,44 @@ pub(crate) fn spawn_driver(
     };
     tokio::spawn(driver.run().instrument(span));
     shared
+}
+
+impl QueueShared {
+    /// Fails every outstanding ticket and every later submission with `e`,
+    /// touching nothing but the shared state (the driver that owned the
+    /// commands is gone: see `Drop for Driver`).
+    fn fail_orphaned(&self, e: Error) {
+        let orphaned = {
+            let mut q = lock(&self.subq);
+            q.closed = Some(e.clone());
+            std::mem::take(&mut q.items)
+        };
+        drop(orphaned);
+        for idx in 0..self.tickets.len() {
+            let phase = lock(&self.tickets[idx]).phase;
+            if matches!(phase, Phase::InFlight | Phase::Abandoned) {
+                self.finish(idx as u64, Err(e.clone()));
+            }
+        }
+    }
+}
+
+impl Drop for Driver {
+    /// Every normal end of the task fails what is outstanding first
+    /// (`fail_all`). Without that, the task is being dropped by a panic in
+    /// it or by its runtime shutting down: its callers would wait forever
+    /// for completions nobody makes, and later submissions would queue for
+    /// nobody. They fail instead. Only the shared state is touched: after a
+    /// panic the connection's queue state cannot be trusted (a second panic
+    /// while unwinding would abort the process).
+    fn drop(&mut self) {
+        self.set_busy(false);
+        if self.failed.is_none() {
+            let why = if std::thread::panicking() { "panicked" } else { "was dropped" };
+            error!(qid = self.shared.qid, "queue driver task {why}; failing its commands");
+            self.shared.fail_orphaned(Error::ControllerLost(format!("queue driver task {why}").into()));
+        }
+    }
 }
 
 /// A held completion cell. Dropping it while the command is outstanding
@@ -829,12 +867,6 @@ struct Driver {
     workers: usize,
     local: Vec<Submission>,
     span: tracing::Span,
-}
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        self.set_busy(false);
-    }
 }
 
 /// What one busy-poll check found.

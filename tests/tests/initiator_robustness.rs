@@ -714,3 +714,42 @@ impl QidProxy {
         });
     }
 }
+
+/// The runtime that runs a controller's tasks shuts down while a command is
+/// outstanding (an application that made the controller on a runtime it
+/// later drops): the caller, on another runtime, gets an error instead of
+/// waiting forever for a driver task that is gone, and so does every later
+/// request. The same guard covers a panic in a driver task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_fail_when_the_controllers_runtime_is_gone() {
+    bounded(40, async {
+        let (server, addr) = start(&config(vec![ram_ns(1, 4 << 20)])).await;
+        add_slow_ns(&server, 2, 1 << 20, Duration::from_secs(30));
+        let other =
+            tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+        let o = ConnectOptions { io_queues: 1, command_timeout: Duration::from_secs(60), ..opts() };
+        let ctrl = other.spawn(Controller::connect(addr, SUBNQN, o)).await.unwrap().unwrap();
+        let ns2 = ctrl.namespace(2).await.unwrap();
+        let slow = tokio::spawn(async move {
+            let mut b = vec![0u8; 4096];
+            let r = ns2.read(0, &mut b).await;
+            (r, ns2)
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        other.shutdown_background();
+        let (r, ns2) = tokio::time::timeout(Duration::from_secs(5), slow)
+            .await
+            .expect("the outstanding read still waits for a driver task that is gone")
+            .unwrap();
+        assert!(matches!(r, Err(Error::ControllerLost(_))), "{r:?}");
+        let mut b = vec![0u8; 4096];
+        let r = tokio::time::timeout(Duration::from_secs(5), ns2.read(0, &mut b))
+            .await
+            .expect("a new read waits for a driver task that is gone");
+        assert!(matches!(r, Err(Error::ControllerLost(_))), "{r:?}");
+        drop(ns2);
+        drop(ctrl);
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
