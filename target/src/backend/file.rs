@@ -202,6 +202,29 @@ pub(crate) unsafe fn pread_exact_raw(file: &File, dst: *mut u8, len: usize, offs
     Ok(())
 }
 
+/// Makes writes past `RLIMIT_FSIZE` fail with `EFBIG` instead of ending the
+/// process: the kernel raises `SIGXFSZ` on such a write (and on growing a
+/// file past it), and the signal's default action terminates the whole
+/// target, every namespace and host with it, for one host's write. nvmet's
+/// file I/O runs in kernel workers, which have no such limit; ours then fails
+/// the command with Internal Error (`errno_to_nvme_status`'s default). A
+/// handler the embedding program installed itself is left alone.
+fn ignore_sigxfsz() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: queries and, if still the default, sets the disposition of
+        // one signal; `old` is a valid out pointer.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(libc::SIGXFSZ, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction == libc::SIG_DFL
+            {
+                libc::signal(libc::SIGXFSZ, libc::SIG_IGN);
+            }
+        }
+    });
+}
+
 /// Opens (or, with `create_size`, creates and extends to at least that size)
 /// the regular file backing a namespace with `block_size`-byte blocks.
 /// Returns it with its metadata and the capacity in whole blocks.
@@ -213,6 +236,7 @@ pub(crate) fn open_sized(
     if !block_size.is_power_of_two() || block_size < 512 {
         return Err(invalid(format!("invalid block size {block_size}")));
     }
+    ignore_sigxfsz();
     // Whether this call creates the file: a file it created is removed again
     // when it cannot be sized (e.g. `--size 100T`: "File too large"), instead
     // of leaving an empty file behind a failed start.
@@ -539,6 +563,78 @@ mod tests {
         let r = run(&b, 8, IoOp::Read { offset: 3 * mib as u64, len: mib });
         assert!(r.data[..ZEROES_LEN + 8192].iter().all(|&x| x == 0));
         assert!(r.data[ZEROES_LEN + 8192..].iter().all(|&x| x == 0xA5));
+    }
+
+    /// A write past `RLIMIT_FSIZE` (an administrator's `ulimit -f`, systemd's
+    /// `LimitFSIZE`) fails with EFBIG, which is Internal Error as nvmet maps
+    /// it, on both file engines: it used to raise SIGXFSZ, whose default
+    /// action ended the whole target. Runs this test binary again as a child
+    /// with the limit set, so the limit and the signal stay out of this process.
+    #[test]
+    fn a_write_past_the_file_size_limit_fails_instead_of_ending_the_target() {
+        use std::os::unix::process::{CommandExt, ExitStatusExt};
+        const CHILD: &str = "NVMEOF_TEST_FSIZE_CHILD";
+        const LIMIT: u64 = 1 << 20;
+        if let Some(dir) = std::env::var_os(CHILD) {
+            let dir = PathBuf::from(dir);
+            let data = Bytes::from(vec![5; 4096]);
+            let b = FileBackend::open(dir.join("threads"), None, 512).unwrap();
+            let w = run(&b, 1, IoOp::Write { offset: 2 * LIMIT, data: data.clone(), fua: false });
+            assert_eq!(w.status, Status::INTERNAL.with_dnr(), "threads");
+            let w = run(&b, 2, IoOp::Write { offset: LIMIT - 4096, data: data.clone(), fua: true });
+            assert!(w.status.is_success(), "threads, below the limit");
+            for direct in [false, true] {
+                let b =
+                    match crate::backend::UringBackend::open_file_with(dir.join("uring"), None, 4096, direct)
+                    {
+                        Ok(b) => b,
+                        Err(e) if e.kind() == io::ErrorKind::Unsupported => break,
+                        Err(e) => panic!("{e}"),
+                    };
+                let w = run(&b, 3, IoOp::Write { offset: 3 * LIMIT, data: data.clone(), fua: direct });
+                assert_eq!(w.status, Status::INTERNAL.with_dnr(), "{}", b.describe());
+            }
+            // A file created larger than the limit is refused, not fatal either.
+            assert!(FileBackend::open(dir.join("new"), Some(4 * LIMIT), 512).is_err());
+            return;
+        }
+        let dir = std::env::temp_dir().join(format!("nvmeof-fsize-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for name in ["threads", "uring"] {
+            File::create(dir.join(name)).unwrap().set_len(4 * LIMIT).unwrap();
+        }
+        let mut child = std::process::Command::new(std::env::current_exe().unwrap());
+        child
+            .args(["--exact", "--nocapture", "--test-threads=1"])
+            .arg("backend::file::tests::a_write_past_the_file_size_limit_fails_instead_of_ending_the_target")
+            .env(CHILD, &dir)
+            .stdout(std::process::Stdio::null());
+        // SAFETY: only setrlimit, async-signal-safe, runs between fork and exec.
+        unsafe {
+            child.pre_exec(|| {
+                let lim = libc::rlimit { rlim_cur: LIMIT, rlim_max: libc::RLIM_INFINITY };
+                if libc::setrlimit(libc::RLIMIT_FSIZE, &lim) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            })
+        };
+        let mut child = child.spawn().unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("child test still running after 60 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(status.signal(), None, "the child was ended by a signal (SIGXFSZ is {})", libc::SIGXFSZ);
+        assert!(status.success(), "{status:?}");
     }
 
     #[test]
