@@ -32,6 +32,9 @@
 //!   [`Status::WRITE_FAULT`].
 //! - Flush is `IORING_OP_FSYNC` with `DATASYNC`; FUA writes carry `RWF_DSYNC`
 //!   (a FUA request on block devices), so they are durable on completion.
+//!   They use a second descriptor of the file, so the writeback errors their
+//!   sync reports are still reported to the next Flush (`errseq_t` keeps one
+//!   cursor per open file).
 //! - Write Zeroes / Deallocate use `IORING_OP_FALLOCATE`: deallocation tries
 //!   `PUNCH_HOLE` (an unmapping write-zeroes on block devices), then
 //!   `ZERO_RANGE` (on block devices the kernel zeroes with its own fallback);
@@ -245,7 +248,7 @@ impl Op {
             }
             Kind::Write { data, offset, done, fua } => {
                 let rest = &data.as_slice()[*done..];
-                let flags = if *fua { libc::RWF_DSYNC } else { 0 };
+                let (fd, flags) = if *fua { (self.file.fua_fd(), libc::RWF_DSYNC) } else { (fd, 0) };
                 opcode::Write::new(fd, rest.as_ptr(), rest.len().min(MAX_RW) as u32)
                     .offset(offset + *done as u64)
                     .rw_flags(flags)
@@ -889,8 +892,16 @@ fn zeroing(mut ranges: Vec<(u64, u64)>, deallocate: bool) -> Option<Kind> {
 
 /// What every operation on one backend refers to.
 struct FileShared {
-    /// The descriptor every operation uses (`O_DIRECT` when `direct`).
+    /// The descriptor every operation but FUA writes uses (`O_DIRECT` when `direct`).
     file: File,
+    /// The same file opened again, for FUA writes: their `RWF_DSYNC` checks
+    /// for writeback errors like an `fdatasync` and consumes what it reports
+    /// for its own descriptor (`errseq_t`, `file_check_and_advance_wb_err`),
+    /// so on `file` it would hide a failed writeback of an earlier plain
+    /// write from the next Flush, which then reported success for data
+    /// never written. The thread-pool engine uses a separate `O_DSYNC`
+    /// descriptor the same way.
+    fua: File,
     path: PathBuf,
     is_block: bool,
     direct: bool,
@@ -914,6 +925,10 @@ struct FileShared {
 impl FileShared {
     fn fd(&self) -> types::Fd {
         types::Fd(self.file.as_raw_fd())
+    }
+
+    fn fua_fd(&self) -> types::Fd {
+        types::Fd(self.fua.as_raw_fd())
     }
 
     /// Checks `op` against the capacity and alignment and turns it into a [`Kind`];
@@ -1087,6 +1102,20 @@ struct DataFile {
     mem_align: usize,
 }
 
+impl DataFile {
+    /// `path` opened again like `file` (the descriptor for FUA writes),
+    /// checked to be the same file.
+    fn reopen(&self, path: &Path) -> io::Result<File> {
+        let flags = if self.direct { libc::O_DIRECT } else { 0 };
+        let f = OpenOptions::new().read(true).write(true).custom_flags(flags).open(path)?;
+        let (a, b) = (f.metadata()?, self.file.metadata()?);
+        if a.ino() != b.ino() || a.dev() != b.dev() || a.rdev() != b.rdev() {
+            return Err(io::Error::other(format!("{} was replaced while opening it", path.display())));
+        }
+        Ok(f)
+    }
+}
+
 /// Opens `path` (already opened as `buffered`) with `O_DIRECT` if the namespace's
 /// `block_size` satisfies the filesystem's alignment; else explains why not.
 fn open_file_direct(path: &Path, buffered: &File, block_size: u32) -> io::Result<Result<DataFile, String>> {
@@ -1176,7 +1205,8 @@ impl UringBackend {
             Err(())
         };
         let data = direct.unwrap_or(DataFile { file, direct: false, io_align: 1, mem_align: 1 });
-        Ok(Self::new(data, path, false, block_size, size))
+        let fua = data.reopen(path)?;
+        Ok(Self::new(data, fua, path, false, block_size, size))
     }
 
     /// Opens the block device at `path`, like [`BlockBackend::open`](super::BlockBackend::open):
@@ -1208,12 +1238,14 @@ impl UringBackend {
             _ => dev_block_size as usize,
         };
         let data = DataFile { file, direct, io_align: dev_block_size as u64, mem_align };
-        Ok(Self::new(data, path, true, block_size, size))
+        let fua = data.reopen(path)?;
+        Ok(Self::new(data, fua, path, true, block_size, size))
     }
 
-    fn new(data: DataFile, path: &Path, is_block: bool, block_size: u32, size: u64) -> Self {
+    fn new(data: DataFile, fua: File, path: &Path, is_block: bool, block_size: u32, size: u64) -> Self {
         let file = Arc::new(FileShared {
             file: data.file,
+            fua,
             path: path.to_owned(),
             is_block,
             direct: data.direct,
@@ -1777,6 +1809,153 @@ mod tests {
         let r = run(&b, 102, IoOp::Read { offset: 4096, len: 4096 });
         assert_eq!(&r.data[..], &pattern(4096, 1)[..]);
         assert!(b.resize(100).is_err());
+    }
+
+    /// A write whose writeback fails (here: ENOSPC from the full tmpfs under
+    /// the loop device under ext4) makes the next Flush fail, also when a FUA
+    /// write came in between: on io_uring the FUA write (RWF_DSYNC) used the
+    /// Flush's descriptor, so it consumed the error (`errseq_t`, one cursor
+    /// per open file) and the Flush reported success for data never written.
+    /// The thread-pool engine (O_DSYNC descriptor for FUA) is checked too.
+    /// Needs root: runs this test again as a child in its own mount namespace,
+    /// so every mount goes away with it (the loop device detaches itself).
+    #[test]
+    fn writeback_error_reaches_the_next_flush_after_a_fua_write() {
+        use std::os::unix::process::CommandExt;
+        use std::process::{Command, Stdio};
+        const CHILD: &str = "NVMEOF_TEST_WRITEBACK_CHILD";
+        if let Some(dir) = std::env::var_os(CHILD) {
+            return writeback_error_child(Path::new(&dir));
+        }
+        // SAFETY: trivial libc call.
+        if unsafe { libc::geteuid() } != 0 {
+            return eprintln!("note: skipping writeback-error test: not root");
+        }
+        let dir = std::env::temp_dir().join(format!("nvmeof-wb-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("tmpfs")).unwrap();
+        std::fs::create_dir_all(dir.join("ext4")).unwrap();
+        let mut child = Command::new(std::env::current_exe().unwrap());
+        child
+            .args(["--exact", "--nocapture", "--test-threads=1"])
+            .arg("backend::uring::tests::writeback_error_reaches_the_next_flush_after_a_fua_write")
+            .env(CHILD, &dir)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // SAFETY: only unshare(2) and mount(2), async-signal-safe, between fork and exec.
+        unsafe {
+            child.pre_exec(|| {
+                if libc::unshare(libc::CLONE_NEWNS) != 0
+                    || libc::mount(
+                        c"none".as_ptr(),
+                        c"/".as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_REC | libc::MS_PRIVATE,
+                        std::ptr::null(),
+                    ) != 0
+                {
+                    return Err(io::Error::last_os_error());
+                }
+                Ok(())
+            })
+        };
+        let mut child = match child.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return eprintln!("note: skipping writeback-error test: no private mount namespace: {e}");
+            }
+        };
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let status = loop {
+            if let Some(s) = child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                break child.wait().unwrap();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let out = child.wait_with_output().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        let log = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        for l in log.lines().filter(|l| l.starts_with("note:")) {
+            eprintln!("{l}");
+        }
+        assert!(status.success(), "child {status:?}:\n{log}");
+    }
+
+    /// The child of [`writeback_error_reaches_the_next_flush_after_a_fua_write`],
+    /// in a private mount namespace: ext4 (no journal) on a loop device over a
+    /// 16 MiB tmpfs, under `dir`.
+    fn writeback_error_child(dir: &Path) {
+        use std::io::Write;
+        use std::process::Command;
+        let (tmpfs, ext4) = (dir.join("tmpfs"), dir.join("ext4"));
+        let sh = |args: &[&str]| -> Option<String> {
+            match Command::new(args[0]).args(&args[1..]).output() {
+                Ok(o) if o.status.success() => Some(String::from_utf8_lossy(&o.stdout).trim().to_owned()),
+                Ok(o) => {
+                    eprintln!(
+                        "note: skipping writeback-error test: {args:?}: {}",
+                        String::from_utf8_lossy(&o.stderr).trim()
+                    );
+                    None
+                }
+                Err(e) => {
+                    eprintln!("note: skipping writeback-error test: {}: {e}", args[0]);
+                    None
+                }
+            }
+        };
+        let t = tmpfs.to_str().unwrap();
+        let Some(_) = sh(&["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", t]) else { return };
+        let img = tmpfs.join("img");
+        File::create(&img).unwrap().set_len(64 << 20).unwrap();
+        let Some(dev) = sh(&["losetup", "--find", "--show", img.to_str().unwrap()]) else { return };
+        let mounted = sh(&["mkfs.ext4", "-q", "-F", "-O", "^has_journal", &dev]).is_some()
+            && sh(&["mount", "-o", "noatime,errors=continue", &dev, ext4.to_str().unwrap()]).is_some();
+        // Detached now, or (while mounted) as soon as the mount namespace goes.
+        let _ = Command::new("losetup").arg("-d").arg(&dev).status();
+        if !mounted {
+            return;
+        }
+        for engine in ["threads", "uring"] {
+            let path = ext4.join(engine);
+            // Allocated but unwritten, so writing it needs room in the tmpfs.
+            let f = File::create(&path).unwrap();
+            super::super::file::fallocate(&f, 0, 0, 8 << 20).unwrap();
+            f.sync_all().unwrap();
+            drop(f);
+            let b: Box<dyn Backend> = match engine {
+                "threads" => Box::new(FileBackend::open(&path, None, 4096).unwrap()),
+                _ => match UringBackend::open_file_with(&path, None, 4096, false) {
+                    Ok(b) => Box::new(b),
+                    Err(e) if e.kind() == io::ErrorKind::Unsupported => return,
+                    Err(e) => panic!("{e}"),
+                },
+            };
+            let filler = tmpfs.join("filler");
+            let mut fill = File::create(&filler).unwrap();
+            let mib = vec![0xEE; 1 << 20];
+            for _ in 0..64 {
+                if fill.write_all(&mib).is_err() {
+                    break;
+                }
+            }
+            let a = IoOp::Write { offset: 0, data: Bytes::from(vec![1; 4096]), fua: false };
+            assert_eq!(run(&*b, 1, a).status, Status::SUCCESS, "{engine}: write A");
+            // Writeback of A, started (and its error seen) through another descriptor.
+            let other = File::open(&path).unwrap();
+            assert!(other.sync_data().is_err(), "{engine}: writeback of A did not fail");
+            let fua = IoOp::Write { offset: 4 << 20, data: Bytes::from(vec![2; 4096]), fua: true };
+            let _ = run(&*b, 2, fua);
+            let flush = run(&*b, 3, IoOp::Flush).status;
+            assert!(!flush.is_success(), "{engine}: Flush succeeded after A's writeback failed");
+            drop(b);
+            drop(fill);
+            std::fs::remove_file(&filler).unwrap();
+        }
     }
 
     #[test]
