@@ -173,7 +173,10 @@ pub(crate) fn write_zeroes_by_writing(file: &File, mut offset: u64, mut len: u64
 }
 
 /// Reads exactly `len` bytes at `offset` into `dst` (which must be valid for `len`
-/// bytes of writes). Bytes past end-of-file read as zeroes.
+/// bytes of writes). End of file before `len` bytes (the file was truncated
+/// behind our back) is an error without an errno, which the command gets as
+/// Internal Error: nvmet fails a short read the same way (`nvmet_file_io_done`:
+/// `ret != req->transfer_len`), rather than answer zeroes for data it lost.
 ///
 /// # Safety
 /// `dst` must be valid for writes of `len` bytes.
@@ -192,10 +195,7 @@ pub(crate) unsafe fn pread_exact_raw(file: &File, dst: *mut u8, len: usize, offs
             return Err(e);
         }
         if n == 0 {
-            // End of file (truncated behind our back): the rest reads as zeroes.
-            // SAFETY: as above.
-            unsafe { std::ptr::write_bytes(dst.add(done), 0, len - done) };
-            break;
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "read past the end of the file"));
         }
         done += n as usize;
     }
@@ -635,6 +635,25 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         assert_eq!(status.signal(), None, "the child was ended by a signal (SIGXFSZ is {})", libc::SIGXFSZ);
         assert!(status.success(), "{status:?}");
+    }
+
+    /// A read of blocks the file no longer holds (truncated behind the
+    /// target's back) fails with Internal Error, as nvmet fails a short read
+    /// (`nvmet_file_io_done`: `ret != transfer_len`); it used to succeed with
+    /// zeroes in place of the data. Blocks still in the file read normally.
+    #[test]
+    fn read_past_a_truncated_end_fails() {
+        let t = TempPath::new("trunc");
+        let b = FileBackend::open(&t.0, Some(1 << 20), 4096).unwrap();
+        let w = run(&b, 1, IoOp::Write { offset: 0, data: Bytes::from(vec![9; 8192]), fua: false });
+        assert!(w.status.is_success());
+        OpenOptions::new().write(true).open(&t.0).unwrap().set_len(4096).unwrap();
+        let r = run(&b, 2, IoOp::Read { offset: 0, len: 3 * 4096 });
+        assert_eq!(r.status, Status::INTERNAL.with_dnr());
+        let r = run(&b, 3, IoOp::Read { offset: 8192, len: 4096 });
+        assert_eq!(r.status, Status::INTERNAL.with_dnr());
+        let r = run(&b, 4, IoOp::Read { offset: 0, len: 4096 });
+        assert_eq!((r.status, &r.data[..]), (Status::SUCCESS, &[9; 4096][..]));
     }
 
     #[test]

@@ -27,9 +27,9 @@
 //!   completion's [`Bytes`] without a copy; with `O_DIRECT`, write data that is
 //!   not aligned for the device is copied into an aligned buffer first.
 //! - Short transfers are resubmitted for the rest; a read that hits end of file
-//!   (the file was truncated behind our back) reads the rest as zeroes, like
-//!   the thread-pool backends; a write that makes no progress fails with
-//!   [`Status::WRITE_FAULT`].
+//!   (the file was truncated behind our back) fails with Internal Error, as
+//!   nvmet fails a short read and like the thread-pool backends; a write that
+//!   makes no progress fails with [`Status::WRITE_FAULT`].
 //! - Flush is `IORING_OP_FSYNC` with `DATASYNC`; FUA writes carry `RWF_DSYNC`
 //!   (a FUA request on block devices), so they are durable on completion.
 //!   They use a second descriptor of the file, so the writeback errors their
@@ -307,13 +307,12 @@ impl Op {
         match &mut self.kind {
             Kind::Read { buf, done, .. } => {
                 if n == 0 {
-                    // End of file: the rest reads as zeroes.
-                    // SAFETY: `done < buf.len()`; the range is inside the allocation.
-                    unsafe { std::ptr::write_bytes(buf.ptr().add(*done), 0, buf.len() - *done) };
-                    *done = buf.len();
-                } else {
-                    *done += n;
+                    // End of file (truncated behind our back): an error, as
+                    // nvmet_file_io_done fails a short read, not zeroes in
+                    // place of the lost data.
+                    return self.finish(Err(Status::INTERNAL.with_dnr()));
                 }
+                *done += n;
                 if *done < buf.len() {
                     return Next::Again(self);
                 }
@@ -1765,19 +1764,30 @@ mod tests {
         assert_eq!(&r.data[..], &data[..]);
     }
 
+    /// A read of blocks the file no longer holds fails with Internal Error,
+    /// as nvmet fails a short read (`nvmet_file_io_done`); it used to succeed
+    /// with zeroes in place of the data. Buffered and `O_DIRECT`.
     #[test]
-    fn uring_read_past_truncated_end_reads_zeroes() {
-        let t = TempPath::new("trunc");
-        let Some(b) = open(&t, 1 << 20, 4096) else { return };
-        assert!(run(&b, 1, IoOp::Write { offset: 0, data: Bytes::from(vec![9; 8192]), fua: false })
-            .status
-            .is_success());
-        // Someone else shrinks the file behind the backend's back.
-        std::fs::OpenOptions::new().write(true).open(&t.0).unwrap().set_len(4096).unwrap();
-        let r = run(&b, 2, IoOp::Read { offset: 0, len: 3 * 4096 });
-        assert_eq!(r.status, Status::SUCCESS);
-        assert!(r.data[..4096].iter().all(|&x| x == 9));
-        assert!(r.data[4096..].iter().all(|&x| x == 0));
+    fn uring_read_past_truncated_end_fails() {
+        for direct in [false, true] {
+            let t = TempPath::new("trunc");
+            let b = match UringBackend::open_file_opts(&t.0, Some(1 << 20), 4096, direct) {
+                Ok(b) => b,
+                Err(e) if e.kind() == io::ErrorKind::Unsupported => return,
+                Err(e) => panic!("{e}"),
+            };
+            assert!(run(&b, 1, IoOp::Write { offset: 0, data: Bytes::from(vec![9; 8192]), fua: false })
+                .status
+                .is_success());
+            // Someone else shrinks the file behind the backend's back.
+            std::fs::OpenOptions::new().write(true).open(&t.0).unwrap().set_len(4096).unwrap();
+            let r = run(&b, 2, IoOp::Read { offset: 0, len: 3 * 4096 });
+            assert_eq!(r.status, Status::INTERNAL.with_dnr(), "{}", b.describe());
+            let r = run(&b, 3, IoOp::Read { offset: 8192, len: 4096 });
+            assert_eq!(r.status, Status::INTERNAL.with_dnr(), "{}", b.describe());
+            let r = run(&b, 4, IoOp::Read { offset: 0, len: 4096 });
+            assert_eq!((r.status, &r.data[..]), (Status::SUCCESS, &[9; 4096][..]), "{}", b.describe());
+        }
     }
 
     #[test]
