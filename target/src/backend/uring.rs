@@ -519,7 +519,21 @@ impl Ring {
                 }
                 st.unsubmitted = 0;
             }
-            match self.uring.submit() {
+            let r = self.uring.submit();
+            // Entries the kernel did not take stay in the SQ: all of them
+            // when it answers EAGAIN or EBUSY (a full CQ), the rest after an
+            // entry that failed before issue (`io_submit_sqes` stops there
+            // without IORING_SETUP_SUBMIT_ALL). Counted again, so the next
+            // call (every pass of the queue's loop makes one) submits them;
+            // reset to 0 they waited for an unrelated later submission, and
+            // an idle queue's command for the host's timeout.
+            {
+                let mut st = self.lock_state();
+                // SAFETY: the state lock is held, so no other `SubmissionQueue` exists.
+                let left = unsafe { self.uring.submission_shared() }.len();
+                st.unsubmitted = st.unsubmitted.max(left);
+            }
+            match r {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EBUSY)) => return,
