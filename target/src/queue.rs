@@ -6,6 +6,8 @@
 //! Command slots are preallocated per queue; the R2T transfer tag is the slot
 //! index, so an H2CData finds its command in O(1).
 
+use std::collections::VecDeque;
+
 use bytes::{Bytes, BytesMut};
 use nvmeof_common::decoder::{DecoderConfig, PduDecoder, Role};
 use nvmeof_common::error::{DecodeError, Fes};
@@ -68,6 +70,11 @@ pub struct QueueState {
     free: Vec<u16>,
     sqhd: u16,
     draining: bool,
+    /// Bytes ever queued in `out` (what was sent is this less `out.len()`).
+    pushed: u64,
+    /// For each completed command whose response may still be unsent, the
+    /// value of `pushed` once its response was queued.
+    unsent: VecDeque<u64>,
     /// Encoded PDUs waiting for the socket.
     pub out: OutQueue,
 }
@@ -90,6 +97,8 @@ impl QueueState {
             free: Vec::new(),
             sqhd: 0,
             draining: false,
+            pushed: 0,
+            unsent: VecDeque::new(),
             out: OutQueue::default(),
         };
         q.grow_slots(INITIAL_SLOTS);
@@ -143,6 +152,22 @@ impl QueueState {
         self.free.sort_unstable_by(|a, b| b.cmp(a));
     }
 
+    /// Queues `pdu` for the socket.
+    fn push(&mut self, pdu: &Pdu, cfg: &EncodeConfig) {
+        let before = self.out.len();
+        self.out.push(pdu, cfg);
+        self.pushed += (self.out.len() - before) as u64;
+    }
+
+    /// Completed commands whose responses have not all reached the socket.
+    fn unsent_responses(&mut self) -> usize {
+        let sent = self.pushed - self.out.len() as u64;
+        while self.unsent.front().is_some_and(|&end| end <= sent) {
+            self.unsent.pop_front();
+        }
+        self.unsent.len()
+    }
+
     fn terminate(&mut self, err: &DecodeError, offending: &[u8]) {
         warn!(error = %err, fes = err.fes().0, fei = err.fei(), "protocol error: sending C2HTermReq and closing the queue");
         self.terminate_with(TermReq::for_error(err, offending));
@@ -151,7 +176,7 @@ impl QueueState {
     fn terminate_with(&mut self, t: TermReq) {
         if self.phase != Phase::Closing {
             // TermReq never carries digests (reference §2.3).
-            self.out.push(&Pdu::C2hTermReq(t), &EncodeConfig::default());
+            self.push(&Pdu::C2hTermReq(t), &EncodeConfig::default());
             self.phase = Phase::Closing;
         }
     }
@@ -224,7 +249,7 @@ impl QueueState {
         }
         let limits = &self.ctx.target.limits;
         let resp = IcResp { pfv: 0, cpda: 0, dgst: DigestFlags(r.dgst.0), maxh2cdata: limits.max_h2c_data };
-        self.out.push(&Pdu::IcResp(resp), &EncodeConfig::default());
+        self.push(&Pdu::IcResp(resp), &EncodeConfig::default());
         let hd = r.dgst.hdgst();
         let dd = r.dgst.ddgst();
         self.enc = EncodeConfig { hdgst: hd, ddgst: dd, pda: r.hpda };
@@ -250,8 +275,19 @@ impl QueueState {
             // TBKAS: any command restarts the keep-alive timer.
             ctrl.touch();
         }
-        let Some(tag) = self.free.pop() else {
-            warn!(limit = self.slots.len(), "host exceeded the queue depth; closing the queue");
+        // A command holds its slot until its response is on the socket, as in
+        // nvmet (nvmet_tcp_put_cmd runs once the response is sent, and a
+        // command finding no free one is fatal in nvmet_tcp_done_recv_pdu):
+        // a host that sends commands but never reads its socket otherwise had
+        // their responses buffered here without limit.
+        let unsent = self.unsent_responses();
+        let Some(tag) = (self.free.len() > unsent).then(|| self.free.pop()).flatten() else {
+            warn!(
+                limit = self.slots.len(),
+                in_flight = self.in_flight(),
+                unsent_responses = unsent,
+                "host exceeded the queue depth (commands whose responses it has not read count); closing the queue"
+            );
             self.terminate_with(TermReq { fes: Fes::PDU_SEQUENCE, fei: 0, data: Bytes::new() });
             return;
         };
@@ -325,7 +361,8 @@ impl QueueState {
             slot.whole = None;
             slot.buf.clear();
             let r2t = R2t { cccid: sqe.cid(), ttag: tag, r2to: 0, r2tl: sgl.length };
-            self.out.push(&Pdu::R2t(r2t), &self.enc);
+            let enc = self.enc;
+            self.push(&Pdu::R2t(r2t), &enc);
             return;
         }
         self.run(tag, c.data);
@@ -430,7 +467,8 @@ impl QueueState {
             let keep = (self.ctx.qid.is_some_and(|q| q > 0) && !r.shared).then(|| r.data.clone());
             let pdu =
                 C2hData { cccid: cid, datao: 0, data: std::mem::take(&mut r.data), last: true, success };
-            self.out.push(&Pdu::C2hData(pdu), &self.enc);
+            let enc = self.enc;
+            self.push(&Pdu::C2hData(pdu), &enc);
             sent_success = success;
             if let Some(b) = keep {
                 self.ctx.recycle_read_buf(b);
@@ -449,8 +487,10 @@ impl QueueState {
             let sqhd =
                 if connect && self.ctx.sqflow_disabled && r.status.is_success() { 0xFFFF } else { self.sqhd };
             let cqe = Cqe { result: r.result, sqhd, sqid: self.ctx.qid.unwrap_or(0), cid, status: r.status };
-            self.out.push(&Pdu::CapsuleResp(CapsuleResp { cqe }), &self.enc);
+            let enc = self.enc;
+            self.push(&Pdu::CapsuleResp(CapsuleResp { cqe }), &enc);
         }
+        self.unsent.push_back(self.pushed);
         let slot = &mut self.slots[tag as usize];
         slot.state = SlotState::Free;
         self.free.push(tag);
@@ -673,6 +713,44 @@ mod tests {
         let out = decode(&io.out.take_all(), &enc);
         assert!(matches!(&out[..], [Pdu::C2hTermReq(t)] if t.fes == Fes::INVALID_HEADER_FIELD), "{out:?}");
         assert_eq!(io.in_flight(), 0);
+    }
+
+    #[test]
+    fn responses_the_host_has_not_read_count_against_the_queue_depth() {
+        // A host that never reads its socket but keeps sending commands: each
+        // read's C2HData and CQE waited in `out` while its slot was freed at
+        // once, so the queue buffered responses without limit. nvmet frees a
+        // command only once its response is on the socket (nvmet_try_send_response
+        // → nvmet_tcp_put_cmd), and a command beyond its pool is a fatal error
+        // (nvmet_tcp_done_recv_pdu: "out of commands").
+        let (_admin, (mut io, _)) = admin_and_io(&target());
+        let enc = EncodeConfig::default();
+        let read = |cid: u16| {
+            let mut sqe = Sqe::new(0x02);
+            sqe.set_cid(cid).set_nsid(1).set_sgl(SglDescriptor::transport(512));
+            Pdu::CapsuleCmd(CapsuleCmd::new(sqe))
+        };
+        // A host that reads as it goes sends any number of commands.
+        for cid in 0..100u16 {
+            let out = exchange(&mut io, read(cid), &enc);
+            assert!(matches!(&out[..], [Pdu::C2hData(_), Pdu::CapsuleResp(_)]), "{out:?}");
+        }
+        // This one stops reading: a queue depth of responses is all it gets.
+        let depth = io.slots.len();
+        let mut rx = BytesMut::new();
+        for cid in 0..=depth as u16 {
+            rx.extend_from_slice(&read(cid).encode_to_vec(&enc));
+        }
+        io.handle_bytes(&mut rx);
+        assert_eq!(io.phase(), Phase::Closing);
+        let out = decode(&io.out.take_all(), &enc);
+        let cqes = out.iter().filter(|p| matches!(p, Pdu::CapsuleResp(_))).count();
+        assert_eq!(cqes, depth, "responses queued for a host that does not read");
+        assert!(
+            matches!(out.last(), Some(Pdu::C2hTermReq(t)) if t.fes == Fes::PDU_SEQUENCE),
+            "{:?}",
+            out.last()
+        );
     }
 
     #[test]
