@@ -256,15 +256,18 @@ async fn icreq_timeout_and_connection_limit() {
     assert!(t0.elapsed() >= std::time::Duration::from_millis(250), "closed after {:?}", t0.elapsed());
     // Give the target a moment to uncount it.
     tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    // Two connections fit; a third is refused (closed without ICResp).
+    // Two connections fit (connected at once: the same timeout closes a
+    // connection without Connect); a third is refused (closed without ICResp).
     let mut a = RawClient::connect(addr).await;
-    let _b = RawClient::connect(addr).await;
+    assert!(a.admin_connect(SUBNQN, nvmeof_tests::raw_client::HOSTNQN).await.status.is_success());
+    let mut b = RawClient::connect(addr).await;
+    assert!(b.admin_connect(SUBNQN, nvmeof_tests::raw_client::HOSTNQN).await.status.is_success());
     let mut c = RawClient::tcp(addr).await;
     let _ = c.try_send_raw(&Pdu::IcReq(icreq()).encode_to_vec(&Default::default())).await;
     let got = c.expect_closed_within(std::time::Duration::from_secs(2)).await;
     assert!(got.is_empty(), "refused connection got {got:?}");
     // The admitted ones work.
-    assert!(a.admin_connect(SUBNQN, nvmeof_tests::raw_client::HOSTNQN).await.status.is_success());
+    a.property_get(nvmeof_common::spec::PropertyOffset::VS, false).await.ok();
 }
 
 #[tokio::test]
@@ -363,4 +366,24 @@ async fn closing_queue_whose_host_never_reads_is_dropped() {
     }
     assert_eq!(target.connection_count(), 2, "closing queue still open after {:?}", t0.elapsed());
     drop(io);
+}
+
+#[tokio::test]
+async fn connection_that_never_connects_is_closed_after_the_icreq_timeout() {
+    // The ICReq timeout stopped counting at ICReq: a host that sent those 128
+    // bytes and nothing more kept its connection, and its slot in the
+    // connection limit, forever (no controller, so no keep-alive timer either).
+    let mut cfg = default_config();
+    cfg.limits.icreq_timeout_ms = 300;
+    let (_server, addr) = start(&cfg).await;
+    let mut idle = RawClient::connect(addr).await;
+    let t0 = std::time::Instant::now();
+    let got = idle.expect_closed_within(std::time::Duration::from_secs(3)).await;
+    assert!(got.is_empty(), "{got:?}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(2), "closed after {:?}", t0.elapsed());
+    // A queue that connects in time stays (KATO 0: nothing else ends it).
+    let mut a = RawClient::connect(addr).await;
+    assert!(a.admin_connect(SUBNQN, nvmeof_tests::raw_client::HOSTNQN).await.status.is_success());
+    assert!(a.is_open_for(std::time::Duration::from_millis(800)).await);
+    a.property_get(nvmeof_common::spec::PropertyOffset::VS, false).await.ok();
 }

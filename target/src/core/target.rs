@@ -34,7 +34,8 @@ pub struct Limits {
     pub max_h2c_data: u32,
     /// Most simultaneous TCP connections on all ports.
     pub max_connections: usize,
-    /// How long to wait for ICReq after accept.
+    /// How long a new connection gets, from accept, to send ICReq and then a
+    /// successful Connect; it is closed when the time is up.
     pub icreq_timeout_ms: u64,
 }
 

@@ -207,7 +207,11 @@ pub async fn run_connection(
         }
 
         let kato_sleep = keep_alive_deadline(&q);
-        let ic_wait = (q.phase() == Phase::AwaitIcReq).then_some(icreq_deadline);
+        // The deadline runs until the queue is connected, not just until ICReq:
+        // a host that sent ICReq (128 bytes) and nothing more otherwise held its
+        // connection and its slot in the connection limit forever, as no
+        // keep-alive timer runs before Connect (nvmet has no timer here at all).
+        let ic_wait = (q.ctx.ctrl.is_none() && q.phase() != Phase::Closing).then_some(icreq_deadline);
         let want_write = !q.out.is_empty();
         // Polling gave up: how long this sleep lasts until work arrives tunes the window.
         let slept = (poll.enabled() && !draining).then(Instant::now);
@@ -272,7 +276,8 @@ pub async fn run_connection(
             }
             _ = sleep_until_opt(closing_deadline) => {}
             _ = sleep_until_opt(ic_wait) => {
-                warn!("no ICReq within {} ms; closing", target.limits.icreq_timeout_ms);
+                let missing = if q.phase() == Phase::AwaitIcReq { "ICReq" } else { "successful Connect" };
+                warn!(limit_ms = target.limits.icreq_timeout_ms, "no {missing} within the limit after accept; closing");
                 break;
             }
             _ = async { match &mut teardown { Some(t) => { let _ = t.changed().await; } None => std::future::pending().await } } => {}
