@@ -387,3 +387,39 @@ async fn connection_that_never_connects_is_closed_after_the_icreq_timeout() {
     assert!(a.is_open_for(std::time::Duration::from_millis(800)).await);
     a.property_get(nvmeof_common::spec::PropertyOffset::VS, false).await.ok();
 }
+
+/// Resident memory of this process (the target runs in it), in bytes.
+fn rss_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    let pages: u64 = statm.split_whitespace().nth(1).unwrap().parse().unwrap();
+    pages * 4096
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closing_queue_does_not_buffer_what_the_host_keeps_sending() {
+    // A queue closing behind 16 MiB of read data its host does not read waits
+    // up to 5 s for the send, reading (to avoid a reset that would drop the
+    // C2HTermReq) whatever the host still sends. Nothing parses it once the
+    // queue is closing: it must be dropped, not buffered (a host sending at
+    // loopback speed gets through ~1.5 GiB a second). Checked by a sweep that
+    // suspected the receive loop; it held.
+    let s = setup(&default_config()).await;
+    let mut io = term_req_behind_16_mib(&s).await;
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let before = rss_bytes();
+    let junk = vec![0u8; 1 << 20];
+    let t0 = std::time::Instant::now();
+    let mut sent = 0u64;
+    // At most 768 MiB or 3 s; a write the target does not take (its receive
+    // buffer full) ends the flood.
+    while sent < 768 << 20 && t0.elapsed() < std::time::Duration::from_secs(3) {
+        match tokio::time::timeout(std::time::Duration::from_millis(500), io.try_send_raw(&junk)).await {
+            Ok(true) => sent += junk.len() as u64,
+            _ => break,
+        }
+    }
+    let grown = rss_bytes().saturating_sub(before);
+    // Other tests of this binary run beside it: a margin for their memory.
+    assert!(grown < 256 << 20, "the target buffered {} MiB of the {} MiB sent", grown >> 20, sent >> 20);
+    drop(io);
+}
