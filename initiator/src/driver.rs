@@ -352,7 +352,13 @@ impl Drop for Driver {
         self.set_busy(false);
         if self.failed.is_none() {
             let why = if std::thread::panicking() { "panicked" } else { "was dropped" };
-            error!(qid = self.shared.qid, "queue driver task {why}; failing its commands");
+            if std::thread::panicking() {
+                error!(qid = self.shared.qid, "queue driver task panicked; failing its commands");
+            } else {
+                // A runtime shutting down, as at the exit of a program that
+                // did not shut the controller down: nothing to alarm anyone.
+                debug!(qid = self.shared.qid, "queue driver task dropped; failing its commands");
+            }
             self.shared.fail_orphaned(Error::ControllerLost(format!("queue driver task {why}").into()));
         }
     }
