@@ -351,15 +351,16 @@ impl Drop for Driver {
     fn drop(&mut self) {
         self.set_busy(false);
         if self.failed.is_none() {
-            let why = if std::thread::panicking() { "panicked" } else { "was dropped" };
-            if std::thread::panicking() {
+            let why = if std::thread::panicking() {
                 error!(qid = self.shared.qid, "queue driver task panicked; failing its commands");
+                "queue driver task panicked"
             } else {
                 // A runtime shutting down, as at the exit of a program that
                 // did not shut the controller down: nothing to alarm anyone.
                 debug!(qid = self.shared.qid, "queue driver task dropped; failing its commands");
-            }
-            self.shared.fail_orphaned(Error::ControllerLost(format!("queue driver task {why}").into()));
+                "queue driver task was dropped"
+            };
+            self.shared.fail_orphaned(Error::ControllerLost(why.into()));
         }
     }
 }

@@ -113,3 +113,23 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
         })
         .collect()
 }
+
+/// Binary `name` of workspace package `package`, next to this test
+/// executable's `deps/` folder. Built every time (cargo does nothing when it
+/// is up to date): a binary left by an older build would otherwise be tested
+/// instead of the current sources.
+pub fn built_binary(package: &str, name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.args(["build", "-p", package, "--bins"]);
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    let st = cmd.status().expect("cargo build runs");
+    assert!(st.success(), "building {package} failed");
+    let path = profile_dir.join(name);
+    assert!(path.exists(), "{} not found", path.display());
+    path
+}

@@ -487,30 +487,12 @@ async fn shutdown_wait_for_connections_ends_when_cut() {
     assert!(target.connection_count() >= 1);
 }
 
-/// The `nvmeof-target` binary of this build (built on demand: cargo does
-/// nothing when it is up to date, and a binary left by an older build would
-/// otherwise be tested instead of the current sources).
-fn target_binary() -> std::path::PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = std::process::Command::new(cargo);
-    cmd.args(["build", "-p", "nvmeof-target", "--bins"]);
-    if profile_dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    assert!(cmd.status().expect("cargo build runs").success(), "building nvmeof-target failed");
-    let path = profile_dir.join("nvmeof-target");
-    assert!(path.exists(), "{} not found", path.display());
-    path
-}
-
 /// The binary's first SIGINT starts the graceful stop, which waits (up to
 /// 10 s) for a write whose data the host never sends; a second SIGINT ends
 /// that wait: the target exits at once, status 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn second_sigint_stops_the_binary_without_waiting_for_hosts() {
-    let bin = tokio::task::spawn_blocking(target_binary).await.unwrap();
+    let bin = tokio::task::spawn_blocking(|| built_binary("nvmeof-target", "nvmeof-target")).await.unwrap();
     // A free port: bound, read, released (the target binds it next).
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();

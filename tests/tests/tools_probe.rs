@@ -747,25 +747,9 @@ async fn admin_write_pads_with_zeroes_up_to_count() {
     .await;
 }
 
-/// The built binaries, next to this test executable's `deps/` folder; built on demand.
+/// A binary of nvmeof-tools, built on demand.
 fn binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    let path = profile_dir.join(name);
-    // Always (cargo does nothing when they are up to date): a binary left by an
-    // older build would otherwise be tested instead of the current sources.
-    {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-p", "nvmeof-tools", "--bins"]);
-        if profile_dir.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let st = cmd.status().expect("cargo build runs");
-        assert!(st.success(), "building nvmeof-tools failed");
-    }
-    assert!(path.exists(), "{} not found", path.display());
-    path
+    nvmeof_tests::harness::built_binary("nvmeof-tools", name)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
