@@ -145,7 +145,7 @@ impl MemBackend {
                 }
                 let mut done = 0;
                 self.modify(offset, data.len() as u64, |d| {
-                    d.copy_from_slice(&data[done..done + d.len()]);
+                    copy_streaming(d, &data[done..done + d.len()]);
                     done += d.len();
                 });
                 (Status::SUCCESS, Bytes::new())
@@ -223,6 +223,55 @@ impl Drop for ChunkMut<'_> {
     fn drop(&mut self) {
         *self.slot = std::mem::take(&mut self.buf).freeze();
     }
+}
+
+/// Writes at least this long are copied with non-temporal stores.
+const STREAM_MIN: usize = 4096;
+
+/// Copies `src` into `dst` (same length). Long copies on x86-64 use
+/// non-temporal (streaming) stores: the namespace is far larger than the
+/// caches, so an ordinary copy first reads every destination line from memory
+/// (read for ownership) only to overwrite it, and evicts hot lines for data
+/// that is not read back soon. Streaming stores halve the memory traffic of a
+/// write (perf: the copy into the namespace was half the target's time for
+/// 128 KiB writes).
+fn copy_streaming(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len());
+    #[cfg(target_arch = "x86_64")]
+    if dst.len() >= STREAM_MIN {
+        use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+        // Head up to a 16-byte aligned destination, ordinary copy.
+        let head = dst.as_ptr().align_offset(16).min(dst.len());
+        dst[..head].copy_from_slice(&src[..head]);
+        let body = (dst.len() - head) / 64 * 64;
+        // SAFETY: SSE2 is part of the x86-64 baseline. Every access lies in
+        // `head..head + body`, inside both slices (equal lengths), and the
+        // stores' destination is 16-byte aligned (`head` aligned it; steps of
+        // 16). Loads are unaligned loads.
+        unsafe {
+            let s = src.as_ptr().add(head);
+            let d = dst.as_mut_ptr().add(head);
+            let mut i = 0;
+            while i < body {
+                let a = _mm_loadu_si128(s.add(i) as *const __m128i);
+                let b = _mm_loadu_si128(s.add(i + 16) as *const __m128i);
+                let c = _mm_loadu_si128(s.add(i + 32) as *const __m128i);
+                let e = _mm_loadu_si128(s.add(i + 48) as *const __m128i);
+                _mm_stream_si128(d.add(i) as *mut __m128i, a);
+                _mm_stream_si128(d.add(i + 16) as *mut __m128i, b);
+                _mm_stream_si128(d.add(i + 32) as *mut __m128i, c);
+                _mm_stream_si128(d.add(i + 48) as *mut __m128i, e);
+                i += 64;
+            }
+            // Streaming stores are weakly ordered: fence them before the
+            // chunk's lock is released, so a reader on another core that takes
+            // the lock next sees them.
+            _mm_sfence();
+        }
+        dst[head + body..].copy_from_slice(&src[head + body..]);
+        return;
+    }
+    dst.copy_from_slice(src);
 }
 
 /// Splits `offset..offset+len` at chunk boundaries: `f(chunk index, offset in
@@ -330,6 +379,30 @@ mod tests {
         let r = b.submit(0, IoOp::Read { offset, len }, &QueueIo::detached(tx.clone())).unwrap();
         assert!(r.status.is_success());
         r.data
+    }
+
+    /// The streaming copy equals an ordinary copy for every destination
+    /// alignment and length around the streaming threshold and the 64-byte
+    /// loop, and leaves bytes outside the destination alone.
+    #[test]
+    fn streaming_copy_matches_copy_from_slice() {
+        let src: Vec<u8> = (0..STREAM_MIN as u32 * 3).map(|i| (i * 7 + i / 251) as u8).collect();
+        for len in
+            [0, 1, 63, STREAM_MIN - 1, STREAM_MIN, STREAM_MIN + 1, STREAM_MIN + 63, 2 * STREAM_MIN + 17]
+        {
+            for dst_off in 0..17 {
+                for src_off in [0, 1, 5] {
+                    let mut dst = vec![0xA5u8; len + 40];
+                    copy_streaming(&mut dst[dst_off..dst_off + len], &src[src_off..src_off + len]);
+                    assert_eq!(
+                        &dst[dst_off..dst_off + len],
+                        &src[src_off..src_off + len],
+                        "len {len} dst_off {dst_off}"
+                    );
+                    assert!(dst[..dst_off].iter().chain(&dst[dst_off + len..]).all(|&b| b == 0xA5));
+                }
+            }
+        }
     }
 
     fn write(b: &MemBackend, offset: u64, data: &[u8]) {
