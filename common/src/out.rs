@@ -9,9 +9,10 @@ use crate::digest::{crc32c, DIGEST_LEN};
 use crate::pdu::{EncodeConfig, Pdu};
 
 /// Payload bytes whose data digests are computed right before one vectored
-/// write: computing them all when the responses are queued (16 × 128 KiB) would
-/// evict the first payloads from the cache before the socket copy reads them
-/// again. Half a typical per-core L2.
+/// write, where the driver sets no window of its own
+/// ([`OutQueue::set_digest_window`]): computing them all when the responses
+/// are queued (16 × 128 KiB) would evict the first payloads from the cache
+/// before the socket copy reads them again. Half a typical per-core L2.
 pub const DIGEST_WINDOW: usize = 512 * 1024;
 
 /// One piece of [`OutQueue`].
@@ -50,6 +51,8 @@ pub struct OutQueue {
     /// Payloads up to this size are copied into the header buffer (one
     /// slice fewer per PDU; their digest is computed at once).
     small_copy: usize,
+    /// Payload bytes digested ahead of one write (0: [`DIGEST_WINDOW`]).
+    digest_window: usize,
 }
 
 impl OutQueue {
@@ -57,6 +60,16 @@ impl OutQueue {
     /// to their header instead of referencing them.
     pub fn new(small_copy: usize) -> Self {
         Self { small_copy, ..Self::default() }
+    }
+
+    /// Sets how many payload bytes [`Self::prepare`] digests ahead of one
+    /// vectored write (0: [`DIGEST_WINDOW`]). Each write ends at the first
+    /// payload without its digest, so this also bounds the write: on an Intel
+    /// Xeon VM with 2 MiB of L2 per core, 128 KiB reads with data digests
+    /// ran 1.36-1.44x faster with 1 MiB than with 512 KiB (7 payloads per write
+    /// instead of 3; the data still in L2 when the socket copies it).
+    pub fn set_digest_window(&mut self, bytes: usize) {
+        self.digest_window = bytes;
     }
 
     /// Appends `pdu`, encoded with `cfg`.
@@ -97,16 +110,17 @@ impl OutQueue {
     /// Computes the data digests of the next [`DIGEST_WINDOW`] bytes of
     /// payload (at least one), which [`Self::slices`] then includes.
     pub fn prepare(&mut self) {
+        let limit = if self.digest_window == 0 { DIGEST_WINDOW } else { self.digest_window };
         let mut window = 0;
         for c in self.chunks.iter_mut() {
-            if window >= DIGEST_WINDOW {
+            if window >= limit {
                 break;
             }
             match c {
                 Chunk::Bytes(b) => window += b.len(),
                 Chunk::Digested { data, ddgst: Some(_), .. } => window += data.len(),
                 Chunk::Digested { data, ddgst, .. } => {
-                    if window > 0 && window + data.len() > DIGEST_WINDOW {
+                    if window > 0 && window + data.len() > limit {
                         break;
                     }
                     *ddgst = Some(crc32c(data).to_le_bytes());
@@ -201,6 +215,30 @@ mod tests {
     use super::*;
     use crate::pdu::{C2hData, CapsuleResp};
     use crate::Cqe;
+
+    /// Payloads whose digests `prepare` computed in one window: the slices
+    /// of one write end at the first payload past it.
+    #[test]
+    fn digest_window_bounds_one_write() {
+        let cfg = EncodeConfig { hdgst: false, ddgst: true, pda: 0 };
+        for (window, payloads) in [(0, 3), (512 << 10, 3), (1 << 20, 7), (256 << 10, 1), (128 << 10, 0)] {
+            let mut out = OutQueue::new(0);
+            out.set_digest_window(window);
+            for i in 0..16u16 {
+                let data = Bytes::from(vec![i as u8; 128 << 10]);
+                out.push(
+                    &Pdu::C2hData(C2hData { cccid: i, datao: 0, data, last: true, success: true }),
+                    &cfg,
+                );
+            }
+            out.seal();
+            out.prepare();
+            let mut sl = [std::io::IoSlice::new(&[]); 64];
+            let n = out.slices(&mut sl);
+            let full = sl[..n].iter().filter(|s| s.len() == 128 << 10).count();
+            assert_eq!(full, payloads, "window {window}");
+        }
+    }
 
     /// The bytes an [`OutQueue`] hands to the socket, written in pieces of the
     /// sizes in `writes` (cycled), equal the PDUs encoded eagerly, digests

@@ -1060,7 +1060,11 @@ impl Driver {
                     enc: queue.encode_config(),
                     queue,
                     rbuf: BytesMut::with_capacity(128 << 10),
-                    out: OutQueue::new(SMALL_PAYLOAD),
+                    out: {
+                        let mut out = OutQueue::new(SMALL_PAYLOAD);
+                        out.set_digest_window(nvmeof_net::digest_window());
+                        out
+                    },
                     epoch,
                     connect: Some((connect, reply)),
                     connect_reply: None,

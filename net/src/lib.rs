@@ -17,6 +17,25 @@ use tokio::net::TcpStream;
 /// Most slices one vectored write takes from an [`OutQueue`].
 pub const MAX_IOV: usize = 64;
 
+/// The data digest window for [`OutQueue::set_digest_window`] on this
+/// machine: half the per-core L2 cache (between 256 KiB and 4 MiB), so the
+/// payloads digested ahead of a write are still cached when the socket copies
+/// them; [`nvmeof_common::out::DIGEST_WINDOW`] where the size is unknown.
+pub fn digest_window() -> usize {
+    static WINDOW: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *WINDOW.get_or_init(|| {
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        {
+            // SAFETY: sysconf only reads a system parameter.
+            let l2 = unsafe { libc::sysconf(libc::_SC_LEVEL2_CACHE_SIZE) };
+            if l2 > 0 {
+                return (l2 as usize / 2).clamp(256 << 10, 4 << 20);
+            }
+        }
+        nvmeof_common::out::DIGEST_WINDOW
+    })
+}
+
 /// Writes `out` to the socket until it is empty or the socket would block
 /// (`Ok` either way; `out.is_empty()` tells which). Each write computes the
 /// data digests of the payloads it carries first ([`OutQueue::prepare`]).

@@ -113,6 +113,7 @@ pub async fn run_connection(
     let mut ctx = QueueCtx::new(target.clone(), port_id, QueueIo::with_ring(tx));
     ctx.local_addr = stream.local_addr().ok();
     let mut q = QueueState::new(ctx);
+    q.out.set_digest_window(nvmeof_net::digest_window());
     let mut rbuf = BytesMut::with_capacity(256 * 1024);
     let mut teardown: Option<watch::Receiver<Teardown>> = None;
     let icreq_deadline = Instant::now() + Duration::from_millis(target.limits.icreq_timeout_ms);
