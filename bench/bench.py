@@ -475,6 +475,22 @@ def main():
         cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
     except Exception:
         pass
+    # The iperf3 baseline moves with these: on one machine here a single
+    # stream ran 2.7 GB/s with BBR (loopback has no fq qdisc, so BBR paces
+    # with TCP's own timer) and 8.0 GB/s with cubic.
+    def read_first(path):
+        try:
+            with open(path) as f:
+                return f.read().split()[0]
+        except (OSError, IndexError):
+            return "?"
+    try:
+        l2 = int(subprocess.run(["getconf", "LEVEL2_CACHE_SIZE"], capture_output=True, text=True).stdout.strip() or 0)
+    except (OSError, ValueError):
+        l2 = 0
+    tcp = (f"TCP congestion control {read_first('/proc/sys/net/ipv4/tcp_congestion_control')}, "
+           f"L2 {l2 >> 10} KiB per core" if l2 > 0 else
+           f"TCP congestion control {read_first('/proc/sys/net/ipv4/tcp_congestion_control')}")
     with open(a.out, "w") as f:
         f.write("# Benchmarks\n\nProduced by `bench/run.sh` (loopback, RAM namespace 512 MiB written in full "
                 "before measuring, target pinned to "
@@ -486,7 +502,7 @@ def main():
                 "capsule, the wire shape of SPDK's target (`c2h_success`, on by default) in the SPDK "
                 "figures. Every round's figures are in the "
                 f"`.json` file beside this one.\n\n"
-                f"Machine: {platform.node()}, {os.cpu_count()} CPUs ({cpu}), {platform.release()}, "
+                f"Machine: {platform.node()}, {os.cpu_count()} CPUs ({cpu}), {platform.release()}, {tcp}, "
                 f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n\n{table}\n")
     # Every round's figures, for checking the medians and ratios above.
     raw = os.path.splitext(a.out)[0] + ".json"
