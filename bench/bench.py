@@ -488,9 +488,9 @@ def main():
         l2 = int(subprocess.run(["getconf", "LEVEL2_CACHE_SIZE"], capture_output=True, text=True).stdout.strip() or 0)
     except (OSError, ValueError):
         l2 = 0
-    tcp = (f"TCP congestion control {read_first('/proc/sys/net/ipv4/tcp_congestion_control')}, "
-           f"L2 {l2 >> 10} KiB per core" if l2 > 0 else
-           f"TCP congestion control {read_first('/proc/sys/net/ipv4/tcp_congestion_control')}")
+    tcp = f"TCP congestion control {read_first('/proc/sys/net/ipv4/tcp_congestion_control')}"
+    if l2 > 0:
+        tcp += f", L2 {l2 >> 10} KiB per core"
     with open(a.out, "w") as f:
         f.write("# Benchmarks\n\nProduced by `bench/run.sh` (loopback, RAM namespace 512 MiB written in full "
                 "before measuring, target pinned to "

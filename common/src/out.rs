@@ -107,8 +107,9 @@ impl OutQueue {
         }
     }
 
-    /// Computes the data digests of the next [`DIGEST_WINDOW`] bytes of
-    /// payload (at least one), which [`Self::slices`] then includes.
+    /// Computes the data digests of the next digest window's bytes of payload
+    /// ([`Self::set_digest_window`]; at least one payload), which
+    /// [`Self::slices`] then includes.
     pub fn prepare(&mut self) {
         let limit = if self.digest_window == 0 { DIGEST_WINDOW } else { self.digest_window };
         let mut window = 0;
