@@ -35,6 +35,13 @@
 //!   They use a second descriptor of the file, so the writeback errors their
 //!   sync reports are still reported to the next Flush (`errseq_t` keeps one
 //!   cursor per open file).
+//! - Buffered writes to a filesystem without async buffered writes (every
+//!   one but XFS and btrfs: ext4, tmpfs, ...) bypass the ring: io_uring would
+//!   punt each of them to its io-wq, which runs the writes to one inode on a
+//!   single hashed worker, one after another. They go to a small pool of
+//!   writer threads instead (the thread-pool engine's [`WorkerPool`]), whose
+//!   completions reach the queue through its [`CompletionSink`]; reads,
+//!   Flush and Write Zeroes stay on the ring.
 //! - Write Zeroes / Deallocate use `IORING_OP_FALLOCATE`: deallocation tries
 //!   `PUNCH_HOLE` (an unmapping write-zeroes on block devices), then
 //!   `ZERO_RANGE` (on block devices the kernel zeroes with its own fallback);
@@ -72,7 +79,7 @@ use io_uring::{opcode, squeue, types, IoUring, Probe};
 use nvmeof_common::Status;
 use tokio::io::unix::AsyncFd;
 
-use super::file::{in_range, is_unsupported, ZEROES, ZEROES_LEN};
+use super::file::{in_range, is_unsupported, IoExecutor, WorkerPool, DEFAULT_WORKERS, ZEROES, ZEROES_LEN};
 use super::sys::{block_device_geometry, invalid, AlignedBuf, BlockGeometry, BUF_ALIGN};
 use super::{io_error_to_status, Backend, CompletionSink, IoCompletion, IoOp, QueueIo};
 
@@ -1161,6 +1168,70 @@ fn open_file_direct(path: &Path, buffered: &File, block_size: u32) -> io::Result
     Ok(Ok(DataFile { file: direct, direct: true, io_align: off as u64, mem_align: mem as usize }))
 }
 
+/// Whether io_uring hands every buffered write to this regular file to its
+/// io-wq workers: the filesystem lacks `FOP_BUFFER_WASYNC`, so `io_write`
+/// cannot try the write without blocking and punts it, and io-wq runs the
+/// writes to one regular file one at a time (`io_wq_hash_work` hashes them by
+/// inode). XFS (since Linux 6.0) and btrfs (6.1) set the flag; ext4, tmpfs and
+/// the rest do not. Unknown: assume it does.
+fn punts_buffered_writes(file: &File) -> bool {
+    const XFS_SUPER_MAGIC: u32 = 0x5846_5342;
+    const BTRFS_SUPER_MAGIC: u32 = 0x9123_683e;
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::uninit();
+    // SAFETY: `st` is valid for writes of one `statfs`.
+    if unsafe { libc::fstatfs(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+        return true;
+    }
+    // SAFETY: fstatfs succeeded, so it filled `st`. The magic numbers are
+    // 32-bit; `f_type`'s width varies between architectures.
+    let f_type = unsafe { st.assume_init() }.f_type as u32;
+    !matches!(f_type, XFS_SUPER_MAGIC | BTRFS_SUPER_MAGIC)
+}
+
+/// Runs a [`UringBackend`]'s buffered writes on its writer threads (see the
+/// module documentation); receives only [`IoOp::Write`]s already checked
+/// against the capacity and counted in [`FileShared::live`].
+struct BufferedWrites(Arc<FileShared>);
+
+/// Uncounts one operation from [`FileShared::live`] when dropped.
+struct LiveOp<'a>(&'a AtomicUsize);
+
+impl Drop for LiveOp<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl IoExecutor for BufferedWrites {
+    type Scratch = ();
+
+    fn execute(&self, _: &mut (), op: IoOp) -> Result<Bytes, Status> {
+        let sh = &*self.0;
+        // On every way out, a panic included, so a resize never waits forever.
+        let _live = LiveOp(&sh.live);
+        let IoOp::Write { offset, data, fua } = op else {
+            return Err(Status::INTERNAL.with_dnr());
+        };
+        // FUA: RWF_DSYNC on the second descriptor, as on the ring (see `FileShared::fua`).
+        let (fd, flags) = if fua { (sh.fua.as_raw_fd(), libc::RWF_DSYNC) } else { (sh.file.as_raw_fd(), 0) };
+        let mut done = 0;
+        while done < data.len() {
+            let rest = &data[done..];
+            let iov = libc::iovec { iov_base: rest.as_ptr().cast_mut().cast(), iov_len: rest.len() };
+            let at = (offset + done as u64) as libc::off_t;
+            // SAFETY: `iov` describes `rest`, which stays alive and unchanged for the call.
+            let n = super::sys::retry_eintr(|| unsafe { libc::pwritev2(fd, &iov, 1, at, flags) })
+                .map_err(|e| io_error_to_status(&e))?;
+            if n == 0 {
+                // No progress, as the ring treats a zero-length completion.
+                return Err(Status::WRITE_FAULT);
+            }
+            done += n as usize;
+        }
+        Ok(Bytes::new())
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Backend
 // ---------------------------------------------------------------------------
@@ -1168,6 +1239,9 @@ fn open_file_direct(path: &Path, buffered: &File, block_size: u32) -> io::Result
 /// A namespace stored in a regular file or block device, executed through io_uring.
 pub struct UringBackend {
     file: Arc<FileShared>,
+    /// Threads for buffered writes where io_uring would serialize them
+    /// ([`punts_buffered_writes`]); `None`: writes go through the ring.
+    writers: Option<WorkerPool>,
     /// The shared ring and its reaper, started on the first operation from a
     /// submitter without a queue ring.
     shared: Mutex<Option<(Arc<Ring>, JoinHandle<()>)>>,
@@ -1270,7 +1344,25 @@ impl UringBackend {
             live: AtomicUsize::new(0),
             rings: Mutex::new(Vec::new()),
         });
-        Self { file, shared: Mutex::new(None) }
+        let writers = if file.direct || file.is_block || !punts_buffered_writes(&file.file) {
+            None
+        } else {
+            match WorkerPool::start("nvmet-uring-wr", DEFAULT_WORKERS, Arc::new(BufferedWrites(file.clone())))
+            {
+                Ok(pool) => {
+                    tracing::info!(path = %path.display(), threads = DEFAULT_WORKERS,
+                        "io_uring backend: this filesystem has no async buffered writes (io_uring would run \
+                         them one at a time on its worker), so buffered writes run on writer threads");
+                    Some(pool)
+                }
+                Err(e) => {
+                    tracing::warn!(path = %path.display(), error = %e,
+                        "io_uring backend: cannot start writer threads, buffered writes go through io_uring");
+                    None
+                }
+            }
+        };
+        Self { file, writers, shared: Mutex::new(None) }
     }
 
     /// The backend's shared ring, started (with its reaper thread) on first use.
@@ -1306,6 +1398,14 @@ impl UringBackend {
     pub fn is_direct(&self) -> bool {
         self.file.direct
     }
+
+    /// The same backend with buffered writes on the ring even where io_uring
+    /// serializes them (tests of the ring's buffered write path).
+    #[cfg(test)]
+    fn without_writer_threads(mut self) -> Self {
+        self.writers = None;
+        self
+    }
 }
 
 impl Backend for UringBackend {
@@ -1323,7 +1423,11 @@ impl Backend for UringBackend {
 
     fn describe(&self) -> String {
         let kind = if self.file.is_block { "block" } else { "file" };
-        let mode = if self.file.direct { "O_DIRECT" } else { "buffered" };
+        let mode = match (self.file.direct, self.writers.is_some()) {
+            (true, _) => "O_DIRECT",
+            (false, false) => "buffered",
+            (false, true) => "buffered, writes on threads",
+        };
         format!("{kind} {} (io_uring, {mode})", self.file.path.display())
     }
 
@@ -1366,6 +1470,9 @@ impl UringBackend {
     /// Registers `op` on the queue's ring (submitted by the queue's next
     /// [`QueueRing::submit`]) or, without one, on the shared ring (submitted now).
     fn start_op(&self, tag: u32, op: IoOp, io: &QueueIo, read_buf: Option<BytesMut>) -> Option<IoCompletion> {
+        if let (Some(writers), IoOp::Write { .. }) = (&self.writers, &op) {
+            return self.start_threaded_write(writers, tag, op, io);
+        }
         let sh = &self.file;
         let queue_ring = io.ring.as_ref().and_then(|q| q.ring_for(sh));
         let shared;
@@ -1393,6 +1500,38 @@ impl UringBackend {
             ring.enter();
         }
         None
+    }
+}
+
+impl UringBackend {
+    /// Queues a buffered write on the writer threads. Counted in `live` while
+    /// the size lock is held, like ring operations, so a resize waits for it.
+    fn start_threaded_write(
+        &self,
+        writers: &WorkerPool,
+        tag: u32,
+        op: IoOp,
+        io: &QueueIo,
+    ) -> Option<IoCompletion> {
+        let sh = &self.file;
+        let size = sh.size.read().unwrap_or_else(PoisonError::into_inner);
+        let IoOp::Write { offset, data, .. } = &op else {
+            return Some(IoCompletion::status(tag, Status::INTERNAL.with_dnr()));
+        };
+        if !in_range(*offset, data.len() as u64, *size) {
+            return Some(IoCompletion::status(tag, Status::LBA_RANGE.with_dnr()));
+        }
+        if data.is_empty() {
+            return Some(IoCompletion::status(tag, Status::SUCCESS));
+        }
+        sh.live.fetch_add(1, Ordering::AcqRel);
+        let refused = writers.submit(tag, op, &io.sink);
+        if refused.is_some() {
+            // Never queued, so never uncounted by a writer.
+            sh.live.fetch_sub(1, Ordering::AcqRel);
+        }
+        drop(size);
+        refused
     }
 }
 
@@ -1571,6 +1710,65 @@ mod tests {
         assert_eq!(b.file.live.load(Ordering::Acquire), 0);
     }
 
+    /// Buffered writes to a filesystem without async buffered writes (tmpfs
+    /// always; the temp directory's when it is not XFS or btrfs) complete
+    /// through the queue's channel from the writer threads, not through its
+    /// ring; elsewhere, and with `O_DIRECT`, through the ring. Either way every
+    /// write completes once, FUA ones included, and reads back.
+    #[test]
+    fn uring_buffered_writes_bypass_the_ring_where_io_uring_serializes_them() {
+        let shm = Path::new("/dev/shm");
+        let mut cases = vec![(std::env::temp_dir(), false), (std::env::temp_dir(), true)];
+        if shm.is_dir() {
+            cases.push((shm.to_owned(), false));
+        }
+        for (dir, direct) in cases {
+            let t = TempPath::new_in(&dir, "wthreads");
+            let b = match UringBackend::open_file_with(&t.0, Some(4 << 20), 4096, direct) {
+                Ok(b) => b,
+                Err(e) if e.kind() == io::ErrorKind::Unsupported => return,
+                Err(e) => panic!("{e}"),
+            };
+            let punts = punts_buffered_writes(&b.file.file);
+            if dir == shm {
+                assert!(punts, "tmpfs has no async buffered writes");
+            }
+            let threaded = !b.is_direct() && punts;
+            assert_eq!(b.writers.is_some(), threaded, "{}", b.describe());
+            let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+            let io = QueueIo::with_ring(tx);
+            let ring = io.ring.as_ref().unwrap();
+            let n = 256u32;
+            for tag in 0..n {
+                let op =
+                    IoOp::Write { offset: tag as u64 * 4096, data: pattern(4096, tag), fua: tag % 16 == 0 };
+                assert!(b.submit(tag, op, &io).is_none());
+            }
+            let (mut done, mut via_channel) = (Vec::new(), 0);
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while done.len() < n as usize {
+                assert!(Instant::now() < deadline, "{} of {n} writes completed", done.len());
+                ring.submit();
+                ring.reap(&mut done);
+                while let Ok(c) = rx.try_recv() {
+                    via_channel += 1;
+                    done.push(c);
+                }
+                std::thread::yield_now();
+            }
+            assert!(done.iter().all(|c| c.status.is_success()));
+            let mut tags: Vec<u32> = done.iter().map(|c| c.tag).collect();
+            tags.sort_unstable();
+            assert!(tags.iter().copied().eq(0..n), "each write completes once");
+            assert_eq!(via_channel, if threaded { n } else { 0 }, "{}", b.describe());
+            assert_eq!(b.file.live.load(Ordering::Acquire), 0);
+            let reads = (0..n).map(|i| (1000 + i, IoOp::Read { offset: i as u64 * 4096, len: 4096 }));
+            for c in run_on_ring(&b, &io, reads.collect()) {
+                assert!(c.data[..] == pattern(4096, c.tag - 1000)[..], "block {} reads back", c.tag - 1000);
+            }
+        }
+    }
+
     /// A resize waits for the queue rings' in-flight operations by reaping them
     /// itself (their queue may be blocked on the size lock); their completions
     /// reach the queue's channel.
@@ -1689,6 +1887,12 @@ mod tests {
             Err(e) => panic!("{e}"),
         };
         crate::backend::sys::check_fua_and_flush_leave_nothing_dirty(&b, &t.0);
+        drop(b);
+        // And with the writes on the ring.
+        let t = TempPath::new("fua-dirty-ring");
+        let b =
+            UringBackend::open_file_with(&t.0, Some(2 << 20), 4096, false).unwrap().without_writer_threads();
+        crate::backend::sys::check_fua_and_flush_leave_nothing_dirty(&b, &t.0);
     }
 
     #[test]
@@ -1804,10 +2008,20 @@ mod tests {
         }
     }
 
+    /// With `O_DIRECT` (writes on the ring) and through the page cache (on
+    /// most filesystems, writes on the writer threads).
     #[test]
     fn uring_resize_waits_for_in_flight_io() {
         let t = TempPath::new("resize");
         let Some(b) = open(&t, 1 << 20, 512) else { return };
+        resize_waits_for_in_flight_io(&b, &t.0);
+        drop(b);
+        let t = TempPath::new("resize-buffered");
+        let b = UringBackend::open_file_with(&t.0, Some(1 << 20), 512, false).unwrap();
+        resize_waits_for_in_flight_io(&b, &t.0);
+    }
+
+    fn resize_waits_for_in_flight_io(b: &UringBackend, path: &Path) {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         for tag in 0..64u32 {
             let op = IoOp::Write { offset: tag as u64 * 4096, data: pattern(4096, tag), fua: false };
@@ -1815,22 +2029,19 @@ mod tests {
         }
         b.resize((4 << 20) + 100).unwrap();
         assert_eq!(b.size(), 4 << 20);
-        assert_eq!(std::fs::metadata(&t.0).unwrap().len(), 4 << 20);
+        assert_eq!(std::fs::metadata(path).unwrap().len(), 4 << 20);
         for _ in 0..64 {
             assert!(rx.blocking_recv().unwrap().status.is_success());
         }
-        let w = run(
-            &b,
-            100,
-            IoOp::Write { offset: (4 << 20) - 512, data: Bytes::from(vec![1; 512]), fua: false },
-        );
+        let w =
+            run(b, 100, IoOp::Write { offset: (4 << 20) - 512, data: Bytes::from(vec![1; 512]), fua: false });
         assert!(w.status.is_success());
         b.resize(1 << 19).unwrap();
         assert_eq!(b.size(), 1 << 19);
-        assert_eq!(std::fs::metadata(&t.0).unwrap().len(), 1 << 19);
-        let r = run(&b, 101, IoOp::Read { offset: 1 << 19, len: 512 });
+        assert_eq!(std::fs::metadata(path).unwrap().len(), 1 << 19);
+        let r = run(b, 101, IoOp::Read { offset: 1 << 19, len: 512 });
         assert_eq!(r.status, Status::LBA_RANGE.with_dnr());
-        let r = run(&b, 102, IoOp::Read { offset: 4096, len: 4096 });
+        let r = run(b, 102, IoOp::Read { offset: 4096, len: 4096 });
         assert_eq!(&r.data[..], &pattern(4096, 1)[..]);
         assert!(b.resize(100).is_err());
     }
@@ -1944,7 +2155,8 @@ mod tests {
         if !mounted {
             return;
         }
-        for engine in ["threads", "uring"] {
+        // ext4: io_uring's buffered writes run on the writer threads; "uring-ring" keeps them on the ring.
+        for engine in ["threads", "uring", "uring-ring"] {
             let path = ext4.join(engine);
             // Allocated but unwritten, so writing it needs room in the tmpfs.
             let f = File::create(&path).unwrap();
@@ -1954,6 +2166,7 @@ mod tests {
             let b: Box<dyn Backend> = match engine {
                 "threads" => Box::new(FileBackend::open(&path, None, 4096).unwrap()),
                 _ => match UringBackend::open_file_with(&path, None, 4096, false) {
+                    Ok(b) if engine == "uring-ring" => Box::new(b.without_writer_threads()),
                     Ok(b) => Box::new(b),
                     Err(e) if e.kind() == io::ErrorKind::Unsupported => return,
                     Err(e) => panic!("{e}"),
@@ -2049,7 +2262,7 @@ mod tests {
         let available = check_available().is_ok();
         // The default for files: io_uring through the page cache.
         let auto = crate::server::open_backend(&ns(IoEngine::FILE_DEFAULT, true)).unwrap();
-        let want = if available { "(io_uring, buffered)" } else { "file " };
+        let want = if available { "(io_uring, buffered" } else { "file " };
         assert!(auto.describe().contains(want), "{}", auto.describe());
         drop(auto);
         match crate::server::open_backend(&ns(IoEngine::Uring, false)) {
