@@ -206,9 +206,13 @@ def shape_label(nq, qd):
     return f"{nq} queues × QD{qd} ({nq * qd} in flight)"
 
 
-def digest_cost(res, rw):
-    """Throughput lost to header + data digests at 128 KiB, in %."""
-    return 100 * (1 - paired(res, f"seq{rw}_128k_dig", f"seq{rw}_128k"))
+def digest_cost(res, rw, suffix=""):
+    """Throughput lost to header + data digests at 128 KiB, in % (suffix "_poll": polling on)."""
+    return 100 * (1 - paired(res, f"seq{rw}_128k{suffix}_dig", f"seq{rw}_128k{suffix}"))
+
+
+# 128 KiB rows: key suffix → label.
+SEQ_CFGS = (("", "polling off"), ("_poll", "polling on both sides"))
 
 
 def goals(M, res, steal):
@@ -248,8 +252,12 @@ def goals(M, res, steal):
                    f"{yes(ratio >= 0.94)}{caveat}. The same shape as SPDK's on a {HOT}iB region that stays in "
                    f"the CPU caches: {paired(res, hot, 'iperf3', 4096):.2f}× iperf3 ({M[hot] / 1e3:.0f}K IOPS).")
     for rw in ("read", "write"):
-        r = paired(res, f"seq{rw}_128k", "iperf3")
-        out.append(f"- 128 KiB sequential {rw} ≥ 1.5× iperf3: {r:.2f}× — {yes(r >= 1.5)}{caveat}.")
+        # As for 4 KiB: the better configuration (SPDK's figure polls on both cores).
+        r = {lab: paired(res, f"seq{rw}_128k{suf}", "iperf3") for suf, lab in SEQ_CFGS}
+        best = max(r, key=r.get)
+        out.append(f"- 128 KiB sequential {rw} ≥ 1.5× iperf3: best {r[best]:.2f}× ({best}) — "
+                   f"{yes(r[best] >= 1.5)}{caveat}; "
+                   + ", ".join(f"{lab} {v:.2f}×" for lab, v in r.items()) + ".")
     p50, p999 = M["qd1_poll_50.000000"], M["qd1_poll_99.900000"]
     out.append(f"- 4 KiB QD1 read with polling p50 ≤ 12 µs: {p50:.2f} µs — {yes(p50 <= 12)}; "
                f"p99.9 ≤ 100 µs: {p999:.1f} µs — {yes(p999 <= 100)}. Without polling: p50 "
@@ -258,8 +266,11 @@ def goals(M, res, steal):
     tc = res["idle_nopoll"][0][0]
     out.append(f"- Idle target CPU ~0% without polling: {tc:.1f}% of a core — {yes(tc < 1)}.")
     for rw in ("read", "write"):
-        c = digest_cost(res, rw)
-        out.append(f"- Header + data digests cost ≤ 10% at 128 KiB {rw}: {c:.1f}% — {yes(c <= 10)}.")
+        # Judged in each configuration: with polling both sides are CPU-bound,
+        # so every cycle the digests take shows in the throughput.
+        c = {lab: digest_cost(res, rw, suf) for suf, lab in SEQ_CFGS}
+        out.append(f"- Header + data digests cost ≤ 10% at 128 KiB {rw}: "
+                   + "; ".join(f"{lab} {v:.1f}% — {yes(v <= 10)}" for lab, v in c.items()) + ".")
     # io_uring is the default engine where it is faster (config.rs IoEngine::FILE_DEFAULT / BLOCK_DEFAULT).
     for kind, default in (("file", "uring"), ("block", "uring")):
         if f"{kind}_threads_randread" in M:
@@ -331,6 +342,11 @@ def main():
                                           *probe_poll)
                         s = side(rep, "read" if rw == "randread" else "write")
                         record(f"{rw}_qd32_q1_hot_poll_iops", s["iops"])
+                    for rw in ("read", "write"):
+                        for dig in (False, True):
+                            rep, _, _ = probe(t, T, "--rw", rw, "--bs", "128k", "--qd", "16", *probe_poll,
+                                              *(["--digests"] if dig else []))
+                            record(f"seq{rw}_128k_poll{'_dig' if dig else ''}", side(rep, rw)["bw_bytes"])
             finally:
                 t.stop()
         for threads in (1, 2):
@@ -445,13 +461,14 @@ def main():
         f"{M[k + '_iops'] / 1e3:.0f}K IOPS",
         f"scaling 1→2 cores: {paired(res, k + '_iops', 'randread_qd32_q2_t1_iops'):.2f}×; CPU s per 1M I/Os: "
         f"target {M[k + '_tcpu']:.2f}, probe {M[k + '_pcpu']:.2f}")
-    for rw in ("read", "write"):
-        b = M[f"seq{rw}_128k"]
-        bd = M[f"seq{rw}_128k_dig"]
-        add(f"128 KiB sequential {rw} QD16", f"{gb(b):.2f} GB/s",
-            f"{paired(res, f'seq{rw}_128k', 'iperf3'):.2f}× iperf3")
-        add(f"128 KiB sequential {rw} QD16, header+data digests", f"{gb(bd):.2f} GB/s",
-            f"digest cost {digest_cost(res, rw):.1f}%")
+    for suf, label in SEQ_CFGS:
+        for rw in ("read", "write"):
+            b = M[f"seq{rw}_128k{suf}"]
+            bd = M[f"seq{rw}_128k{suf}_dig"]
+            add(f"128 KiB sequential {rw} QD16, {label}", f"{gb(b):.2f} GB/s",
+                f"{paired(res, f'seq{rw}_128k{suf}', 'iperf3'):.2f}× iperf3")
+            add(f"128 KiB sequential {rw} QD16, {label}, header+data digests", f"{gb(bd):.2f} GB/s",
+                f"digest cost {digest_cost(res, rw, suf):.1f}%")
     for rw in ("randread", "randwrite"):
         th, ur, di = M[f"file_threads_{rw}"], M[f"file_uring_{rw}"], M[f"file_uring_direct_{rw}"]
         add(f"4 KiB {rw} QD32, file backend (256 MiB region; threads and io_uring through the page cache, "
