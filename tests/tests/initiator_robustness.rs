@@ -144,10 +144,20 @@ async fn busy_poll_notices_a_close_during_the_spin() {
             (ns2.read(0, &mut b).await, t0.elapsed())
         });
         tokio::time::sleep(Duration::from_millis(200)).await;
+        let accepted = proxy.accepted.load(Ordering::SeqCst);
         proxy.cut(Some(1));
         let (r, took) = inflight.await.unwrap();
         assert!(matches!(r, Err(Error::ConnectionLost)), "{r:?} after {took:?}");
         assert!(took < Duration::from_secs(2), "noticed after {took:?}");
+        // The read fails as soon as the driver sees the close; the recovery may
+        // not have begun yet (the state still Live), so wait for its new
+        // connection before waiting for Live: a shutdown racing the recovery
+        // failed with ConnectionLost.
+        let t0 = Instant::now();
+        while proxy.accepted.load(Ordering::SeqCst) == accepted {
+            assert!(t0.elapsed() < Duration::from_secs(10), "no reconnect after the cut");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         wait_state(&ctrl, ControllerState::Live, Duration::from_secs(10)).await;
         ctrl.shutdown().await.unwrap();
         server.shutdown(Duration::from_secs(1)).await;
