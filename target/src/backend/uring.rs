@@ -1478,9 +1478,10 @@ impl UringBackend {
     /// Registers `op` on the queue's ring (submitted by the queue's next
     /// [`QueueRing::submit`]) or, without one, on the shared ring (submitted now).
     fn start_op(&self, tag: u32, op: IoOp, io: &QueueIo, read_buf: Option<BytesMut>) -> Option<IoCompletion> {
-        if let (Some(writers), IoOp::Write { data, .. }) = (&self.writers, &op) {
+        if let (Some(writers), IoOp::Write { offset, data, .. }) = (&self.writers, &op) {
             if data.len() < THREADED_WRITE_LIMIT {
-                return self.start_threaded_write(writers, tag, op, io);
+                let (offset, len) = (*offset, data.len() as u64);
+                return self.start_threaded_write(writers, tag, (offset, len), op, io);
             }
         }
         let sh = &self.file;
@@ -1511,27 +1512,24 @@ impl UringBackend {
         }
         None
     }
-}
 
-impl UringBackend {
-    /// Queues a buffered write on the writer threads. Counted in `live` while
-    /// the size lock is held, like ring operations, so a resize waits for it.
+    /// Queues the buffered write `op` (of `len` bytes at `offset`) on the
+    /// writer threads. Counted in `live` while the size lock is held, like
+    /// ring operations, so a resize waits for it.
     fn start_threaded_write(
         &self,
         writers: &WorkerPool,
         tag: u32,
+        (offset, len): (u64, u64),
         op: IoOp,
         io: &QueueIo,
     ) -> Option<IoCompletion> {
         let sh = &self.file;
         let size = sh.size.read().unwrap_or_else(PoisonError::into_inner);
-        let IoOp::Write { offset, data, .. } = &op else {
-            return Some(IoCompletion::status(tag, Status::INTERNAL.with_dnr()));
-        };
-        if !in_range(*offset, data.len() as u64, *size) {
+        if !in_range(offset, len, *size) {
             return Some(IoCompletion::status(tag, Status::LBA_RANGE.with_dnr()));
         }
-        if data.is_empty() {
+        if len == 0 {
             return Some(IoCompletion::status(tag, Status::SUCCESS));
         }
         sh.live.fetch_add(1, Ordering::AcqRel);
