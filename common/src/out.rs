@@ -74,6 +74,14 @@ impl OutQueue {
 
     /// Appends `pdu`, encoded with `cfg`.
     pub fn push(&mut self, pdu: &Pdu, cfg: &EncodeConfig) {
+        self.push_with_data_crc(pdu, cfg, None);
+    }
+
+    /// [`Self::push`] for a PDU whose data's CRC32C the caller already knows
+    /// (`data_crc`, e.g. built from per-block CRCs the RAM namespace keeps):
+    /// the data digest is taken from it instead of reading the payload again.
+    /// Ignored when `cfg` has no data digest.
+    pub fn push_with_data_crc(&mut self, pdu: &Pdu, cfg: &EncodeConfig, data_crc: Option<u32>) {
         if self.hdr.capacity() - self.hdr.len() < 256 {
             self.hdr.reserve(16 * 1024);
         }
@@ -82,7 +90,8 @@ impl OutQueue {
             if t.data.len() <= self.small_copy {
                 self.hdr.extend_from_slice(&t.data);
                 if t.ddgst {
-                    self.hdr.extend_from_slice(&crc32c(&t.data).to_le_bytes());
+                    let crc = data_crc.unwrap_or_else(|| crc32c(&t.data));
+                    self.hdr.extend_from_slice(&crc.to_le_bytes());
                 }
                 return;
             }
@@ -91,7 +100,8 @@ impl OutQueue {
             self.chunks.push_back(Chunk::Bytes(h));
             if t.ddgst {
                 self.len += DIGEST_LEN;
-                self.chunks.push_back(Chunk::Digested { data: t.data, ddgst: None, sent: 0 });
+                let ddgst = data_crc.map(u32::to_le_bytes);
+                self.chunks.push_back(Chunk::Digested { data: t.data, ddgst, sent: 0 });
             } else {
                 self.chunks.push_back(Chunk::Bytes(t.data));
             }
@@ -245,6 +255,26 @@ mod tests {
     /// sizes in `writes` (cycled), equal the PDUs encoded eagerly, digests
     /// computed before or after the window, partial writes anywhere.
     #[test]
+    fn a_known_data_crc_is_sent_as_given_and_only_with_data_digests() {
+        let data = Bytes::from(vec![0x5Au8; 8192]);
+        let pdu =
+            Pdu::C2hData(C2hData { cccid: 1, datao: 0, data: data.clone(), last: true, success: false });
+        for small in [0, 16384] {
+            let cfg = EncodeConfig { hdgst: false, ddgst: true, pda: 0 };
+            let mut out = OutQueue::new(small);
+            // A wrong CRC shows that the payload is not read again.
+            out.push_with_data_crc(&pdu, &cfg, Some(0xDEAD_BEEF));
+            let bytes = out.take_all();
+            assert_eq!(&bytes[bytes.len() - DIGEST_LEN..], &0xDEAD_BEEFu32.to_le_bytes());
+            assert_eq!(bytes.len(), pdu.encode_to_vec(&cfg).len());
+            // Without data digests it is ignored.
+            let plain = EncodeConfig::default();
+            out.push_with_data_crc(&pdu, &plain, Some(0xDEAD_BEEF));
+            assert_eq!(out.take_all(), pdu.encode_to_vec(&plain));
+        }
+    }
+
+    #[test]
     fn out_queue_deferred_digests_match_eager_encoding() {
         let cfg = EncodeConfig { hdgst: true, ddgst: true, pda: 0 };
         let writes: [&[usize]; 5] = [&[1], &[3, 5, 7, 4096], &[100_000], &[usize::MAX], &[131_075, 2]];
@@ -258,7 +288,10 @@ mod tests {
                 );
                 let pdu = Pdu::C2hData(C2hData { cccid: i, datao: 0, data, last: true, success: false });
                 want.extend_from_slice(&pdu.encode_to_vec(&cfg));
-                out.push(&pdu, &cfg);
+                // Every third payload's CRC known up front (the RAM namespace's
+                // per-block CRCs): the stream is the same.
+                let Pdu::C2hData(d) = &pdu else { unreachable!() };
+                out.push_with_data_crc(&pdu, &cfg, (i % 3 == 0).then(|| crc32c(&d.data)));
                 if i % 5 == 0 {
                     out.push(&Pdu::CapsuleResp(CapsuleResp { cqe: Cqe::default() }), &cfg);
                     want.extend_from_slice(

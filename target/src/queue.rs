@@ -154,8 +154,13 @@ impl QueueState {
 
     /// Queues `pdu` for the socket.
     fn push(&mut self, pdu: &Pdu, cfg: &EncodeConfig) {
+        self.push_with_data_crc(pdu, cfg, None);
+    }
+
+    /// [`Self::push`] with the data's CRC32C when known ([`Response::data_crc`]).
+    fn push_with_data_crc(&mut self, pdu: &Pdu, cfg: &EncodeConfig, data_crc: Option<u32>) {
         let before = self.out.len();
-        self.out.push(pdu, cfg);
+        self.out.push_with_data_crc(pdu, cfg, data_crc);
         self.pushed += (self.out.len() - before) as u64;
     }
 
@@ -253,6 +258,7 @@ impl QueueState {
         let hd = r.dgst.hdgst();
         let dd = r.dgst.ddgst();
         self.enc = EncodeConfig { hdgst: hd, ddgst: dd, pda: r.hpda };
+        self.ctx.data_digest = dd;
         let mut cfg = *self.decoder.config();
         cfg.hdgst = hd;
         cfg.ddgst = dd;
@@ -458,6 +464,7 @@ impl QueueState {
                 v.extend_from_slice(&r.data[..r.data.len().min(want)]);
                 v.resize(want, 0);
                 r.data = v.freeze();
+                r.data_crc = None;
             }
             // SUCCESS flag only when the host disabled SQ flow control and the
             // completion has nothing to report (reference §3.6).
@@ -468,7 +475,7 @@ impl QueueState {
             let pdu =
                 C2hData { cccid: cid, datao: 0, data: std::mem::take(&mut r.data), last: true, success };
             let enc = self.enc;
-            self.push(&Pdu::C2hData(pdu), &enc);
+            self.push_with_data_crc(&Pdu::C2hData(pdu), &enc, r.data_crc);
             sent_success = success;
             if let Some(b) = keep {
                 self.ctx.recycle_read_buf(b);
@@ -557,6 +564,7 @@ mod tests {
             close_requested: false,
             local_addr: None,
             read_bufs: Default::default(),
+            data_digest: false,
         });
         (q, rx)
     }

@@ -8,14 +8,23 @@
 //! copies it first (copy-on-write) when a read of it is still being sent, so
 //! data already handed out never changes under the socket. Chunks never
 //! written take no memory and read from a static zero page.
+//!
+//! For connections with data digests, each chunk keeps the CRC32C of every
+//! 4 KiB block a digested read has seen ([`BlockCrcs`]); writes drop the CRCs
+//! of the blocks they touch. A later read's digest is then joined from the
+//! block CRCs ([`Crc32cCombine`]) instead of reading the data twice: the
+//! socket copy is the only pass over it. On the 2-core Intel VM the CRC of
+//! cold namespace memory took a third of the target's time at 128 KiB reads
+//! with polling (12 µs of 34 µs per read).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, RwLock};
 
 use bytes::{Bytes, BytesMut};
+use nvmeof_common::digest::{crc32c, crc32c_append, Crc32cCombine};
 use nvmeof_common::Status;
 
-use super::{Backend, IoCompletion, IoOp, QueueIo};
+use super::{Backend, IoCompletion, IoOp, QueueIo, SharedRead};
 
 /// Bytes per chunk: the largest read served without a copy (the probe's and
 /// fio's 128 KiB sequential I/O, aligned, is one chunk).
@@ -24,10 +33,74 @@ const CHUNK: usize = 128 << 10;
 /// What unwritten (or deallocated) chunks read as.
 static ZERO_CHUNK: [u8; CHUNK] = [0; CHUNK];
 
+/// Bytes per block whose CRC32C a chunk keeps.
+const CRC_BLOCK: usize = 4096;
+
+/// Blocks per chunk (one bit each in [`BlockCrcs::known`]).
+const CRC_BLOCKS: usize = CHUNK / CRC_BLOCK;
+
+/// CRC32Cs of a chunk's 4 KiB blocks, for data digests of later reads.
+struct BlockCrcs {
+    crc: [u32; CRC_BLOCKS],
+    /// Bit `i`: `crc[i]` is the CRC of block `i`'s current bytes.
+    known: u32,
+}
+
+/// One chunk of the namespace.
+#[derive(Default)]
+struct Slot {
+    /// The bytes; empty: a chunk of zeroes.
+    data: Bytes,
+    /// Allocated by the first digested read of the chunk.
+    crcs: Option<Box<BlockCrcs>>,
+}
+
+impl Slot {
+    /// Forgets the CRCs of the blocks `within..within + n` overlaps (their
+    /// bytes are about to change).
+    fn forget_crcs(&mut self, within: usize, n: usize) {
+        if let Some(c) = &mut self.crcs {
+            if n > 0 {
+                let (first, last) = (within / CRC_BLOCK, (within + n - 1) / CRC_BLOCK);
+                let mask = (u32::MAX >> (31 - (last - first))) << first;
+                c.known &= !mask;
+            }
+        }
+    }
+}
+
+/// Joins the CRCs of consecutive 4 KiB blocks.
+fn block_combine() -> &'static Crc32cCombine {
+    static C: std::sync::OnceLock<Crc32cCombine> = std::sync::OnceLock::new();
+    C.get_or_init(|| Crc32cCombine::new(CRC_BLOCK))
+}
+
+/// The CRC32C of a block of zeroes.
+fn zero_block_crc() -> u32 {
+    static Z: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *Z.get_or_init(|| crc32c(&ZERO_CHUNK[..CRC_BLOCK]))
+}
+
+/// The CRC32C of `data`, which starts `within` bytes into its chunk: the
+/// partial blocks at either end are read, each whole block's CRC comes from
+/// `block_crc(block index in the chunk, its bytes)`.
+fn range_crc(data: &[u8], within: usize, mut block_crc: impl FnMut(usize, &[u8]) -> u32) -> u32 {
+    let head = (within.next_multiple_of(CRC_BLOCK) - within).min(data.len());
+    let mut crc = crc32c(&data[..head]);
+    let mut pos = head;
+    let combine = block_combine();
+    while data.len() - pos >= CRC_BLOCK {
+        let b = block_crc((within + pos) / CRC_BLOCK, &data[pos..pos + CRC_BLOCK]);
+        crc = combine.combine(crc, b);
+        pos += CRC_BLOCK;
+    }
+    crc32c_append(crc, &data[pos..])
+}
+
 /// A namespace held in memory. Contents are lost on exit.
 pub struct MemBackend {
-    /// One entry per chunk; an empty `Bytes` is a chunk of zeroes.
-    chunks: RwLock<Vec<Mutex<Bytes>>>,
+    /// One entry per chunk.
+    chunks: RwLock<Vec<Mutex<Slot>>>,
     /// Capacity in bytes (a multiple of the block size).
     size: AtomicU64,
     block_size: u32,
@@ -59,7 +132,7 @@ impl MemBackend {
         let size = size / block_size as u64 * block_size as u64;
         let n = size.div_ceil(CHUNK as u64) as usize;
         Self {
-            chunks: RwLock::new((0..n).map(|_| Mutex::new(Bytes::new())).collect()),
+            chunks: RwLock::new((0..n).map(|_| Mutex::default()).collect()),
             size: AtomicU64::new(size),
             block_size,
         }
@@ -91,7 +164,8 @@ impl MemBackend {
             // under a write.
             let Some(chunk) = chunks.get(idx) else { return };
             let mut slot = chunk.lock().unwrap();
-            f(&mut writable(&mut slot)[within..within + n]);
+            slot.forget_crcs(within, n);
+            f(&mut writable(&mut slot.data)[within..within + n]);
         });
     }
 
@@ -103,9 +177,10 @@ impl MemBackend {
             let Some(chunk) = chunks.get(idx) else { return };
             let mut slot = chunk.lock().unwrap();
             if within == 0 && n == CHUNK {
-                *slot = Bytes::new();
-            } else if !slot.is_empty() {
-                writable(&mut slot)[within..within + n].fill(0);
+                *slot = Slot::default();
+            } else if !slot.data.is_empty() {
+                slot.forget_crcs(within, n);
+                writable(&mut slot.data)[within..within + n].fill(0);
             }
         });
     }
@@ -118,7 +193,7 @@ impl MemBackend {
             // No chunk (cut off by a shrink under this read): zeroes.
             let c = chunks.get(idx).map(|c| c.lock().unwrap());
             let src = match &c {
-                Some(c) if !c.is_empty() => &c[within..within + n],
+                Some(c) if !c.data.is_empty() => &c.data[within..within + n],
                 _ => &ZERO_CHUNK[within..within + n],
             };
             dst[done..done + n].copy_from_slice(src);
@@ -132,8 +207,8 @@ impl MemBackend {
                 if !self.in_range(offset, len as u64) {
                     return (Status::LBA_RANGE.with_dnr(), Bytes::new());
                 }
-                if let Some(b) = self.slice(offset, len) {
-                    return (Status::SUCCESS, b);
+                if let Some(r) = self.slice(offset, len, false) {
+                    return (Status::SUCCESS, r.data);
                 }
                 let mut buf = vec![0; len];
                 self.copy_out(offset, &mut buf);
@@ -170,20 +245,63 @@ impl MemBackend {
         }
     }
 
-    /// A reference to `offset..offset+len` (in range) when it lies in one chunk.
-    fn slice(&self, offset: u64, len: usize) -> Option<Bytes> {
+    /// A reference to `offset..offset+len` (in range) when it lies in one
+    /// chunk, with its CRC32C if `crc` (from the chunk's block CRCs where
+    /// known; the blocks computed here are kept for the next read).
+    fn slice(&self, offset: u64, len: usize, crc: bool) -> Option<SharedRead> {
+        self.slice_with(offset, len, crc, || {})
+    }
+
+    /// [`Self::slice`], running `unlocked` while the chunk's lock is let go
+    /// for the CRC computation (tests put a racing write there).
+    fn slice_with(&self, offset: u64, len: usize, crc: bool, unlocked: impl FnOnce()) -> Option<SharedRead> {
         let idx = (offset / CHUNK as u64) as usize;
         let within = (offset % CHUNK as u64) as usize;
         if within + len > CHUNK {
             return None;
         }
         let chunks = self.chunks.read().unwrap();
-        let c = chunks.get(idx)?.lock().unwrap();
-        Some(if c.is_empty() {
-            Bytes::from_static(&ZERO_CHUNK[within..within + len])
-        } else {
-            c.slice(within..within + len)
-        })
+        let chunk = chunks.get(idx)?;
+        let c = chunk.lock().unwrap();
+        if c.data.is_empty() {
+            let data = Bytes::from_static(&ZERO_CHUNK[within..within + len]);
+            let crc32c = crc.then(|| range_crc(&data, within, |_, _| zero_block_crc()));
+            return Some(SharedRead { data, crc32c });
+        }
+        let data = c.data.slice(within..within + len);
+        if !crc {
+            return Some(SharedRead { data, crc32c: None });
+        }
+        let (mut have, known) = match &c.crcs {
+            Some(b) => (b.crc, b.known),
+            None => ([0; CRC_BLOCKS], 0),
+        };
+        let base = c.data.as_ptr();
+        // The CRCs of missing blocks are computed without the lock (12 µs for
+        // 128 KiB of cold memory): `data` holds the chunk's allocation, so a
+        // write in the meantime copies the chunk (see `writable`), and the
+        // chunk still starting at `base` afterwards means nothing changed.
+        drop(c);
+        unlocked();
+        let mut computed = 0u32;
+        let crc32c = range_crc(&data, within, |i, block| {
+            if known >> i & 1 == 0 {
+                have[i] = crc32c(block);
+                computed |= 1 << i;
+            }
+            have[i]
+        });
+        if computed != 0 {
+            let mut c = chunk.lock().unwrap();
+            if c.data.as_ptr() == base {
+                let b = c.crcs.get_or_insert_with(|| Box::new(BlockCrcs { crc: [0; CRC_BLOCKS], known: 0 }));
+                for i in (0..CRC_BLOCKS).filter(|i| computed >> i & 1 == 1) {
+                    b.crc[i] = have[i];
+                }
+                b.known |= computed;
+            }
+        }
+        Some(SharedRead { data, crc32c: Some(crc32c) })
     }
 }
 
@@ -312,21 +430,22 @@ impl Backend for MemBackend {
             if tail != 0 {
                 let idx = (new_size / CHUNK as u64) as usize;
                 let mut slot = chunks[idx].lock().unwrap();
-                if !slot.is_empty() {
-                    writable(&mut slot)[tail..].fill(0);
+                if !slot.data.is_empty() {
+                    slot.forget_crcs(tail, CHUNK - tail);
+                    writable(&mut slot.data)[tail..].fill(0);
                 }
             }
         }
         let n = new_size.div_ceil(CHUNK as u64) as usize;
-        chunks.resize_with(n, || Mutex::new(Bytes::new()));
+        chunks.resize_with(n, Mutex::default);
         self.size.store(new_size, Ordering::Release);
         Ok(())
     }
-    fn read_shared(&self, offset: u64, len: usize) -> Option<Result<Bytes, Status>> {
+    fn read_shared(&self, offset: u64, len: usize, crc: bool) -> Option<Result<SharedRead, Status>> {
         if !self.in_range(offset, len as u64) {
             return Some(Err(Status::LBA_RANGE.with_dnr()));
         }
-        self.slice(offset, len).map(Ok)
+        self.slice(offset, len, crc).map(Ok)
     }
     fn read_into(&self, tag: u32, offset: u64, mut buf: BytesMut, _io: &QueueIo) -> Option<IoCompletion> {
         if !self.in_range(offset, buf.len() as u64) {
@@ -439,14 +558,14 @@ mod tests {
             .submit(5, IoOp::Read { offset: (1 << 20) - 512, len: 1024 }, &QueueIo::detached(tx.clone()))
             .unwrap();
         assert_eq!(oob.status, Status::LBA_RANGE.with_dnr());
-        assert_eq!(b.read_shared((1 << 20) - 512, 1024), Some(Err(Status::LBA_RANGE.with_dnr())));
+        assert_eq!(b.read_shared((1 << 20) - 512, 1024, false), Some(Err(Status::LBA_RANGE.with_dnr())));
     }
 
     #[test]
     fn shared_read_keeps_its_bytes_across_a_later_write() {
         let b = MemBackend::new(1 << 20, 512);
         write(&b, 4096, &[1; 4096]);
-        let held = b.read_shared(4096, 4096).unwrap().unwrap();
+        let held = b.read_shared(4096, 4096, false).unwrap().unwrap().data;
         // The write must not change bytes a socket may still be sending.
         write(&b, 4096, &[2; 4096]);
         assert_eq!(&held[..], &[1; 4096][..]);
@@ -465,7 +584,7 @@ mod tests {
         let off = CHUNK as u64 / 2;
         write(&b, off, &data[..2 * CHUNK]);
         // Spans three chunks: no single slice, copied.
-        assert_eq!(b.read_shared(off, 2 * CHUNK), None);
+        assert_eq!(b.read_shared(off, 2 * CHUNK, true), None);
         assert_eq!(&read(&b, off, 2 * CHUNK)[..], &data[..2 * CHUNK]);
         let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
         let c = b.read_into(0, off - 512, BytesMut::zeroed(1024), &QueueIo::detached(tx.clone())).unwrap();
@@ -504,7 +623,7 @@ mod tests {
         let mut out = [1u8; 4096];
         b.copy_out(900 << 10, &mut out);
         assert_eq!(out, [0; 4096]);
-        assert_eq!(b.slice(900 << 10, 4096), None);
+        assert_eq!(b.slice(900 << 10, 4096, true), None);
         b.resize(1 << 20).unwrap();
         assert_eq!(&read(&b, 900 << 10, 4096)[..], &[0; 4096][..]);
     }
@@ -562,5 +681,115 @@ mod tests {
         write(&b, 0, &[3; 4096]);
         assert_eq!(&read(&b, 0, 4096)[..], &[3; 4096][..]);
         assert_eq!(b.size(), 1 << 20);
+    }
+
+    fn known_crcs(b: &MemBackend, chunk: usize) -> u32 {
+        b.chunks.read().unwrap()[chunk].lock().unwrap().crcs.as_ref().map_or(0, |c| c.known)
+    }
+
+    /// A digested read's CRC is the CRC of the bytes it hands out, after
+    /// writes, zeroes, deallocations and resizes of any alignment: the kept
+    /// block CRCs never outlive the bytes they describe.
+    #[test]
+    fn shared_read_crc_matches_its_bytes_after_any_change() {
+        let b = MemBackend::new(1 << 20, 512);
+        let check = |off: u64, len: usize| {
+            let r = b.read_shared(off, len, true).unwrap().unwrap();
+            assert_eq!(r.crc32c, Some(crc32c(&r.data)), "read {off}+{len}");
+        };
+        let reads: [(u64, usize); 7] = [
+            (0, CHUNK),
+            (512, 4096),
+            (4096, 8192),
+            (100, 9000),
+            (CHUNK as u64, CHUNK),
+            (3 * 4096 + 7, 1),
+            (0, 4096),
+        ];
+        // Unwritten chunks: zeroes.
+        for &(o, l) in &reads {
+            check(o, l);
+        }
+        let mut x = 0x2545_F491_4F6C_DD1Du64;
+        for step in 0..300u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let off = x % (3 * CHUNK as u64);
+            let len = 1 + (x >> 20) % 20_000;
+            match step % 6 {
+                0..=2 => {
+                    let data: Vec<u8> = (0..len).map(|i| (i ^ x ^ step) as u8).collect();
+                    b.modify(off, len, |d| d.copy_from_slice(&data[..d.len()]));
+                }
+                3 => b.zero(off, len),
+                4 => b.zero(off / CHUNK as u64 * CHUNK as u64, CHUNK as u64),
+                _ => {
+                    b.resize((x >> 30) % (1 << 20) / 512 * 512 + 512).unwrap();
+                    b.resize(1 << 20).unwrap();
+                }
+            }
+            for &(o, l) in &reads {
+                check(o, l);
+                check(o + 2 * CHUNK as u64, l);
+            }
+        }
+    }
+
+    /// Digested reads keep their blocks' CRCs; a write forgets only those of
+    /// the blocks it touches; plain reads keep none.
+    #[test]
+    fn block_crcs_are_kept_per_block() {
+        let b = MemBackend::new(1 << 20, 512);
+        write(&b, 0, &[7; CHUNK]);
+        b.read_shared(0, CHUNK, false).unwrap().unwrap();
+        assert_eq!(known_crcs(&b, 0), 0);
+        b.read_shared(4096 + 100, 3 * 4096, true).unwrap().unwrap();
+        // Whole blocks 2 and 3 (block 1 and 4 only in part).
+        assert_eq!(known_crcs(&b, 0), 0b1100);
+        b.read_shared(0, CHUNK, true).unwrap().unwrap();
+        assert_eq!(known_crcs(&b, 0), u32::MAX);
+        write(&b, 4096 + 4000, &[1; 200]);
+        assert_eq!(known_crcs(&b, 0), !0b110);
+        b.zero(31 * 4096, 1);
+        assert_eq!(known_crcs(&b, 0), !0b110 & !(1 << 31));
+        let r = b.read_shared(0, CHUNK, true).unwrap().unwrap();
+        assert_eq!((r.crc32c, known_crcs(&b, 0)), (Some(crc32c(&r.data)), u32::MAX));
+        // A CRC computed while a write replaced the chunk is not kept (the
+        // chunk was copied: the read's bytes are the old ones).
+        b.zero(0, CHUNK as u64);
+        write(&b, 0, &[4; CHUNK]);
+        let r = b.slice_with(0, CHUNK, true, || write(&b, 8192, &[5; 4096])).unwrap();
+        assert_eq!((r.data[8192], r.crc32c), (4, Some(crc32c(&[4; CHUNK]))));
+        assert_eq!(known_crcs(&b, 0), 0);
+        let r = b.read_shared(0, CHUNK, true).unwrap().unwrap();
+        assert_eq!((r.data[8192], r.crc32c), (5, Some(crc32c(&r.data))));
+        assert_eq!(known_crcs(&b, 0), u32::MAX);
+    }
+
+    /// Digested reads racing writes to the same chunk on other threads: each
+    /// read's CRC matches the bytes it got (they never change under it).
+    #[test]
+    fn shared_read_crc_holds_under_concurrent_writes() {
+        let b = std::sync::Arc::new(MemBackend::new(1 << 20, 512));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let (b, stop) = (b.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) && i < 2_000_000 {
+                    let off = (i * 4096 + i % 7 * 512) % (CHUNK as u64 - 8192);
+                    b.modify(off, 8192 - i % 3 * 512, |d| d.fill(i as u8));
+                    i += 1;
+                }
+            })
+        };
+        for i in 0..3000usize {
+            let (off, len) = [(0, CHUNK), (4096, 65536), (512, 20000)][i % 3];
+            let r = b.read_shared(off, len, true).unwrap().unwrap();
+            assert_eq!(r.crc32c, Some(crc32c(&r.data)), "read {i}");
+        }
+        stop.store(true, Ordering::Relaxed);
+        writer.join().unwrap();
     }
 }

@@ -60,6 +60,15 @@ pub enum IoOp {
     },
 }
 
+/// Bytes handed out by [`Backend::read_shared`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SharedRead {
+    /// The bytes (unchanged while held).
+    pub data: Bytes,
+    /// Their CRC32C, when asked for and known to the backend.
+    pub crc32c: Option<u32>,
+}
+
 /// Result of one operation, tagged with the submitter's tag.
 #[derive(Clone, Debug)]
 pub struct IoCompletion {
@@ -127,9 +136,11 @@ pub trait Backend: Send + Sync + 'static {
     /// Reads `len` bytes at `offset` without copying, for backends whose data
     /// already lives in memory: a reference to bytes that stay unchanged while
     /// held (later writes must not alter them). `None`: not available for this
-    /// range; the queue falls back to [`Backend::read_into`].
-    fn read_shared(&self, offset: u64, len: usize) -> Option<Result<Bytes, Status>> {
-        let _ = (offset, len);
+    /// range; the queue falls back to [`Backend::read_into`]. With `crc` (the
+    /// connection has data digests) the backend may add the bytes' CRC32C
+    /// when it knows it without reading them again.
+    fn read_shared(&self, offset: u64, len: usize, crc: bool) -> Option<Result<SharedRead, Status>> {
+        let _ = (offset, len, crc);
         None
     }
     /// Reads `buf.len()` bytes at `offset` into `buf` (a buffer recycled by the

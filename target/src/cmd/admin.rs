@@ -565,6 +565,7 @@ mod tests {
             close_requested: false,
             local_addr: None,
             read_bufs: Default::default(),
+            data_digest: false,
         };
         Env { target, subsys, ctrl, ctx, rx }
     }

@@ -88,11 +88,15 @@ fn execute_on(ctx: &mut QueueCtx, ns: &Namespace, sqe: &Sqe, data: Bytes, tag: u
             };
             match IoOpcode(sqe.opcode()) {
                 IoOpcode::READ => {
-                    if let Some(r) = ns.backend.read_shared(offset, len as usize) {
+                    if let Some(r) = ns.backend.read_shared(offset, len as usize, ctx.data_digest) {
                         return match r {
-                            Ok(data) => {
-                                Response { data, shared: true, ..Response::status(Status::SUCCESS) }.into()
+                            Ok(r) => Response {
+                                data: r.data,
+                                data_crc: r.crc32c,
+                                shared: true,
+                                ..Response::status(Status::SUCCESS)
                             }
+                            .into(),
                             Err(s) => s.into(),
                         };
                     }

@@ -40,6 +40,9 @@ pub struct QueueCtx {
     pub local_addr: Option<std::net::SocketAddr>,
     /// Read buffers handed out earlier; reused once the socket has sent them.
     pub read_bufs: std::collections::VecDeque<Bytes>,
+    /// The connection carries data digests (ICReq DDGST): reads ask the
+    /// backend for the data's CRC32C where it has one.
+    pub data_digest: bool,
 }
 
 impl QueueCtx {
@@ -57,6 +60,7 @@ impl QueueCtx {
             close_requested: false,
             local_addr: None,
             read_bufs: std::collections::VecDeque::new(),
+            data_digest: false,
         }
     }
 
@@ -119,6 +123,9 @@ pub struct Response {
     /// `data` belongs to the backend ([`crate::backend::Backend::read_shared`]):
     /// not kept for reuse as a read buffer.
     pub shared: bool,
+    /// CRC32C of `data` when the backend knew it (the data digest is then not
+    /// computed from the bytes).
+    pub data_crc: Option<u32>,
 }
 
 impl Response {
@@ -128,11 +135,11 @@ impl Response {
     }
     /// Success with a result value.
     pub fn result(result: u64) -> Self {
-        Self { status: Status::SUCCESS, result, data: Bytes::new(), shared: false }
+        Self { status: Status::SUCCESS, result, ..Default::default() }
     }
     /// Success with data.
     pub fn data(data: impl Into<Bytes>) -> Self {
-        Self { status: Status::SUCCESS, result: 0, data: data.into(), shared: false }
+        Self { status: Status::SUCCESS, data: data.into(), ..Default::default() }
     }
 }
 
@@ -249,7 +256,7 @@ pub fn execute(ctx: &mut QueueCtx, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
 /// Turns an asynchronous completion into the command's response.
 pub fn complete(pending: Pending, c: IoCompletion) -> Response {
     match pending {
-        Pending::Plain => Response { status: c.status, result: c.result, data: c.data, shared: false },
+        Pending::Plain => Response { status: c.status, result: c.result, data: c.data, ..Default::default() },
         Pending::Compare(expected) => {
             if !c.status.is_success() {
                 Response::status(c.status)
