@@ -270,6 +270,8 @@ impl MemBackend {
         }
         let data = c.data.slice(within..within + len);
         if !crc {
+            drop(c);
+            prefetch_small_read(&data);
             return Some(SharedRead { data, crc32c: None });
         }
         let (mut have, known) = match &c.crcs {
@@ -301,7 +303,40 @@ impl MemBackend {
                 b.known |= computed;
             }
         }
+        prefetch_small_read(&data);
         Some(SharedRead { data, crc32c: Some(crc32c) })
+    }
+}
+
+/// Reads up to this long have their first lines prefetched ([`prefetch_small_read`]).
+const PREFETCH_MAX: usize = 16 << 10;
+
+/// Cache lines prefetched at the start of each 4 KiB of a small read.
+const PREFETCH_LINES: usize = 8;
+
+/// Starts loading the first lines of each 4 KiB of a small read from memory
+/// while the queue goes on with the other commands of its batch, so that the
+/// socket copy later finds them coming or come. A 4 KiB random read over a
+/// namespace larger than the caches is a cold page for that copy, which
+/// spent most of the target's time waiting on memory (perf: `_copy_from_iter`
+/// 57% of the target core at 4 KiB randread QD32 with polling). The hardware
+/// prefetcher streams the rest of a page once its first lines missed; the
+/// whole page prefetched stalled the core on fill buffers instead (64
+/// prefetches per page: no gain). Measured on the 2-core Intel VM, 4 KiB
+/// randread QD32 with polling, 6 alternating rounds: 8 lines per page 1.09×,
+/// 4 or 16 lines 1.06×, 1 line 1.05×; 16 KiB reads 1.03×; 64 KiB reads 0.985×
+/// and 128 KiB reads 0.93×, hence only up to 16 KiB.
+fn prefetch_small_read(data: &[u8]) {
+    if data.len() > PREFETCH_MAX {
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    for page in data.chunks(4096) {
+        for line in page.chunks(64).take(PREFETCH_LINES) {
+            // SAFETY: a prefetch is only a hint (it never faults), and SSE is
+            // part of the x86-64 baseline.
+            unsafe { std::arch::x86_64::_mm_prefetch(line.as_ptr().cast(), std::arch::x86_64::_MM_HINT_T0) };
+        }
     }
 }
 
