@@ -251,9 +251,7 @@ mod tests {
         }
     }
 
-    /// The bytes an [`OutQueue`] hands to the socket, written in pieces of the
-    /// sizes in `writes` (cycled), equal the PDUs encoded eagerly, digests
-    /// computed before or after the window, partial writes anywhere.
+    /// A CRC given with the PDU is what goes out as its data digest.
     #[test]
     fn a_known_data_crc_is_sent_as_given_and_only_with_data_digests() {
         let data = Bytes::from(vec![0x5Au8; 8192]);
@@ -274,6 +272,9 @@ mod tests {
         }
     }
 
+    /// The bytes an [`OutQueue`] hands to the socket, written in pieces of the
+    /// sizes in `writes` (cycled), equal the PDUs encoded eagerly, digests
+    /// computed before or after the window, partial writes anywhere.
     #[test]
     fn out_queue_deferred_digests_match_eager_encoding() {
         let cfg = EncodeConfig { hdgst: true, ddgst: true, pda: 0 };
