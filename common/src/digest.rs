@@ -46,7 +46,6 @@ pub fn digest_bytes(data: &[u8]) -> [u8; DIGEST_LEN] {
 pub struct Crc32cCombine {
     /// `tables[k][v]`: the shift of the register value `v << (8 * k)`.
     tables: Box<[[u32; 256]; 4]>,
-    len: usize,
 }
 
 impl Crc32cCombine {
@@ -65,21 +64,11 @@ impl Crc32cCombine {
                 *entry = (0..8).filter(|b| v >> b & 1 == 1).fold(0, |acc, b| acc ^ basis[8 * k + b]);
             }
         }
-        Self { tables, len }
-    }
-
-    /// Length of the second piece this combiner joins.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether the second piece is empty (joining then returns `a ^ b`).
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
+        Self { tables }
     }
 
     /// `crc32c(a ‖ b)` from `a_crc = crc32c(a)` and `b_crc = crc32c(b)`,
-    /// where `b` is [`Self::len`] bytes long.
+    /// where `b` is as long as given to [`Self::new`].
     #[inline]
     pub fn combine(&self, a_crc: u32, b_crc: u32) -> u32 {
         let t = &self.tables;
