@@ -78,6 +78,8 @@ impl Status {
     pub const TRANSIENT_TRANSPORT: Self = st(0, 0x22);
     /// Command Interrupted.
     pub const CMD_INTERRUPTED: Self = st(0, 0x21);
+    /// Namespace is Write Protected.
+    pub const NS_WRITE_PROTECTED: Self = st(0, 0x20);
     /// LBA Out of Range (NVM command set).
     pub const LBA_RANGE: Self = st(0, 0x80);
     /// Capacity Exceeded.

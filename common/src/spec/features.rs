@@ -63,6 +63,19 @@ impl FeatureId {
     pub const WRITE_PROTECT: Self = Self(0x84);
 }
 
+/// Namespace Write Protection Config (FID 84h) states, CDW11 bits 2:0
+/// (Linux `NVME_NS_NO_WRITE_PROTECT` ..).
+pub mod write_protect {
+    /// No write protection.
+    pub const NONE: u32 = 0;
+    /// Write protected until cleared.
+    pub const WRITE_PROTECT: u32 = 1;
+    /// Write protected until the next power cycle.
+    pub const UNTIL_POWER_CYCLE: u32 = 2;
+    /// Permanently write protected.
+    pub const PERMANENT: u32 = 3;
+}
+
 /// Get Features select (SEL, CDW10 bits 10:8).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct FeatureSel(pub u8);

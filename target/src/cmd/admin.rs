@@ -10,7 +10,7 @@
 //!
 //! Supported: Identify (CNS 00h/01h/02h/03h/05h/06h/07h/08h; discovery: 01h),
 //! Get Log Page (00h/01h/02h/03h/04h/05h; discovery: 70h) honouring LPO and
-//! NUMD, Set/Get Features (07h, 0Bh, 0Fh, 06h Get, 81h Get; discovery: 0Bh, 0Fh),
+//! NUMD, Set/Get Features (07h, 0Bh, 0Fh, 84h, 06h Get, 81h Get; discovery: 0Bh, 0Fh),
 //! Keep Alive, Asynchronous Event Request and Abort ("not aborted").
 
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use nvmeof_common::opcode::{AdminOpcode, IoOpcode};
 use nvmeof_common::spec::features::{
-    aec, FeatureId, GetFeaturesCmd, NumQueues, SetFeaturesCmd, ABORT_DW0_NOT_ABORTED,
+    aec, write_protect, FeatureId, GetFeaturesCmd, NumQueues, SetFeaturesCmd, ABORT_DW0_NOT_ABORTED,
 };
 use nvmeof_common::spec::identify::{
     encode_ns_desc_list, encode_ns_list, Csi, IdentifyNsIndep, LbaFormat, NsIdDescriptor,
@@ -34,7 +34,8 @@ use nvmeof_common::spec::{
 };
 use nvmeof_common::{Sqe, Status};
 
-use super::{discovery, expect_len, Exec, Pending, QueueCtx, Response};
+use super::{discovery, expect_len, Exec, Pending, QueueCtx, Response, WriteProtectFlush};
+use crate::backend::IoOp;
 use crate::core::controller::MAX_AERS;
 use crate::core::{Controller, Namespace, Target};
 
@@ -159,6 +160,9 @@ pub fn execute(ctx: &mut QueueCtx, ctrl: &Arc<Controller>, sqe: &Sqe, data: Byte
     let r = match AdminOpcode(sqe.opcode()) {
         AdminOpcode::IDENTIFY => identify(&ctx.target, ctrl, sqe),
         AdminOpcode::GET_LOG_PAGE => get_log_page(&ctx.target, ctrl, sqe, ctx.local_addr.map(|a| a.ip())),
+        AdminOpcode::SET_FEATURES if !disc && FeatureId(sqe.cdw(10) as u8) == FeatureId::WRITE_PROTECT => {
+            return set_write_protect(ctx, ctrl, sqe, tag);
+        }
         AdminOpcode::SET_FEATURES => set_features(ctrl, sqe),
         AdminOpcode::GET_FEATURES => get_features(ctrl, sqe),
         AdminOpcode::KEEP_ALIVE => keep_alive(ctrl),
@@ -225,7 +229,14 @@ fn identify(target: &Target, ctrl: &Controller, sqe: &Sqe) -> Result<Response, S
         Cns::IND_CS_NS => {
             let ns = find()?;
             let nsfeat = if ns.backend.volatile_write_cache() { 0 } else { NSFEAT_VWC_NOT_PRESENT };
-            IdentifyNsIndep { nsfeat, nmic: NMIC_SHARED, nstat: NSTAT_NRDY, ..Default::default() }.encode()
+            IdentifyNsIndep {
+                nsfeat,
+                nmic: NMIC_SHARED,
+                nsattr: nsattr(&ns),
+                nstat: NSTAT_NRDY,
+                ..Default::default()
+            }
+            .encode()
         }
         _ => return Err(invalid_field()),
     };
@@ -290,6 +301,8 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
         msdbd: 1,
         // OFCS bit 0: Disconnect is supported (cmd::fabrics deletes the I/O queue).
         ofcs: 1,
+        // NWPC bit 0: No Write Protect and Write Protect states (nvmet).
+        nwpc: 1,
         psd0: PowerStateDescriptor::NVMET_PSD0,
         ..common
     }
@@ -304,11 +317,18 @@ pub fn identify_ns(ns: &Namespace) -> IdentifyNamespace {
         ncap: blocks,
         nuse: blocks,
         nmic: NMIC_SHARED,
+        nsattr: nsattr(ns),
         nguid: ns.nguid,
         eui64: ns.eui64,
         lbaf: vec![LbaFormat::new(ns.block_shift as u8)],
         ..Default::default()
     }
+}
+
+/// NSATTR (CNS 00h and 08h): bit 0 while the namespace is write protected
+/// (nvmet `NVME_NS_ATTR_RO`).
+fn nsattr(ns: &Namespace) -> u8 {
+    ns.write_protected() as u8
 }
 
 /// Namespace identification descriptors (CNS 03h): EUI-64, NGUID, UUID (those
@@ -481,6 +501,44 @@ fn set_features(ctrl: &Controller, sqe: &Sqe) -> Result<Response, Status> {
     }
 }
 
+/// Set Features Namespace Write Protection Config (84h), after nvmet
+/// `nvmet_set_feat_write_protect`: the NSID must name an active namespace
+/// (Invalid Namespace otherwise, FFFFFFFFh included); CDW11 1 protects it and
+/// flushes it (the flush's failure lifts the protection again and is the
+/// command's status), 0 lifts the protection; both tell the controllers
+/// (Namespace Attribute Changed), and the Linux host then marks the block
+/// device read-only or writable (`NVME_NS_ATTR_RO`). The states "until power
+/// cycle" and "permanent" are not supported (NWPC bit 0 only), so they are
+/// Invalid Field, as the spec asks; nvmet completes them successfully
+/// without changing anything.
+fn set_write_protect(ctx: &mut QueueCtx, ctrl: &Arc<Controller>, sqe: &Sqe, tag: u32) -> Exec {
+    let cmd = SetFeaturesCmd::from_sqe(sqe);
+    if cmd.sv {
+        return Status::FEATURE_NOT_SAVEABLE.with_dnr().into();
+    }
+    let Some(ns) = ctrl.subsys.namespace(sqe.nsid()) else {
+        return invalid_ns().into();
+    };
+    match cmd.cdw11 {
+        write_protect::NONE => {
+            ns.set_write_protected(false);
+            ctrl.subsys.namespace_changed(ns.nsid);
+            Response::default().into()
+        }
+        write_protect::WRITE_PROTECT => {
+            // Set first, so that no write starts after the flush (nvmet too).
+            ns.set_write_protected(true);
+            let backend = ns.backend.clone();
+            let pending = Pending::WriteProtect(WriteProtectFlush { ns, subsys: ctrl.subsys.clone() });
+            match backend.submit(tag, IoOp::Flush, &ctx.io) {
+                Some(c) => Exec::Done(super::complete(pending, c)),
+                None => Exec::Pending(pending),
+            }
+        }
+        _ => invalid_field().into(),
+    }
+}
+
 fn get_features(ctrl: &Controller, sqe: &Sqe) -> Result<Response, Status> {
     let cmd = GetFeaturesCmd::from_sqe(sqe);
     let disc = ctrl.is_discovery();
@@ -490,6 +548,12 @@ fn get_features(ctrl: &Controller, sqe: &Sqe) -> Result<Response, Status> {
         FeatureId::ASYNC_EVENT => Ok(Response::result(ctrl.aec() as u64)),
         FeatureId::NUM_QUEUES if !disc => Ok(Response::result(num_queues(ctrl))),
         FeatureId::VOLATILE_WC if !disc => Ok(Response::result(VOLATILE_WRITE_CACHE as u64)),
+        // nvmet_get_feat_write_protect: per namespace, Invalid Namespace if none.
+        FeatureId::WRITE_PROTECT if !disc => {
+            let ns = ctrl.subsys.namespace(sqe.nsid()).ok_or_else(invalid_ns)?;
+            let state = if ns.write_protected() { write_protect::WRITE_PROTECT } else { write_protect::NONE };
+            Ok(Response::result(state as u64))
+        }
         FeatureId::HOST_ID if !disc => {
             if cmd.cdw11 & EXHID == 0 {
                 return Err(invalid_field());
@@ -837,6 +901,171 @@ mod tests {
         match execute(&mut e.ctx, &ctrl, &aer, Bytes::new(), 9) {
             Exec::Done(r) => assert_eq!(r.status, Status::ASYNC_LIMIT.with_dnr()),
             Exec::Pending(_) => panic!("fifth AER accepted"),
+        }
+    }
+
+    /// An I/O command's status through `io::parse` then `io::execute` (RAM
+    /// namespaces finish at once).
+    fn io_status(e: &mut Env, op: IoOpcode, nsid: u32, len: u32, cdw11: u32) -> Status {
+        let mut s = Sqe::new(op.0);
+        s.set_nsid(nsid).set_sgl(SglDescriptor::transport(len)).set_nlb(0).set_cdw(11, cdw11);
+        if op == IoOpcode::DSM {
+            s.set_cdw(10, 0);
+        }
+        let ctrl = e.ctrl.clone();
+        if let Err(st) = super::super::io::parse(&e.ctx, &ctrl, &s) {
+            return st;
+        }
+        let data = Bytes::from(vec![0u8; len as usize]);
+        match super::super::io::execute(&mut e.ctx, &ctrl, &s, data, 5) {
+            Exec::Done(r) => r.status,
+            Exec::Pending(p) => panic!("RAM namespace pending {p:?}"),
+        }
+    }
+
+    #[test]
+    fn write_protect_feature() {
+        let mut e = env();
+        let wp = |cdw11, nsid| {
+            let mut s = SetFeaturesCmd::new(FeatureId::WRITE_PROTECT, cdw11).to_sqe(3);
+            s.set_nsid(nsid);
+            s
+        };
+        let get = |nsid| {
+            let mut s = GetFeaturesCmd::new(FeatureId::WRITE_PROTECT).to_sqe(4);
+            s.set_nsid(nsid);
+            s
+        };
+        let id = IdentifyController::decode(&e.identify(Cns::CTRL, 0).unwrap()).unwrap();
+        assert_eq!(id.nwpc, 1, "NWPC: write protect / no write protect only");
+        assert_eq!(e.run(&get(1)).unwrap().result, 0);
+        assert_eq!(io_status(&mut e, IoOpcode::WRITE, 1, 512, 0), Status::SUCCESS);
+        // Unknown namespaces, FFFFFFFFh included: Invalid Namespace (nvmet_req_find_ns).
+        for nsid in [0, 2, 0xFFFF_FFFF] {
+            assert_eq!(e.run(&wp(1, nsid)).unwrap_err(), invalid_ns(), "nsid {nsid:#x}");
+            assert_eq!(e.run(&get(nsid)).unwrap_err(), invalid_ns(), "nsid {nsid:#x}");
+        }
+        // Until power cycle / permanent: not supported (NWPC bits 1, 2 clear).
+        for state in [2, 3, 4, 0x8000_0001] {
+            assert_eq!(e.run(&wp(state, 1)).unwrap_err(), invalid_field(), "state {state}");
+        }
+        assert_eq!(e.run(&get(1)).unwrap().result, 0);
+        assert!(decode_ns_list(&e.log(LogPageId::CHANGED_NS, 0, 4096, false).unwrap()).is_empty());
+
+        e.run(&wp(1, 1)).unwrap();
+        assert_eq!(e.run(&get(1)).unwrap().result, 1);
+        assert_eq!(e.run(&get(3)).unwrap().result, 0, "per namespace");
+        let ns = IdentifyNamespace::decode(&e.identify(Cns::NS, 1).unwrap()).unwrap();
+        assert_eq!(ns.nsattr & 1, 1, "NSATTR write protected");
+        let ind = IdentifyNsIndep::decode(&e.identify(Cns::IND_CS_NS, 1).unwrap()).unwrap();
+        assert_eq!(ind.nsattr & 1, 1);
+        assert_eq!(IdentifyNamespace::decode(&e.identify(Cns::NS, 3).unwrap()).unwrap().nsattr, 0);
+        // The hosts hear of it (nvmet_ns_changed).
+        assert_eq!(decode_ns_list(&e.log(LogPageId::CHANGED_NS, 0, 4096, false).unwrap()), vec![1]);
+        // Only Read and Flush run (nvmet_io_cmd_check_access); no DNR.
+        assert_eq!(io_status(&mut e, IoOpcode::READ, 1, 512, 0), Status::SUCCESS);
+        assert_eq!(io_status(&mut e, IoOpcode::FLUSH, 1, 0, 0), Status::SUCCESS);
+        for op in [IoOpcode::WRITE, IoOpcode::WRITE_ZEROES, IoOpcode::COMPARE, IoOpcode::DSM, IoOpcode(0x7F)]
+        {
+            let len = if op == IoOpcode::WRITE_ZEROES { 0 } else { 512 };
+            assert_eq!(io_status(&mut e, op, 1, len, 1 << 2), Status::NS_WRITE_PROTECTED, "{op:?}");
+        }
+        assert_eq!(io_status(&mut e, IoOpcode::WRITE, 3, 4096, 0), Status::SUCCESS, "other namespace");
+        // A write parsed before protection was set is refused when it executes.
+        let mut w = Sqe::new(IoOpcode::WRITE.0);
+        w.set_nsid(3).set_sgl(SglDescriptor::transport(4096)).set_nlb(0);
+        super::super::io::parse(&e.ctx, &e.ctrl, &w).unwrap();
+        e.run(&wp(1, 3)).unwrap();
+        let ctrl = e.ctrl.clone();
+        match super::super::io::execute(&mut e.ctx, &ctrl, &w, Bytes::from(vec![1u8; 4096]), 6) {
+            Exec::Done(r) => assert_eq!(r.status, Status::NS_WRITE_PROTECTED),
+            Exec::Pending(_) => panic!("pending"),
+        }
+        // Lifted again: writes run, and the hosts hear of it again.
+        e.run(&wp(0, 1)).unwrap();
+        assert_eq!(e.run(&get(1)).unwrap().result, 0);
+        assert_eq!(IdentifyNamespace::decode(&e.identify(Cns::NS, 1).unwrap()).unwrap().nsattr, 0);
+        assert_eq!(io_status(&mut e, IoOpcode::WRITE, 1, 512, 0), Status::SUCCESS);
+        assert_eq!(decode_ns_list(&e.log(LogPageId::CHANGED_NS, 0, 4096, false).unwrap()), vec![3, 1]);
+        // Saving is refused as for every feature.
+        let mut sv = SetFeaturesCmd::new(FeatureId::WRITE_PROTECT, 1);
+        sv.sv = true;
+        let mut sv = sv.to_sqe(3);
+        sv.set_nsid(1);
+        assert_eq!(e.run(&sv).unwrap_err(), Status::FEATURE_NOT_SAVEABLE.with_dnr());
+        assert_eq!(e.run(&get(1)).unwrap().result, 0);
+    }
+
+    /// A RAM backend whose Flush fails, completing through the queue's sink
+    /// as the file and block backends do.
+    struct FlushFails(MemBackend);
+
+    impl crate::backend::Backend for FlushFails {
+        fn size(&self) -> u64 {
+            self.0.size()
+        }
+        fn block_size(&self) -> u32 {
+            self.0.block_size()
+        }
+        fn volatile_write_cache(&self) -> bool {
+            true
+        }
+        fn describe(&self) -> String {
+            "flush fails".into()
+        }
+        fn resize(&self, new_size: u64) -> Result<(), String> {
+            self.0.resize(new_size)
+        }
+        fn submit(&self, tag: u32, op: IoOp, io: &crate::backend::QueueIo) -> Option<IoCompletion> {
+            let c = match op {
+                IoOp::Flush => IoCompletion::status(tag, Status::WRITE_FAULT),
+                op => self.0.submit(tag, op, io).expect("RAM completes inline"),
+            };
+            let _ = io.sink.send(c);
+            None
+        }
+    }
+
+    #[test]
+    fn write_protect_is_lifted_when_its_flush_fails() {
+        let mut e = env();
+        e.subsys.add_namespace(Arc::new(Namespace::new(
+            SUBNQN,
+            7,
+            Arc::new(FlushFails(MemBackend::new(1 << 20, 512))),
+        )));
+        e.log(LogPageId::CHANGED_NS, 0, 4096, false).unwrap();
+        let mut s = SetFeaturesCmd::new(FeatureId::WRITE_PROTECT, 1).to_sqe(3);
+        s.set_nsid(7);
+        parse(&e.ctx, &e.ctrl, &s).unwrap();
+        let ctrl = e.ctrl.clone();
+        let pending = match execute(&mut e.ctx, &ctrl, &s, Bytes::new(), 12) {
+            Exec::Pending(p @ Pending::WriteProtect(_)) => p,
+            other => panic!("expected the flush pending, got {other:?}"),
+        };
+        // Protected while the flush runs.
+        assert_eq!(io_status(&mut e, IoOpcode::WRITE, 7, 512, 0), Status::NS_WRITE_PROTECTED);
+        let c = e.rx.try_recv().unwrap();
+        assert_eq!((c.tag, c.status), (12, Status::WRITE_FAULT));
+        let r = crate::cmd::complete(pending, c);
+        assert_eq!(r.status, Status::WRITE_FAULT, "the flush's status is the command's");
+        let mut g = GetFeaturesCmd::new(FeatureId::WRITE_PROTECT).to_sqe(4);
+        g.set_nsid(7);
+        assert_eq!(e.run(&g).unwrap().result, 0, "protection lifted again");
+        assert!(decode_ns_list(&e.log(LogPageId::CHANGED_NS, 0, 4096, false).unwrap()).is_empty());
+        // The write went to the sink too (this backend always completes there).
+        assert!(matches!(io_status_pending(&mut e, 7), Some(Status::SUCCESS)));
+    }
+
+    /// A write on a namespace whose backend completes through the sink: its status from there.
+    fn io_status_pending(e: &mut Env, nsid: u32) -> Option<Status> {
+        let mut s = Sqe::new(IoOpcode::WRITE.0);
+        s.set_nsid(nsid).set_sgl(SglDescriptor::transport(512)).set_nlb(0);
+        let ctrl = e.ctrl.clone();
+        super::super::io::parse(&e.ctx, &ctrl, &s).ok()?;
+        match super::super::io::execute(&mut e.ctx, &ctrl, &s, Bytes::from(vec![0u8; 512]), 13) {
+            Exec::Done(r) => Some(r.status),
+            Exec::Pending(_) => e.rx.try_recv().ok().map(|c| c.status),
         }
     }
 

@@ -37,7 +37,20 @@ pub fn parse(ctx: &QueueCtx, ctrl: &Controller, sqe: &Sqe) -> Result<(), Status>
         .unwrap_or(Err(Status::INVALID_NS.with_dnr()))
 }
 
+/// nvmet `nvmet_io_cmd_check_access`: on a write-protected namespace only
+/// Read and Flush run; everything else (Compare and unknown opcodes
+/// included, as nvmet checks before the opcode) is Namespace is Write
+/// Protected, without DNR (the host may retry once protection is lifted).
+fn check_access(ns: &Namespace, sqe: &Sqe) -> Result<(), Status> {
+    match IoOpcode(sqe.opcode()) {
+        _ if !ns.write_protected() => Ok(()),
+        IoOpcode::READ | IoOpcode::FLUSH => Ok(()),
+        _ => Err(Status::NS_WRITE_PROTECTED),
+    }
+}
+
 fn parse_on(ctx: &QueueCtx, ns: &Namespace, sqe: &Sqe) -> Result<(), Status> {
+    check_access(ns, sqe)?;
     let sgl_len = sqe.sgl().length as u64;
     match IoOpcode(sqe.opcode()) {
         IoOpcode::READ | IoOpcode::WRITE | IoOpcode::COMPARE => {
@@ -79,6 +92,10 @@ pub fn execute(ctx: &mut QueueCtx, ctrl: &Controller, sqe: &Sqe, data: Bytes, ta
 }
 
 fn execute_on(ctx: &mut QueueCtx, ns: &Namespace, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
+    // Again: protection may have been set while the data was in flight.
+    if let Err(s) = check_access(ns, sqe) {
+        return s.into();
+    }
     let (op, pending) = match IoOpcode(sqe.opcode()) {
         IoOpcode::READ | IoOpcode::WRITE | IoOpcode::COMPARE | IoOpcode::WRITE_ZEROES => {
             // Re-checked: the namespace may have shrunk while data was in flight.

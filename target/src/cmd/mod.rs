@@ -156,6 +156,25 @@ pub enum Pending {
     Plain,
     /// Compare: check the read data against these bytes.
     Compare(Bytes),
+    /// Set Features Write Protect: the flush after setting protection.
+    WriteProtect(WriteProtectFlush),
+}
+
+/// The namespace a Set Features Write Protect flushes (nvmet
+/// `nvmet_write_protect_flush_sync`): protection stays on if the flush
+/// succeeds (and the controllers hear of the change), else it is lifted again.
+#[derive(Clone)]
+pub struct WriteProtectFlush {
+    /// The namespace made write protected.
+    pub ns: Arc<crate::core::Namespace>,
+    /// Its subsystem, told of the change.
+    pub subsys: Arc<crate::core::Subsystem>,
+}
+
+impl std::fmt::Debug for WriteProtectFlush {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriteProtectFlush").field("nsid", &self.ns.nsid).finish()
+    }
 }
 
 /// Outcome of executing a command.
@@ -257,6 +276,15 @@ pub fn execute(ctx: &mut QueueCtx, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
 pub fn complete(pending: Pending, c: IoCompletion) -> Response {
     match pending {
         Pending::Plain => Response { status: c.status, result: c.result, data: c.data, ..Default::default() },
+        Pending::WriteProtect(w) => {
+            if c.status.is_success() {
+                w.subsys.namespace_changed(w.ns.nsid);
+            } else {
+                tracing::error!(nsid = w.ns.nsid, status = ?c.status, "write protect flush failed");
+                w.ns.set_write_protected(false);
+            }
+            Response::status(c.status)
+        }
         Pending::Compare(expected) => {
             if !c.status.is_success() {
                 Response::status(c.status)

@@ -1,5 +1,6 @@
 //! A namespace: an NSID, its backend and its stable identifiers.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::backend::Backend;
@@ -18,6 +19,9 @@ pub struct Namespace {
     pub eui64: [u8; 8],
     /// log2 of the block size.
     pub block_shift: u32,
+    /// Namespace Write Protection (Set Features 84h, nvmet `ns->readonly`):
+    /// commands other than Read and Flush fail with Namespace is Write Protected.
+    write_protected: AtomicBool,
 }
 
 impl Namespace {
@@ -60,7 +64,7 @@ impl Namespace {
         let mut eui64 = [0u8; 8];
         eui64.copy_from_slice(&e[..8]);
         let block_shift = backend.block_size().trailing_zeros();
-        Self { nsid, backend, nguid, uuid, eui64, block_shift }
+        Self { nsid, backend, nguid, uuid, eui64, block_shift, write_protected: AtomicBool::new(false) }
     }
 
     /// Size in logical blocks.
@@ -71,5 +75,19 @@ impl Namespace {
     /// Block size in bytes.
     pub fn block_size(&self) -> u32 {
         1 << self.block_shift
+    }
+
+    /// Whether the namespace is write protected.
+    pub fn write_protected(&self) -> bool {
+        // Relaxed: the flag orders nothing else. A write already past its
+        // check when protection is set may still land, as with nvmet (which
+        // checks when the command is parsed); Set Features flushes after
+        // setting the flag.
+        self.write_protected.load(Ordering::Relaxed)
+    }
+
+    /// Sets or clears write protection; returns the previous state.
+    pub fn set_write_protected(&self, on: bool) -> bool {
+        self.write_protected.swap(on, Ordering::Relaxed)
     }
 }

@@ -112,6 +112,12 @@ impl Subsystem {
         self.controllers.lock().unwrap().iter().filter_map(Weak::upgrade).collect()
     }
 
+    /// Tells connected controllers that namespace `nsid`'s attributes
+    /// changed (nvmet `nvmet_ns_changed`), e.g. its write protection.
+    pub fn namespace_changed(&self, nsid: u32) {
+        self.notify_ns_changed(nsid);
+    }
+
     fn notify_ns_changed(&self, nsid: u32) {
         for c in self.controllers() {
             c.ns_changed(nsid);

@@ -34,6 +34,15 @@
 #                     finishes, everything written reads back, new I/O works,
 #                     namespace 2 is still there with its data.
 #
+# Namespace write protection (Set Features 84h):
+#   - write-protect:  nvme set-feature -f 0x84 -v 1 on namespace 1 -> the
+#                     Namespace Attribute Changed notice makes the host
+#                     rescan and mark the block device read-only (NSATTR bit
+#                     0; bounded wait); get-feature says 1; a write sent past
+#                     the host's read-only flag (io-passthru on the generic
+#                     char device) fails with Namespace is Write Protected
+#                     (0x20); reads work; -v 0 -> writable again, dd verify.
+#
 # Keep-alive and discovery:
 #   - keep-alive:     connect with KATO 2 s (-k 2), stay idle 7 s: the
 #                     controller stays live with no error recovery (the
@@ -171,6 +180,52 @@ kh_ext4() {
         || { umount /mnt/t; fail "ext4 content mismatch after remount"; }
     info "ext4: $(df -k /mnt/t | awk 'NR==2{print $3" KiB used of "$2}')"
     t 60 umount /mnt/t || fail "umount (ro)"
+}
+
+# wait_ro DEV 0|1: bounded wait for the block device's read-only flag
+wait_ro() {
+    _i=0
+    while [ "$(blockdev --getro "$1" 2>/dev/null)" != "$2" ]; do
+        [ $_i -lt 75 ] || return 1
+        sleep 0.2; _i=$((_i + 1))
+    done
+}
+
+# wp_checks NSID NG: what kh_write_protect checks while namespace NSID is
+# write protected (a subshell: protection is lifted whatever it finds)
+wp_checks() {
+    t 30 nvme set-feature "/dev/$CTRL" -n "$1" -f 0x84 -v 1 >/tmp/wp.txt 2>&1 \
+        || fail "set-feature 0x84 = 1: $(cat /tmp/wp.txt)"
+    wait_ro "$DEV" 1 || fail "$DEV not read-only 15 s after write protection (no rescan?)"
+    t 30 nvme get-feature "/dev/$CTRL" -n "$1" -f 0x84 >/tmp/wp.txt 2>&1 || fail "get-feature 0x84"
+    grep -q 'Current value:0x00000001' /tmp/wp.txt || fail "get-feature 0x84: $(cat /tmp/wp.txt)"
+    info "write protected: $DEV read-only, $(tr '\n' ' ' </tmp/wp.txt)"
+    t 30 dd if="$DEV" of=/dev/null bs=1M count=4 iflag=direct 2>/dev/null || fail "read while write protected"
+    # Past the host's read-only flag: the target itself must refuse the write.
+    t 30 dd if=/dev/urandom of=/tmp/wp-blk bs=4096 count=1 2>/dev/null
+    t 30 nvme io-passthru "$2" -o 0x01 -n "$1" -l 4096 -w -i /tmp/wp-blk \
+        --cdw10=0 --cdw11=0 --cdw12=$(( 4096 / $(blockdev --getss "$DEV") - 1 )) >/tmp/wp.txt 2>&1
+    _rc=$?
+    info "write while protected: rc=$_rc $(tr '\n' ' ' </tmp/wp.txt)"
+    [ $_rc != 0 ] || fail "a write to the write-protected namespace succeeded"
+    grep -qi -e 'write protect' -e '(0x20)' /tmp/wp.txt || fail "write refused with another status: $(cat /tmp/wp.txt)"
+}
+
+kh_write_protect() {
+    need_dev
+    _nsid=$(cat "/sys/block/${DEV#/dev/}/nsid" 2>/dev/null) || fail "no nsid for $DEV"
+    _ng=/dev/ng${DEV#/dev/nvme}
+    [ -c "$_ng" ] || fail "no generic char device $_ng"
+    [ "$(blockdev --getro "$DEV")" = 0 ] || fail "$DEV read-only before the test"
+    ( wp_checks "$_nsid" "$_ng" )
+    _wrc=$?
+    # Lifted even after a failed check, so later steps can write.
+    t 30 nvme set-feature "/dev/$CTRL" -n "$_nsid" -f 0x84 -v 0 >/tmp/wp.txt 2>&1 \
+        || fail "set-feature 0x84 = 0: $(cat /tmp/wp.txt)"
+    wait_ro "$DEV" 0 || fail "$DEV still read-only 15 s after lifting write protection"
+    [ $_wrc = 0 ] || exit 1
+    dd_verify "$DEV" 64 4 after-write-protect
+    rm -f /tmp/wp-blk /tmp/wp.txt
 }
 
 kh_hook_ping() { hook_call ping 30 hello || fail "control channel: ${HOOK_REPLY:-no reply}"; }
@@ -521,6 +576,7 @@ scenario_main() {
     run_step dd-verify 180 kh_dd_verify plain
     run_step fio-verify $((FIO_RUNTIME + 90)) kh_fio
     run_step ext4 300 kh_ext4
+    run_step write-protect 120 kh_write_protect
     run_step control-hook 40 kh_hook_ping
     run_step disconnect 60 kh_disconnect
     # header + data digests
