@@ -475,6 +475,21 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
             }
             [input([3, 0x90], &io), to_a].concat()
         }),
+        ("io-write-protect", {
+            // Namespace 1 write protected on queue A (its flush completes
+            // through the channel), I/O on queue B (all but Read and Flush
+            // refused), protection lifted on queue A.
+            let wp = |cid: u16, on: u32| {
+                let mut s = Sqe::new(0x09);
+                s.set_cid(cid).set_nsid(1).set_cdw(10, 0x84).set_cdw(11, on);
+                let mut c = chunked(&cmd(s, &[]));
+                for i in (0..c.len()).step_by(65) {
+                    c[i] |= 0x80;
+                }
+                c
+            };
+            [vec![3, 0x30], wp(10, 1), input([3, 0x30], &io)[2..].to_vec(), wp(11, 0)].concat()
+        }),
     ]
 }
 
