@@ -27,6 +27,7 @@
 //! block_size = 512                       # optional
 //! io_engine = "uring"                    # optional (file/block only): overrides the top-level one
 //! buffered_io = true                     # optional (file only): false = O_DIRECT (io_uring)
+//! read_only = false                      # optional (file/block only): export read-only
 //! ```
 //!
 //! `io_engine` chooses how file and block namespaces execute I/O: `threads` (a
@@ -39,6 +40,12 @@
 //! through the page cache (the default), or with `false` are opened with
 //! `O_DIRECT` where the filesystem allows it (io_uring only; the thread pool
 //! always uses the page cache for files). Block devices always use `O_DIRECT`.
+//!
+//! `read_only = true` opens the file or device for reading only and exports
+//! the namespace write protected for good (Namespace Write Protection, which
+//! hosts cannot lift): the Linux host marks the block device read-only, and
+//! commands other than Read and Flush fail with Namespace is Write Protected.
+//! A read-only file must exist (no `size`).
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -215,6 +222,12 @@ pub struct NamespaceConfig {
     pub source: NamespaceSource,
     /// Logical block size.
     pub block_size: u32,
+    /// Exported read-only: the file or device is opened for reading only and
+    /// the namespace is write protected for good (NSATTR bit 0; the Linux
+    /// host marks the block device read-only; writes fail with Namespace is
+    /// Write Protected). File and block namespaces only; a read-only file is
+    /// never created or grown (no `size`).
+    pub read_only: bool,
 }
 
 impl NamespaceConfig {
@@ -243,6 +256,23 @@ impl NamespaceConfig {
                 "size",
                 format!("a file namespace of {n} bytes is smaller than one {}-byte block", self.block_size),
             )),
+            _ => Ok(()),
+        }
+    }
+
+    /// `read_only` applies to files and block devices (a RAM namespace starts
+    /// empty: read-only, it would only ever read zeroes), and a read-only
+    /// file is opened as it is (`size` would create or grow it). The error
+    /// names the key at fault.
+    pub fn check_read_only(&self) -> Result<(), (&'static str, String)> {
+        if !self.read_only {
+            return Ok(());
+        }
+        match self.source {
+            NamespaceSource::Ram(_) => Err(("read_only", "applies to file and block namespaces only".into())),
+            NamespaceSource::File { size: Some(_), .. } => {
+                Err(("size", "a read-only file is not created or grown: leave size out".into()))
+            }
             _ => Ok(()),
         }
     }
@@ -348,6 +378,7 @@ struct RawNamespace {
     block_size: Option<u32>,
     io_engine: Option<IoEngine>,
     buffered_io: Option<bool>,
+    read_only: Option<bool>,
 }
 
 /// Default model string.
@@ -466,8 +497,14 @@ impl TargetConfig {
                 if n.nsid == Some(0) || n.nsid.is_some_and(|x| x >= 0xFFFF_FFFE) {
                     return Err(invalid(format!("{nkey}.nsid"), "must be 1..=0xFFFFFFFD"));
                 }
-                let ns = NamespaceConfig { nsid: n.nsid, source, block_size };
+                let ns = NamespaceConfig {
+                    nsid: n.nsid,
+                    source,
+                    block_size,
+                    read_only: n.read_only.unwrap_or(false),
+                };
                 ns.check_size().map_err(|(key, e)| invalid(format!("{nkey}.{key}"), e))?;
+                ns.check_read_only().map_err(|(key, e)| invalid(format!("{nkey}.{key}"), e))?;
                 ns.check_engine().map_err(|e| invalid(format!("{nkey}.buffered_io"), e))?;
                 namespaces.push(ns);
             }

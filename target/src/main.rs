@@ -33,7 +33,7 @@ enum Cmd {
 #[derive(clap::Args)]
 struct ServeArgs {
     /// TOML configuration (ports, subsystems, namespaces, allowed hosts); excludes the other export flags.
-    #[arg(long, conflicts_with_all = ["file", "size", "ram", "block", "listen", "nqn", "allow_host", "block_size"])]
+    #[arg(long, conflicts_with_all = ["file", "size", "ram", "block", "listen", "nqn", "allow_host", "block_size", "read_only"])]
     config: Option<PathBuf>,
     /// Export this regular file (repeat for several namespaces).
     #[arg(long)]
@@ -47,6 +47,11 @@ struct ServeArgs {
     /// Export a block device (repeatable).
     #[arg(long)]
     block: Vec<PathBuf>,
+    /// Export the --file and --block namespaces read-only: opened for reading
+    /// only, write protected for good (hosts see a read-only device; writes
+    /// fail with Namespace is Write Protected). Not with --ram or --size.
+    #[arg(long, conflicts_with_all = ["ram", "size"])]
+    read_only: bool,
     /// Listen address (repeatable); default 0.0.0.0:4420.
     #[arg(long)]
     listen: Vec<SocketAddr>,
@@ -101,17 +106,23 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
                 buffered_io: true,
             },
             block_size: a.block_size,
+            read_only: a.read_only,
         });
     }
     for r in &a.ram {
-        nss.push(NamespaceConfig { nsid: None, source: NamespaceSource::Ram(*r), block_size: a.block_size });
+        nss.push(NamespaceConfig {
+            nsid: None,
+            source: NamespaceSource::Ram(*r),
+            block_size: a.block_size,
+            read_only: false,
+        });
     }
     for b in &a.block {
         let source = NamespaceSource::Block {
             path: b.clone(),
             io_engine: a.io_engine.unwrap_or(IoEngine::BLOCK_DEFAULT),
         };
-        nss.push(NamespaceConfig { nsid: None, source, block_size: 512 });
+        nss.push(NamespaceConfig { nsid: None, source, block_size: 512, read_only: a.read_only });
     }
     if nss.is_empty() {
         return Err("nothing to export: give --file, --ram, --block or --config".into());
@@ -333,6 +344,7 @@ mod tests {
             &["--ram", "1M"],
             &["--listen", "127.0.0.1:4420"],
             &["--nqn", "nqn.2026-11.x:y"],
+            &["--read-only"],
         ] {
             let e = args(&[&["--config", "/x.toml"][..], extra].concat()).err();
             assert!(e.as_deref().is_some_and(|e| e.contains("cannot be used with")), "{extra:?}: {e:?}");
@@ -341,6 +353,20 @@ mod tests {
         assert!(args(&["--config", "/x.toml", "--io-engine", "threads", "--threads", "2"]).is_ok());
         let e = args(&["--ram", "1M", "--size", "1G"]).err().unwrap_or_default();
         assert!(e.contains("--file"), "{e}");
+    }
+
+    /// `--read-only` marks the file and block namespaces; RAM and `--size`
+    /// (which creates or grows the file) are refused with it.
+    #[test]
+    fn read_only_flag() {
+        let c = flags(&["--file", "/x.img", "--block", "/dev/x", "--read-only"]).unwrap();
+        assert!(c.subsystems[0].namespaces.iter().all(|n| n.read_only));
+        assert!(flags(&["--file", "/x.img"]).unwrap().subsystems[0].namespaces.iter().all(|n| !n.read_only));
+        for bad in [&["--ram", "1M", "--read-only"][..], &["--file", "/x.img", "--size", "1G", "--read-only"]]
+        {
+            let e = args(bad).err();
+            assert!(e.as_deref().is_some_and(|e| e.contains("cannot be used with")), "{bad:?}: {e:?}");
+        }
     }
 
     /// `--nqn` and `--allow-host` are checked like the file's `nqn` and

@@ -41,10 +41,12 @@ fn unchanged(e: std::io::Error, what: std::fmt::Arguments<'_>) -> std::io::Error
 /// Whether two configurations of one NSID describe the same store (size
 /// aside): when they do not, the NSID now names another namespace (a path,
 /// device, engine or block size changed, or an entry before it was removed and
-/// implicit NSIDs moved up), which a reload replaces instead of resizing.
+/// implicit NSIDs moved up; or `read_only` changed: the store is opened
+/// again with the other access), which a reload replaces instead of resizing.
 fn same_store(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
     use NamespaceSource::{Block, File, Ram};
     a.block_size == b.block_size
+        && a.read_only == b.read_only
         && match (&a.source, &b.source) {
             (
                 File { path: p, io_engine: e, buffered_io: bu, .. },
@@ -130,15 +132,25 @@ fn open_backend_inner(ns: &NamespaceConfig) -> std::io::Result<Arc<dyn Backend>>
             Arc::new(MemBackend::new(*size, ns.block_size))
         }
         NamespaceSource::File { path, size, io_engine, buffered_io } => {
-            let open = || UringBackend::open_file_with(path, *size, ns.block_size, !*buffered_io);
+            let (bs, direct) = (ns.block_size, !*buffered_io);
+            let open = || match ns.read_only {
+                true => UringBackend::open_file_read_only(path, bs, direct),
+                false => UringBackend::open_file_with(path, *size, bs, direct),
+            };
             match uring(*io_engine, path, open)? {
                 Some(b) => b,
-                None => Arc::new(FileBackend::open(path, *size, ns.block_size)?),
+                None if ns.read_only => Arc::new(FileBackend::open_read_only(path, bs)?),
+                None => Arc::new(FileBackend::open(path, *size, bs)?),
             }
         }
         NamespaceSource::Block { path, io_engine } => {
-            match uring(*io_engine, path, || UringBackend::open_block(path, None))? {
+            let open = || match ns.read_only {
+                true => UringBackend::open_block_read_only(path, None),
+                false => UringBackend::open_block(path, None),
+            };
+            match uring(*io_engine, path, open)? {
                 Some(b) => b,
+                None if ns.read_only => Arc::new(BlockBackend::open_read_only(path, None)?),
                 None => Arc::new(BlockBackend::open(path, None)?),
             }
         }
@@ -167,8 +179,10 @@ pub fn build_subsystem(
     for (nsid, n) in assign_nsids(nss) {
         let b =
             open_backend(n).map_err(|e| std::io::Error::new(e.kind(), format!("namespace {nsid}: {e}")))?;
-        info!(subnqn = nqn, nsid, backend = %b.describe(), size = b.size(), block_size = b.block_size(), "namespace");
-        s.add_namespace(Arc::new(Namespace::for_store(nqn, nsid, &store_identity(n), b)));
+        info!(subnqn = nqn, nsid, backend = %b.describe(), size = b.size(), block_size = b.block_size(), read_only = n.read_only, "namespace");
+        s.add_namespace(Arc::new(
+            Namespace::for_store(nqn, nsid, &store_identity(n), b).with_read_only(n.read_only),
+        ));
     }
     Ok(s)
 }
@@ -299,7 +313,8 @@ impl Server {
                         // Identifiers follow the store: the same file reopened
                         // (engine, buffering or block size changed) keeps
                         // them, another file or a new RAM store gets others.
-                        s.add_namespace(Arc::new(Namespace::for_store(&sc.nqn, nsid, &store_identity(n), b)));
+                        let ns = Namespace::for_store(&sc.nqn, nsid, &store_identity(n), b);
+                        s.add_namespace(Arc::new(ns.with_read_only(n.read_only)));
                     }
                     (None, None) => continue,
                     (Some(ns), None) => {

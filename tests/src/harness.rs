@@ -36,7 +36,7 @@ pub async fn bounded<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T
 
 /// A RAM namespace configuration.
 pub fn ram_ns(nsid: u32, size: u64, block_size: u32) -> NamespaceConfig {
-    NamespaceConfig { nsid: Some(nsid), source: NamespaceSource::Ram(size), block_size }
+    NamespaceConfig { nsid: Some(nsid), source: NamespaceSource::Ram(size), block_size, read_only: false }
 }
 
 /// One subsystem ([`SUBNQN`], any host) with namespace 1 ([`NS1_SIZE`], [`NS1_BS`]),

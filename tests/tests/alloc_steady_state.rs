@@ -114,6 +114,7 @@ async fn steady_state_allocations_per_io() {
                 nsid: Some(1),
                 source: NamespaceSource::Ram(8 << 20),
                 block_size: 512,
+                read_only: false,
             }]
             .into_iter()
             .chain(uring_file.as_ref().map(|path| NamespaceConfig {
@@ -125,6 +126,7 @@ async fn steady_state_allocations_per_io() {
                     buffered_io: false,
                 },
                 block_size: 512,
+                read_only: false,
             }))
             .collect(),
         }],

@@ -382,6 +382,7 @@ async fn random_io_verified_on_io_uring_files() {
                 buffered_io: ran == 1,
             },
             block_size: BS as u32,
+            read_only: false,
         };
         bounded(60, random_io_on(ns, ran == 1, Duration::from_secs(2))).await;
         let _ = std::fs::remove_file(&path);

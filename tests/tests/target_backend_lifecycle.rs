@@ -5,7 +5,7 @@
 
 mod initiator_util;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +13,7 @@ use std::time::Duration;
 use initiator_util::*;
 use nvmeof_initiator::common::Status;
 use nvmeof_initiator::{Controller, Error, IoFlags};
-use nvmeof_target::config::{IoEngine, NamespaceConfig, NamespaceSource};
+use nvmeof_target::config::IoEngine;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -24,19 +24,6 @@ const BIG: u64 = 8 * MIB;
 /// Blocks of 4 KiB each writer owns below `SMALL` (verified at the end).
 const OWNED: u64 = 32;
 const WRITERS: u64 = 8;
-
-fn file_ns(nsid: u32, path: &Path, size: u64, engine: IoEngine) -> NamespaceConfig {
-    NamespaceConfig {
-        nsid: Some(nsid),
-        source: NamespaceSource::File {
-            path: path.to_owned(),
-            size: Some(size),
-            io_engine: engine,
-            buffered_io: true,
-        },
-        block_size: BS as u32,
-    }
-}
 
 /// Whether `e` is what a shrink (LBA Out of Range) or a removal (Invalid
 /// Namespace) explains.
@@ -57,10 +44,10 @@ async fn io_during_resizes_and_removals() {
         let cfg_for = |size: u64, with_1: bool, with_2: bool| {
             let mut nss = Vec::new();
             if with_1 {
-                nss.push(file_ns(1, &paths[0], size, IoEngine::Auto));
+                nss.push(file_ns(1, &paths[0], Some(size), IoEngine::Auto));
             }
             if with_2 {
-                nss.push(file_ns(2, &paths[1], size, IoEngine::Threads));
+                nss.push(file_ns(2, &paths[1], Some(size), IoEngine::Threads));
             }
             config(nss)
         };

@@ -178,15 +178,24 @@ impl BlockBackend {
         Self::open_with_workers(path, block_size, DEFAULT_WORKERS)
     }
 
+    /// Like [`BlockBackend::open`], with the device opened for reading only
+    /// (a read-only namespace).
+    pub fn open_read_only(path: impl AsRef<Path>, block_size: Option<u32>) -> io::Result<Self> {
+        Self::open_opts(path.as_ref(), block_size, DEFAULT_WORKERS, false)
+    }
+
     /// Like [`BlockBackend::open`], with `workers` I/O threads (at least one).
     pub fn open_with_workers(
         path: impl AsRef<Path>,
         block_size: Option<u32>,
         workers: usize,
     ) -> io::Result<Self> {
-        let path = path.as_ref();
+        Self::open_opts(path.as_ref(), block_size, workers, true)
+    }
+
+    fn open_opts(path: &Path, block_size: Option<u32>, workers: usize, writable: bool) -> io::Result<Self> {
         let open =
-            |flags: libc::c_int| OpenOptions::new().read(true).write(true).custom_flags(flags).open(path);
+            |flags: libc::c_int| OpenOptions::new().read(true).write(writable).custom_flags(flags).open(path);
         let (file, dsync, direct) = match open(libc::O_DIRECT) {
             Ok(file) => (file, open(libc::O_DIRECT | libc::O_DSYNC)?, true),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
@@ -274,6 +283,35 @@ mod tests {
         let r = BlockBackend::open(&p, None);
         let _ = std::fs::remove_file(&p);
         assert!(r.is_err());
+    }
+
+    /// `O_ACCMODE` of `f`'s open flags.
+    fn access_mode(f: &std::fs::File) -> libc::c_int {
+        use std::os::fd::AsRawFd;
+        // SAFETY: F_GETFL on an open descriptor.
+        unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) & libc::O_ACCMODE }
+    }
+
+    #[test]
+    fn read_only_loop_device() {
+        let lo = match Loop::attach(4 << 20) {
+            Ok(lo) => lo,
+            Err(why) => {
+                eprintln!("note: skipping read-only loop-device test: {why}");
+                return;
+            }
+        };
+        let rw = BlockBackend::open_with_workers(&lo.dev, None, 1).unwrap();
+        assert_eq!(access_mode(&rw.inner.file), libc::O_RDWR);
+        let data = Bytes::from(vec![0x5A; 4096]);
+        assert!(run(&rw, 1, IoOp::Write { offset: 8192, data: data.clone(), fua: true }).status.is_success());
+        let b = BlockBackend::open_read_only(&lo.dev, None).unwrap();
+        assert_eq!(access_mode(&b.inner.file), libc::O_RDONLY);
+        assert_eq!(access_mode(&b.inner.dsync), libc::O_RDONLY);
+        assert_eq!(b.size(), 4 << 20);
+        let r = run(&b, 2, IoOp::Read { offset: 8192, len: 4096 });
+        assert!(r.status.is_success() && r.data == data);
+        assert!(run(&b, 3, IoOp::Flush).status.is_success());
     }
 
     #[test]

@@ -226,15 +226,21 @@ fn ignore_sigxfsz() {
 }
 
 /// Opens (or, with `create_size`, creates and extends to at least that size)
-/// the regular file backing a namespace with `block_size`-byte blocks.
+/// the regular file backing a namespace with `block_size`-byte blocks, for
+/// reading and writing or, without `writable`, for reading only (such a file
+/// is never created or grown).
 /// Returns it with its metadata and the capacity in whole blocks.
 pub(crate) fn open_sized(
     path: &Path,
     create_size: Option<u64>,
     block_size: u32,
+    writable: bool,
 ) -> io::Result<(File, std::fs::Metadata, u64)> {
     if !block_size.is_power_of_two() || block_size < 512 {
         return Err(invalid(format!("invalid block size {block_size}")));
+    }
+    if !writable && create_size.is_some() {
+        return Err(invalid("a read-only namespace's file is not created or grown (no size)".into()));
     }
     ignore_sigxfsz();
     // Whether this call creates the file: a file it created is removed again
@@ -252,7 +258,7 @@ pub(crate) fn open_sized(
             }
             Err(e) => return Err(e),
         },
-        None => OpenOptions::new().read(true).write(true).open(path)?,
+        None => OpenOptions::new().read(true).write(writable).open(path)?,
     };
     let sized = (|| {
         let meta = file.metadata()?;
@@ -390,6 +396,13 @@ impl FileBackend {
         Self::open_with_workers(path, create_size, block_size, DEFAULT_WORKERS)
     }
 
+    /// Like [`FileBackend::open`] without `create_size`, with the file opened
+    /// for reading only (a read-only namespace: the NVMe layer refuses every
+    /// command that would write, and the descriptors could not write anyway).
+    pub fn open_read_only(path: impl AsRef<Path>, block_size: u32) -> io::Result<Self> {
+        Self::open_opts(path.as_ref(), None, block_size, DEFAULT_WORKERS, false)
+    }
+
     /// Like [`FileBackend::open`], with `workers` I/O threads (at least one).
     pub fn open_with_workers(
         path: impl AsRef<Path>,
@@ -397,9 +410,18 @@ impl FileBackend {
         block_size: u32,
         workers: usize,
     ) -> io::Result<Self> {
-        let path = path.as_ref();
-        let (file, meta, size) = open_sized(path, create_size, block_size)?;
-        let dsync = OpenOptions::new().read(true).write(true).custom_flags(libc::O_DSYNC).open(path)?;
+        Self::open_opts(path.as_ref(), create_size, block_size, workers, true)
+    }
+
+    fn open_opts(
+        path: &Path,
+        create_size: Option<u64>,
+        block_size: u32,
+        workers: usize,
+        writable: bool,
+    ) -> io::Result<Self> {
+        let (file, meta, size) = open_sized(path, create_size, block_size, writable)?;
+        let dsync = OpenOptions::new().read(true).write(writable).custom_flags(libc::O_DSYNC).open(path)?;
         if dsync.metadata()?.ino() != meta.ino() || dsync.metadata()?.dev() != meta.dev() {
             return Err(io::Error::other(format!("{} was replaced while opening it", path.display())));
         }

@@ -1126,9 +1126,9 @@ struct DataFile {
 impl DataFile {
     /// `path` opened again like `file` (the descriptor for FUA writes),
     /// checked to be the same file.
-    fn reopen(&self, path: &Path) -> io::Result<File> {
+    fn reopen(&self, path: &Path, writable: bool) -> io::Result<File> {
         let flags = if self.direct { libc::O_DIRECT } else { 0 };
-        let f = OpenOptions::new().read(true).write(true).custom_flags(flags).open(path)?;
+        let f = OpenOptions::new().read(true).write(writable).custom_flags(flags).open(path)?;
         let (a, b) = (f.metadata()?, self.file.metadata()?);
         if a.ino() != b.ino() || a.dev() != b.dev() || a.rdev() != b.rdev() {
             return Err(io::Error::other(format!("{} was replaced while opening it", path.display())));
@@ -1139,8 +1139,13 @@ impl DataFile {
 
 /// Opens `path` (already opened as `buffered`) with `O_DIRECT` if the namespace's
 /// `block_size` satisfies the filesystem's alignment; else explains why not.
-fn open_file_direct(path: &Path, buffered: &File, block_size: u32) -> io::Result<Result<DataFile, String>> {
-    let direct = match OpenOptions::new().read(true).write(true).custom_flags(libc::O_DIRECT).open(path) {
+fn open_file_direct(
+    path: &Path,
+    buffered: &File,
+    block_size: u32,
+    writable: bool,
+) -> io::Result<Result<DataFile, String>> {
+    let direct = match OpenOptions::new().read(true).write(writable).custom_flags(libc::O_DIRECT).open(path) {
         Ok(f) => f,
         Err(e) => return Ok(Err(format!("O_DIRECT open refused: {e}"))),
     };
@@ -1267,7 +1272,13 @@ impl UringBackend {
     /// before the file is touched); otherwise the errors of
     /// [`FileBackend::open`](super::FileBackend::open).
     pub fn open_file(path: impl AsRef<Path>, create_size: Option<u64>, block_size: u32) -> io::Result<Self> {
-        Self::open_file_opts(path.as_ref(), create_size, block_size, true)
+        Self::open_file_opts(path.as_ref(), create_size, block_size, true, true)
+    }
+
+    /// [`UringBackend::open_file_with`] without `create_size`, the file
+    /// opened for reading only (a read-only namespace).
+    pub fn open_file_read_only(path: impl AsRef<Path>, block_size: u32, direct: bool) -> io::Result<Self> {
+        Self::open_file_opts(path.as_ref(), None, block_size, direct, false)
     }
 
     /// [`UringBackend::open_file`]; with `direct` false the file is used
@@ -1278,7 +1289,7 @@ impl UringBackend {
         block_size: u32,
         direct: bool,
     ) -> io::Result<Self> {
-        Self::open_file_opts(path.as_ref(), create_size, block_size, direct)
+        Self::open_file_opts(path.as_ref(), create_size, block_size, direct, true)
     }
 
     fn open_file_opts(
@@ -1286,22 +1297,23 @@ impl UringBackend {
         create_size: Option<u64>,
         block_size: u32,
         allow_direct: bool,
+        writable: bool,
     ) -> io::Result<Self> {
         if !block_size.is_power_of_two() || block_size < 512 {
             return Err(invalid(format!("invalid block size {block_size}")));
         }
         check_available()?;
-        let (file, _, size) = super::file::open_sized(path, create_size, block_size)?;
+        let (file, _, size) = super::file::open_sized(path, create_size, block_size, writable)?;
         let direct = if allow_direct {
-            open_file_direct(path, &file, block_size)?.map_err(|why| {
+            open_file_direct(path, &file, block_size, writable)?.map_err(|why| {
                 tracing::info!(path = %path.display(), reason = %why, "io_uring backend: O_DIRECT not possible, using the page cache");
             })
         } else {
             Err(())
         };
         let data = direct.unwrap_or(DataFile { file, direct: false, io_align: 1, mem_align: 1 });
-        let fua = data.reopen(path)?;
-        Ok(Self::new(data, fua, path, false, block_size, size))
+        let fua = data.reopen(path, writable)?;
+        Ok(Self::new(data, fua, path, false, block_size, size, writable))
     }
 
     /// Opens the block device at `path`, like [`BlockBackend::open`](super::BlockBackend::open):
@@ -1314,10 +1326,19 @@ impl UringBackend {
     /// before the device is opened); otherwise the errors of
     /// [`BlockBackend::open`](super::BlockBackend::open).
     pub fn open_block(path: impl AsRef<Path>, block_size: Option<u32>) -> io::Result<Self> {
-        let path = path.as_ref();
+        Self::open_block_opts(path.as_ref(), block_size, true)
+    }
+
+    /// [`UringBackend::open_block`] with the device opened for reading only
+    /// (a read-only namespace).
+    pub fn open_block_read_only(path: impl AsRef<Path>, block_size: Option<u32>) -> io::Result<Self> {
+        Self::open_block_opts(path.as_ref(), block_size, false)
+    }
+
+    fn open_block_opts(path: &Path, block_size: Option<u32>, writable: bool) -> io::Result<Self> {
         check_available()?;
         let open =
-            |flags: libc::c_int| OpenOptions::new().read(true).write(true).custom_flags(flags).open(path);
+            |flags: libc::c_int| OpenOptions::new().read(true).write(writable).custom_flags(flags).open(path);
         let (file, direct) = match open(libc::O_DIRECT) {
             Ok(file) => (file, true),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
@@ -1333,11 +1354,20 @@ impl UringBackend {
             _ => dev_block_size as usize,
         };
         let data = DataFile { file, direct, io_align: dev_block_size as u64, mem_align };
-        let fua = data.reopen(path)?;
-        Ok(Self::new(data, fua, path, true, block_size, size))
+        let fua = data.reopen(path, writable)?;
+        Ok(Self::new(data, fua, path, true, block_size, size, writable))
     }
 
-    fn new(data: DataFile, fua: File, path: &Path, is_block: bool, block_size: u32, size: u64) -> Self {
+    /// `writable` false: a read-only namespace, which needs no writer threads.
+    fn new(
+        data: DataFile,
+        fua: File,
+        path: &Path,
+        is_block: bool,
+        block_size: u32,
+        size: u64,
+        writable: bool,
+    ) -> Self {
         let file = Arc::new(FileShared {
             file: data.file,
             fua,
@@ -1352,7 +1382,7 @@ impl UringBackend {
             live: AtomicUsize::new(0),
             rings: Mutex::new(Vec::new()),
         });
-        let writers = if file.direct || file.is_block || !punts_buffered_writes(&file.file) {
+        let writers = if !writable || file.direct || file.is_block || !punts_buffered_writes(&file.file) {
             None
         } else {
             match WorkerPool::start("nvmet-uring-wr", DEFAULT_WORKERS, Arc::new(BufferedWrites(file.clone())))
@@ -1984,7 +2014,7 @@ mod tests {
     #[test]
     fn uring_buffered_when_direct_not_wanted() {
         let t = TempPath::new("buffered");
-        let b = match UringBackend::open_file_opts(&t.0, Some(1 << 20), 512, false) {
+        let b = match UringBackend::open_file_opts(&t.0, Some(1 << 20), 512, false, true) {
             Ok(b) => b,
             Err(e) if e.kind() == io::ErrorKind::Unsupported => return,
             Err(e) => panic!("{e}"),
@@ -2005,7 +2035,7 @@ mod tests {
     fn uring_read_past_truncated_end_fails() {
         for direct in [false, true] {
             let t = TempPath::new("trunc");
-            let b = match UringBackend::open_file_opts(&t.0, Some(1 << 20), 4096, direct) {
+            let b = match UringBackend::open_file_opts(&t.0, Some(1 << 20), 4096, direct, true) {
                 Ok(b) => b,
                 Err(e) if e.kind() == io::ErrorKind::Unsupported => return,
                 Err(e) => panic!("{e}"),
@@ -2267,6 +2297,7 @@ mod tests {
             nsid: None,
             source: NamespaceSource::File { path: t.0.clone(), size: Some(1 << 20), io_engine, buffered_io },
             block_size: 512,
+            read_only: false,
         };
         let threads = crate::server::open_backend(&ns(IoEngine::Threads, true)).unwrap();
         assert!(!threads.describe().contains("io_uring"), "{}", threads.describe());
@@ -2290,6 +2321,48 @@ mod tests {
             }
             Err(e) => assert!(!available && e.kind() == io::ErrorKind::Unsupported, "{e}"),
         }
+    }
+
+    /// `O_ACCMODE` of `f`'s open flags.
+    fn access_mode(f: &File) -> libc::c_int {
+        // SAFETY: F_GETFL on an open descriptor.
+        unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) & libc::O_ACCMODE }
+    }
+
+    #[test]
+    fn uring_read_only_file_and_loop_device() {
+        let t = TempPath::new("uring-ro");
+        std::fs::write(&t.0, vec![0xC3u8; 64 << 10]).unwrap();
+        assert!(UringBackend::open_file_opts(&t.0, Some(1 << 20), 512, false, false).is_err(), "no size");
+        for direct in [false, true] {
+            let b = match UringBackend::open_file_read_only(&t.0, 512, direct) {
+                Ok(b) => b,
+                Err(e) if e.kind() == io::ErrorKind::Unsupported => {
+                    eprintln!("note: skipping io_uring read-only test: {e}");
+                    return;
+                }
+                Err(e) => panic!("{e}"),
+            };
+            assert_eq!(
+                (access_mode(&b.file.file), access_mode(&b.file.fua)),
+                (libc::O_RDONLY, libc::O_RDONLY)
+            );
+            assert_eq!(b.size(), 64 << 10);
+            let r = run(&b, 1, IoOp::Read { offset: 4096, len: 4096 });
+            assert!(r.status.is_success() && r.data.iter().all(|&x| x == 0xC3), "direct {direct}");
+            assert!(run(&b, 2, IoOp::Flush).status.is_success());
+        }
+        assert_eq!(std::fs::metadata(&t.0).unwrap().len(), 64 << 10, "not grown");
+        let lo = match Loop::attach(4 << 20) {
+            Ok(lo) => lo,
+            Err(why) => {
+                eprintln!("note: skipping io_uring read-only loop-device test: {why}");
+                return;
+            }
+        };
+        let b = UringBackend::open_block_read_only(&lo.dev, None).unwrap();
+        assert_eq!((access_mode(&b.file.file), access_mode(&b.file.fua)), (libc::O_RDONLY, libc::O_RDONLY));
+        assert!(run(&b, 3, IoOp::Read { offset: 0, len: 4096 }).status.is_success());
     }
 
     #[test]
@@ -2322,6 +2395,7 @@ mod tests {
                 io_engine: crate::config::IoEngine::BLOCK_DEFAULT,
             },
             block_size: 512,
+            read_only: false,
         };
         let d = crate::server::open_backend(&default_ns).unwrap();
         assert!(d.describe().contains("(io_uring, O_DIRECT)"), "{}", d.describe());

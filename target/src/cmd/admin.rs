@@ -510,7 +510,8 @@ fn set_features(ctrl: &Controller, sqe: &Sqe) -> Result<Response, Status> {
 /// device read-only or writable (`NVME_NS_ATTR_RO`). The states "until power
 /// cycle" and "permanent" are not supported (NWPC bit 0 only), so they are
 /// Invalid Field, as the spec asks; nvmet completes them successfully
-/// without changing anything.
+/// without changing anything. A namespace exported read-only (configuration
+/// `read_only`) keeps its protection: lifting it is Feature Not Changeable.
 fn set_write_protect(ctx: &mut QueueCtx, ctrl: &Arc<Controller>, sqe: &Sqe, tag: u32) -> Exec {
     let cmd = SetFeaturesCmd::from_sqe(sqe);
     if cmd.sv {
@@ -520,6 +521,7 @@ fn set_write_protect(ctx: &mut QueueCtx, ctrl: &Arc<Controller>, sqe: &Sqe, tag:
         return invalid_ns().into();
     };
     match cmd.cdw11 {
+        write_protect::NONE if ns.read_only => Status::FEATURE_NOT_CHANGEABLE.with_dnr().into(),
         write_protect::NONE => {
             ns.set_write_protected(false);
             ctrl.subsys.namespace_changed(ns.nsid);

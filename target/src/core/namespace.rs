@@ -19,6 +19,9 @@ pub struct Namespace {
     pub eui64: [u8; 8],
     /// log2 of the block size.
     pub block_shift: u32,
+    /// Exported read-only (configuration `read_only`): write protected from
+    /// the start, and hosts cannot lift it (the store is opened read-only).
+    pub read_only: bool,
     /// Namespace Write Protection (Set Features 84h, nvmet `ns->readonly`):
     /// commands other than Read and Flush fail with Namespace is Write Protected.
     write_protected: AtomicBool,
@@ -64,7 +67,24 @@ impl Namespace {
         let mut eui64 = [0u8; 8];
         eui64.copy_from_slice(&e[..8]);
         let block_shift = backend.block_size().trailing_zeros();
-        Self { nsid, backend, nguid, uuid, eui64, block_shift, write_protected: AtomicBool::new(false) }
+        Self {
+            nsid,
+            backend,
+            nguid,
+            uuid,
+            eui64,
+            block_shift,
+            read_only: false,
+            write_protected: AtomicBool::new(false),
+        }
+    }
+
+    /// This namespace, exported read-only when `read_only`: write protected
+    /// for good (Set Features 84h cannot lift it).
+    pub fn with_read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self.write_protected = AtomicBool::new(read_only);
+        self
     }
 
     /// Size in logical blocks.

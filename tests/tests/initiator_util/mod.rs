@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nvmeof_initiator::{ConnectOptions, HostIdentity, ReconnectPolicy};
-use nvmeof_target::config::{NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig};
+use nvmeof_target::config::{IoEngine, NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig};
 use nvmeof_target::core::Limits;
 use nvmeof_target::server::Server;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -45,7 +45,22 @@ pub fn config(namespaces: Vec<NamespaceConfig>) -> TargetConfig {
 
 /// A RAM namespace.
 pub fn ram_ns(nsid: u32, size: u64) -> NamespaceConfig {
-    NamespaceConfig { nsid: Some(nsid), source: NamespaceSource::Ram(size), block_size: BS as u32 }
+    NamespaceConfig {
+        nsid: Some(nsid),
+        source: NamespaceSource::Ram(size),
+        block_size: BS as u32,
+        read_only: false,
+    }
+}
+
+/// A file namespace through the page cache (`size`: create or grow it).
+pub fn file_ns(nsid: u32, path: &std::path::Path, size: Option<u64>, engine: IoEngine) -> NamespaceConfig {
+    NamespaceConfig {
+        nsid: Some(nsid),
+        source: NamespaceSource::File { path: path.to_owned(), size, io_engine: engine, buffered_io: true },
+        block_size: BS as u32,
+        read_only: false,
+    }
 }
 
 /// Starts `cfg`; returns the server and its address.
