@@ -148,8 +148,9 @@ write_target_config() {
             echo "file = \"$file\""
             echo "size = \"$size\""
         done <"$DIR/ns.list"
-        # more subsystems (hook add-subsystem): one 16 MiB RAM namespace each
-        if [ -f "$DIR/subsys.list" ]; then while read -r nqn; do
+        # more subsystems (hook add-subsystem): one 16 MiB RAM namespace each,
+        # or ("NQN ro FILE") a read-only file namespace
+        if [ -f "$DIR/subsys.list" ]; then while read -r nqn kind file; do
             [ -n "$nqn" ] || continue
             echo
             echo "[[subsystem]]"
@@ -157,7 +158,12 @@ write_target_config() {
             [ -n "$INTEROP_ALLOW_HOST" ] && echo "allowed_hosts = [\"$INTEROP_ALLOW_HOST\"]"
             echo
             echo "[[subsystem.namespace]]"
-            echo "ram = \"16M\""
+            if [ "$kind" = ro ]; then
+                echo "file = \"$file\""
+                echo "read_only = true"
+            else
+                echo "ram = \"16M\""
+            fi
         done <"$DIR/subsys.list"; fi
     } >"$DIR/target.toml.new" && mv "$DIR/target.toml.new" "$DIR/target.toml"
 }
@@ -372,22 +378,31 @@ hook_resize_namespace() { # resize-namespace NSID SIZE_BYTES: new file size, SIG
     echo "namespace $nsid resized to $size bytes (file now $(stat -c %s "$DIR/ns$nsid.img") bytes), target reloaded"
 }
 
-hook_add_subsystem() { # add-subsystem NQN: a subsystem with a RAM namespace, SIGHUP
+hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespace, or
+    # (ro) with a read-only 16 MiB file of random bytes (the reply gives its md5), SIGHUP
     kh_host_target || { echo "not applicable"; return 2; }
-    local nqn=$1
-    [[ $nqn =~ ^nqn\.[[:alnum:].:-]+$ ]] || { echo "usage: add-subsystem NQN"; return 2; }
-    grep -qx -- "$nqn" "$DIR/subsys.list" 2>/dev/null && { echo "$nqn already configured"; return 1; }
-    echo "$nqn" >>"$DIR/subsys.list"
+    local nqn=$1 kind=${2:-} file="" sum=""
+    [[ $nqn =~ ^nqn\.[[:alnum:].:-]+$ ]] && [[ $kind =~ ^(ro)?$ ]] || { echo "usage: add-subsystem NQN [ro]"; return 2; }
+    awk -v n="$nqn" '$1==n{f=1} END{exit !f}' "$DIR/subsys.list" 2>/dev/null && { echo "$nqn already configured"; return 1; }
+    if [ "$kind" = ro ]; then
+        file=$DIR/ro-$(printf '%s' "$nqn" | md5sum | cut -c1-8).img
+        head -c 16M /dev/urandom >"$file" || { echo "cannot write $file"; return 1; }
+        sum=$(md5sum <"$file" | cut -d' ' -f1)
+    fi
+    echo "$nqn $kind $file" >>"$DIR/subsys.list"
     reload_target || return 1
-    echo "subsystem $nqn added, target reloaded"
+    echo "subsystem $nqn added, target reloaded${sum:+ md5=$sum}"
 }
 
 hook_remove_subsystem() { # remove-subsystem NQN, SIGHUP
     kh_host_target || { echo "not applicable"; return 2; }
     local nqn=$1
-    grep -qx -- "$nqn" "$DIR/subsys.list" 2>/dev/null || { echo "$nqn not configured"; return 1; }
-    grep -vx -- "$nqn" "$DIR/subsys.list" >"$DIR/subsys.list.new"; mv "$DIR/subsys.list.new" "$DIR/subsys.list"
+    local file
+    awk -v n="$nqn" '$1==n{f=1} END{exit !f}' "$DIR/subsys.list" 2>/dev/null || { echo "$nqn not configured"; return 1; }
+    file=$(awk -v n="$nqn" '$1==n{print $3}' "$DIR/subsys.list")
+    awk -v n="$nqn" '$1!=n' "$DIR/subsys.list" >"$DIR/subsys.list.new"; mv "$DIR/subsys.list.new" "$DIR/subsys.list"
     reload_target || return 1
+    [ -z "$file" ] || rm -f "$file"
     echo "subsystem $nqn removed, target reloaded"
 }
 

@@ -43,6 +43,14 @@
 #                     char device) fails with Namespace is Write Protected
 #                     (0x20); reads work; -v 0 -> writable again, dd verify.
 #
+#   - read-only-ns:   (our target) hook "add-subsystem NQN-ro ro" (a 16 MiB
+#                     file of random bytes exported with read_only = true):
+#                     the block device is read-only as soon as it appears, its
+#                     16 MiB read back have the file's md5, a dd write is
+#                     refused by the host, a write past it (io-passthru) by
+#                     the target with 0x20, and set-feature 0x84 = 0 fails
+#                     (Feature Not Changeable); remove-subsystem.
+#
 # Keep-alive and discovery:
 #   - keep-alive:     connect with KATO 2 s (-k 2), stay idle 7 s: the
 #                     controller stays live with no error recovery (the
@@ -226,6 +234,48 @@ kh_write_protect() {
     [ $_wrc = 0 ] || exit 1
     dd_verify "$DEV" 64 4 after-write-protect
     rm -f /tmp/wp-blk /tmp/wp.txt
+}
+
+NQN_RO=$NQN-ro
+
+# ro_checks MD5: what kh_read_only_ns checks on the connected namespace
+ro_checks() {
+    t 60 nvme connect -t tcp -a "$NVME_ADDR" -s "$NVME_PORT" -n "$NQN_RO" || fail "nvme connect to $NQN_RO failed"
+    _d=$(wait_ns_dev "$NQN_RO" 30) || fail "no namespace block device for $NQN_RO within 30s"
+    _c=$(ctrls_for_nqn "$NQN_RO" | head -n 1)
+    wait_ro "$_d" 1 || fail "$_d is not read-only"
+    _sum=$(t 60 dd if="$_d" bs=1M count=16 iflag=direct 2>/dev/null | md5sum | cut -d' ' -f1)
+    [ "$_sum" = "$1" ] || fail "read back md5 $_sum, file md5 $1"
+    t 30 dd if=/dev/zero of="$_d" bs=4k count=1 oflag=direct 2>/dev/null && fail "dd wrote to the read-only device"
+    _nsid=$(cat "/sys/block/${_d#/dev/}/nsid")
+    t 30 dd if=/dev/urandom of=/tmp/ro-blk bs=4096 count=1 2>/dev/null
+    t 30 nvme io-passthru "/dev/ng${_d#/dev/nvme}" -o 0x01 -n "$_nsid" -l 4096 -w -i /tmp/ro-blk \
+        --cdw10=0 --cdw11=0 --cdw12=$(( 4096 / $(blockdev --getss "$_d") - 1 )) >/tmp/ro.txt 2>&1 \
+        && fail "a write to the read-only namespace succeeded"
+    grep -qi -e 'write protect' -e '(0x20)' /tmp/ro.txt || fail "write refused with another status: $(cat /tmp/ro.txt)"
+    t 30 nvme set-feature "/dev/$_c" -n "$_nsid" -f 0x84 -v 0 >/tmp/ro.txt 2>&1 \
+        && fail "write protection of a read-only namespace lifted"
+    grep -qi 'not changeable' /tmp/ro.txt || fail "set-feature 0x84 = 0 refused with: $(cat /tmp/ro.txt)"
+    _sum=$(t 60 dd if="$_d" bs=1M count=16 iflag=direct 2>/dev/null | md5sum | cut -d' ' -f1)
+    [ "$_sum" = "$1" ] || fail "data changed: md5 $_sum"
+    info "read-only namespace $_d: read-only at connect, 16 MiB equal to the file, writes refused (host and target), protection not liftable"
+    rm -f /tmp/ro-blk /tmp/ro.txt
+}
+
+kh_read_only_ns() {
+    if [ "$TARGET" = kernel-guest ]; then
+        info "left out: nvmet has no read-only namespace configuration"
+        return 0
+    fi
+    hook_call add-subsystem 60 "$NQN_RO" ro || fail "add $NQN_RO: ${HOOK_REPLY:-no reply}"
+    _md5=$(echo "$HOOK_REPLY" | sed -n 's/.*md5=\([0-9a-f]*\).*/\1/p')
+    [ -n "$_md5" ] || fail "no md5 in the hook's reply: $HOOK_REPLY"
+    ( ro_checks "$_md5" )
+    _rc=$?
+    t 30 nvme disconnect -n "$NQN_RO" >/dev/null 2>&1
+    wait_no_ctrl "$NQN_RO" 10 || info "a controller of $NQN_RO is still present after disconnect"
+    _out=$(kh_subsys remove "$NQN_RO") || fail "remove $NQN_RO: $_out"
+    [ $_rc = 0 ] || exit 1
 }
 
 kh_hook_ping() { hook_call ping 30 hello || fail "control channel: ${HOOK_REPLY:-no reply}"; }
@@ -584,6 +634,7 @@ scenario_main() {
     run_step dd-verify-digest 180 kh_dd_verify digest
     run_step disconnect-digest 60 kh_disconnect
     run_step ram-digest 240 kh_ram_digest
+    run_step read-only-ns 180 kh_read_only_ns
     # two I/O queues
     run_step connect-2q 90 kh_connect -i 2
     run_step queues-2q 20 kh_queues 2
