@@ -17,6 +17,8 @@ echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
+echo "== cargo doc (broken or private intra-doc links fail)"
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 echo "== cargo test"
 cargo test --workspace --release 2>&1 | tee /tmp/nvmeof-cargo-test.log
 if [ -x tests/interop/run.sh ] && [ "${NVMEOF_SKIP_INTEROP:-0}" != 1 ]; then

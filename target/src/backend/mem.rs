@@ -10,7 +10,7 @@
 //! written take no memory and read from a static zero page.
 //!
 //! For connections with data digests, each chunk keeps the CRC32C of every
-//! 4 KiB block a digested read has seen ([`BlockCrcs`]); writes drop the CRCs
+//! 4 KiB block a digested read has seen (`BlockCrcs`); writes drop the CRCs
 //! of the blocks they touch. A later read's digest is then joined from the
 //! block CRCs ([`Crc32cCombine`]) instead of reading the data twice: the
 //! socket copy is the only pass over it. On the 2-core Intel VM the CRC of

@@ -40,7 +40,7 @@
 //!   punt each of them to its io-wq, which runs the writes to one inode on a
 //!   single hashed worker, one after another. Writes under 128 KiB go to a
 //!   small pool of writer threads instead (the thread-pool engine's
-//!   [`WorkerPool`]), whose completions reach the queue through its
+//!   `WorkerPool`), whose completions reach the queue through its
 //!   [`CompletionSink`]; larger writes (faster on the ring there), reads,
 //!   Flush and Write Zeroes stay on the ring.
 //! - Write Zeroes / Deallocate use `IORING_OP_FALLOCATE`: deallocation tries
