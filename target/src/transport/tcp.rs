@@ -39,6 +39,65 @@ use crate::queue::{Phase, QueueState};
 /// `writev` per 128 KiB PDU doubled the target's CPU per I/O.
 const FLUSH_EVERY: usize = 16;
 
+/// A PDU whose unreceived rest is at least this large is waited for whole
+/// ([`receive_low_mark`]).
+const RCVLOWAT_MIN: usize = 32 * 1024;
+/// The largest low mark set (a longer rest is received in pieces of this size).
+const RCVLOWAT_MAX: usize = 256 * 1024;
+
+/// `SO_RCVLOWAT` for the bytes received so far (`rx` starts at a PDU, as
+/// [`QueueState::handle_pdus`] leaves it): the rest of a partly received PDU
+/// when it is large, else 1 (also once the queue is closing). The socket then reports readable (the lockless
+/// check of the busy-poll loop, and epoll) only once that much has arrived,
+/// so a 128 KiB write is not received piecemeal, each `recv` taking the
+/// socket lock while the host's segments keep arriving (and the segments
+/// then go through the socket's backlog on this core). 128 KiB sequential
+/// writes QD16 with header and data digests, A/B against the target without
+/// it (Intel Xeon VM, target and probe on a core each): 1.17x with polling on
+/// both sides, 1.18x without polling; without digests 1.00x either way, and
+/// 4 KiB writes 1.00x (they never set it). Safe against stalls: the header
+/// has been checked (PLEN within the limits), the host must send the rest
+/// anyway, and the kernel wakes the reader regardless when its receive
+/// window is about to close (`tcp_data_ready`).
+fn receive_low_mark(q: &QueueState, rx: &[u8]) -> usize {
+    // Closing: nothing more is parsed; the close must see the host's bytes and FIN as before.
+    if q.phase() == Phase::Closing {
+        return 1;
+    }
+    pdu_rest_mark(rx)
+}
+
+/// [`receive_low_mark`] of a receive buffer alone.
+fn pdu_rest_mark(rx: &[u8]) -> usize {
+    let Some(plen) = rx.get(4..8) else { return 1 };
+    let plen = u32::from_le_bytes(plen.try_into().expect("4 bytes")) as usize;
+    match plen.saturating_sub(rx.len()) {
+        rest if rest >= RCVLOWAT_MIN => rest.min(RCVLOWAT_MAX),
+        _ => 1,
+    }
+}
+
+/// Sets `SO_RCVLOWAT` to `want` unless it is already `*cur`.
+fn set_receive_low_mark(stream: &TcpStream, cur: &mut usize, want: usize) {
+    if *cur != want {
+        // A failure leaves the mark as it was (the next call tries again).
+        let v = want as libc::c_int;
+        // SAFETY: setsockopt with a pointer to one c_int of the stated size.
+        let r = unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(stream),
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                (&v as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if r == 0 {
+            *cur = want;
+        }
+    }
+}
+
 /// Tuning of connection tasks.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct ConnOptions {
@@ -122,6 +181,8 @@ pub async fn run_connection(
     // per pass, and 512 KiB beat 1 MiB by 8% (Intel Xeon VM, 2 MiB L2).
     let read_burst = nvmeof_net::digest_window() / 2;
     let mut rbuf = BytesMut::with_capacity(256 * 1024);
+    // SO_RCVLOWAT as last set (the socket's default is 1).
+    let mut low_mark = 1;
     let mut teardown: Option<watch::Receiver<Teardown>> = None;
     let icreq_deadline = Instant::now() + Duration::from_millis(target.limits.icreq_timeout_ms);
     let mut poll = PollWindow::new(Duration::from_micros(opts.poll_us));
@@ -152,6 +213,7 @@ pub async fn run_connection(
         }
         if more {
             more = q.handle_pdus(&mut rbuf, FLUSH_EVERY);
+            set_receive_low_mark(&stream, &mut low_mark, receive_low_mark(&q, &rbuf));
             continue;
         }
         if q.phase() == Phase::Closing {
@@ -199,6 +261,7 @@ pub async fn run_connection(
                     Ok(_) => {
                         last_activity = Instant::now();
                         more = q.handle_pdus(&mut rbuf, FLUSH_EVERY);
+                        set_receive_low_mark(&stream, &mut low_mark, receive_low_mark(&q, &rbuf));
                         continue;
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -264,6 +327,7 @@ pub async fn run_connection(
                         }
                     }
                     more = q.handle_pdus(&mut rbuf, FLUSH_EVERY);
+                    set_receive_low_mark(&stream, &mut low_mark, receive_low_mark(&q, &rbuf));
                     last_activity = Instant::now();
                     if let Some(t) = slept {
                         poll.woke_after(last_activity - t);
@@ -394,5 +458,38 @@ async fn sleep_until_opt(t: Option<Instant>) {
     match t {
         Some(t) => tokio::time::sleep_until(t.into()).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A buffer holding the first `have` bytes of a PDU of `plen` bytes.
+    fn partial(plen: u32, have: usize) -> Vec<u8> {
+        let mut b = vec![0u8; have];
+        if have >= 8 {
+            b[4..8].copy_from_slice(&plen.to_le_bytes());
+        }
+        b
+    }
+
+    #[test]
+    fn low_mark_is_the_rest_of_a_large_pdu_only() {
+        // No complete common header yet: any byte wakes the reader.
+        assert_eq!(pdu_rest_mark(&[]), 1);
+        assert_eq!(pdu_rest_mark(&partial(200_000, 7)), 1);
+        // A 128 KiB write capsule (72-byte header) with 8 bytes in: the rest.
+        let plen = 72 + (128 << 10);
+        assert_eq!(pdu_rest_mark(&partial(plen, 8)), plen as usize - 8);
+        assert_eq!(pdu_rest_mark(&partial(plen, 90_000)), plen as usize - 90_000);
+        // Small rests (and small PDUs: commands, 4 KiB writes) keep the default.
+        assert_eq!(pdu_rest_mark(&partial(plen, plen as usize - RCVLOWAT_MIN + 1)), 1);
+        assert_eq!(pdu_rest_mark(&partial(72 + 4096, 8)), 1);
+        // Complete, or more than one PDU in the buffer: nothing to wait for.
+        assert_eq!(pdu_rest_mark(&partial(plen, plen as usize)), 1);
+        assert_eq!(pdu_rest_mark(&partial(72, 4096)), 1);
+        // A long rest (a 1 MiB H2CData) is waited for in pieces of at most RCVLOWAT_MAX.
+        assert_eq!(pdu_rest_mark(&partial(24 + (1 << 20), 24)), RCVLOWAT_MAX);
     }
 }
