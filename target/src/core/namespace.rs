@@ -106,8 +106,8 @@ impl Namespace {
         self.write_protected.load(Ordering::Relaxed)
     }
 
-    /// Sets or clears write protection; returns the previous state.
-    pub fn set_write_protected(&self, on: bool) -> bool {
-        self.write_protected.swap(on, Ordering::Relaxed)
+    /// Sets or clears write protection.
+    pub fn set_write_protected(&self, on: bool) {
+        self.write_protected.store(on, Ordering::Relaxed)
     }
 }

@@ -75,7 +75,7 @@ impl Subsystem {
             m.insert(nsid, ns.clone());
             m
         });
-        self.notify_ns_changed(nsid);
+        self.namespace_changed(nsid);
     }
 
     /// Removes a namespace; returns whether it existed.
@@ -87,7 +87,7 @@ impl Subsystem {
             m
         });
         if existed {
-            self.notify_ns_changed(nsid);
+            self.namespace_changed(nsid);
         }
         existed
     }
@@ -96,7 +96,7 @@ impl Subsystem {
     pub fn resize_namespace(&self, nsid: u32, new_size: u64) -> Result<(), String> {
         let ns = self.namespace(nsid).ok_or_else(|| format!("namespace {nsid} does not exist"))?;
         ns.backend.resize(new_size)?;
-        self.notify_ns_changed(nsid);
+        self.namespace_changed(nsid);
         Ok(())
     }
 
@@ -112,13 +112,9 @@ impl Subsystem {
         self.controllers.lock().unwrap().iter().filter_map(Weak::upgrade).collect()
     }
 
-    /// Tells connected controllers that namespace `nsid`'s attributes
-    /// changed (nvmet `nvmet_ns_changed`), e.g. its write protection.
+    /// Tells connected controllers that namespace `nsid` was added, removed
+    /// or changed (nvmet `nvmet_ns_changed`), e.g. its write protection.
     pub fn namespace_changed(&self, nsid: u32) {
-        self.notify_ns_changed(nsid);
-    }
-
-    fn notify_ns_changed(&self, nsid: u32) {
         for c in self.controllers() {
             c.ns_changed(nsid);
         }

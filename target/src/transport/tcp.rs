@@ -40,13 +40,14 @@ use crate::queue::{Phase, QueueState};
 const FLUSH_EVERY: usize = 16;
 
 /// A PDU whose unreceived rest is at least this large is waited for whole
-/// ([`receive_low_mark`]).
+/// ([`handle_received`]).
 const RCVLOWAT_MIN: usize = 32 * 1024;
 /// The largest low mark set (a longer rest is received in pieces of this size).
 const RCVLOWAT_MAX: usize = 256 * 1024;
 
-/// `SO_RCVLOWAT` for the bytes received so far (`rx` starts at a PDU, as
-/// [`QueueState::handle_pdus`] leaves it): the rest of a partly received PDU
+/// Handles the PDUs in `rx` ([`QueueState::handle_pdus`], up to
+/// [`FLUSH_EVERY`]; returns whether more wait), then sets `SO_RCVLOWAT` for
+/// what is left (`rx` starts at a PDU): the rest of a partly received PDU
 /// when it is large, else 1 (also once the queue is closing). The socket then reports readable (the lockless
 /// check of the busy-poll loop, and epoll) only once that much has arrived,
 /// so a 128 KiB write is not received piecemeal, each `recv` taking the
@@ -59,15 +60,15 @@ const RCVLOWAT_MAX: usize = 256 * 1024;
 /// has been checked (PLEN within the limits), the host must send the rest
 /// anyway, and the kernel wakes the reader regardless when its receive
 /// window is about to close (`tcp_data_ready`).
-fn receive_low_mark(q: &QueueState, rx: &[u8]) -> usize {
+fn handle_received(q: &mut QueueState, rx: &mut BytesMut, stream: &TcpStream, low_mark: &mut usize) -> bool {
+    let more = q.handle_pdus(rx, FLUSH_EVERY);
     // Closing: nothing more is parsed; the close must see the host's bytes and FIN as before.
-    if q.phase() == Phase::Closing {
-        return 1;
-    }
-    pdu_rest_mark(rx)
+    let want = if q.phase() == Phase::Closing { 1 } else { pdu_rest_mark(rx) };
+    set_receive_low_mark(stream, low_mark, want);
+    more
 }
 
-/// [`receive_low_mark`] of a receive buffer alone.
+/// The `SO_RCVLOWAT` [`handle_received`] sets for a receive buffer.
 fn pdu_rest_mark(rx: &[u8]) -> usize {
     let Some(plen) = rx.get(4..8) else { return 1 };
     let plen = u32::from_le_bytes(plen.try_into().expect("4 bytes")) as usize;
@@ -212,8 +213,7 @@ pub async fn run_connection(
             break;
         }
         if more {
-            more = q.handle_pdus(&mut rbuf, FLUSH_EVERY);
-            set_receive_low_mark(&stream, &mut low_mark, receive_low_mark(&q, &rbuf));
+            more = handle_received(&mut q, &mut rbuf, &stream, &mut low_mark);
             continue;
         }
         if q.phase() == Phase::Closing {
@@ -260,8 +260,7 @@ pub async fn run_connection(
                     Ok(0) => eof = true,
                     Ok(_) => {
                         last_activity = Instant::now();
-                        more = q.handle_pdus(&mut rbuf, FLUSH_EVERY);
-                        set_receive_low_mark(&stream, &mut low_mark, receive_low_mark(&q, &rbuf));
+                        more = handle_received(&mut q, &mut rbuf, &stream, &mut low_mark);
                         continue;
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -326,8 +325,7 @@ pub async fn run_connection(
                             Err(_) => { eof = true; break; }
                         }
                     }
-                    more = q.handle_pdus(&mut rbuf, FLUSH_EVERY);
-                    set_receive_low_mark(&stream, &mut low_mark, receive_low_mark(&q, &rbuf));
+                    more = handle_received(&mut q, &mut rbuf, &stream, &mut low_mark);
                     last_activity = Instant::now();
                     if let Some(t) = slept {
                         poll.woke_after(last_activity - t);
