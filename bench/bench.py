@@ -379,6 +379,15 @@ def main():
                         record(f"seq{rw}_128k{'_dig' if dig else ''}", s["bw_bytes"])
             finally:
                 t.stop()
+        # The default socket send buffer against the kernel's autotuning
+        # (--send-buffer 0 on both sides), polling off as the rows above.
+        t = Target(a, ram + ["--threads", "1", "--send-buffer", "0"])
+        try:
+            for rw in ("read", "write"):
+                rep, _, _ = probe(t, T, "--rw", rw, "--bs", "128k", "--qd", "16", "--send-buffer", "0")
+                record(f"seq{rw}_128k_autotuned", side(rep, rw)["bw_bytes"])
+        finally:
+            t.stop()
         # File backend: worker threads and io_uring through the page cache (the
         # default, buffered_io), and io_uring with O_DIRECT where the filesystem
         # supports it (--buffered-io false).
@@ -473,6 +482,11 @@ def main():
                 f"{paired(res, f'seq{rw}_128k{suf}', 'iperf3'):.2f}× iperf3")
             add(f"128 KiB sequential {rw} QD16, {label}, header+data digests", f"{gb(bd):.2f} GB/s",
                 f"digest cost {digest_cost(res, rw, suf):.1f}%")
+    for rw in ("read", "write"):
+        k = f"seq{rw}_128k_autotuned"
+        add(f"128 KiB sequential {rw} QD16, polling off, SO_SNDBUF left to the kernel's autotuning "
+            f"(--send-buffer 0 on both sides)", f"{gb(M[k]):.2f} GB/s",
+            f"default send buffer / autotuning: {paired(res, f'seq{rw}_128k', k):.2f}×")
     for rw in ("randread", "randwrite"):
         th, ur, di = M[f"file_threads_{rw}"], M[f"file_uring_{rw}"], M[f"file_uring_direct_{rw}"]
         add(f"4 KiB {rw} QD32, file backend (256 MiB region; threads and io_uring through the page cache, "
@@ -512,13 +526,16 @@ def main():
     tcp = f"TCP congestion control {read_first('/proc/sys/net/ipv4/tcp_congestion_control')}"
     if l2 > 0:
         tcp += f", L2 {l2 >> 10} KiB per core"
+    # It caps the default socket send buffer (208 KiB on a stock kernel).
+    tcp += f", net.core.wmem_max {read_first('/proc/sys/net/core/wmem_max')}"
     with open(a.out, "w") as f:
         f.write("# Benchmarks\n\nProduced by `bench/run.sh` (loopback, RAM namespace 512 MiB written in full "
                 "before measuring, target pinned to "
                 "core 0 (cores 0-1 for the 2-core row) and probe to core 1; medians of "
                 f"{a.rounds} rounds of {T} s, baselines measured in the same run). Target and probe "
                 "run with their defaults unless a row says otherwise: 128 KiB in-capsule data, so 128 KiB "
-                "writes travel in the command capsule without an R2T. The probe connects with "
+                "writes travel in the command capsule without an R2T; a socket send buffer (SO_SNDBUF) of "
+                "a quarter of the per-core L2 cache on both sides. The probe connects with "
                 "`--disable-sqflow`, so reads complete with the C2HData SUCCESS flag and no response "
                 "capsule, the wire shape of SPDK's target (`c2h_success`, on by default) in the SPDK "
                 "figures. Every round's figures are in the "

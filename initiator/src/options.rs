@@ -197,6 +197,12 @@ pub struct ConnectOptions {
     /// The window grows up to [`nvmeof_net::POLL_GROW_LIMIT`] × this while
     /// sleeps keep ending within that ([`nvmeof_net::PollWindow`]).
     pub busy_poll: Duration,
+    /// `SO_SNDBUF` of every queue's socket in bytes; 0 leaves it to the
+    /// kernel's autotuning. The default, [`nvmeof_net::default_send_buffer`],
+    /// keeps write data in flight cache-resident (it says what that gave);
+    /// raise it, or use 0, where one connection's bandwidth × round trip
+    /// exceeds twice this.
+    pub send_buffer: usize,
 }
 
 impl Default for ConnectOptions {
@@ -215,6 +221,7 @@ impl Default for ConnectOptions {
             max_transfer: Some(1 << 20),
             queue_select: QueueSelect::RoundRobin,
             busy_poll: Duration::ZERO,
+            send_buffer: nvmeof_net::default_send_buffer(),
         }
     }
 }

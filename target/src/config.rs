@@ -11,6 +11,7 @@
 //! max_h2c_data = 1048576
 //! max_connections = 1024   # at least 1
 //! poll_us = 0         # busy-poll after activity (µs); 0 = sleep in epoll
+//! send_buffer = 524288   # SO_SNDBUF per connection; 0 = kernel autotuning; default: L2 / 4
 //!
 //! [[port]]
 //! listen = "0.0.0.0:4420"
@@ -325,6 +326,19 @@ pub struct TargetConfig {
     pub limits: Limits,
     /// Busy-poll window in µs.
     pub poll_us: u64,
+    /// `SO_SNDBUF` of every connection in bytes, 0 for the kernel's
+    /// autotuning ([`nvmeof_net::default_send_buffer`] unless configured).
+    pub send_buffer: usize,
+}
+
+/// Checks a `send_buffer` value: 0 (the kernel's autotuning) or 4 KiB to 1 GiB
+/// (`SO_SNDBUF` is an `int` the kernel doubles).
+pub fn check_send_buffer(v: usize) -> Result<(), String> {
+    if v == 0 || (4096..=1 << 30).contains(&v) {
+        Ok(())
+    } else {
+        Err(format!("{v} is neither 0 (the kernel's autotuning) nor 4096 to 1073741824 bytes"))
+    }
 }
 
 #[derive(Deserialize)]
@@ -349,6 +363,7 @@ struct RawLimits {
     max_h2c_data: Option<u32>,
     max_connections: Option<usize>,
     poll_us: Option<u64>,
+    send_buffer: Option<usize>,
 }
 
 #[derive(Deserialize)]
@@ -533,7 +548,9 @@ impl TargetConfig {
                 namespaces,
             });
         }
-        Ok(Self { listen, subsystems, limits, poll_us: l.poll_us.unwrap_or(0) })
+        let send_buffer = l.send_buffer.unwrap_or_else(nvmeof_net::default_send_buffer);
+        check_send_buffer(send_buffer).map_err(|e| invalid("limits.send_buffer", e))?;
+        Ok(Self { listen, subsystems, limits, poll_us: l.poll_us.unwrap_or(0), send_buffer })
     }
 
     /// Sets `buffered_io` of every file namespace (the `--buffered-io`
@@ -644,6 +661,13 @@ mod tests {
         }
         let e = limits("in_capsule_data = 100").unwrap_err().to_string();
         assert!(e.contains("limits.in_capsule_data"), "{e}");
+        assert_eq!(limits("").unwrap().send_buffer, nvmeof_net::default_send_buffer());
+        assert_eq!(limits("send_buffer = 0").unwrap().send_buffer, 0, "0: the kernel's autotuning");
+        assert_eq!(limits("send_buffer = 4194304").unwrap().send_buffer, 4 << 20);
+        for v in ["1", "4095", "1073741825"] {
+            let e = limits(&format!("send_buffer = {v}")).unwrap_err().to_string();
+            assert!(e.contains("limits.send_buffer"), "{v}: {e}");
+        }
         let e = limits("mtds = 8").unwrap_err().to_string();
         assert!(e.contains("mtds"), "a typo is refused: {e}");
     }

@@ -29,7 +29,7 @@ pub struct Server {
     configured: Mutex<HashMap<(String, u32), NamespaceConfig>>,
     /// The ports, limits and busy-poll window the target started with: a
     /// reload does not change them, and says so when the file does.
-    started: (Vec<SocketAddr>, crate::core::Limits, u64),
+    started: (Vec<SocketAddr>, crate::core::Limits, (u64, usize)),
 }
 
 /// A reload error that left the running configuration as it was.
@@ -195,7 +195,7 @@ impl Server {
             target.add_subsystem(build_subsystem(&s.nqn, &s.model, s.allowed_hosts.clone(), &s.namespaces)?);
         }
         let (stop, stop_rx) = watch::channel(false);
-        let opts = ConnOptions { poll_us: cfg.poll_us };
+        let opts = ConnOptions { poll_us: cfg.poll_us, send_buffer: cfg.send_buffer };
         let mut local_addrs = Vec::new();
         let mut accept_tasks = Vec::new();
         for addr in &cfg.listen {
@@ -212,13 +212,13 @@ impl Server {
                 stop_rx.clone(),
             )));
         }
-        info!(limits = ?target.limits, poll_us = cfg.poll_us, "target running");
+        info!(limits = ?target.limits, poll_us = cfg.poll_us, send_buffer = cfg.send_buffer, "target running");
         let configured = cfg
             .subsystems
             .iter()
             .flat_map(|s| assign_nsids(&s.namespaces).map(|(nsid, n)| ((s.nqn.clone(), nsid), n.clone())))
             .collect();
-        let started = (cfg.listen.clone(), cfg.limits.clone(), cfg.poll_us);
+        let started = (cfg.listen.clone(), cfg.limits.clone(), (cfg.poll_us, cfg.send_buffer));
         Ok(Self { target, local_addrs, stop, accept_tasks, configured: Mutex::new(configured), started })
     }
 
@@ -227,7 +227,7 @@ impl Server {
     /// namespace whose store changed (path, device, engine, block size)
     /// replaced, and one whose configured size changed resized. Connected
     /// hosts get the Namespace Attribute Changed AEN. Ports, limits,
-    /// `poll_us`, models and allowed hosts of running subsystems are not
+    /// `poll_us`, `send_buffer`, models and allowed hosts of running subsystems are not
     /// changed (a warning says so when the configuration changes them).
     ///
     /// "Changed" is against the configuration applied before, not the
@@ -275,11 +275,11 @@ impl Server {
         // Like allowed_hosts and model below: applied only by a restart, which
         // the log says (the reload reported success while the new port or
         // limit silently did not apply).
-        let (listen, limits, poll_us) = &self.started;
+        let (listen, limits, conn) = &self.started;
         for (what, changed) in [
             ("the ports are", *listen != cfg.listen),
             ("the limits are", *limits != cfg.limits),
-            ("poll_us is", *poll_us != cfg.poll_us),
+            ("poll_us and send_buffer are", *conn != (cfg.poll_us, cfg.send_buffer)),
         ] {
             if changed {
                 warn!("reload: {what} not changed while running (restart the target to apply them)");

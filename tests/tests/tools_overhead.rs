@@ -44,6 +44,7 @@ async fn start() -> (Server, String) {
         subsystems: Vec::new(),
         limits: Limits::default(),
         poll_us: 0,
+        send_buffer: nvmeof_net::default_send_buffer(),
     };
     let server = Server::start(&cfg).await.unwrap();
     let sub = Arc::new(Subsystem::new(NQN, "overhead", None, false));

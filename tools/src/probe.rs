@@ -196,6 +196,11 @@ pub struct ProbeOptions {
     /// Busy-poll the sockets for this many µs after activity (trades CPU for latency).
     #[arg(long, default_value_t = 0)]
     pub poll_us: u64,
+    /// SO_SNDBUF of each queue's socket in bytes; 0 leaves it to the kernel's
+    /// autotuning (default: the initiator's, a quarter of the per-core L2
+    /// cache, 256 KiB to 1 MiB).
+    #[arg(long)]
+    pub send_buffer: Option<usize>,
     /// Runtime worker threads (default: min(queues, CPUs)); 1 runs everything on one thread.
     #[arg(long)]
     pub threads: Option<usize>,
@@ -212,6 +217,7 @@ impl ProbeOptions {
     pub fn connect_options(&self, qd: u32) -> ConnectOptions {
         ConnectOptions {
             disable_sqflow: self.disable_sqflow,
+            send_buffer: self.send_buffer.unwrap_or_else(nvmeof_net::default_send_buffer),
             ..connect_options(self.queues, qd, self.digests, self.hostnqn.as_deref(), self.poll_us)
         }
     }
@@ -1453,6 +1459,9 @@ mod tests {
         let d = ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--disable-sqflow", "--digests"]).unwrap();
         let c = d.connect_options(1);
         assert!(c.disable_sqflow && c.hdr_digest && c.data_digest);
+        assert_eq!(c.send_buffer, nvmeof_net::default_send_buffer());
+        let s = ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--send-buffer", "0"]).unwrap();
+        assert_eq!(s.connect_options(1).send_buffer, 0, "0: the kernel's autotuning");
         assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--mix", "101"]).is_err());
         assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--rw", "trim"]).is_err());
         let p = ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--ping", "--qd", "4"]).unwrap();

@@ -100,12 +100,21 @@ fn set_receive_low_mark(stream: &TcpStream, cur: &mut usize, want: usize) {
 }
 
 /// Tuning of connection tasks.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct ConnOptions {
     /// Busy-poll for this many microseconds after activity before sleeping
     /// (0 = off); the window grows up to [`nvmeof_net::POLL_GROW_LIMIT`] × this
     /// while sleeps keep ending within that.
     pub poll_us: u64,
+    /// `SO_SNDBUF` in bytes, 0 for the kernel's autotuning
+    /// ([`nvmeof_net::default_send_buffer`] says why it is set).
+    pub send_buffer: usize,
+}
+
+impl Default for ConnOptions {
+    fn default() -> Self {
+        Self { poll_us: 0, send_buffer: nvmeof_net::default_send_buffer() }
+    }
 }
 
 /// Binds a listener with SO_REUSEADDR (socket2), IPv6-only for IPv6 addresses.
@@ -169,6 +178,7 @@ pub async fn run_connection(
     mut stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
+    nvmeof_net::set_send_buffer(&stream, opts.send_buffer);
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut ctx = QueueCtx::new(target.clone(), port_id, QueueIo::with_ring(tx));
     ctx.local_addr = stream.local_addr().ok();
