@@ -27,7 +27,7 @@ pub struct Server {
     /// opened or resized with: [`Server::reload`] resizes a namespace only
     /// when its `size` changes, and replaces it when its store changes.
     configured: Mutex<HashMap<(String, u32), NamespaceConfig>>,
-    /// The ports, limits and busy-poll window the target started with: a
+    /// The ports, limits, busy-poll window and send buffer the target started with: a
     /// reload does not change them, and says so when the file does.
     started: (Vec<SocketAddr>, crate::core::Limits, (u64, usize)),
 }
