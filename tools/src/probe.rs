@@ -215,10 +215,12 @@ pub struct ProbeOptions {
 impl ProbeOptions {
     /// What the probe connects with, for `qd` commands per queue.
     pub fn connect_options(&self, qd: u32) -> ConnectOptions {
+        let base = connect_options(self.queues, qd, self.digests, self.hostnqn.as_deref(), self.poll_us);
+        // Unset: the initiator's default, which `base` already carries.
         ConnectOptions {
             disable_sqflow: self.disable_sqflow,
-            send_buffer: self.send_buffer.unwrap_or_else(nvmeof_net::default_send_buffer),
-            ..connect_options(self.queues, qd, self.digests, self.hostnqn.as_deref(), self.poll_us)
+            send_buffer: self.send_buffer.unwrap_or(base.send_buffer),
+            ..base
         }
     }
 
@@ -1459,7 +1461,7 @@ mod tests {
         let d = ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--disable-sqflow", "--digests"]).unwrap();
         let c = d.connect_options(1);
         assert!(c.disable_sqflow && c.hdr_digest && c.data_digest);
-        assert_eq!(c.send_buffer, nvmeof_net::default_send_buffer());
+        assert_eq!(c.send_buffer, ConnectOptions::default().send_buffer);
         let s = ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--send-buffer", "0"]).unwrap();
         assert_eq!(s.connect_options(1).send_buffer, 0, "0: the kernel's autotuning");
         assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--mix", "101"]).is_err());
