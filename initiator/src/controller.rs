@@ -124,13 +124,16 @@ impl std::fmt::Debug for Controller {
     }
 }
 
-async fn tcp_connect(addr: SocketAddr, timeout: Duration, send_buffer: usize) -> Result<TcpStream> {
+async fn tcp_connect(addr: SocketAddr, opts: &ConnectOptions) -> Result<TcpStream> {
+    let timeout = opts.connect_timeout;
     let s = tokio::time::timeout(timeout, TcpStream::connect(addr))
         .await
         .map_err(|_| Error::Timeout(timeout))??;
     let sock = socket2::SockRef::from(&s);
     sock.set_nodelay(true)?;
-    nvmeof_net::set_send_buffer(&s, send_buffer);
+    nvmeof_net::set_send_buffer(&s, opts.send_buffer);
+    nvmeof_net::set_congestion_control(&s, opts.congestion_control)
+        .map_err(|e| Error::InvalidArgument(e.to_string()))?;
     Ok(s)
 }
 
@@ -195,7 +198,7 @@ impl Setup<'_> {
         epoch: u64,
         release: bool,
     ) -> Result<Cqe> {
-        let stream = tcp_connect(self.addr, self.opts.connect_timeout, self.opts.send_buffer).await?;
+        let stream = tcp_connect(self.addr, self.opts).await?;
         let (tx, rx) = oneshot::channel();
         q.send_ctrl(DriverCtrl::Attach { stream, cfg, connect, epoch, release, reply: tx });
         rx.await.map_err(|_| Error::Shutdown)?

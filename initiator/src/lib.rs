@@ -66,6 +66,8 @@ pub use discovery::{connect_entry, discover, nvme_subsystems};
 pub use driver::{Payload, RxStats};
 pub use error::{CommandInfo, Error, Result};
 pub use namespace::{Batch, IoFlags, Namespace};
+/// TCP congestion control names for [`ConnectOptions::congestion_control`].
+pub use nvmeof_net::CongestionControl;
 pub use options::{ConnectOptions, HostIdentity, QueueSelect, ReconnectPolicy};
 
 /// The codec crate, re-exported for SQE/CQE/status and spec types.

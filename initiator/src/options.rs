@@ -203,6 +203,12 @@ pub struct ConnectOptions {
     /// raise it, or use 0, where one connection's bandwidth × round trip
     /// exceeds twice this.
     pub send_buffer: usize,
+    /// TCP congestion control of every queue's socket (`TCP_CONGESTION`, e.g.
+    /// `cubic`); `None` keeps the system's. Connecting fails with
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) where the
+    /// kernel refuses the name ([`nvmeof_net::set_congestion_control`] says
+    /// when it matters).
+    pub congestion_control: Option<nvmeof_net::CongestionControl>,
 }
 
 impl Default for ConnectOptions {
@@ -222,6 +228,7 @@ impl Default for ConnectOptions {
             queue_select: QueueSelect::RoundRobin,
             busy_poll: Duration::ZERO,
             send_buffer: nvmeof_net::default_send_buffer(),
+            congestion_control: None,
         }
     }
 }

@@ -928,6 +928,27 @@ async fn host_nqn_longer_than_its_field_is_refused() {
     Controller::connect(addr, SUBNQN, o).await.unwrap().shutdown().await.unwrap();
 }
 
+/// `congestion_control` is set on every queue's socket; a name the kernel
+/// does not know fails the connect with `InvalidArgument` naming it, before
+/// any Connect reaches the controller (`reno` is always built in).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn congestion_control_is_applied_or_refused() {
+    let (addr, t) = start(Cfg::default()).await;
+    let o = ConnectOptions { congestion_control: Some("no-such-cc".parse().unwrap()), ..opts() };
+    let r = Controller::connect(addr, SUBNQN, o).await;
+    assert!(matches!(&r, Err(Error::InvalidArgument(m)) if m.contains("no-such-cc")), "{r:?}");
+    assert_eq!(t.stats().admin_connects, 0);
+    let o = ConnectOptions { congestion_control: Some("reno".parse().unwrap()), ..opts() };
+    let ctrl = Controller::connect(addr, SUBNQN, o).await.unwrap();
+    let ns = ctrl.namespace(1).await.unwrap();
+    let data = pattern(4096, 3);
+    ns.write(0, &data).await.unwrap();
+    let mut back = vec![0u8; 4096];
+    ns.read(0, &mut back).await.unwrap();
+    assert_eq!(back, data);
+    ctrl.shutdown().await.unwrap();
+}
+
 /// An absurd IOCCSZ from Identify Controller does not panic the connect:
 /// the in-capsule limit IOCCSZ·16 − 64 was computed in 32 bits, which
 /// overflowed (a panic in debug builds; in release builds a wrapped limit).

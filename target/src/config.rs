@@ -12,6 +12,7 @@
 //! max_connections = 1024   # at least 1
 //! poll_us = 0         # busy-poll after activity (µs); 0 = sleep in epoll
 //! send_buffer = 524288   # SO_SNDBUF per connection; 0 = kernel autotuning; default: L2 / 4
+//! congestion_control = "cubic"   # TCP_CONGESTION per connection; default: the system's
 //!
 //! [[port]]
 //! listen = "0.0.0.0:4420"
@@ -329,6 +330,18 @@ pub struct TargetConfig {
     /// `SO_SNDBUF` of every connection in bytes, 0 for the kernel's
     /// autotuning ([`nvmeof_net::default_send_buffer`] unless configured).
     pub send_buffer: usize,
+    /// TCP congestion control of every connection; `None` keeps the system's
+    /// ([`nvmeof_net::set_congestion_control`] says when it matters).
+    pub congestion_control: Option<nvmeof_net::CongestionControl>,
+}
+
+/// Parses a congestion control name and checks that this kernel lets the
+/// target use it (set on a scratch socket), so a typo fails at startup rather
+/// than on every connection.
+pub fn check_congestion_control(name: &str) -> Result<nvmeof_net::CongestionControl, String> {
+    let cc: nvmeof_net::CongestionControl = name.parse()?;
+    cc.check_available().map_err(|e| e.to_string())?;
+    Ok(cc)
 }
 
 /// Checks a `send_buffer` value: 0 (the kernel's autotuning) or 4 KiB to 1 GiB
@@ -364,6 +377,7 @@ struct RawLimits {
     max_connections: Option<usize>,
     poll_us: Option<u64>,
     send_buffer: Option<usize>,
+    congestion_control: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -550,7 +564,19 @@ impl TargetConfig {
         }
         let send_buffer = l.send_buffer.unwrap_or_else(nvmeof_net::default_send_buffer);
         check_send_buffer(send_buffer).map_err(|e| invalid("limits.send_buffer", e))?;
-        Ok(Self { listen, subsystems, limits, poll_us: l.poll_us.unwrap_or(0), send_buffer })
+        let congestion_control = l
+            .congestion_control
+            .map(|n| check_congestion_control(&n))
+            .transpose()
+            .map_err(|e| invalid("limits.congestion_control", e))?;
+        Ok(Self {
+            listen,
+            subsystems,
+            limits,
+            poll_us: l.poll_us.unwrap_or(0),
+            send_buffer,
+            congestion_control,
+        })
     }
 
     /// Sets `buffered_io` of every file namespace (the `--buffered-io`
@@ -667,6 +693,13 @@ mod tests {
         for v in ["1", "4095", "1073741825"] {
             let e = limits(&format!("send_buffer = {v}")).unwrap_err().to_string();
             assert!(e.contains("limits.send_buffer"), "{v}: {e}");
+        }
+        assert_eq!(limits("").unwrap().congestion_control, None, "the system's");
+        let reno = limits("congestion_control = \"reno\"").unwrap().congestion_control;
+        assert_eq!(reno.map(|c| c.to_string()).as_deref(), Some("reno"));
+        for v in ["no-such-cc", "", "cu bic"] {
+            let e = limits(&format!("congestion_control = {v:?}")).unwrap_err().to_string();
+            assert!(e.contains("limits.congestion_control"), "{v}: {e}");
         }
         let e = limits("mtds = 8").unwrap_err().to_string();
         assert!(e.contains("mtds"), "a typo is refused: {e}");

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use nvmeof_target::config::{
-    check_host_nqn, check_send_buffer, check_subsystem_nqn, default_listen, parse_size, IoEngine,
-    NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig, DEFAULT_MODEL,
+    check_congestion_control, check_host_nqn, check_send_buffer, check_subsystem_nqn, default_listen,
+    parse_size, IoEngine, NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig, DEFAULT_MODEL,
 };
 use nvmeof_target::core::Limits;
 use nvmeof_target::server::Server;
@@ -73,6 +73,12 @@ struct ServeArgs {
     /// whose bandwidth × round trip exceeds twice this). Overrides the configuration file.
     #[arg(long)]
     send_buffer: Option<usize>,
+    /// TCP congestion control of each connection (e.g. cubic), as iperf3's
+    /// --congestion; default: the system's (net.ipv4.tcp_congestion_control).
+    /// On loopback BBR's small window makes transfers with data digests vary
+    /// from run to run. Overrides the configuration file.
+    #[arg(long, value_name = "ALGO")]
+    congestion: Option<String>,
     /// Worker threads (cores) serving connections, 1 to 1024; default: one per CPU.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     threads: Option<u32>,
@@ -153,6 +159,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
         limits: Limits::default(),
         poll_us: a.poll_us.unwrap_or(0),
         send_buffer: nvmeof_net::default_send_buffer(),
+        congestion_control: None,
     })
 }
 
@@ -166,6 +173,9 @@ fn apply_overrides(cfg: &mut TargetConfig, a: &ServeArgs) -> Result<(), String> 
     if let Some(b) = a.send_buffer {
         check_send_buffer(b).map_err(|e| format!("--send-buffer: {e}"))?;
         cfg.send_buffer = b;
+    }
+    if let Some(c) = &a.congestion {
+        cfg.congestion_control = Some(check_congestion_control(c).map_err(|e| format!("--congestion: {e}"))?);
     }
     if let Some(e) = a.io_engine {
         cfg.set_io_engine(e);
@@ -472,5 +482,10 @@ mod tests {
         assert!(e.contains("--send-buffer"), "{e}");
         assert_eq!(serve(&["--ram", "1M"]).unwrap().send_buffer, nvmeof_net::default_send_buffer());
         assert_eq!(serve(&["--ram", "1M", "--send-buffer", "0"]).unwrap().send_buffer, 0);
+        assert_eq!(serve(&["--ram", "1M"]).unwrap().congestion_control, None);
+        let reno = serve(&["--ram", "1M", "--congestion", "reno"]).unwrap().congestion_control;
+        assert_eq!(reno.map(|c| c.to_string()).as_deref(), Some("reno"));
+        let e = serve(&["--ram", "1M", "--congestion", "no-such-cc"]).unwrap_err();
+        assert!(e.contains("--congestion") && e.contains("no-such-cc"), "{e}");
     }
 }

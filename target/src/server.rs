@@ -27,9 +27,9 @@ pub struct Server {
     /// opened or resized with: [`Server::reload`] resizes a namespace only
     /// when its `size` changes, and replaces it when its store changes.
     configured: Mutex<HashMap<(String, u32), NamespaceConfig>>,
-    /// The ports, limits, busy-poll window and send buffer the target started with: a
+    /// The ports, limits, busy-poll window, send buffer and congestion control the target started with: a
     /// reload does not change them, and says so when the file does.
-    started: (Vec<SocketAddr>, crate::core::Limits, (u64, usize)),
+    started: (Vec<SocketAddr>, crate::core::Limits, (u64, usize, Option<nvmeof_net::CongestionControl>)),
 }
 
 /// A reload error that left the running configuration as it was.
@@ -195,7 +195,11 @@ impl Server {
             target.add_subsystem(build_subsystem(&s.nqn, &s.model, s.allowed_hosts.clone(), &s.namespaces)?);
         }
         let (stop, stop_rx) = watch::channel(false);
-        let opts = ConnOptions { poll_us: cfg.poll_us, send_buffer: cfg.send_buffer };
+        let opts = ConnOptions {
+            poll_us: cfg.poll_us,
+            send_buffer: cfg.send_buffer,
+            congestion_control: cfg.congestion_control,
+        };
         let mut local_addrs = Vec::new();
         let mut accept_tasks = Vec::new();
         for addr in &cfg.listen {
@@ -212,13 +216,14 @@ impl Server {
                 stop_rx.clone(),
             )));
         }
-        info!(limits = ?target.limits, poll_us = cfg.poll_us, send_buffer = cfg.send_buffer, "target running");
+        info!(limits = ?target.limits, poll_us = cfg.poll_us, send_buffer = cfg.send_buffer, congestion_control = ?cfg.congestion_control, "target running");
         let configured = cfg
             .subsystems
             .iter()
             .flat_map(|s| assign_nsids(&s.namespaces).map(|(nsid, n)| ((s.nqn.clone(), nsid), n.clone())))
             .collect();
-        let started = (cfg.listen.clone(), cfg.limits.clone(), (cfg.poll_us, cfg.send_buffer));
+        let started =
+            (cfg.listen.clone(), cfg.limits.clone(), (cfg.poll_us, cfg.send_buffer, cfg.congestion_control));
         Ok(Self { target, local_addrs, stop, accept_tasks, configured: Mutex::new(configured), started })
     }
 
@@ -227,7 +232,7 @@ impl Server {
     /// namespace whose store changed (path, device, engine, block size)
     /// replaced, and one whose configured size changed resized. Connected
     /// hosts get the Namespace Attribute Changed AEN. Ports, limits,
-    /// `poll_us`, `send_buffer`, models and allowed hosts of running subsystems are not
+    /// `poll_us`, `send_buffer`, `congestion_control`, models and allowed hosts of running subsystems are not
     /// changed (a warning says so when the configuration changes them).
     ///
     /// "Changed" is against the configuration applied before, not the
@@ -279,7 +284,10 @@ impl Server {
         for (what, changed) in [
             ("the ports are", *listen != cfg.listen),
             ("the limits are", *limits != cfg.limits),
-            ("poll_us and send_buffer are", *conn != (cfg.poll_us, cfg.send_buffer)),
+            (
+                "poll_us, send_buffer and congestion_control are",
+                *conn != (cfg.poll_us, cfg.send_buffer, cfg.congestion_control),
+            ),
         ] {
             if changed {
                 warn!("reload: {what} not changed while running (restart the target to apply them)");

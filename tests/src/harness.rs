@@ -53,6 +53,7 @@ pub fn default_config() -> TargetConfig {
         limits: Limits::default(),
         poll_us: 0,
         send_buffer: nvmeof_net::default_send_buffer(),
+        congestion_control: None,
     }
 }
 

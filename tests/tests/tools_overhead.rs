@@ -45,6 +45,7 @@ async fn start() -> (Server, String) {
         limits: Limits::default(),
         poll_us: 0,
         send_buffer: nvmeof_net::default_send_buffer(),
+        congestion_control: None,
     };
     let server = Server::start(&cfg).await.unwrap();
     let sub = Arc::new(Subsystem::new(NQN, "overhead", None, false));

@@ -201,6 +201,12 @@ pub struct ProbeOptions {
     /// cache, 256 KiB to 1 MiB).
     #[arg(long)]
     pub send_buffer: Option<usize>,
+    /// TCP congestion control of the probe's sockets (e.g. cubic), as iperf3's
+    /// --congestion; default: the system's (net.ipv4.tcp_congestion_control).
+    /// On loopback BBR's small window makes runs with pauses between bursts
+    /// (data digests) vary.
+    #[arg(long, value_name = "ALGO")]
+    pub congestion: Option<nvmeof_initiator::CongestionControl>,
     /// Runtime worker threads (default: min(queues, CPUs)); 1 runs everything on one thread.
     #[arg(long)]
     pub threads: Option<usize>,
@@ -220,6 +226,7 @@ impl ProbeOptions {
         ConnectOptions {
             disable_sqflow: self.disable_sqflow,
             send_buffer: self.send_buffer.unwrap_or(base.send_buffer),
+            congestion_control: self.congestion.or(base.congestion_control),
             ..base
         }
     }
@@ -1464,6 +1471,10 @@ mod tests {
         assert_eq!(c.send_buffer, ConnectOptions::default().send_buffer);
         let s = ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--send-buffer", "0"]).unwrap();
         assert_eq!(s.connect_options(1).send_buffer, 0, "0: the kernel's autotuning");
+        assert_eq!(c.congestion_control, None, "the system's unless asked");
+        let cc = ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--congestion", "cubic"]).unwrap();
+        assert_eq!(cc.connect_options(1).congestion_control.map(|c| c.to_string()).as_deref(), Some("cubic"));
+        assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--congestion", "not a name"]).is_err());
         assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--mix", "101"]).is_err());
         assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--rw", "trim"]).is_err());
         let p = ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--ping", "--qd", "4"]).unwrap();

@@ -109,11 +109,14 @@ pub struct ConnOptions {
     /// `SO_SNDBUF` in bytes, 0 for the kernel's autotuning
     /// ([`nvmeof_net::default_send_buffer`] says why it is set).
     pub send_buffer: usize,
+    /// TCP congestion control of every connection; `None` keeps the system's
+    /// ([`nvmeof_net::set_congestion_control`] says when it matters).
+    pub congestion_control: Option<nvmeof_net::CongestionControl>,
 }
 
 impl Default for ConnOptions {
     fn default() -> Self {
-        Self { poll_us: 0, send_buffer: nvmeof_net::default_send_buffer() }
+        Self { poll_us: 0, send_buffer: nvmeof_net::default_send_buffer(), congestion_control: None }
     }
 }
 
@@ -179,6 +182,11 @@ pub async fn run_connection(
 ) {
     let _ = stream.set_nodelay(true);
     nvmeof_net::set_send_buffer(&stream, opts.send_buffer);
+    // Checked at startup (config); a failure now (module unloaded since) leaves
+    // the system's algorithm and the connection up.
+    if let Err(e) = nvmeof_net::set_congestion_control(&stream, opts.congestion_control) {
+        warn!(error = %e, "congestion control not set; the system's applies");
+    }
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut ctx = QueueCtx::new(target.clone(), port_id, QueueIo::with_ring(tx));
     ctx.local_addr = stream.local_addr().ok();

@@ -41,6 +41,7 @@ pub fn config(namespaces: Vec<NamespaceConfig>) -> TargetConfig {
         limits: Limits::default(),
         poll_us: 0,
         send_buffer: nvmeof_net::default_send_buffer(),
+        congestion_control: None,
     }
 }
 
