@@ -175,13 +175,6 @@ pub fn set_congestion_control(stream: &TcpStream, cc: Option<CongestionControl>)
     Ok(())
 }
 
-/// The socket's TCP congestion control algorithm.
-pub fn congestion_control(stream: &TcpStream) -> std::io::Result<String> {
-    let name = socket2::SockRef::from(stream).tcp_congestion()?;
-    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-    Ok(String::from_utf8_lossy(&name[..end]).into_owned())
-}
-
 /// Writes `out` to the socket until it is empty or the socket would block
 /// (`Ok` either way; `out.is_empty()` tells which). Each write computes the
 /// data digests of the payloads it carries first ([`OutQueue::prepare`]).
@@ -350,6 +343,13 @@ mod tests {
             set_send_buffer(&a, wmem_max + 4096);
             assert_eq!(sock.send_buffer_size().unwrap(), 2 * wmem_max);
         }
+    }
+
+    /// The socket's TCP congestion control algorithm, as the kernel reports it.
+    fn congestion_control(stream: &TcpStream) -> std::io::Result<String> {
+        let name = socket2::SockRef::from(stream).tcp_congestion()?;
+        let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        Ok(String::from_utf8_lossy(&name[..end]).into_owned())
     }
 
     /// `reno` is always built in; an unknown name fails and says which.
