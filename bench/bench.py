@@ -215,6 +215,27 @@ def digest_cost(res, rw, suffix=""):
 SEQ_CFGS = (("", "polling off"), ("_poll", "polling on both sides"))
 
 
+def read_first(path):
+    """First word of a file (a sysctl), or "?"."""
+    try:
+        with open(path) as f:
+            return f.read().split()[0]
+    except (OSError, IndexError):
+        return "?"
+
+
+# The system's TCP congestion control, and whether the 128 KiB pairs with
+# polling are measured again with CUBIC per connection (`--congestion cubic`):
+# when the system's is another algorithm and CUBIC is loaded.
+SYSTEM_CC = read_first("/proc/sys/net/ipv4/tcp_congestion_control")
+try:
+    with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
+        CUBIC_PAIR = SYSTEM_CC != "cubic" and "cubic" in f.read().split()
+except OSError:
+    CUBIC_PAIR = False
+CUBIC_SUF = ("_poll_cubic", "polling on both sides, CUBIC on both sides (--congestion cubic)")
+
+
 def goals(M, res, steal):
     """The goals of the performance issue, checked against this run (medians).
     SPDK's figures come from the issue (SPDK v25.09, one core each for
@@ -268,7 +289,7 @@ def goals(M, res, steal):
     for rw in ("read", "write"):
         # Judged in each configuration: with polling both sides are CPU-bound,
         # so every cycle the digests take shows in the throughput.
-        c = {lab: digest_cost(res, rw, suf) for suf, lab in SEQ_CFGS}
+        c = {lab: digest_cost(res, rw, suf) for suf, lab in SEQ_CFGS + ((CUBIC_SUF,) if CUBIC_PAIR else ())}
         out.append(f"- Header + data digests cost ≤ 10% at 128 KiB {rw}: "
                    + "; ".join(f"{lab} {v:.1f}% — {yes(v <= 10)}" for lab, v in c.items()) + "."
                    + (" The reads go over the namespace many times, and the RAM namespace keeps the CRC32C "
@@ -388,6 +409,21 @@ def main():
                 record(f"seq{rw}_128k_autotuned", side(rep, rw)["bw_bytes"])
         finally:
             t.stop()
+        # The 128 KiB pairs with polling again under CUBIC on both sides
+        # (--congestion cubic), where the system's algorithm is another one:
+        # BBR on loopback (minimum RTT 1-2 µs, paced by TCP's own timer) moves
+        # digested writes with polling by 10-20 points between runs.
+        if CUBIC_PAIR:
+            cc = ["--congestion", "cubic"]
+            t = Target(a, ram + ["--threads", "1", *probe_poll, *cc])
+            try:
+                for rw in ("read", "write"):
+                    for dig in (False, True):
+                        rep, _, _ = probe(t, T, "--rw", rw, "--bs", "128k", "--qd", "16", *probe_poll, *cc,
+                                          *(["--digests"] if dig else []))
+                        record(f"seq{rw}_128k_poll_cubic{'_dig' if dig else ''}", side(rep, rw)["bw_bytes"])
+            finally:
+                t.stop()
         # File backend: worker threads and io_uring through the page cache (the
         # default, buffered_io), and io_uring with O_DIRECT where the filesystem
         # supports it (--buffered-io false).
@@ -474,12 +510,15 @@ def main():
         f"{M[k + '_iops'] / 1e3:.0f}K IOPS",
         f"scaling 1→2 cores: {paired(res, k + '_iops', 'randread_qd32_q2_t1_iops'):.2f}×; CPU s per 1M I/Os: "
         f"target {M[k + '_tcpu']:.2f}, probe {M[k + '_pcpu']:.2f}")
-    for suf, label in SEQ_CFGS:
+    for suf, label in SEQ_CFGS + ((CUBIC_SUF,) if CUBIC_PAIR else ()):
         for rw in ("read", "write"):
             b = M[f"seq{rw}_128k{suf}"]
             bd = M[f"seq{rw}_128k{suf}_dig"]
-            add(f"128 KiB sequential {rw} QD16, {label}", f"{gb(b):.2f} GB/s",
-                f"{paired(res, f'seq{rw}_128k{suf}', 'iperf3'):.2f}× iperf3")
+            # iperf3 runs with the system's algorithm: the CUBIC rows are
+            # compared with the same rows under it instead.
+            vs = (f"{paired(res, f'seq{rw}_128k{suf}', f'seq{rw}_128k_poll'):.2f}× the same with {SYSTEM_CC}"
+                  if suf == CUBIC_SUF[0] else f"{paired(res, f'seq{rw}_128k{suf}', 'iperf3'):.2f}× iperf3")
+            add(f"128 KiB sequential {rw} QD16, {label}", f"{gb(b):.2f} GB/s", vs)
             add(f"128 KiB sequential {rw} QD16, {label}, header+data digests", f"{gb(bd):.2f} GB/s",
                 f"digest cost {digest_cost(res, rw, suf):.1f}%")
     for rw in ("read", "write"):
@@ -513,17 +552,11 @@ def main():
     # The iperf3 baseline moves with these: on one machine here a single
     # stream ran 2.7 GB/s with BBR (loopback has no fq qdisc, so BBR paces
     # with TCP's own timer) and 8.0 GB/s with cubic.
-    def read_first(path):
-        try:
-            with open(path) as f:
-                return f.read().split()[0]
-        except (OSError, IndexError):
-            return "?"
     try:
         l2 = int(subprocess.run(["getconf", "LEVEL2_CACHE_SIZE"], capture_output=True, text=True).stdout.strip() or 0)
     except (OSError, ValueError):
         l2 = 0
-    tcp = f"TCP congestion control {read_first('/proc/sys/net/ipv4/tcp_congestion_control')}"
+    tcp = f"TCP congestion control {SYSTEM_CC}"
     if l2 > 0:
         tcp += f", L2 {l2 >> 10} KiB per core"
     # It caps the default socket send buffer (208 KiB on a stock kernel).
