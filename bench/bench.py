@@ -234,6 +234,8 @@ try:
 except OSError:
     CUBIC_PAIR = False
 CUBIC_SUF = ("_poll_cubic", "polling on both sides, CUBIC on both sides (--congestion cubic)")
+# The 128 KiB configurations whose digest cost is reported.
+DIGEST_CFGS = SEQ_CFGS + ((CUBIC_SUF,) if CUBIC_PAIR else ())
 
 
 def goals(M, res, steal):
@@ -289,7 +291,7 @@ def goals(M, res, steal):
     for rw in ("read", "write"):
         # Judged in each configuration: with polling both sides are CPU-bound,
         # so every cycle the digests take shows in the throughput.
-        c = {lab: digest_cost(res, rw, suf) for suf, lab in SEQ_CFGS + ((CUBIC_SUF,) if CUBIC_PAIR else ())}
+        c = {lab: digest_cost(res, rw, suf) for suf, lab in DIGEST_CFGS}
         out.append(f"- Header + data digests cost ≤ 10% at 128 KiB {rw}: "
                    + "; ".join(f"{lab} {v:.1f}% — {yes(v <= 10)}" for lab, v in c.items()) + "."
                    + (" The reads go over the namespace many times, and the RAM namespace keeps the CRC32C "
@@ -510,7 +512,7 @@ def main():
         f"{M[k + '_iops'] / 1e3:.0f}K IOPS",
         f"scaling 1→2 cores: {paired(res, k + '_iops', 'randread_qd32_q2_t1_iops'):.2f}×; CPU s per 1M I/Os: "
         f"target {M[k + '_tcpu']:.2f}, probe {M[k + '_pcpu']:.2f}")
-    for suf, label in SEQ_CFGS + ((CUBIC_SUF,) if CUBIC_PAIR else ()):
+    for suf, label in DIGEST_CFGS:
         for rw in ("read", "write"):
             b = M[f"seq{rw}_128k{suf}"]
             bd = M[f"seq{rw}_128k{suf}_dig"]

@@ -156,14 +156,12 @@ impl std::fmt::Debug for CongestionControl {
 
 /// Sets the socket's TCP congestion control, as iperf3's `--congestion`;
 /// `None` keeps the system's (`net.ipv4.tcp_congestion_control`). On
-/// loopback the choice moves results: BBR, the default of many
-/// distributions, keeps a window of a few bandwidth-delay products, which at
-/// a 1–2 µs round trip is 18–26 segments, and a sender that pauses between
-/// bursts (to compute data digests) gets a different window each run. On the
-/// 2-vCPU Intel Xeon VM, 128 KiB QD16 writes with digests and polling cost
-/// 17.7%, 6.6%, −0.6% against plain writes in three BBR rounds and 7.9%,
-/// 3.6%, 8.5% with CUBIC system-wide (9.0–13.7% in five rounds with it set
-/// per connection on both sides; BBR in the same batches 12.4–19.4%).
+/// loopback the choice moves results: BBR paces with TCP's own timer at a
+/// 1–2 µs round trip, and a sender that pauses longer than that (to compute
+/// data digests) leaves the connection idle and its rate moves from run to
+/// run. On the 2-vCPU Intel Xeon VM, 128 KiB QD16 writes with digests and
+/// polling cost 7–24% against plain writes with BBR and 10–15% with CUBIC
+/// set per connection on both sides (README, performance).
 ///
 /// The error names the algorithm and where the usable ones are listed (the
 /// kernel answers `ENOENT` for an unknown name, `EPERM` for one not in

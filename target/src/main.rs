@@ -75,8 +75,8 @@ struct ServeArgs {
     send_buffer: Option<usize>,
     /// TCP congestion control of each connection (e.g. cubic), as iperf3's
     /// --congestion; default: the system's (net.ipv4.tcp_congestion_control).
-    /// On loopback BBR's small window makes transfers with data digests vary
-    /// from run to run. Overrides the configuration file.
+    /// On loopback BBR's pacing makes transfers with data digests vary from
+    /// run to run. Overrides the configuration file.
     #[arg(long, value_name = "ALGO")]
     congestion: Option<String>,
     /// Worker threads (cores) serving connections, 1 to 1024; default: one per CPU.

@@ -29,7 +29,7 @@ pub struct Server {
     configured: Mutex<HashMap<(String, u32), NamespaceConfig>>,
     /// The ports, limits, busy-poll window, send buffer and congestion control the target started with: a
     /// reload does not change them, and says so when the file does.
-    started: (Vec<SocketAddr>, crate::core::Limits, (u64, usize, Option<nvmeof_net::CongestionControl>)),
+    started: (Vec<SocketAddr>, crate::core::Limits, ConnOptions),
 }
 
 /// A reload error that left the running configuration as it was.
@@ -162,6 +162,15 @@ fn open_backend_inner(ns: &NamespaceConfig) -> std::io::Result<Arc<dyn Backend>>
 /// refused as nvmet's `nvmet_subsys_make` does (Connect to it reaches the
 /// discovery controller, so the subsystem's namespaces would be unreachable,
 /// and the discovery log would list the discovery NQN as an NVM subsystem).
+/// The per-connection tuning of `cfg` (fixed while the target runs).
+fn conn_options(cfg: &TargetConfig) -> ConnOptions {
+    ConnOptions {
+        poll_us: cfg.poll_us,
+        send_buffer: cfg.send_buffer,
+        congestion_control: cfg.congestion_control,
+    }
+}
+
 fn check_subsystem_nqn(nqn: &str) -> std::io::Result<()> {
     crate::config::check_subsystem_nqn(nqn)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("subsystem {nqn:?}: {e}")))
@@ -195,11 +204,7 @@ impl Server {
             target.add_subsystem(build_subsystem(&s.nqn, &s.model, s.allowed_hosts.clone(), &s.namespaces)?);
         }
         let (stop, stop_rx) = watch::channel(false);
-        let opts = ConnOptions {
-            poll_us: cfg.poll_us,
-            send_buffer: cfg.send_buffer,
-            congestion_control: cfg.congestion_control,
-        };
+        let opts = conn_options(cfg);
         let mut local_addrs = Vec::new();
         let mut accept_tasks = Vec::new();
         for addr in &cfg.listen {
@@ -222,8 +227,7 @@ impl Server {
             .iter()
             .flat_map(|s| assign_nsids(&s.namespaces).map(|(nsid, n)| ((s.nqn.clone(), nsid), n.clone())))
             .collect();
-        let started =
-            (cfg.listen.clone(), cfg.limits.clone(), (cfg.poll_us, cfg.send_buffer, cfg.congestion_control));
+        let started = (cfg.listen.clone(), cfg.limits.clone(), opts);
         Ok(Self { target, local_addrs, stop, accept_tasks, configured: Mutex::new(configured), started })
     }
 
@@ -284,10 +288,7 @@ impl Server {
         for (what, changed) in [
             ("the ports are", *listen != cfg.listen),
             ("the limits are", *limits != cfg.limits),
-            (
-                "poll_us, send_buffer and congestion_control are",
-                *conn != (cfg.poll_us, cfg.send_buffer, cfg.congestion_control),
-            ),
+            ("poll_us, send_buffer and congestion_control are", *conn != conn_options(cfg)),
         ] {
             if changed {
                 warn!("reload: {what} not changed while running (restart the target to apply them)");

@@ -203,8 +203,8 @@ pub struct ProbeOptions {
     pub send_buffer: Option<usize>,
     /// TCP congestion control of the probe's sockets (e.g. cubic), as iperf3's
     /// --congestion; default: the system's (net.ipv4.tcp_congestion_control).
-    /// On loopback BBR's small window makes runs with pauses between bursts
-    /// (data digests) vary.
+    /// On loopback BBR's pacing makes runs with pauses between bursts (data
+    /// digests) vary.
     #[arg(long, value_name = "ALGO")]
     pub congestion: Option<nvmeof_initiator::CongestionControl>,
     /// Runtime worker threads (default: min(queues, CPUs)); 1 runs everything on one thread.

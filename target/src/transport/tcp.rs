@@ -100,7 +100,7 @@ fn set_receive_low_mark(stream: &TcpStream, cur: &mut usize, want: usize) {
 }
 
 /// Tuning of connection tasks.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ConnOptions {
     /// Busy-poll for this many microseconds after activity before sleeping
     /// (0 = off); the window grows up to [`nvmeof_net::POLL_GROW_LIMIT`] × this
