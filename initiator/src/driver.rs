@@ -1054,6 +1054,7 @@ impl Driver {
                     return false;
                 }
                 let queue = Queue::new(cfg, Instant::now());
+                let digest_window = nvmeof_net::app_data_digest_window(&stream);
                 let mut c = Conn {
                     stream,
                     dec: PduDecoder::new(queue.decoder_config()),
@@ -1062,7 +1063,7 @@ impl Driver {
                     rbuf: BytesMut::with_capacity(128 << 10),
                     out: {
                         let mut out = OutQueue::new(SMALL_PAYLOAD);
-                        out.set_digest_window(nvmeof_net::digest_window());
+                        out.set_digest_window(digest_window);
                         out
                     },
                     epoch,
