@@ -51,20 +51,15 @@ pub fn digest_window() -> usize {
 /// sweep: BBR on a 1-2 µs round trip keeps ~20-28 packets in flight, and
 /// shorter writes leave it window-bound (`ss -ti`: unacked = cwnd).
 pub fn app_data_digest_window(stream: &TcpStream) -> usize {
-    let cc = socket2::SockRef::from(stream).tcp_congestion().unwrap_or_default();
+    let cc = congestion_control(stream).unwrap_or_default();
     let window = app_data_digest_window_for(&cc);
-    tracing::debug!(
-        congestion_control = %String::from_utf8_lossy(cc.split(|&b| b == 0).next().unwrap_or_default()),
-        window,
-        "data digest window"
-    );
+    tracing::debug!(congestion_control = %cc, window, "data digest window");
     window
 }
 
-/// [`app_data_digest_window`] for the algorithm named `cc` (as the kernel
-/// reports it, NUL padded).
-fn app_data_digest_window_for(cc: &[u8]) -> usize {
-    if cc.starts_with(b"bbr") {
+/// [`app_data_digest_window`] for the algorithm named `cc`.
+fn app_data_digest_window_for(cc: &str) -> usize {
+    if cc.starts_with("bbr") {
         return digest_window();
     }
     l2_per_core().map_or(256 << 10, |l2| (l2 / 8).clamp(128 << 10, 1 << 20))
@@ -194,6 +189,14 @@ impl std::fmt::Debug for CongestionControl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{:?}", self.as_str())
     }
+}
+
+/// The socket's TCP congestion control algorithm, as the kernel reports it
+/// (without its NUL padding).
+pub fn congestion_control(stream: &TcpStream) -> std::io::Result<String> {
+    let name = socket2::SockRef::from(stream).tcp_congestion()?;
+    let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+    Ok(String::from_utf8_lossy(&name[..end]).into_owned())
 }
 
 /// Sets the socket's TCP congestion control, as iperf3's `--congestion`;
@@ -388,26 +391,19 @@ mod tests {
         }
     }
 
-    /// The socket's TCP congestion control algorithm, as the kernel reports it.
-    fn congestion_control(stream: &TcpStream) -> std::io::Result<String> {
-        let name = socket2::SockRef::from(stream).tcp_congestion()?;
-        let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-        Ok(String::from_utf8_lossy(&name[..end]).into_owned())
-    }
-
     /// The initiator's window: half the L2 under BBR (any version), an eighth
     /// of it under anything else, read from the socket.
     #[tokio::test]
     async fn app_data_digest_window_follows_the_congestion_control() {
-        let small = app_data_digest_window_for(b"cubic\0\0");
+        let small = app_data_digest_window_for("cubic");
         assert!((128 << 10..=1 << 20).contains(&small), "{small}");
         if let Some(l2) = l2_per_core() {
             assert_eq!(small, (l2 / 8).clamp(128 << 10, 1 << 20));
         }
-        assert_eq!(app_data_digest_window_for(b"reno"), small);
-        assert_eq!(app_data_digest_window_for(b""), small, "unknown: not BBR");
-        assert_eq!(app_data_digest_window_for(b"bbr\0"), digest_window());
-        assert_eq!(app_data_digest_window_for(b"bbr3"), digest_window());
+        assert_eq!(app_data_digest_window_for("reno"), small);
+        assert_eq!(app_data_digest_window_for(""), small, "unknown: not BBR");
+        assert_eq!(app_data_digest_window_for("bbr"), digest_window());
+        assert_eq!(app_data_digest_window_for("bbr3"), digest_window());
         assert!(digest_window() > small, "BBR's window is the larger one");
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let a = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();

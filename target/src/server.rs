@@ -157,11 +157,6 @@ fn open_backend_inner(ns: &NamespaceConfig) -> std::io::Result<Arc<dyn Backend>>
     })
 }
 
-/// Checks a subsystem NQN ([`crate::config::check_subsystem_nqn`]) for
-/// configurations built without the parser: the well-known discovery NQN is
-/// refused as nvmet's `nvmet_subsys_make` does (Connect to it reaches the
-/// discovery controller, so the subsystem's namespaces would be unreachable,
-/// and the discovery log would list the discovery NQN as an NVM subsystem).
 /// The per-connection tuning of `cfg` (fixed while the target runs).
 fn conn_options(cfg: &TargetConfig) -> ConnOptions {
     ConnOptions {
@@ -171,6 +166,11 @@ fn conn_options(cfg: &TargetConfig) -> ConnOptions {
     }
 }
 
+/// Checks a subsystem NQN ([`crate::config::check_subsystem_nqn`]) for
+/// configurations built without the parser: the well-known discovery NQN is
+/// refused as nvmet's `nvmet_subsys_make` does (Connect to it reaches the
+/// discovery controller, so the subsystem's namespaces would be unreachable,
+/// and the discovery log would list the discovery NQN as an NVM subsystem).
 fn check_subsystem_nqn(nqn: &str) -> std::io::Result<()> {
     crate::config::check_subsystem_nqn(nqn)
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("subsystem {nqn:?}: {e}")))
