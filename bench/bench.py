@@ -164,20 +164,35 @@ def iperf3(secs):
         srv.wait()
 
 
-def sockperf(secs, size):
+def sockperf(secs, size, spin=False):
+    """p50 one-way latency (half the round trip) of sockperf's TCP ping-pong.
+
+    spin: both ends busy-poll non-blocking sockets with recvfrom instead of
+    sleeping in epoll: the round trip of a polled exchange on this machine
+    with nothing but the kernel's TCP in it, the floor of the QD1 polling row.
+    """
     port = free_port()
-    srv = subprocess.Popen(taskset(0) + ["sockperf", "sr", "--tcp", "-i", "127.0.0.1", "-p", str(port)],
+    addr = ["--tcp", "-i", "127.0.0.1", "-p", str(port)]
+    feed = None
+    if spin:
+        # sockperf takes its recvfrom loop (-F r) only with a feed file.
+        feed = tempfile.NamedTemporaryFile("w", prefix="bench-sockperf-", suffix=".feed", delete=False)
+        feed.write(f"T:127.0.0.1:{port}\n")
+        feed.close()
+        addr = ["-f", feed.name, "-F", "r", "--nonblocked"]
+    srv = subprocess.Popen(taskset(0) + ["sockperf", "sr", *addr],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         time.sleep(0.5)
-        r = subprocess.run(taskset(1) + ["sockperf", "pp", "--tcp", "-i", "127.0.0.1", "-p", str(port), "-t",
-                                         str(secs), "-m", str(size)], capture_output=True, text=True,
-                           timeout=secs + 30)
+        r = subprocess.run(taskset(1) + ["sockperf", "pp", *addr, "-t", str(secs), "-m", str(size)],
+                           capture_output=True, text=True, timeout=secs + 30)
         m = re.search(r"percentile 50\.000 =\s*([\d.]+)", r.stdout + r.stderr)
         return float(m.group(1)) if m else float("nan")
     finally:
         srv.kill()
         srv.wait()
+        if feed:
+            os.unlink(feed.name)
 
 
 def med(xs):
@@ -285,7 +300,10 @@ def goals(M, res, steal):
     out.append(f"- 4 KiB QD1 read with polling p50 ≤ 12 µs: {p50:.2f} µs — {yes(p50 <= 12)}; "
                f"p99.9 ≤ 100 µs: {p999:.1f} µs — {yes(p999 <= 100)}. Without polling: p50 "
                f"{M['qd1_nopoll_50.000000']:.1f} µs round trip (sockperf ping-pong 64 B: "
-               f"{2 * M['sockperf64']:.1f} µs round trip, reported as {M['sockperf64']:.1f} µs one-way).")
+               f"{2 * M['sockperf64']:.1f} µs round trip, reported as {M['sockperf64']:.1f} µs one-way). "
+               f"The floor with polling, TCP alone: a busy-polled sockperf ping-pong took "
+               f"{2 * M['sockperf64_spin']:.1f} µs round trip with 64 B each way and "
+               f"{2 * M['sockperf4k_spin']:.1f} µs with 4 KiB each way (a QD1 read sends 72 B and gets 4 KiB back).")
     tc = res["idle_nopoll"][0][0]
     out.append(f"- Idle target CPU ~0% without polling: {tc:.1f}% of a core — {yes(tc < 1)}.")
     for rw in ("read", "write"):
@@ -340,6 +358,8 @@ def main():
         record("iperf3", iperf3(T))
         record("sockperf64", sockperf(T, 64))
         record("sockperf4k", sockperf(T, 4096))
+        record("sockperf64_spin", sockperf(T, 64, spin=True))
+        record("sockperf4k_spin", sockperf(T, 4096, spin=True))
         for poll in (False, True):
             t = Target(a, ram + (["--poll-us", "50"] if poll else []) + ["--threads", "1"])
             try:
@@ -484,6 +504,9 @@ def main():
         f"round trip {2 * M['sockperf64']:.1f} µs")
     add("sockperf ping-pong 4 KiB p50, one-way = round trip / 2 (baseline)", f"{M['sockperf4k']:.1f} µs",
         f"round trip {2 * M['sockperf4k']:.1f} µs")
+    for k, size in (("sockperf64_spin", "64 B"), ("sockperf4k_spin", "4 KiB")):
+        add(f"sockperf ping-pong {size} p50, both ends busy-polling (-F recvfrom --nonblocked), one-way (baseline)",
+            f"{M[k]:.1f} µs", f"round trip {2 * M[k]:.1f} µs")
     for tag, label in (("nopoll", "polling off"), ("poll", "polling on (--poll-us 50) on both sides")):
         tc, pc = res[f"idle_{tag}"][0]
         add(f"Idle CPU, 1 controller connected doing 1 read/s, {label}",
