@@ -51,7 +51,7 @@ use nvmeof_common::digest::{crc32c_append, DIGEST_LEN};
 use nvmeof_common::out::OutQueue;
 use nvmeof_common::pdu::{CommonHeader, EncodeConfig, PduType, CH_LEN};
 use nvmeof_common::{Cqe, DecodeError, Sqe};
-use nvmeof_net::{readable_now, recv_buf, write_out, PollWindow};
+use nvmeof_net::{recv_buf, write_out, PollWindow};
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
@@ -908,8 +908,8 @@ async fn sleep_until(deadline: Option<Instant>) {
 
 impl Driver {
     async fn run(mut self) {
-        // Whether `pump` reads the socket. While busy polling, `spin` checks
-        // readability with a lock-free `poll(2)` and reads itself; a `recv` in
+        // Whether `pump` reads the socket. While busy polling, `spin` reads
+        // the socket itself (non-blocking `recv`); a `recv` in
         // `pump` as well would mostly answer `WouldBlock` (at QD1 it was 1.9 of
         // 4.9 `recv` calls per I/O, one of them between submit and send).
         let mut read = true;
@@ -1013,21 +1013,24 @@ impl Driver {
             self.slept = Some(now);
             return Spin::Off;
         }
-        // Bytes read here are decoded (or were placed) by the next `pump`.
-        if readable_now(&c.stream) {
-            match read_some(c, &self.shared) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Ok(n) if n > 0 => {
-                    self.spin_since = None;
-                    return Spin::Work;
-                }
-                // The peer closed (or the socket failed). Reported as `Work`, the
-                // next `pump` did not read (`read` false), so the close was never
-                // seen: the poll stayed readable, every spin said `Work` again and
-                // restarted the window, and the task spun without yielding until
-                // a command deadline reset the connection.
-                _ => return Spin::Failed,
+        // A non-blocking `recv` straight away, not a `poll(2)` first: when the
+        // response is there, the check that finds it is the read that takes it,
+        // one syscall (~0.4 µs) less on the path of every response (4 KiB QD1
+        // reads with polling: p50 13.4 against 15.1 µs, with the target doing
+        // the same; AMD EPYC VM). Bytes read here are decoded (or were placed)
+        // by the next `pump`.
+        match read_some(c, &self.shared) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Ok(n) if n > 0 => {
+                self.spin_since = None;
+                return Spin::Work;
             }
+            // The peer closed (or the socket failed). Reported as `Work`, the
+            // next `pump` did not read (`read` false), so the close was never
+            // seen: every spin said `Work` again and restarted the window, and
+            // the task spun without yielding until a command deadline reset
+            // the connection.
+            _ => return Spin::Failed,
         }
         if !lock(&self.shared.subq).items.is_empty() {
             self.spin_since = None;

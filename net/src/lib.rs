@@ -243,12 +243,13 @@ pub fn write_out(stream: &TcpStream, out: &mut OutQueue) -> std::io::Result<()> 
 /// Whether the socket has something to read (data, EOF or an error), asked
 /// with a zero-timeout `poll(2)`.
 ///
-/// Busy-polling with `recv` takes the socket lock on every try; the peer's
-/// softirq delivering into the socket then finds it owned and defers the
-/// segment to the backlog (processed at `release_sock`) or spins on the lock,
-/// which on paravirtualised guests can halt the vCPU. `tcp_poll` reads the
-/// receive state without the lock, so a spin loop only calls `recv` when
-/// there is something to take.
+/// `tcp_poll` reads the receive state without the socket lock and honours
+/// `SO_RCVLOWAT`, so a spin loop that waits for the rest of a large PDU calls
+/// `recv` only once that has arrived. Where any byte is worth taking, the
+/// busy-poll loops call `recv` directly instead: a `poll(2)` before it put
+/// one more syscall on the path of every response. `recv` takes the socket
+/// lock on every try (the peer's softirq then defers a segment to the backlog,
+/// processed at `release_sock`), which measured no slower on 128 KiB reads.
 pub fn readable_now(stream: &TcpStream) -> bool {
     let mut pfd = libc::pollfd { fd: stream.as_raw_fd(), events: libc::POLLIN, revents: 0 };
     // SAFETY: one valid pollfd, zero timeout.

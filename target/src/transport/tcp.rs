@@ -304,7 +304,13 @@ pub async fn run_connection(
 
         // Adaptive polling: spin on non-blocking reads/completions for the window after activity.
         if poll.enabled() && last_activity.elapsed() < poll.current() && !draining {
-            if readable_now(&stream) {
+            // While no large PDU is awaited (SO_RCVLOWAT at 1) the check is the
+            // `recv` itself: a `poll(2)` first put one more syscall (~0.4 µs)
+            // on the path of every command (4 KiB QD1 reads with polling: p50
+            // 13.2 against 13.7 µs, AMD EPYC VM). Waiting for the rest of a
+            // large PDU, `poll` honours the low mark where a non-blocking `recv`
+            // would take every partial segment.
+            if low_mark <= 1 || readable_now(&stream) {
                 match recv_buf(&stream, &mut rbuf) {
                     Ok(0) => eof = true,
                     Ok(n) => {
