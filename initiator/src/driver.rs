@@ -1057,7 +1057,7 @@ impl Driver {
                     return false;
                 }
                 let queue = Queue::new(cfg, Instant::now());
-                let digest_window = nvmeof_net::app_data_digest_window(&stream);
+                let digest_window = nvmeof_net::app_data_digest_window();
                 let mut c = Conn {
                     stream,
                     dec: PduDecoder::new(queue.decoder_config()),
