@@ -13,5 +13,5 @@ if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq && apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-cargo build --release -q -p nvmeof-target -p nvmeof-tools
+cargo build --release -q -p nvmeof-target -p nvmeof-tools --bins --example cache_line_pingpong
 exec python3 bench/bench.py "$@"
