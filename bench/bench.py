@@ -89,8 +89,11 @@ class Target:
 
 
 # Cache-line round trips between the target's and the probe's cores, in ns,
-# one before each probe run (see line_rtt).
+# one before each baseline and probe run (see line_rtt), with what ran after it.
 LINE_RTT = []
+# Above this the two cores do not share a last-level cache (the AMD EPYC VM:
+# ~25 ns on SMT siblings, ~55 ns within a CCX, 310-370 ns otherwise).
+FAR_NS = 120
 
 
 def line_rtt():
@@ -109,7 +112,7 @@ def line_rtt():
 
 def probe(t, secs, *flags):
     """Runs the probe on core 1; returns (report json, probe cpu seconds, target cpu seconds)."""
-    LINE_RTT.append(line_rtt())
+    LINE_RTT.append((line_rtt(), " ".join(map(str, flags))))
     out = tempfile.NamedTemporaryFile(prefix="bench-time-", delete=False)
     out.close()
     cmd = taskset(1) + ["/usr/bin/time", "-f", "%U %S", "-o", out.name, PROBE, f"127.0.0.1:{t.port}",
@@ -171,6 +174,7 @@ def side(rep, name):
 
 
 def iperf3(secs):
+    LINE_RTT.append((line_rtt(), "iperf3"))
     port = free_port()
     srv = subprocess.Popen(taskset(0) + ["iperf3", "-s", "-1", "-p", str(port)], stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, start_new_session=True)
@@ -192,6 +196,7 @@ def sockperf(secs, size, spin=False):
     sleeping in epoll: the round trip of a polled exchange on this machine
     with nothing but the kernel's TCP in it, the floor of the QD1 polling row.
     """
+    LINE_RTT.append((line_rtt(), f"sockperf {size}{' spin' if spin else ''}"))
     port = free_port()
     addr = ["--tcp", "-i", "127.0.0.1", "-p", str(port)]
     feed = None
@@ -367,13 +372,13 @@ def goals(M, res, steal):
             "comparison close together), so they can differ from the ratio of the medians in the table.",
             "", "CPU time stolen by the hypervisor per round (a measure of noise from other guests): "
             + ", ".join(f"{x:.1f}%" for x in steal) + "."]
-    rtt = [x for x in LINE_RTT if x == x]
+    rtt = [x for x, _ in LINE_RTT if x == x]
     if rtt:
-        far = sum(x > 120 for x in rtt)
+        far = sum(x > FAR_NS for x in rtt)
         out += ["", "Round trip of one cache line between cores 0 and 1 (`cache_line_pingpong`, 100 ms before "
-                "each probe run; where the hypervisor placed the two vCPUs, which moves every loopback "
+                "each baseline and probe run; where the hypervisor placed the two vCPUs, which moves every loopback "
                 f"figure): median {med(rtt):.0f} ns, {min(rtt):.0f}–{max(rtt):.0f} ns, "
-                f"{far} of {len(rtt)} samples above 120 ns."]
+                f"{far} of {len(rtt)} samples above {FAR_NS} ns."]
     return "\n".join(out)
 
 
@@ -390,8 +395,19 @@ def main():
     rows = []  # (name, value, unit, note)
     res = {}
 
+    # Per result key, whether each round's figure was measured with the two
+    # vCPUs far apart (a cache-line sample above FAR_NS before any of the runs
+    # behind it; a key recorded without new runs, as the digested half of a
+    # pair, shares the runs of the key before it).
+    far = {}
+    seen = [0, []]
+
     def record(key, v):
         res.setdefault(key, []).append(v)
+        if len(LINE_RTT) > seen[0]:
+            seen[1] = [x for x, _ in LINE_RTT[seen[0]:]]
+            seen[0] = len(LINE_RTT)
+        far.setdefault(key, []).append(any(x > FAR_NS for x in seen[1]))
 
     ram = ["--ram", "512M", "--block-size", "512"]
     probe_poll = ["--poll-us", "50"]
@@ -601,6 +617,12 @@ def main():
         add("4 KiB QD32, block device", "not measured", "needs root, losetup and the loop driver")
     table = "| measurement | median | notes |\n|---|---|---|\n" + "\n".join(lines)
     table += "\n\n" + goals(M, res, steal)
+    # CPU-time keys go with their IOPS key.
+    hit = sorted(k for k, v in far.items() if any(v) and not k.endswith(("_pcpu", "_tcpu")))
+    if LINE_RTT:
+        table += ("\n\nResults with at least one round measured while the vCPUs were far apart (a sample above "
+                  f"{FAR_NS} ns before one of its runs; rounds far / rounds, keys of the `.json` file): "
+                  + (", ".join(f"{k} {sum(far[k])}/{len(far[k])}" for k in hit) or "none") + ".")
     print(table)
     cpu = ""
     try:
@@ -638,6 +660,7 @@ def main():
     # Every round's figures, for checking the medians and ratios above.
     raw = os.path.splitext(a.out)[0] + ".json"
     with open(raw, "w") as f:
+        # [ns, probe flags] per probe run, in run order.
         json.dump({**res, "line_rtt_ns": LINE_RTT}, f, indent=1, sort_keys=True)
     print(f"\nwritten to {a.out} and {raw}", file=sys.stderr)
 
