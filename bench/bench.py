@@ -99,9 +99,10 @@ FAR_NS = 120
 def line_rtt():
     """Round trip of one cache line between cores 0 and 1 (ns, 100 ms of
     ping-pong; nan if it fails). On a VM it shows where the hypervisor has put
-    the two vCPUs at that moment: on the AMD EPYC VM ~60 ns in some phases and
-    150-340 ns in others, seconds apart, and loopback throughput moved with it
-    (128 KiB polled reads 3.1-3.9 GB/s in the slow phases, 4.2-4.8 in the fast)."""
+    the two vCPUs at that moment: on the AMD EPYC VM ~25 ns (SMT siblings),
+    ~55 ns (one core complex) or 310-370 ns, seconds apart, and loopback
+    throughput moved with it (128 KiB polled reads 2.1-4.0 GB/s far apart,
+    4.2-4.8 near)."""
     try:
         r = subprocess.run([PINGPONG, "0", str(1 % (os.cpu_count() or 1)), "100"],
                            capture_output=True, text=True, timeout=10)

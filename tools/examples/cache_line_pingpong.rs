@@ -3,9 +3,10 @@
 //! `bench/run.sh` runs it between the target's core and the probe's core in
 //! each round. On a virtual machine it shows where the hypervisor has put the
 //! two vCPUs, which moves every loopback figure: on the AMD EPYC VM of
-//! docs/benchmarks-amd-epyc.md a line went back and forth in ~60 ns in some
-//! phases and in 150–340 ns in others, and 128 KiB polled reads ran at
-//! 3.1–3.9 GB/s in the slow phases against 4.2–4.8 GB/s in the fast ones.
+//! docs/benchmarks-amd-epyc.md a line went back and forth in ~25 ns (SMT
+//! siblings), ~55 ns (one core complex) or 310–370 ns (no shared last-level
+//! cache), changing seconds apart, and 128 KiB polled reads ran at 2.1–4.0
+//! GB/s in the far phases against 4.2–4.8 GB/s in the near ones.
 //!
 //! Usage: `cache_line_pingpong [CORE_A CORE_B [MILLISECONDS]]` (defaults 0 1 200).
 //! Prints the median over ten slices of the run of the mean round trip in ns.
