@@ -89,16 +89,17 @@ class Target:
 
 
 # Cache-line round trips between the target's and the probe's cores, in ns,
-# one before each baseline and probe run (see line_rtt), with what ran after it.
+# one before each baseline and probe run (see sample_line_rtt), with what ran after it.
 LINE_RTT = []
 # Above this the two cores do not share a last-level cache (the AMD EPYC VM:
 # ~25 ns on SMT siblings, ~55 ns within a CCX, 310-370 ns otherwise).
 FAR_NS = 120
 
 
-def line_rtt():
-    """Round trip of one cache line between cores 0 and 1 (ns, 100 ms of
-    ping-pong; nan if it fails). On a VM it shows where the hypervisor has put
+def sample_line_rtt(label):
+    """Appends to LINE_RTT, with `label` (what runs next), the round trip of
+    one cache line between cores 0 and 1 (ns, 100 ms of ping-pong; nan if it
+    fails). On a VM it shows where the hypervisor has put
     the two vCPUs at that moment: on the AMD EPYC VM ~25 ns (SMT siblings),
     ~55 ns (one core complex) or 310-370 ns, seconds apart, and loopback
     throughput moved with it (128 KiB polled reads 2.1-4.0 GB/s far apart,
@@ -106,14 +107,15 @@ def line_rtt():
     try:
         r = subprocess.run([PINGPONG, "0", str(1 % (os.cpu_count() or 1)), "100"],
                            capture_output=True, text=True, timeout=10)
-        return float(r.stdout.strip()) if r.returncode == 0 else float("nan")
+        ns = float(r.stdout.strip()) if r.returncode == 0 else float("nan")
     except (OSError, ValueError, subprocess.TimeoutExpired):
-        return float("nan")
+        ns = float("nan")
+    LINE_RTT.append((ns, label))
 
 
 def probe(t, secs, *flags):
     """Runs the probe on core 1; returns (report json, probe cpu seconds, target cpu seconds)."""
-    LINE_RTT.append((line_rtt(), " ".join(map(str, flags))))
+    sample_line_rtt(" ".join(map(str, flags)))
     out = tempfile.NamedTemporaryFile(prefix="bench-time-", delete=False)
     out.close()
     cmd = taskset(1) + ["/usr/bin/time", "-f", "%U %S", "-o", out.name, PROBE, f"127.0.0.1:{t.port}",
@@ -175,7 +177,7 @@ def side(rep, name):
 
 
 def iperf3(secs):
-    LINE_RTT.append((line_rtt(), "iperf3"))
+    sample_line_rtt("iperf3")
     port = free_port()
     srv = subprocess.Popen(taskset(0) + ["iperf3", "-s", "-1", "-p", str(port)], stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, start_new_session=True)
@@ -197,7 +199,7 @@ def sockperf(secs, size, spin=False):
     sleeping in epoll: the round trip of a polled exchange on this machine
     with nothing but the kernel's TCP in it, the floor of the QD1 polling row.
     """
-    LINE_RTT.append((line_rtt(), f"sockperf {size}{' spin' if spin else ''}"))
+    sample_line_rtt(f"sockperf {size}{' spin' if spin else ''}")
     port = free_port()
     addr = ["--tcp", "-i", "127.0.0.1", "-p", str(port)]
     feed = None
@@ -401,14 +403,14 @@ def main():
     # behind it; a key recorded without new runs, as the digested half of a
     # pair, shares the runs of the key before it).
     far = {}
-    seen = [0, []]
+    runs_start, runs_end = 0, 0  # LINE_RTT[runs_start:runs_end]: the samples behind the last result
 
     def record(key, v):
+        nonlocal runs_start, runs_end
         res.setdefault(key, []).append(v)
-        if len(LINE_RTT) > seen[0]:
-            seen[1] = [x for x, _ in LINE_RTT[seen[0]:]]
-            seen[0] = len(LINE_RTT)
-        far.setdefault(key, []).append(any(x > FAR_NS for x in seen[1]))
+        if len(LINE_RTT) > runs_end:
+            runs_start, runs_end = runs_end, len(LINE_RTT)
+        far.setdefault(key, []).append(any(x > FAR_NS for x, _ in LINE_RTT[runs_start:runs_end]))
 
     ram = ["--ram", "512M", "--block-size", "512"]
     probe_poll = ["--poll-us", "50"]
