@@ -275,6 +275,22 @@ def digest_cost(res, rw, suffix=""):
 SEQ_CFGS = (("", "polling off"), ("_poll", "polling on both sides"))
 
 
+def source_revision():
+    """The commit the binaries were built from, "-dirty" when the checkout has
+    changes git tracks (an A/B run of uncommitted code must not read as the
+    commit's), or "unknown" outside a git checkout."""
+    try:
+        head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=12", "HEAD"],
+                              capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return "unknown"
+        dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=10)
+        return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown"
+
+
 def read_first(path):
     """First word of a file (a sysctl), or "?"."""
     try:
@@ -689,6 +705,7 @@ def main():
         tcp += f", L2 {l2 >> 10} KiB per core"
     # It caps the default socket send buffer (208 KiB on a stock kernel).
     tcp += f", net.core.wmem_max {read_first('/proc/sys/net/core/wmem_max')}"
+    rev = source_revision()
     with open(a.out, "w") as f:
         f.write("# Benchmarks\n\nProduced by `bench/run.sh` (loopback, RAM namespace 512 MiB written in full "
                 "before measuring, target pinned to "
@@ -704,13 +721,14 @@ def main():
                 "the pair does not land on the digest cost. Every round's figures are in the "
                 f"`.json` file beside this one.\n\n"
                 f"Machine: {platform.node()}, {os.cpu_count()} CPUs ({cpu}), {platform.release()}, {tcp}, "
-                f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}.\n\n{table}\n")
+                f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Source: commit {rev}.\n\n{table}\n")
     # Every round's figures, for checking the medians and ratios above.
     raw = os.path.splitext(a.out)[0] + ".json"
     with open(raw, "w") as f:
         # [ns, probe flags] per probe run, in run order.
         # far_rounds: per key, whether each round ran with the vCPUs far apart.
-        json.dump({**res, "line_rtt_ns": LINE_RTT, "far_rounds": far}, f, indent=1, sort_keys=True)
+        # source_revision: the commit measured (see source_revision).
+        json.dump({**res, "line_rtt_ns": LINE_RTT, "far_rounds": far, "source_revision": rev}, f, indent=1, sort_keys=True)
     print(f"\nwritten to {a.out} and {raw}", file=sys.stderr)
 
 
