@@ -136,6 +136,34 @@ fn check_fio_json(j: &Value, bs: u64, ctx: &str) -> (u64, u64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_without_nqn_uses_the_one_subsystem_discovery_lists() {
+    bounded(60, async {
+        let t = start_target(512, None).await;
+        let o = ProbeOptions::parse_args(["nvmeof-probe", t.addr.as_str(), "--count", "50"]).unwrap();
+        assert_eq!(o.nqn, None);
+        let r = nvmeof_tools::run_probe(&o).await.unwrap();
+        assert_eq!(r.stats(OpKind::Read).ops, 50);
+        assert_eq!(r.to_fio_json()["jobs"][0]["nvmeof_probe"]["nqn"], NQN);
+        // A second subsystem: which one is meant is for the user to say.
+        let other = "nqn.2024-01.io.nvmeof.test:tools-other";
+        let sub = Arc::new(Subsystem::new(other, "nvmeof-tools-test", None, false));
+        sub.add_namespace(Arc::new(Namespace::new(other, 1, Arc::new(MemBackend::new(NS_SIZE, 512)))));
+        t.server.target.add_subsystem(sub);
+        let e = nvmeof_tools::run_probe(&o).await.unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
+        assert!(
+            e.message.contains("2 subsystems") && e.message.contains(NQN) && e.message.contains(other),
+            "{e}"
+        );
+        // Naming one still works.
+        let o = t.opts(&["--count", "10"]);
+        assert_eq!(nvmeof_tools::run_probe(&o).await.unwrap().stats(OpKind::Read).ops, 10);
+        t.stop().await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_flag_combination_reports_fio_json() {
     bounded(60, async {
         let t = start_target(512, None).await;
@@ -658,6 +686,14 @@ async fn admin_cli_outputs_and_exit_codes() {
         )
         .unwrap();
         assert_eq!(j["namespaces"][0]["size_bytes"], NS_SIZE);
+        // Without --nqn the discovery log names the subsystem: the one this host may use...
+        assert_eq!(admin(&["nvmeof", "list", a, h[0], h[1]], b"").await.unwrap(), text);
+        // ...and none for a host the subsystem does not allow.
+        let e = admin(&["nvmeof", "list", a, "--hostnqn", "nqn.2024-01.io.nvmeof.test:intruder"], b"")
+            .await
+            .unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::NotFound, "{e}");
+        assert!(e.message.contains("lists no NVM subsystem"), "{e}");
         // write from stdin (zero-padded), read back to stdout and to a file
         let data: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
         let w = admin(&["nvmeof", "write", a, "--nqn", NQN, "--lba", "5", h[0], h[1]], &data).await.unwrap();
@@ -710,7 +746,10 @@ async fn admin_cli_outputs_and_exit_codes() {
         let e = admin(&["nvmeof", "list", &addr, "--nqn", NQN, h[0], h[1]], b"").await.unwrap_err();
         assert_eq!(e.exit_code(), ExitCode::Transport, "{e}");
         assert!(e.message.contains("refused"), "{e}");
-        assert!(admin::Cli::parse_args(["nvmeof", "list", "x"]).is_err(), "--nqn is required");
+        // Without --nqn the discovery that would find the subsystem is what fails.
+        let e = admin(&["nvmeof", "list", &addr, h[0], h[1]], b"").await.unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::Transport, "{e}");
+        assert!(e.message.contains("discovery at") && e.message.contains("refused"), "{e}");
     })
     .await;
 }

@@ -27,8 +27,11 @@ use std::time::{Duration, Instant, SystemTime};
 use bytes::{Bytes, BytesMut};
 use hdrhistogram::Histogram;
 use nvmeof_common::opcode::IoOpcode;
+use nvmeof_common::spec::discovery::DiscoveryLog;
 use nvmeof_common::{Sqe, Status};
-use nvmeof_initiator::{ConnectOptions, Controller, HostIdentity, Payload, ReconnectPolicy};
+use nvmeof_initiator::{
+    discover, nvme_subsystems, ConnectOptions, Controller, HostIdentity, Payload, ReconnectPolicy,
+};
 
 use crate::error::{ErrorKind, ToolError};
 use crate::pacer::Pacer;
@@ -117,9 +120,10 @@ impl OpKind {
 pub struct ProbeOptions {
     /// Target address: HOST or HOST:PORT (default port 4420).
     pub target: String,
-    /// Subsystem NQN.
+    /// Subsystem NQN (default: the one NVM subsystem the target's discovery
+    /// log lists).
     #[arg(long)]
-    pub nqn: String,
+    pub nqn: Option<String>,
     /// Namespace ID.
     #[arg(long, default_value_t = 1)]
     pub nsid: u32,
@@ -284,7 +288,7 @@ impl ProbeOptions {
         if self.threads == Some(0) {
             return Err(ToolError::usage("--threads must be at least 1"));
         }
-        if self.nqn.is_empty() {
+        if self.nqn.as_deref() == Some("") {
             return Err(ToolError::usage("--nqn must not be empty"));
         }
         util::target_addr(&self.target, DEFAULT_PORT).map_err(ToolError::usage)?;
@@ -948,6 +952,64 @@ pub async fn connect(addr: &str, nqn: &str, opts: ConnectOptions) -> Result<Cont
     })
 }
 
+/// The subsystem to connect to at `addr`: `nqn` when given, else the one NVM
+/// subsystem the discovery controller there lists (asked with `opts`' host
+/// identity and timeouts), so a target exporting one subsystem needs no
+/// `--nqn`. nvmet and `nvmeof-target` serve discovery on their I/O ports;
+/// SPDK only where a discovery listener was added (then give `--nqn`).
+pub async fn subsystem_nqn(
+    addr: &str,
+    nqn: Option<&str>,
+    opts: &ConnectOptions,
+) -> Result<String, ToolError> {
+    if let Some(n) = nqn {
+        return Ok(n.to_string());
+    }
+    let d = ConnectOptions {
+        host: opts.host.clone(),
+        connect_timeout: opts.connect_timeout,
+        command_timeout: opts.command_timeout,
+        ..ConnectOptions::discovery()
+    };
+    let log = discover(addr, d).await.map_err(|e| {
+        ToolError::from_initiator(&format!("discovery at {addr} (to find the subsystem; or give --nqn)"), &e)
+    })?;
+    let nqn = only_subsystem(&log, addr)?;
+    tracing::info!(%addr, subnqn = %nqn, "no --nqn given: the discovery log lists this one subsystem");
+    Ok(nqn)
+}
+
+/// The one NVM subsystem `log` lists for TCP. Entries for the port of `addr`
+/// count first: our target lists every port's subsystems, nvmet only the
+/// asked port's (`nvmet_execute_disc_get_log_page`). None is a not-found
+/// error, several a usage error naming them.
+pub fn only_subsystem(log: &DiscoveryLog, addr: &str) -> Result<String, ToolError> {
+    let port = addr.rsplit_once(':').map(|(_, p)| p.trim_end_matches(']'));
+    let mut all: Vec<&str> = Vec::new();
+    let mut here: Vec<&str> = Vec::new();
+    for e in nvme_subsystems(log) {
+        let n = e.subnqn.as_str();
+        if !all.contains(&n) {
+            all.push(n);
+        }
+        if Some(e.trsvcid.as_str()) == port && !here.contains(&n) {
+            here.push(n);
+        }
+    }
+    let names = if here.is_empty() { all } else { here };
+    match names.as_slice() {
+        [one] => Ok(one.to_string()),
+        [] => Err(ToolError::not_found(format!(
+            "the discovery log at {addr} lists no NVM subsystem for this host (give --nqn)"
+        ))),
+        many => Err(ToolError::usage(format!(
+            "the discovery log at {addr} lists {} subsystems; choose one with --nqn: {}",
+            many.len(),
+            many.join(", ")
+        ))),
+    }
+}
+
 /// Namespace facts the probe needs.
 #[derive(Clone, Copy, Debug)]
 pub struct NsInfo {
@@ -1078,7 +1140,11 @@ pub async fn run_probe_with(opts: &ProbeOptions, hooks: Hooks) -> Result<Report,
     opts.validate()?;
     let addr = opts.addr();
     let qd = if opts.ping { 1 } else { opts.qd };
-    let ctrl = connect(&addr, &opts.nqn, opts.connect_options(qd)).await?;
+    let copts = opts.connect_options(qd);
+    let nqn = subsystem_nqn(&addr, opts.nqn.as_deref(), &copts).await?;
+    let ctrl = connect(&addr, &nqn, copts).await?;
+    // The report names the subsystem it measured, found or given.
+    let opts = &ProbeOptions { nqn: Some(nqn), ..opts.clone() };
     let r = run_connected(opts, &addr, &ctrl, hooks).await;
     if let Err(e) = ctrl.shutdown().await {
         tracing::debug!(error = %e, "controller shutdown failed");
@@ -1431,6 +1497,45 @@ async fn run_ping(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::ExitCode;
+    use nvmeof_common::spec::discovery::{DiscoveryLogEntry, SubType, TrType};
+
+    #[test]
+    fn only_subsystem_prefers_the_asked_port_and_names_the_choices() {
+        let entry = |subtype, trtype, port: &str, nqn: &str| DiscoveryLogEntry {
+            subtype,
+            trtype,
+            trsvcid: port.into(),
+            subnqn: nqn.into(),
+            traddr: "127.0.0.1".into(),
+            ..DiscoveryLogEntry::default()
+        };
+        let (nvme, tcp) = (SubType::NVME, TrType::TCP);
+        let log = DiscoveryLog::new(
+            1,
+            vec![
+                entry(SubType::CURRENT_DISCOVERY, tcp, "4420", "nqn.2014-08.org.nvmexpress.discovery"),
+                entry(SubType::REFERRAL, tcp, "4420", "nqn.referral"),
+                entry(nvme, TrType::RDMA, "4420", "nqn.rdma"),
+                entry(nvme, tcp, "4420", "nqn.a"),
+                entry(nvme, tcp, "4421", "nqn.a"),
+                entry(nvme, tcp, "4421", "nqn.b"),
+            ],
+        );
+        // Only nqn.a is on the asked port; discovery, referral and RDMA entries never count.
+        assert_eq!(only_subsystem(&log, "127.0.0.1:4420").unwrap(), "nqn.a");
+        assert_eq!(only_subsystem(&log, "[::1]:4420").unwrap(), "nqn.a");
+        let e = only_subsystem(&log, "127.0.0.1:4421").unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::Usage);
+        assert!(e.message.contains("2 subsystems") && e.message.contains("nqn.a, nqn.b"), "{e}");
+        // No entry for the asked port (another address's log): all of them count.
+        let e = only_subsystem(&log, "127.0.0.1:8009").unwrap_err();
+        assert!(e.message.contains("nqn.a, nqn.b"), "{e}");
+        let log = DiscoveryLog::new(1, vec![entry(nvme, tcp, "4421", "nqn.b")]);
+        assert_eq!(only_subsystem(&log, "127.0.0.1:8009").unwrap(), "nqn.b");
+        let e = only_subsystem(&DiscoveryLog::new(1, Vec::new()), "127.0.0.1:4420").unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::NotFound);
+    }
 
     #[test]
     fn parses_flags() {

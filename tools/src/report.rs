@@ -70,7 +70,7 @@ impl Report {
         let started = self.started.duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let mut own = json!({
             "target": self.addr,
-            "nqn": o.nqn,
+            "nqn": o.nqn.as_deref().unwrap_or_default(),
             "nsid": o.nsid,
             "mode": if o.ping { "ping" } else { "bench" },
             "rw": o.rw.as_str(),
@@ -158,7 +158,7 @@ impl Report {
             self.qd,
             self.queues,
             self.addr,
-            o.nqn,
+            o.nqn.as_deref().unwrap_or_default(),
             o.nsid
         );
         for op in [OpKind::Read, OpKind::Write] {
@@ -226,7 +226,12 @@ impl Report {
             (false, true) => "written",
             _ => "transferred",
         };
-        let mut s = format!("\n--- {} nsid={} ({}) ioping statistics ---\n", self.addr, o.nsid, o.nqn);
+        let mut s = format!(
+            "\n--- {} nsid={} ({}) ioping statistics ---\n",
+            self.addr,
+            o.nsid,
+            o.nqn.as_deref().unwrap_or_default()
+        );
         s += &format!(
             "{n} requests completed in {}, {} {what}, {} iops, {}/s\n",
             fmt_ns(busy),
