@@ -269,7 +269,9 @@ client_cmd() {
         custom) printf '%s' "$HOST_CLIENT_CMD" ;;
         icreq) printf 'python3 %q' "$HERE/icreq-smoke.py" ;;
         initiator) printf '%q' "$INTEROP_INITIATOR_BIN" ;;
-        probe-randread) printf '%s' "$probe --rw randread --bs 4k --qd 8 --time 3s" ;;
+        # Without --nqn: the probe finds the subsystem in the discovery log
+        # nvmet serves on its I/O port.
+        probe-randread) printf '%s' "\"$NVMEOF_PROBE_BIN\" 127.0.0.1:\$NVME_PORT -q --rw randread --bs 4k --qd 8 --time 3s" ;;
         # --verify checks blocks the probe wrote itself: fill a 16 MiB region
         # sequentially (128 KiB writes, R2T), then random 4 KiB reads of it
         # with digests on, every block checked.
