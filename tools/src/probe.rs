@@ -980,11 +980,11 @@ pub async fn subsystem_nqn(
 }
 
 /// The one NVM subsystem `log` lists for TCP. Entries for the port of `addr`
-/// count first: our target lists every port's subsystems, nvmet only the
+/// (`HOST:PORT` or `[IPv6]:PORT`) count first: our target lists every port's subsystems, nvmet only the
 /// asked port's (`nvmet_execute_disc_get_log_page`). None is a not-found
 /// error, several a usage error naming them.
 pub fn only_subsystem(log: &DiscoveryLog, addr: &str) -> Result<String, ToolError> {
-    let port = addr.rsplit_once(':').map(|(_, p)| p.trim_end_matches(']'));
+    let port = addr.rsplit_once(':').map(|(_, p)| p);
     let mut all: Vec<&str> = Vec::new();
     let mut here: Vec<&str> = Vec::new();
     for e in nvme_subsystems(log) {
