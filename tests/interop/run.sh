@@ -264,14 +264,15 @@ hook_ping() { echo "pong $*"; }
 # kernel-target clients.  client_cmd NAME prints the command (bash -c) for
 # the guest step host-NAME; client_limit NAME its time limit in seconds.
 client_cmd() {
-    local probe="\"$NVMEOF_PROBE_BIN\" 127.0.0.1:\$NVME_PORT --nqn \"\$NVME_NQN\" -q"
+    local probe_any="\"$NVMEOF_PROBE_BIN\" 127.0.0.1:\$NVME_PORT -q"
+    local probe="$probe_any --nqn \"\$NVME_NQN\""
     case $1 in
         custom) printf '%s' "$HOST_CLIENT_CMD" ;;
         icreq) printf 'python3 %q' "$HERE/icreq-smoke.py" ;;
         initiator) printf '%q' "$INTEROP_INITIATOR_BIN" ;;
         # Without --nqn: the probe finds the subsystem in the discovery log
         # nvmet serves on its I/O port.
-        probe-randread) printf '%s' "\"$NVMEOF_PROBE_BIN\" 127.0.0.1:\$NVME_PORT -q --rw randread --bs 4k --qd 8 --time 3s" ;;
+        probe-randread) printf '%s' "$probe_any --rw randread --bs 4k --qd 8 --time 3s" ;;
         # --verify checks blocks the probe wrote itself: fill a 16 MiB region
         # sequentially (128 KiB writes, R2T), then random 4 KiB reads of it
         # with digests on, every block checked.

@@ -14,7 +14,7 @@ use nvmeof_initiator::{discover, ConnectOptions, Controller, IoFlags};
 use serde_json::{json, Value};
 
 use crate::error::ToolError;
-use crate::probe::{connect, connect_options, namespace_info, subsystem_nqn};
+use crate::probe::{connect, connect_options, discovery_options, namespace_info};
 use crate::util::{fmt_bytes, parse_host_nqn, parse_positive_duration, target_addr, DEFAULT_PORT};
 
 /// `nvmeof`: administer and access NVMe/TCP targets.
@@ -153,15 +153,7 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
     match &cli.cmd {
         Command::Discover { addr } => {
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
-            let opts = ConnectOptions {
-                host: cli.opts(0).host,
-                connect_timeout: cli.timeout,
-                command_timeout: cli.timeout,
-                hdr_digest: cli.digests,
-                data_digest: cli.digests,
-                ..ConnectOptions::discovery()
-            };
-            let log = discover(addr.as_str(), opts)
+            let log = discover(addr.as_str(), discovery_options(&cli.opts(0)))
                 .await
                 .map_err(|e| ToolError::from_initiator(&format!("discovery at {addr}"), &e))?;
             if cli.json {
@@ -172,14 +164,14 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
         }
         Command::Identify { addr, nqn, nsid } => {
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
-            let ctrl = connect_to(&addr, nqn.as_deref(), cli.opts(0)).await?;
+            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(0)).await?;
             let r = identify(cli, &ctrl, *nsid, out).await;
             close(ctrl).await;
             r
         }
         Command::List { addr, nqn } => {
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
-            let ctrl = connect_to(&addr, nqn.as_deref(), cli.opts(0)).await?;
+            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(0)).await?;
             let r = list(cli, &ctrl, out).await;
             close(ctrl).await;
             r
@@ -189,7 +181,7 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
                 return Err(ToolError::usage("read --json needs --file (the data goes to stdout otherwise)"));
             }
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
-            let ctrl = connect_to(&addr, nqn.as_deref(), cli.opts(1)).await?;
+            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(1)).await?;
             let r = read(cli, &ctrl, *nsid, *lba, *count, file.as_ref(), out).await;
             close(ctrl).await;
             r
@@ -203,18 +195,12 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
                 None => input.read_to_end(&mut data),
             }
             .map_err(|e| ToolError::usage(format!("cannot read {src}: {e}")))?;
-            let ctrl = connect_to(&addr, nqn.as_deref(), cli.opts(1)).await?;
+            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(1)).await?;
             let r = write(cli, &ctrl, *nsid, *lba, *count, data, *fua, &src, out).await;
             close(ctrl).await;
             r
         }
     }
-}
-
-/// Connects to `nqn` at `addr`, or to the one subsystem discovery finds there.
-async fn connect_to(addr: &str, nqn: Option<&str>, opts: ConnectOptions) -> Result<Controller, ToolError> {
-    let nqn = subsystem_nqn(addr, nqn, &opts).await?;
-    connect(addr, &nqn, opts).await
 }
 
 async fn close(ctrl: Controller) {

@@ -939,8 +939,10 @@ pub fn connect_options(
     }
 }
 
-/// Connects to `addr`/`nqn`; errors say what failed.
-pub async fn connect(addr: &str, nqn: &str, opts: ConnectOptions) -> Result<Controller, ToolError> {
+/// Connects to subsystem `nqn` at `addr`, or to the one subsystem discovery
+/// finds there when `nqn` is `None` ([`subsystem_nqn`]); errors say what failed.
+pub async fn connect(addr: &str, nqn: Option<&str>, opts: ConnectOptions) -> Result<Controller, ToolError> {
+    let nqn = &subsystem_nqn(addr, nqn, &opts).await?;
     let host = opts.host.clone();
     Controller::connect(addr, nqn, opts).await.map_err(|e| {
         let mut err = ToolError::from_initiator(&format!("connect to {addr} (subsystem {nqn})"), &e);
@@ -952,9 +954,22 @@ pub async fn connect(addr: &str, nqn: &str, opts: ConnectOptions) -> Result<Cont
     })
 }
 
+/// What a discovery connection takes from the connection options of the
+/// tool: the host identity, the timeouts and the digests.
+pub fn discovery_options(opts: &ConnectOptions) -> ConnectOptions {
+    ConnectOptions {
+        host: opts.host.clone(),
+        connect_timeout: opts.connect_timeout,
+        command_timeout: opts.command_timeout,
+        hdr_digest: opts.hdr_digest,
+        data_digest: opts.data_digest,
+        ..ConnectOptions::discovery()
+    }
+}
+
 /// The subsystem to connect to at `addr`: `nqn` when given, else the one NVM
-/// subsystem the discovery controller there lists (asked with `opts`' host
-/// identity and timeouts), so a target exporting one subsystem needs no
+/// subsystem the discovery controller there lists (asked with
+/// [`discovery_options`] of `opts`), so a target exporting one subsystem needs no
 /// `--nqn`. nvmet and `nvmeof-target` serve discovery on their I/O ports;
 /// SPDK only where a discovery listener was added (then give `--nqn`).
 pub async fn subsystem_nqn(
@@ -965,13 +980,7 @@ pub async fn subsystem_nqn(
     if let Some(n) = nqn {
         return Ok(n.to_string());
     }
-    let d = ConnectOptions {
-        host: opts.host.clone(),
-        connect_timeout: opts.connect_timeout,
-        command_timeout: opts.command_timeout,
-        ..ConnectOptions::discovery()
-    };
-    let log = discover(addr, d).await.map_err(|e| {
+    let log = discover(addr, discovery_options(opts)).await.map_err(|e| {
         ToolError::from_initiator(&format!("discovery at {addr} (to find the subsystem; or give --nqn)"), &e)
     })?;
     let nqn = only_subsystem(&log, addr)?;
@@ -1140,11 +1149,9 @@ pub async fn run_probe_with(opts: &ProbeOptions, hooks: Hooks) -> Result<Report,
     opts.validate()?;
     let addr = opts.addr();
     let qd = if opts.ping { 1 } else { opts.qd };
-    let copts = opts.connect_options(qd);
-    let nqn = subsystem_nqn(&addr, opts.nqn.as_deref(), &copts).await?;
-    let ctrl = connect(&addr, &nqn, copts).await?;
+    let ctrl = connect(&addr, opts.nqn.as_deref(), opts.connect_options(qd)).await?;
     // The report names the subsystem it measured, found or given.
-    let opts = &ProbeOptions { nqn: Some(nqn), ..opts.clone() };
+    let opts = &ProbeOptions { nqn: Some(ctrl.subnqn().to_string()), ..opts.clone() };
     let r = run_connected(opts, &addr, &ctrl, hooks).await;
     if let Err(e) = ctrl.shutdown().await {
         tracing::debug!(error = %e, "controller shutdown failed");
