@@ -5,7 +5,7 @@ use bytes::Bytes;
 use nvmeof_common::opcode::FabricsType;
 use nvmeof_common::spec::connect::{data_off, invalid_param_dw0, CONNECT_DATA_LEN};
 use nvmeof_common::spec::property::{Cap, PropertyGet, PropertyOffset, PropertySet};
-use nvmeof_common::spec::{ConnectCmd, ConnectData, CNTLID_DYNAMIC};
+use nvmeof_common::spec::{ConnectCmd, ConnectData, SpecError, CNTLID_DYNAMIC};
 use nvmeof_common::sqe::fabrics_off;
 use nvmeof_common::{Sqe, Status};
 use tracing::{info, warn};
@@ -13,8 +13,11 @@ use tracing::{info, warn};
 use super::{expect_len, Exec, QueueCtx, Response};
 use crate::core::Controller;
 
-/// Admin queue depth limit (nvmet `NVMET_AQ_DEPTH`).
-pub const ADMIN_QUEUE_ENTRIES: u32 = 32;
+/// Admin queue depth limit: SPDK's default (`SPDK_NVMF_TCP_DEFAULT_AQ_DEPTH`,
+/// 128). nvmet-tcp bounds the admin SQSIZE by nothing ("for fabrics, this
+/// value applies to only the I/O Submission Queues", `nvmet_install_queue`);
+/// Linux and SPDK hosts ask for 32 entries, other hosts for more.
+pub const ADMIN_QUEUE_ENTRIES: u32 = 128;
 /// KATO given to discovery controllers whose host passed 0 (nvmet: 120 s).
 pub const DISCOVERY_KATO_MS: u32 = 120_000;
 
@@ -26,8 +29,13 @@ pub fn parse(ctx: &QueueCtx, sqe: &Sqe) -> Result<(), Status> {
         return if ft == FabricsType::CONNECT { Ok(()) } else { Err(Status::INVALID_OPCODE.with_dnr()) };
     }
     match ft {
-        // A second Connect on a live queue (nvmet_install_queue: sq already bound).
-        FabricsType::CONNECT => Err(Status::CMD_SEQ_ERROR.with_dnr()),
+        // A second Connect on a live queue: Invalid Opcode, as nvmet and SPDK
+        // answer it (once the queue has a controller, nvmet_req_init parses
+        // fabrics commands with nvmet_parse_fabrics_{admin,io}_cmd, which know
+        // no Connect; SPDK's nvmf_ctrlr_process_fabrics_cmd likewise).
+        // Command Sequence Error is for a QID already connected on another
+        // connection (nvmet_install_queue), below in `connect`.
+        FabricsType::CONNECT => Err(Status::INVALID_OPCODE.with_dnr()),
         // nvmet_execute_prop_{get,set}: nvmet_check_transfer_len(req, 0); Disconnect
         // moves no data either.
         FabricsType::PROPERTY_GET | FabricsType::PROPERTY_SET if ctx.is_admin() => expect_len(sqe, 0),
@@ -83,7 +91,13 @@ fn connect(ctx: &mut QueueCtx, sqe: &Sqe, data: &[u8]) -> Response {
         Ok(d) => d,
         Err(e) => {
             warn!(error = %e, "Connect data malformed");
-            return invalid_param(true, data_off::SUBNQN);
+            // IATTR/IPO name the NQN field that failed (a HOSTNQN without a
+            // NUL is not the SUBNQN's fault).
+            let offset = match e {
+                SpecError::NotTerminated { offset, .. } | SpecError::NotUtf8 { offset } => offset,
+                _ => data_off::SUBNQN,
+            };
+            return invalid_param(true, offset);
         }
     };
     let target = ctx.target.clone();
