@@ -40,6 +40,7 @@ ALL_SCENARIOS=(kernel-host kernel-target kernel-target-file kernel-host-direct k
 : "${NVMEOF_TARGET_BIN:=$REPO/build/release/nvmeof-target}"
 : "${NVMEOF_TARGET_ARGS:=}"
 : "${INTEROP_INITIATOR_BIN:=$REPO/build/release/interop_initiator}"
+: "${INTEROP_STATUSES_BIN:=$REPO/build/release/interop_statuses}"
 : "${NVMEOF_PROBE_BIN:=$REPO/build/release/nvmeof-probe}"
 : "${INTEROP_IO_SECS:=5}"                # interop_initiator: verified I/O per round
 : "${NS2_SIZE_MB:=64}"                   # kernel-host ns-add-aen: namespace 2
@@ -65,7 +66,7 @@ NS_SIZE=$((NS_SIZE_MB * 1024 * 1024))
 if [ -n "$HOST_CLIENT_CMD" ]; then
     : "${CLIENT_STEPS:=custom}"
 else
-    : "${CLIENT_STEPS:=icreq initiator probe-randread probe-verify}"
+    : "${CLIENT_STEPS:=icreq initiator statuses probe-randread probe-verify}"
 fi
 
 say() { printf '%s\n' "$*"; }
@@ -270,6 +271,10 @@ client_cmd() {
         custom) printf '%s' "$HOST_CLIENT_CMD" ;;
         icreq) printf 'python3 %q' "$HERE/icreq-smoke.py" ;;
         initiator) printf '%q' "$INTEROP_INITIATOR_BIN" ;;
+        # Commands a host can get wrong, each against the status nvmet
+        # answers with (tests/src/conformance.rs; the same rows run against
+        # our target in tests/tests/target_conformance.rs).
+        statuses) printf '%q' "$INTEROP_STATUSES_BIN" ;;
         # Without --nqn: the probe finds the subsystem in the discovery log
         # nvmet serves on its I/O port.
         probe-randread) printf '%s' "$probe_any --rw randread --bs 4k --qd 8 --time 3s" ;;
@@ -287,6 +292,7 @@ client_limit() {
         custom) l=$((CLIENT_TIMEOUT - 15)) ;;
         icreq) l=75 ;;
         initiator) l=$((2 * INTEROP_IO_SECS + 150)) ;;
+        statuses) l=75 ;;
         probe-*) l=90 ;;
         *) l=60 ;;
     esac
@@ -296,6 +302,7 @@ client_limit() {
 client_binary() { # the binary a client needs, or nothing
     case $1 in
         initiator) echo "$INTEROP_INITIATOR_BIN" ;;
+        statuses) echo "$INTEROP_STATUSES_BIN" ;;
         probe-*) echo "$NVMEOF_PROBE_BIN" ;;
     esac
 }
@@ -313,6 +320,10 @@ build_clients() {
                 say "[$SCEN] building interop_initiator (cargo build --release -p nvmeof-tests --bin interop_initiator)"
                 ( cd "$REPO" && timeout 1800 cargo build --release -p nvmeof-tests --bin interop_initiator ) >>"$DIR/cargo.log" 2>&1 \
                     || { say "[$SCEN] building interop_initiator failed:"; tail -n 20 "$DIR/cargo.log" | sed 's/^/    /'; } ;;
+            "$REPO/build/release/interop_statuses")
+                say "[$SCEN] building interop_statuses (cargo build --release -p nvmeof-tests --bin interop_statuses)"
+                ( cd "$REPO" && timeout 1800 cargo build --release -p nvmeof-tests --bin interop_statuses ) >>"$DIR/cargo.log" 2>&1 \
+                    || { say "[$SCEN] building interop_statuses failed:"; tail -n 20 "$DIR/cargo.log" | sed 's/^/    /'; } ;;
             "$REPO/build/release/nvmeof-probe")
                 say "[$SCEN] building nvmeof-probe (cargo build --release -p nvmeof-tools --bin nvmeof-probe)"
                 ( cd "$REPO" && timeout 1800 cargo build --release -p nvmeof-tools --bin nvmeof-probe ) >>"$DIR/cargo.log" 2>&1 \
@@ -332,10 +343,10 @@ hook_run_client() { # kernel-target: run client $1 against the forwarded port
         return 127
     fi
     # NVME_FRESH=1: nothing has written to the namespace yet (never-written
-    # blocks must read as zeros); icreq and probe-randread do not write
+    # blocks must read as zeros); icreq, statuses and probe-randread do not write
     local fresh=1
     [ -e "$DIR/ns-written" ] && fresh=0
-    case $name in icreq|probe-randread) ;; *) touch "$DIR/ns-written" ;; esac
+    case $name in icreq|statuses|probe-randread) ;; *) touch "$DIR/ns-written" ;; esac
     say "[$SCEN] host client $name (limit ${lim}s): $cmd (NVME_ADDR=127.0.0.1 NVME_PORT=$HOST_PORT NVME_NQN=$NQN NVME_FRESH=$fresh)" >&2
     NVME_ADDR=127.0.0.1 NVME_PORT=$HOST_PORT NVME_NQN=$NQN NVME_NS_SIZE=$NS_SIZE \
         NVME_BACKEND=$BACKEND NVME_FRESH=$fresh INTEROP_IO_SECS=$INTEROP_IO_SECS timeout --kill-after=5 "$lim" \
@@ -508,7 +519,7 @@ run_scenario() {
             build_clients
             local c climits=0
             for c in $CLIENT_STEPS; do
-                client_cmd "$c" >/dev/null || die "unknown client '$c' in CLIENT_STEPS (custom icreq initiator probe-randread probe-verify)"
+                client_cmd "$c" >/dev/null || die "unknown client '$c' in CLIENT_STEPS (custom icreq initiator statuses probe-randread probe-verify)"
                 climits=$((climits + $(client_limit "$c") + 20))
             done
             env="CLIENT_TIMEOUT=$CLIENT_TIMEOUT CLIENT_STEPS='$CLIENT_STEPS'"

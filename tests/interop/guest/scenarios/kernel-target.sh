@@ -6,6 +6,7 @@
 # exit code.  CLIENT_STEPS (from run.sh), default
 #   icreq           icreq-smoke.py: ICReq/ICResp only          -> host-icreq
 #   initiator       interop_initiator (our initiator library)  -> host-initiator
+#   statuses        interop_statuses (statuses of bad commands) -> host-statuses
 #   probe-randread  nvmeof-probe randread 4k QD8 3 s           -> host-probe-randread
 #   probe-verify    nvmeof-probe write + randread --verify     -> host-probe-verify
 # or "custom" (HOST_CLIENT_CMD)                                -> host-client

@@ -1,0 +1,371 @@
+//! A table of commands a host can get wrong, with the completion status each
+//! one gets from our target and from the Linux kernel target (nvmet), so the
+//! same table checks both: `tests/tests/target_conformance.rs` runs it against
+//! our target on every `cargo test`, and the interop suite's `statuses` client
+//! (`interop_statuses`) runs it against nvmet in the QEMU guest.
+//!
+//! Most rows want the same status from both. Where they differ the row says
+//! why (a deliberate choice here, with the spec or SPDK on its side). The
+//! namespace is NSID 1 (its size and block size come from Identify); the
+//! commands change no data.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use nvmeof_common::opcode::{AdminOpcode, IoOpcode};
+use nvmeof_common::spec::connect::{data_off, invalid_param_dw0};
+use nvmeof_common::spec::features::{FeatureId, GetFeaturesCmd, SetFeaturesCmd};
+use nvmeof_common::spec::identify::{Cns, IdentifyNamespace};
+use nvmeof_common::spec::log::LogPageId;
+use nvmeof_common::spec::property::{PropertyGet, PropertyOffset};
+use nvmeof_common::spec::{ConnectCmd, CNTLID_DYNAMIC};
+use nvmeof_common::sqe::fabrics_off;
+use nvmeof_common::{SglDescriptor, Sqe, Status};
+
+use crate::raw_client::{Completion, RawClient, HOSTNQN};
+
+/// Which target answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Peer {
+    /// This repository's target.
+    Ours,
+    /// The Linux kernel target (nvmet-tcp), its namespace on a file (`file`)
+    /// or a block device.
+    Nvmet {
+        /// The namespace is a file (nvmet's io-cmd-file.c), not a block device.
+        file: bool,
+    },
+}
+
+/// The completion a row wants: status (SCT/SC and DNR) and, where set, DW0.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Want {
+    /// Status code type, status code and DNR (CRD and More are not compared).
+    pub status: Status,
+    /// Command specific DW0, when the row checks it.
+    pub dw0: Option<u32>,
+}
+
+impl Want {
+    /// `status` (with its DNR bit as given), any DW0.
+    pub const fn status(status: Status) -> Self {
+        Self { status, dw0: None }
+    }
+
+    /// `status` and DW0 `dw0`.
+    pub const fn with_dw0(status: Status, dw0: u32) -> Self {
+        Self { status, dw0: Some(dw0) }
+    }
+
+    fn matches(&self, status: Status, dw0: u32) -> bool {
+        status.code() == self.status.code()
+            && status.dnr() == self.status.dnr()
+            && self.dw0.is_none_or(|w| w == dw0)
+    }
+}
+
+impl std::fmt::Display for Want {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}{}", self.status.code(), if self.status.dnr() { " DNR" } else { "" })?;
+        if let Some(d) = self.dw0 {
+            write!(f, " dw0={d:#x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One row's result.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// Row name.
+    pub name: &'static str,
+    /// What the peer was expected to answer.
+    pub want: Want,
+    /// Status received.
+    pub status: Status,
+    /// DW0 received.
+    pub dw0: u32,
+}
+
+impl Outcome {
+    /// The completion is the one wanted.
+    pub fn passed(&self) -> bool {
+        self.want.matches(self.status, self.dw0)
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} {}: got {}{} dw0={:#x}, want {}",
+            if self.passed() { "ok  " } else { "FAIL" },
+            self.name,
+            self.status.code(),
+            if self.status.dnr() { " DNR" } else { "" },
+            self.dw0,
+            self.want
+        )
+    }
+}
+
+/// Where the rows run.
+pub struct Conformance {
+    addr: SocketAddr,
+    subnqn: String,
+    peer: Peer,
+    out: Vec<Outcome>,
+}
+
+/// `s` with DNR set.
+#[allow(non_snake_case)]
+const fn DNR(s: Status) -> Want {
+    Want::status(s.with_dnr())
+}
+const OK: Want = Want::status(Status::SUCCESS);
+/// Connect Invalid Parameters (DNR) naming the field at `offset` of the
+/// Connect data (`in_data`) or of the SQE (nvmet `IPO_IATTR_CONNECT_*`).
+const fn invalid_param(in_data: bool, offset: usize) -> Want {
+    Want::with_dw0(Status::CONNECT_INVALID_PARAM.with_dnr(), invalid_param_dw0(in_data, offset as u16))
+}
+/// An NQN no target here serves.
+const UNKNOWN_NQN: &str = "nqn.2026-12.io.nvmeof.conformance:no-such-subsystem";
+
+impl Conformance {
+    /// Rows against the subsystem `subnqn` at `addr` (namespace 1 must exist,
+    /// any host allowed to connect as [`HOSTNQN`]).
+    pub fn new(addr: SocketAddr, subnqn: &str, peer: Peer) -> Self {
+        Self { addr, subnqn: subnqn.to_string(), peer, out: Vec::new() }
+    }
+
+    fn record(&mut self, name: &'static str, status: Status, dw0: u32, ours: Want, nvmet: Want) {
+        let want = match self.peer {
+            Peer::Ours => ours,
+            Peer::Nvmet { .. } => nvmet,
+        };
+        self.out.push(Outcome { name, want, status, dw0 });
+    }
+
+    fn both(&mut self, name: &'static str, c: &Completion, want: Want) {
+        self.record(name, c.status(), c.cqe.dw0(), want, want);
+    }
+
+    fn differ(&mut self, name: &'static str, c: &Completion, ours: Want, nvmet: Want) {
+        self.record(name, c.status(), c.cqe.dw0(), ours, nvmet);
+    }
+
+    /// A new TCP connection (ICReq done) for a Connect row.
+    async fn fresh(&self) -> RawClient {
+        let mut c = RawClient::connect(self.addr).await;
+        c.hostnqn = HOSTNQN.to_string();
+        c
+    }
+
+    /// `cmd` with Connect data for `subnqn` and `cntlid`, on a new connection
+    /// (closed after the answer).
+    async fn connect_once(&self, cmd: ConnectCmd, subnqn: &str, cntlid: u16) -> Completion {
+        let mut q = self.fresh().await;
+        let data = q.connect_data(subnqn, cntlid);
+        q.connect_cmd(cmd, data).await
+    }
+
+    /// Runs every row and returns their outcomes, in order. Panics only when
+    /// the peer breaks the connection or does not answer within the raw
+    /// client's timeout (5 s a command).
+    pub async fn run(mut self) -> Vec<Outcome> {
+        let subnqn = self.subnqn.clone();
+        let mut admin = self.fresh().await;
+        let c = admin.connect_cmd(ConnectCmd::admin(0), admin.connect_data(&subnqn, CNTLID_DYNAMIC)).await;
+        assert!(c.status().is_success(), "admin Connect to {subnqn}: {}", c.status());
+        let cntlid = admin.cntlid;
+        admin.enable().await;
+        self.connect_rows(&mut admin, cntlid).await;
+        self.admin_rows(&mut admin).await;
+        self.io_rows(cntlid).await;
+        self.out
+    }
+
+    async fn connect_rows(&mut self, admin: &mut RawClient, cntlid: u16) {
+        let subnqn = self.subnqn.clone();
+        // Once a queue has a controller, nvmet parses fabrics commands with
+        // nvmet_parse_fabrics_{admin,io}_cmd, which know no Connect.
+        let again = admin.connect_data(&subnqn, CNTLID_DYNAMIC);
+        let c = admin.connect_cmd(ConnectCmd::admin(0), again).await;
+        self.both("connect: again on the live admin queue", &c, DNR(Status::INVALID_OPCODE));
+
+        let c = self.connect_once(ConnectCmd::admin(0), UNKNOWN_NQN, CNTLID_DYNAMIC).await;
+        self.both("connect: unknown subsystem", &c, invalid_param(true, data_off::SUBNQN));
+        let c = self.connect_once(ConnectCmd::admin(0), &subnqn, 5).await;
+        self.both("connect: admin CNTLID other than FFFFh", &c, invalid_param(true, data_off::CNTLID));
+
+        // Admin commands before CC.EN (nvmet_check_ctrl_status).
+        let mut q = self.fresh().await;
+        let c = q.connect_cmd(ConnectCmd::admin(0), q.connect_data(&subnqn, CNTLID_DYNAMIC)).await;
+        assert!(c.status().is_success(), "admin Connect: {}", c.status());
+        let c = q.identify(Cns::CTRL, 0).await;
+        self.both("identify: before CC.EN", &c, DNR(Status::CMD_SEQ_ERROR));
+        drop(q);
+
+        // A HOSTNQN filling its 256 bytes without a NUL: nvmet cuts it to 255
+        // bytes and connects (any host allowed); here it is refused, naming
+        // the field. The NQN rules allow 223 bytes.
+        let mut q = self.fresh().await;
+        let mut data = q.connect_data(&subnqn, CNTLID_DYNAMIC).encode();
+        data[data_off::HOSTNQN..data_off::HOSTNQN + 256].fill(b'a');
+        let cid =
+            q.send_cmd(ConnectCmd::admin(0).to_sqe(0), Bytes::copy_from_slice(&data), Bytes::new()).await;
+        let c = q.wait(cid).await;
+        self.differ("connect: HOSTNQN without a NUL", &c, invalid_param(true, data_off::HOSTNQN), OK);
+        drop(q);
+
+        let sqsize_bad = invalid_param(false, fabrics_off::SQSIZE);
+        let sized = |mut cmd: ConnectCmd, sqsize| {
+            cmd.sqsize = sqsize;
+            cmd
+        };
+        let c = self.connect_once(sized(ConnectCmd::admin(0), 0), &subnqn, CNTLID_DYNAMIC).await;
+        self.both("connect: admin SQSIZE 0", &c, sqsize_bad);
+        // SPDK's default admin queue limit (128 entries); nvmet-tcp has none.
+        let c = self.connect_once(sized(ConnectCmd::admin(0), 127), &subnqn, CNTLID_DYNAMIC).await;
+        self.both("connect: admin SQSIZE 127", &c, OK);
+        let c = self.connect_once(sized(ConnectCmd::admin(0), 128), &subnqn, CNTLID_DYNAMIC).await;
+        self.differ("connect: admin SQSIZE 128 (over our explicit limit)", &c, sqsize_bad, OK);
+
+        let c = self.connect_once(ConnectCmd::io(1, 32), &subnqn, 0xFFF0).await;
+        self.both("connect: I/O queue of an unknown controller", &c, invalid_param(true, data_off::CNTLID));
+        let c = self.connect_once(sized(ConnectCmd::io(1, 32), 0), &subnqn, cntlid).await;
+        self.both("connect: I/O SQSIZE 0", &c, sqsize_bad);
+        let c = self.connect_once(sized(ConnectCmd::io(1, 32), 4096), &subnqn, cntlid).await;
+        self.both("connect: I/O SQSIZE above CAP.MQES", &c, sqsize_bad);
+        let c = self.connect_once(ConnectCmd::io(0xFFFE, 32), &subnqn, cntlid).await;
+        self.both("connect: QID beyond the controller's queues", &c, invalid_param(false, fabrics_off::QID));
+    }
+
+    async fn admin_rows(&mut self, admin: &mut RawClient) {
+        let c = admin.identify(Cns::NVMSET_LIST, 0).await;
+        self.both("identify: CNS 04h (NVM Set List, unsupported)", &c, DNR(Status::INVALID_FIELD));
+        let c = admin.identify(Cns::NS, 0xFFFF_FFFF).await;
+        self.both("identify: namespace FFFFFFFFh", &c, DNR(Status::INVALID_NS));
+        let c = admin.identify(Cns::NS, 0x7FFF).await;
+        self.both("identify: inactive namespace (zeros)", &c, OK);
+
+        let c = admin.get_log_page(LogPageId(0xC0), 0, 0, 512, false).await;
+        self.both("get log page: LID C0h (vendor, unsupported)", &c, DNR(Status::INVALID_FIELD));
+        let c = admin.get_log_page(LogPageId::SMART, 0x7FFF, 0, 512, false).await;
+        self.both("get log page: SMART of an inactive namespace", &c, DNR(Status::INVALID_NS));
+
+        let mut s = GetFeaturesCmd::new(FeatureId(0x78)).to_sqe(0);
+        s.set_sgl(SglDescriptor::transport(0));
+        let c = admin.submit(s, None).await;
+        self.both("get features: FID 78h (reserved)", &c, DNR(Status::INVALID_FIELD));
+        let mut s = SetFeaturesCmd::new(FeatureId::NUM_QUEUES, 0xFFFF_FFFF).to_sqe(0);
+        s.set_sgl(SglDescriptor::transport(0));
+        let c = admin.submit(s, None).await;
+        self.both("set features: Number of Queues FFFFh", &c, DNR(Status::INVALID_FIELD));
+        // The spec: Feature Identifier Not Saveable when SV is set for a
+        // feature that cannot be saved (SPDK answers so too); nvmet ignores SV.
+        let mut f = SetFeaturesCmd::new(FeatureId::ASYNC_EVENT, 0x100);
+        f.sv = true;
+        let mut s = f.to_sqe(0);
+        s.set_sgl(SglDescriptor::transport(0));
+        let c = admin.submit(s, None).await;
+        self.differ("set features: Save set", &c, DNR(Status::FEATURE_NOT_SAVEABLE), OK);
+
+        let c = admin.property_get(PropertyOffset::NSSR, false).await;
+        self.both("property get: NSSR (unsupported)", &c, DNR(Status::INVALID_FIELD));
+        let c = admin.property_set(PropertyOffset::CAP, 0).await;
+        self.both("property set: CAP (read-only)", &c, DNR(Status::INVALID_FIELD));
+        let mut g = PropertyGet::new(PropertyOffset::CC);
+        g.attrib = 1;
+        let c = admin.submit(g.to_sqe(0), None).await;
+        self.both("property get: CC as 8 bytes", &c, DNR(Status::INVALID_FIELD));
+
+        let mut s = Sqe::new(0xC4);
+        s.set_sgl(SglDescriptor::transport(0));
+        let c = admin.submit(s, None).await;
+        self.both("admin opcode C4h (vendor, unknown)", &c, DNR(Status::INVALID_OPCODE));
+        // Four Asynchronous Event Requests may wait (nvmet NVMET_ASYNC_EVENTS);
+        // the fifth is refused. The four stay outstanding.
+        for _ in 0..4 {
+            admin.start(Sqe::new(AdminOpcode::ASYNC_EVENT.0)).await;
+        }
+        let c = admin.submit(Sqe::new(AdminOpcode::ASYNC_EVENT.0), None).await;
+        self.both("async event request: a fifth outstanding", &c, DNR(Status::ASYNC_LIMIT));
+
+        let mut s = Sqe::new(AdminOpcode::ABORT.0);
+        s.set_cdw(10, 1 | 0xBEEF << 16);
+        let c = admin.submit(s, None).await;
+        // DW0 bit 0 set: the command was not aborted.
+        self.both("abort: a command not outstanding", &c, Want::with_dw0(Status::SUCCESS, 1));
+    }
+
+    async fn io_rows(&mut self, cntlid: u16) {
+        let subnqn = self.subnqn.clone();
+        let mut other = self.fresh().await;
+        let mut io = self.fresh().await;
+        let c = io.connect_cmd(ConnectCmd::io(1, 32), io.connect_data(&subnqn, cntlid)).await;
+        assert!(c.status().is_success(), "I/O Connect: {}", c.status());
+
+        // Another connection asking for QID 1 (nvmet_install_queue).
+        let c = other.connect_cmd(ConnectCmd::io(1, 32), other.connect_data(&subnqn, cntlid)).await;
+        self.both("connect: a QID already connected", &c, DNR(Status::CMD_SEQ_ERROR));
+        let again = io.connect_data(&subnqn, cntlid);
+        let c = io.connect_cmd(ConnectCmd::io(1, 32), again).await;
+        self.both("connect: again on the live I/O queue", &c, DNR(Status::INVALID_OPCODE));
+
+        // Size and block size of namespace 1, through the I/O queue's controller.
+        let mut a = self.fresh().await;
+        let c = a.connect_cmd(ConnectCmd::admin(0), a.connect_data(&subnqn, CNTLID_DYNAMIC)).await;
+        assert!(c.status().is_success(), "second admin Connect: {}", c.status());
+        a.enable().await;
+        let id = a.identify(Cns::NS, 1).await.ok();
+        let ns = IdentifyNamespace::decode(&id.data).expect("Identify Namespace 1");
+        let bs = ns.block_size().expect("namespace 1 block size");
+        let end = ns.nsze;
+        assert!(end > 0, "namespace 1 is empty");
+
+        let c = io.read(1, 0, 1, bs).await;
+        self.both("read: first block", &c, OK);
+        let c = io.read(0, 0, 1, bs).await;
+        self.both("read: NSID 0", &c, DNR(Status::INVALID_NS));
+        let c = io.read(0x7FFF, 0, 1, bs).await;
+        self.both("read: inactive namespace", &c, DNR(Status::INVALID_NS));
+        let mut s = RawClient::rw_sqe(IoOpcode::READ, 1, 0, 1);
+        s.set_sgl(SglDescriptor::transport(2 * bs));
+        let c = io.submit(s, None).await;
+        self.both("read: SGL length other than NLB blocks", &c, DNR(Status::SGL_INVALID_DATA));
+        // The spec's LBA Out of Range (SPDK's too). nvmet checks no range:
+        // its file backend answers Capacity Exceeded (errno_to_nvme_status
+        // of its -ENOSPC), its block backend Internal Error (the block layer
+        // fails a bio past the end with BLK_STS_IOERR).
+        let nvmet_past_end = match self.peer {
+            Peer::Nvmet { file: true } => DNR(Status::CAP_EXCEEDED),
+            _ => DNR(Status::INTERNAL),
+        };
+        let c = io.read(1, end, 1, bs).await;
+        self.differ("read: past the end", &c, DNR(Status::LBA_RANGE), nvmet_past_end);
+
+        let mut s = RawClient::rw_sqe(IoOpcode::WRITE_ZEROES, 1, end - 1, 2);
+        s.set_sgl(SglDescriptor::transport(0));
+        let c = io.submit(s, None).await;
+        self.differ("write zeroes: across the end", &c, DNR(Status::LBA_RANGE), nvmet_past_end);
+
+        for (name, op) in [
+            ("I/O opcode 04h (Write Uncorrectable, unsupported)", IoOpcode::WRITE_UNCOR),
+            ("I/O opcode 0Ch (Verify, unsupported)", IoOpcode::VERIFY),
+            ("I/O opcode 88h (unknown)", IoOpcode(0x88)),
+        ] {
+            let mut s = RawClient::rw_sqe(op, 1, 0, 1);
+            s.set_sgl(SglDescriptor::transport(0));
+            let c = io.submit(s, None).await;
+            self.both(name, &c, DNR(Status::INVALID_OPCODE));
+        }
+
+        // Compare is implemented here (ONCS bit 0); nvmet has no Compare.
+        let block = io.read(1, 0, 1, bs).await.ok().data;
+        let mut s = RawClient::rw_sqe(IoOpcode::COMPARE, 1, 0, 1);
+        s.set_sgl(SglDescriptor::in_capsule(bs));
+        let c = io.submit(s, Some(Bytes::from(block))).await;
+        self.differ("compare: a block with its own data", &c, OK, DNR(Status::INVALID_OPCODE));
+    }
+}
