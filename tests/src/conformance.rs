@@ -18,7 +18,7 @@ use nvmeof_common::spec::features::{FeatureId, GetFeaturesCmd, SetFeaturesCmd};
 use nvmeof_common::spec::identify::{Cns, IdentifyNamespace};
 use nvmeof_common::spec::log::LogPageId;
 use nvmeof_common::spec::property::{PropertyGet, PropertyOffset};
-use nvmeof_common::spec::{ConnectCmd, CNTLID_DYNAMIC};
+use nvmeof_common::spec::{ConnectCmd, CNTLID_DYNAMIC, DISCOVERY_NQN};
 use nvmeof_common::sqe::fabrics_off;
 use nvmeof_common::{SglDescriptor, Sqe, Status};
 
@@ -182,6 +182,7 @@ impl Conformance {
         self.connect_rows(&mut admin, cntlid).await;
         self.admin_rows(&mut admin).await;
         self.io_rows(cntlid).await;
+        self.discovery_rows().await;
         self.out
     }
 
@@ -297,6 +298,33 @@ impl Conformance {
         let c = admin.submit(s, None).await;
         // DW0 bit 0 set: the command was not aborted.
         self.both("abort: a command not outstanding", &c, Want::with_dw0(Status::SUCCESS, 1));
+    }
+
+    /// The discovery controller takes Identify Controller, the discovery log,
+    /// KATO/AEC features, AER and Keep Alive only (nvmet_parse_discovery_cmd).
+    async fn discovery_rows(&mut self) {
+        let mut d = self.fresh().await;
+        let c = d.connect_cmd(ConnectCmd::admin(0), d.connect_data(DISCOVERY_NQN, CNTLID_DYNAMIC)).await;
+        assert!(c.status().is_success(), "discovery Connect: {}", c.status());
+        let cntlid = d.cntlid;
+        d.enable().await;
+        let c = d.identify(Cns::NS, 1).await;
+        self.both("discovery: Identify Namespace", &c, DNR(Status::INVALID_FIELD));
+        let c = d.get_log_page(LogPageId::SMART, 0xFFFF_FFFF, 0, 512, false).await;
+        self.both("discovery: SMART log", &c, DNR(Status::INVALID_FIELD));
+        let c = d.get_log_page(LogPageId::DISCOVERY, 0, 2, 1024, false).await;
+        self.both("discovery: log at an offset not dword-aligned", &c, DNR(Status::INVALID_FIELD));
+        let mut s = SetFeaturesCmd::new(FeatureId::NUM_QUEUES, 0).to_sqe(0);
+        s.set_sgl(SglDescriptor::transport(0));
+        let c = d.submit(s, None).await;
+        self.both("discovery: set Number of Queues", &c, DNR(Status::INVALID_FIELD));
+        let mut s = Sqe::new(AdminOpcode::ABORT.0);
+        s.set_sgl(SglDescriptor::transport(0));
+        let c = d.submit(s, None).await;
+        self.both("discovery: Abort", &c, DNR(Status::INVALID_OPCODE));
+        // A discovery controller has no I/O queues.
+        let c = self.connect_once(ConnectCmd::io(1, 32), DISCOVERY_NQN, cntlid).await;
+        self.both("discovery: I/O queue Connect", &c, invalid_param(false, fabrics_off::QID));
     }
 
     async fn io_rows(&mut self, cntlid: u16) {
