@@ -22,7 +22,7 @@ use nvmeof_common::spec::{ConnectCmd, CNTLID_DYNAMIC, DISCOVERY_NQN};
 use nvmeof_common::sqe::fabrics_off;
 use nvmeof_common::{SglDescriptor, Sqe, Status};
 
-use crate::raw_client::{Completion, RawClient, HOSTNQN};
+use crate::raw_client::{Completion, RawClient};
 
 /// Which target answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,7 +133,7 @@ const UNKNOWN_NQN: &str = "nqn.2026-12.io.nvmeof.conformance:no-such-subsystem";
 
 impl Conformance {
     /// Rows against the subsystem `subnqn` at `addr` (namespace 1 must exist,
-    /// any host allowed to connect as [`HOSTNQN`]).
+    /// any host allowed to connect as [`HOSTNQN`](crate::raw_client::HOSTNQN)).
     pub fn new(addr: SocketAddr, subnqn: &str, peer: Peer) -> Self {
         Self { addr, subnqn: subnqn.to_string(), peer, out: Vec::new() }
     }
@@ -154,11 +154,9 @@ impl Conformance {
         self.record(name, c.status(), c.cqe.dw0(), ours, nvmet);
     }
 
-    /// A new TCP connection (ICReq done) for a Connect row.
+    /// A new TCP connection (ICReq done; the host is [`HOSTNQN`](crate::raw_client::HOSTNQN)).
     async fn fresh(&self) -> RawClient {
-        let mut c = RawClient::connect(self.addr).await;
-        c.hostnqn = HOSTNQN.to_string();
-        c
+        RawClient::connect(self.addr).await
     }
 
     /// `cmd` with Connect data for `subnqn` and `cntlid`, on a new connection
