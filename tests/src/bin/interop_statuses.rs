@@ -43,12 +43,12 @@ fn main() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
     let rows = rt.block_on(async {
         tokio::time::timeout(
-            std::time::Duration::from_secs(120),
+            std::time::Duration::from_secs(60),
             Conformance::new(SocketAddr::new(ip, port), &nqn, peer).run(),
         )
         .await
         .unwrap_or_else(|_| {
-            eprintln!("interop_statuses: the rows did not finish within 120 s");
+            eprintln!("interop_statuses: the rows did not finish within 60 s");
             std::process::exit(1);
         })
     });
