@@ -22,6 +22,7 @@ use nvmeof_common::spec::{ConnectCmd, CNTLID_DYNAMIC, DISCOVERY_NQN};
 use nvmeof_common::sqe::fabrics_off;
 use nvmeof_common::{SglDescriptor, Sqe, Status};
 
+use crate::harness::admin_queue;
 use crate::raw_client::{Completion, RawClient};
 
 /// Which target answers.
@@ -138,20 +139,16 @@ impl Conformance {
         Self { addr, subnqn: subnqn.to_string(), peer, out: Vec::new() }
     }
 
-    fn record(&mut self, name: &'static str, status: Status, dw0: u32, ours: Want, nvmet: Want) {
+    fn both(&mut self, name: &'static str, c: &Completion, want: Want) {
+        self.differ(name, c, want, want);
+    }
+
+    fn differ(&mut self, name: &'static str, c: &Completion, ours: Want, nvmet: Want) {
         let want = match self.peer {
             Peer::Ours => ours,
             Peer::Nvmet { .. } => nvmet,
         };
-        self.out.push(Outcome { name, want, status, dw0 });
-    }
-
-    fn both(&mut self, name: &'static str, c: &Completion, want: Want) {
-        self.record(name, c.status(), c.cqe.dw0(), want, want);
-    }
-
-    fn differ(&mut self, name: &'static str, c: &Completion, ours: Want, nvmet: Want) {
-        self.record(name, c.status(), c.cqe.dw0(), ours, nvmet);
+        self.out.push(Outcome { name, want, status: c.status(), dw0: c.cqe.dw0() });
     }
 
     /// A new TCP connection (ICReq done; the host is [`HOSTNQN`](crate::raw_client::HOSTNQN)).
@@ -172,11 +169,8 @@ impl Conformance {
     /// client's timeout (5 s a command).
     pub async fn run(mut self) -> Vec<Outcome> {
         let subnqn = self.subnqn.clone();
-        let mut admin = self.fresh().await;
-        let c = admin.connect_cmd(ConnectCmd::admin(0), admin.connect_data(&subnqn, CNTLID_DYNAMIC)).await;
-        assert!(c.status().is_success(), "admin Connect to {subnqn}: {}", c.status());
+        let mut admin = admin_queue(self.addr, &subnqn).await;
         let cntlid = admin.cntlid;
-        admin.enable().await;
         self.connect_rows(&mut admin, cntlid).await;
         self.admin_rows(&mut admin).await;
         self.io_rows(cntlid).await;
@@ -301,11 +295,8 @@ impl Conformance {
     /// The discovery controller takes Identify Controller, the discovery log,
     /// KATO/AEC features, AER and Keep Alive only (nvmet_parse_discovery_cmd).
     async fn discovery_rows(&mut self) {
-        let mut d = self.fresh().await;
-        let c = d.connect_cmd(ConnectCmd::admin(0), d.connect_data(DISCOVERY_NQN, CNTLID_DYNAMIC)).await;
-        assert!(c.status().is_success(), "discovery Connect: {}", c.status());
+        let mut d = admin_queue(self.addr, DISCOVERY_NQN).await;
         let cntlid = d.cntlid;
-        d.enable().await;
         let c = d.identify(Cns::NS, 1).await;
         self.both("discovery: Identify Namespace", &c, DNR(Status::INVALID_FIELD));
         let c = d.get_log_page(LogPageId::SMART, 0xFFFF_FFFF, 0, 512, false).await;
@@ -339,11 +330,8 @@ impl Conformance {
         let c = io.connect_cmd(ConnectCmd::io(1, 32), again).await;
         self.both("connect: again on the live I/O queue", &c, DNR(Status::INVALID_OPCODE));
 
-        // Size and block size of namespace 1, through the I/O queue's controller.
-        let mut a = self.fresh().await;
-        let c = a.connect_cmd(ConnectCmd::admin(0), a.connect_data(&subnqn, CNTLID_DYNAMIC)).await;
-        assert!(c.status().is_success(), "second admin Connect: {}", c.status());
-        a.enable().await;
+        // Size and block size of namespace 1, asked of a second controller.
+        let mut a = admin_queue(self.addr, &subnqn).await;
         let id = a.identify(Cns::NS, 1).await.ok();
         let ns = IdentifyNamespace::decode(&id.data).expect("Identify Namespace 1");
         let bs = ns.block_size().expect("namespace 1 block size");
