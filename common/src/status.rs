@@ -183,6 +183,10 @@ impl Status {
     pub const fn with_more(self) -> Self {
         Self(self.0 | Self::MORE_BIT)
     }
+    /// Same status with the M bit clear (as an error log entry records it).
+    pub const fn without_more(self) -> Self {
+        Self(self.0 & !Self::MORE_BIT)
+    }
     /// SCT and SC only (no DNR/M/CRD), for comparisons.
     pub const fn code(self) -> Self {
         Self(self.0 & 0x7FF)

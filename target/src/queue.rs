@@ -455,6 +455,16 @@ impl QueueState {
     fn finish(&mut self, tag: u16, mut r: Response) {
         let sqe = self.slots[tag as usize].sqe;
         let cid = sqe.cid();
+        if !r.status.is_success() {
+            if let Some(ctrl) = &self.ctx.ctrl {
+                // Every failure on a queue of a controller goes in its Error
+                // Information log, and the More bit says so (nvmet_set_error
+                // sets it with the entry). A queue without a controller (a
+                // failed Connect) has no log to write.
+                ctrl.record_error(cmd::error_entry(self.ctx.qid.unwrap_or(0), &sqe, r.status));
+                r.status = r.status.with_more();
+            }
+        }
         let mut sent_success = false;
         if r.status.is_success() && !cmd::is_write(&sqe) && sqe.sgl().length > 0 {
             let want = sqe.sgl().length as usize;
@@ -632,7 +642,7 @@ mod tests {
             Pdu::CapsuleCmd(CapsuleCmd::new(Sqe::new(0xC5))),
             &EncodeConfig::default(),
         )[0]);
-        assert_eq!(c.status, Status::CMD_SEQ_ERROR.with_dnr());
+        assert_eq!(c.status, Status::CMD_SEQ_ERROR.with_dnr().with_more());
     }
 
     /// Connects `q` (after ICReq) as queue `qid` of controller `cntlid` (0xFFFF: a new one).
@@ -779,7 +789,8 @@ mod tests {
             sqe.set_nsid(1);
             let out = no_data(&mut io, sqe, 256);
             assert_eq!(out.len(), 1, "opcode {opc:#x}: only a CQE, got {out:?}");
-            assert_eq!(cqe(&out[0]).status, Status::SGL_INVALID_DATA.with_dnr(), "opcode {opc:#x}");
+            let want = Status::SGL_INVALID_DATA.with_dnr().with_more();
+            assert_eq!(cqe(&out[0]).status, want, "opcode {opc:#x}");
             assert!(cqe(&no_data(&mut io, sqe, 0)[0]).status.is_success(), "opcode {opc:#x}");
         }
         for sqe in [
@@ -788,8 +799,69 @@ mod tests {
         ] {
             let out = no_data(&mut admin, sqe, 8);
             assert_eq!(out.len(), 1, "FCTYPE {:#x}: only a CQE, got {out:?}", sqe.fctype());
-            assert_eq!(cqe(&out[0]).status, Status::SGL_INVALID_DATA.with_dnr());
+            assert_eq!(cqe(&out[0]).status, Status::SGL_INVALID_DATA.with_dnr().with_more());
         }
+    }
+
+    #[test]
+    fn failures_go_in_the_error_log_with_the_more_bit() {
+        use nvmeof_common::opcode::IoOpcode;
+        use nvmeof_common::spec::log::{decode_error_log, LogPageId, SmartLog};
+        use nvmeof_common::spec::GetLogPageCmd;
+
+        let t = target();
+        let cfg = EncodeConfig::default();
+        let (mut admin, (mut io, _)) = admin_and_io(&t);
+        // A Connect that fails has no controller to log it (nor has nvmet's).
+        let mut fresh = queue_on(&t);
+        let c = connect(&mut fresh, 1, 0xFFF0);
+        assert!(!c.status.is_success() && !c.status.more(), "{}", c.status);
+
+        let submit = |q: &mut QueueState, sqe: Sqe| exchange(q, Pdu::CapsuleCmd(CapsuleCmd::new(sqe)), &cfg);
+        let blocks = (1u64 << 20) / 512;
+        let mut past_end = Sqe::new(IoOpcode::READ.0);
+        past_end.set_cid(7).set_nsid(1).set_cdw(10, blocks as u32).set_sgl(SglDescriptor::transport(512));
+        let c = cqe(&submit(&mut io, past_end)[0]);
+        assert_eq!(c.status, Status::LBA_RANGE.with_dnr().with_more());
+        let mut inactive = past_end;
+        inactive.set_cid(8).set_nsid(9).set_cdw(10, 0);
+        assert_eq!(cqe(&submit(&mut io, inactive)[0]).status, Status::INVALID_NS.with_dnr().with_more());
+        let mut unknown = Sqe::new(0xC4);
+        unknown.set_cid(9);
+        assert_eq!(
+            cqe(&submit(&mut admin, unknown)[0]).status,
+            Status::INVALID_OPCODE.with_dnr().with_more()
+        );
+        // A successful read sets no More bit and logs nothing.
+        let mut ok = past_end;
+        ok.set_cid(10).set_cdw(10, 0);
+        assert!(submit(&mut io, ok)
+            .iter()
+            .all(|p| !matches!(p, Pdu::CapsuleResp(r) if !r.cqe.status.is_success())));
+
+        let log = |q: &mut QueueState, lid, nsid, len| {
+            let out = submit(q, GetLogPageCmd::new(lid, nsid, 0, len).to_sqe(11));
+            match &out[0] {
+                Pdu::C2hData(d) => d.data.clone(),
+                other => panic!("expected C2HData, got {other:?}"),
+            }
+        };
+        let entries = decode_error_log(&log(&mut admin, LogPageId::ERROR, 0, 4096));
+        assert_eq!(entries.len(), 64);
+        // Newest first, counted from 1; unused entries are zero.
+        let used: Vec<_> = entries.iter().filter(|e| e.error_count != 0).collect();
+        assert_eq!(used.len(), 3, "{entries:?}");
+        let e = used[0];
+        assert_eq!((e.error_count, e.sqid, e.cid, e.param_error_location, e.nsid), (3, 0, 9, 0, 0));
+        assert_eq!(e.status, Status::INVALID_OPCODE.with_dnr().to_wire(), "status without More");
+        let e = used[1];
+        assert_eq!((e.error_count, e.sqid, e.cid, e.param_error_location, e.nsid, e.lba), (2, 1, 8, 4, 9, 0));
+        let e = used[2];
+        assert_eq!((e.error_count, e.sqid, e.cid, e.param_error_location, e.nsid), (1, 1, 7, 40, 1));
+        assert_eq!((e.lba, e.status), (blocks, Status::LBA_RANGE.with_dnr().to_wire()));
+        // SMART counts them (nvmet: Number of Error Information Log Entries = err_counter).
+        let smart = SmartLog::decode(&log(&mut admin, LogPageId::SMART, 0xFFFF_FFFF, 512)).unwrap();
+        assert_eq!(smart.num_err_log_entries, 3);
     }
 
     #[test]

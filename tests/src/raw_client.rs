@@ -114,7 +114,18 @@ impl Completion {
     }
 }
 
+/// A command that failed: its SQE (when this client sent it) and CQE.
+#[derive(Clone, Copy, Debug)]
+pub struct Failed {
+    /// The command, unless the test sent its bytes itself.
+    pub sqe: Option<Sqe>,
+    /// Its completion.
+    pub cqe: Cqe,
+}
+
 struct Inflight {
+    /// The command as sent (not known for [`RawClient::track`]ed ones).
+    sqe: Option<Sqe>,
     /// Data to send in answer to R2Ts.
     r2t_data: Bytes,
     data: Vec<u8>,
@@ -148,6 +159,9 @@ pub struct RawClient {
     pub timeout: Duration,
     /// H2CData PDUs sent so far.
     pub h2c_sent: usize,
+    /// Every command that failed on this queue, in the order their CQEs
+    /// came (what the controller's Error Information log should hold).
+    pub failed: Vec<Failed>,
     next_cid: u16,
     inflight: HashMap<u16, Inflight>,
     done: HashMap<u16, Completion>,
@@ -182,6 +196,7 @@ impl RawClient {
             cntlid: 0,
             timeout: DEFAULT_TIMEOUT,
             h2c_sent: 0,
+            failed: Vec::new(),
             next_cid: 1,
             inflight: HashMap::new(),
             done: HashMap::new(),
@@ -376,7 +391,7 @@ impl RawClient {
     pub async fn send_cmd(&mut self, mut sqe: Sqe, icd: Bytes, r2t_data: Bytes) -> u16 {
         let cid = self.alloc_cid();
         sqe.set_cid(cid);
-        self.inflight.insert(cid, Inflight { r2t_data, data: Vec::new(), pdus: Vec::new() });
+        self.inflight.insert(cid, Inflight { sqe: Some(sqe), r2t_data, data: Vec::new(), pdus: Vec::new() });
         self.send_pdu(&Pdu::CapsuleCmd(CapsuleCmd { sqe, data: icd })).await;
         cid
     }
@@ -384,7 +399,7 @@ impl RawClient {
     /// Registers a command whose capsule the test sends itself (raw bytes), so
     /// [`Self::wait`] can collect its completion; `r2t_data` answers R2Ts.
     pub fn track(&mut self, cid: u16, r2t_data: Bytes) {
-        self.inflight.insert(cid, Inflight { r2t_data, data: Vec::new(), pdus: Vec::new() });
+        self.inflight.insert(cid, Inflight { sqe: None, r2t_data, data: Vec::new(), pdus: Vec::new() });
     }
 
     /// Starts a command that moves no data or reads: SGL set by the caller.
@@ -524,6 +539,9 @@ impl RawClient {
                     return Err(RecvError::Unexpected(format!("CapsuleResp for unknown CID: {:?}", r.cqe)));
                 };
                 f.pdus.push(p.clone());
+                if !r.cqe.status.is_success() {
+                    self.failed.push(Failed { sqe: f.sqe, cqe: r.cqe });
+                }
                 self.done.insert(
                     cid,
                     Completion { cid, cqe: r.cqe, data: f.data, via_success_flag: false, pdus: f.pdus },

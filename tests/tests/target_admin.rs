@@ -154,8 +154,9 @@ async fn keep_alive_with_kato_zero_is_timeout_invalid_1ah() {
     let ka = s.admin.keep_alive().await;
     let st = ka.status();
     assert_eq!((st.sct().0, st.sc(), st.dnr()), (0, 0x1A, false), "Keep Alive with KATO 0: {st}");
-    // The wire form the host decodes: (SCT << 8 | SC) << 1 in the status field.
-    assert_eq!(st.to_wire(), 0x1A << 1);
+    // The wire form the host decodes: (SCT << 8 | SC) << 1 in the status
+    // field, with More (bit 14) for its error log entry.
+    assert_eq!(st.to_wire(), 0x1A << 1 | 1 << 14);
 }
 
 #[tokio::test]
@@ -165,16 +166,16 @@ async fn invalid_admin_opcode() {
         let mut sqe = Sqe::new(op);
         sqe.set_sgl(SglDescriptor::transport(0));
         let r = s.admin.submit(sqe, None).await;
-        assert_eq!(r.status(), Status::INVALID_OPCODE.with_dnr(), "opcode {op:#x}");
+        assert_eq!(r.status(), Status::INVALID_OPCODE.with_dnr().with_more(), "opcode {op:#x}");
     }
     // Queue management commands exist only on PCIe: Create I/O SQ (01h, the Write opcode
     // on I/O queues) and Delete I/O SQ (00h).
     let mut sqe = Sqe::new(AdminOpcode::CREATE_SQ.0);
     sqe.set_sgl(SglDescriptor::transport(0));
-    assert_eq!(s.admin.submit(sqe, None).await.status(), Status::INVALID_OPCODE.with_dnr());
+    assert_eq!(s.admin.submit(sqe, None).await.status(), Status::INVALID_OPCODE.with_dnr().with_more());
     let mut sqe = Sqe::new(AdminOpcode::DELETE_SQ.0);
     sqe.set_sgl(SglDescriptor::transport(0));
-    assert_eq!(s.admin.submit(sqe, None).await.status(), Status::INVALID_OPCODE.with_dnr());
+    assert_eq!(s.admin.submit(sqe, None).await.status(), Status::INVALID_OPCODE.with_dnr().with_more());
     // The queue still works.
     s.admin.identify(Cns::CTRL, 0).await.ok();
 }
@@ -186,15 +187,15 @@ async fn commands_before_enable_are_sequence_errors() {
     assert!(a.admin_connect(SUBNQN, HOSTNQN).await.status.is_success());
     // Admin command before CC.EN.
     let r = a.identify(Cns::CTRL, 0).await;
-    assert_eq!(r.status(), Status::CMD_SEQ_ERROR.with_dnr());
+    assert_eq!(r.status(), Status::CMD_SEQ_ERROR.with_dnr().with_more());
     // I/O queue connects, but I/O before CC.EN is a Command Sequence Error.
     let mut io = RawClient::connect(addr).await;
     assert!(io.io_connect(1, a.cntlid, SUBNQN, HOSTNQN).await.status.is_success());
     let r = io.read(1, 0, 1, NS1_BS).await;
-    assert_eq!(r.status(), Status::CMD_SEQ_ERROR.with_dnr());
+    assert_eq!(r.status(), Status::CMD_SEQ_ERROR.with_dnr().with_more());
     assert!(r.data.is_empty(), "no data for a failed read");
     let r = io.write(1, 0, &[1; 512], NS1_BS).await;
-    assert_eq!(r.status(), Status::CMD_SEQ_ERROR.with_dnr());
+    assert_eq!(r.status(), Status::CMD_SEQ_ERROR.with_dnr().with_more());
     // After enabling, both work.
     a.enable().await;
     a.identify(Cns::CTRL, 0).await.ok();
@@ -204,7 +205,7 @@ async fn commands_before_enable_are_sequence_errors() {
     a.property_set(nvmeof_common::spec::PropertyOffset::CC, 0).await.ok();
     assert!(!a.csts().await.rdy());
     let r = io.read(1, 0, 1, NS1_BS).await;
-    assert_eq!(r.status(), Status::CMD_SEQ_ERROR.with_dnr());
+    assert_eq!(r.status(), Status::CMD_SEQ_ERROR.with_dnr().with_more());
 }
 
 /// SMART / Health Information is controller-wide only for NSID FFFFFFFFh; any
@@ -216,9 +217,9 @@ async fn smart_log_for_nsid_0_is_invalid_namespace() {
     let mut s = setup(&default_config()).await;
     let a = &mut s.admin;
     let r = a.get_log_page(LogPageId::SMART, 0, 0, 512, false).await;
-    assert_eq!(r.status(), Status::INVALID_NS.with_dnr(), "SMART log, NSID 0");
+    assert_eq!(r.status(), Status::INVALID_NS.with_dnr().with_more(), "SMART log, NSID 0");
     let r = a.get_log_page(LogPageId::SMART, 7, 0, 512, false).await;
-    assert_eq!(r.status(), Status::INVALID_NS.with_dnr(), "SMART log, inactive NSID");
+    assert_eq!(r.status(), Status::INVALID_NS.with_dnr().with_more(), "SMART log, inactive NSID");
     assert_eq!(a.get_log_page(LogPageId::SMART, 1, 0, 512, false).await.ok().data.len(), 512);
     assert_eq!(a.get_log_page(LogPageId::SMART, 0xFFFF_FFFF, 0, 512, false).await.ok().data.len(), 512);
 }

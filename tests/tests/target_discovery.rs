@@ -113,7 +113,7 @@ async fn discovery_log_format_and_windows() {
         assert!(log_bytes(&mut d, 3072, 8).await.iter().all(|&b| b == 0));
         for lpo in [2, 1025, 3076, 1 << 40] {
             let r = d.get_log_page(LogPageId::DISCOVERY, 0, lpo, 4, false).await;
-            assert_eq!(r.status(), Status::INVALID_FIELD.with_dnr(), "LPO {lpo}");
+            assert_eq!(r.status(), Status::INVALID_FIELD.with_dnr().with_more(), "LPO {lpo}");
         }
         // NUMDU: a 256 KiB read (NUMD above 16 bits) returns the log and zeros.
         let big = log_bytes(&mut d, 0, 256 << 10).await;
@@ -129,7 +129,7 @@ async fn discovery_log_format_and_windows() {
         let mut s = GetLogPageCmd::new(LogPageId::DISCOVERY, 0, 0, 1024).to_sqe(0);
         s.set_sgl(SglDescriptor::transport(512));
         let r = d.submit(s, None).await;
-        assert_eq!(r.status(), Status::SGL_INVALID_DATA.with_dnr());
+        assert_eq!(r.status(), Status::SGL_INVALID_DATA.with_dnr().with_more());
         assert!(r.data.is_empty());
     })
     .await;
@@ -147,7 +147,7 @@ async fn discovery_controller_commands() {
         let mut d = RawClient::connect(addr).await;
         assert!(d.admin_connect(DISCOVERY_NQN, HOSTNQN).await.status.is_success());
         let r = d.identify(Cns::CTRL, 0).await;
-        assert_eq!(r.status(), Status::INVALID_OPCODE.with_dnr());
+        assert_eq!(r.status(), Status::INVALID_OPCODE.with_dnr().with_more());
         d.enable().await;
 
         let id = IdentifyController::decode(&d.identify(Cns::CTRL, 0).await.ok().data).unwrap();
@@ -156,30 +156,30 @@ async fn discovery_controller_commands() {
         assert_eq!(id.lpa & (1 << 2), 1 << 2, "LPA: extended data for Get Log Page");
         for cns in [Cns::NS, Cns::ACTIVE_NS_LIST, Cns::NS_DESC_LIST, Cns(0x10)] {
             let r = d.submit(IdentifyCmd::new(cns, 1).to_sqe(0), None).await;
-            assert_eq!(r.status(), Status::INVALID_FIELD.with_dnr(), "CNS {cns:?}");
+            assert_eq!(r.status(), Status::INVALID_FIELD.with_dnr().with_more(), "CNS {cns:?}");
         }
         for lid in [LogPageId::SUPPORTED, LogPageId::ERROR, LogPageId::SMART, LogPageId::CHANGED_NS] {
             let r = d.get_log_page(lid, 0xFFFF_FFFF, 0, 512, false).await;
-            assert_eq!(r.status(), Status::INVALID_FIELD.with_dnr(), "LID {lid:?}");
+            assert_eq!(r.status(), Status::INVALID_FIELD.with_dnr().with_more(), "LID {lid:?}");
         }
         // Opcodes an I/O controller has but a discovery controller does not.
         for op in [0x00u8, 0x01, 0x04, 0x05, 0x08, 0x14, 0x0D, 0x10, 0x11, 0x80, 0x84, 0xC0] {
             let mut s = Sqe::new(op);
             s.set_sgl(SglDescriptor::transport(0));
             let r = d.submit(s, None).await;
-            assert_eq!(r.status(), Status::INVALID_OPCODE.with_dnr(), "opcode {op:#x}");
+            assert_eq!(r.status(), Status::INVALID_OPCODE.with_dnr().with_more(), "opcode {op:#x}");
         }
         // Features: KATO (0 at Connect ⇒ nvmet's 120 s) and AEC; nothing else.
         let kato = d.submit(GetFeaturesCmd::new(FeatureId::KATO).to_sqe(0), None).await.ok();
         assert_eq!(kato.cqe.dw0(), 120_000);
         for fid in [FeatureId::NUM_QUEUES, FeatureId::VOLATILE_WC, FeatureId::HOST_ID] {
             let r = d.submit(GetFeaturesCmd::new(fid).to_sqe(0), None).await;
-            assert_eq!(r.status(), Status::INVALID_FIELD.with_dnr(), "Get Features {fid:?}");
+            assert_eq!(r.status(), Status::INVALID_FIELD.with_dnr().with_more(), "Get Features {fid:?}");
             let r = d.submit(SetFeaturesCmd::new(fid, 0).to_sqe(0), None).await;
-            assert_eq!(r.status(), Status::INVALID_FIELD.with_dnr(), "Set Features {fid:?}");
+            assert_eq!(r.status(), Status::INVALID_FIELD.with_dnr().with_more(), "Set Features {fid:?}");
         }
         let r = d.submit(SetFeaturesCmd::new(FeatureId::ASYNC_EVENT, 1 << 8).to_sqe(0), None).await;
-        assert_eq!(r.status(), Status::INVALID_FIELD.with_dnr(), "AEC beyond bit 31");
+        assert_eq!(r.status(), Status::INVALID_FIELD.with_dnr().with_more(), "AEC beyond bit 31");
         d.keep_alive().await.ok();
         let set = d.submit(SetFeaturesCmd::new(FeatureId::KATO, 1500).to_sqe(0), None).await.ok();
         assert_eq!(set.cqe.dw0(), 2);

@@ -193,10 +193,10 @@ async fn connect_errors() {
     // know no Connect once the queue has a controller).
     let again = admin.connect_data(SUBNQN, CNTLID_DYNAMIC);
     let r = admin.connect_cmd(ConnectCmd::admin(0), again).await;
-    assert_eq!(r.status(), Status::INVALID_OPCODE.with_dnr());
+    assert_eq!(r.status(), Status::INVALID_OPCODE.with_dnr().with_more());
     let again = io4.connect_data(SUBNQN, cntlid);
     let r = io4.connect_cmd(ConnectCmd::io(3, 32), again).await;
-    assert_eq!(r.status(), Status::INVALID_OPCODE.with_dnr());
+    assert_eq!(r.status(), Status::INVALID_OPCODE.with_dnr().with_more());
     // The same QID on another connection: Command Sequence Error too.
     let (s, _) = connect_status(addr, ConnectCmd::io(4, 32), SUBNQN, HOSTNQN, cntlid).await;
     assert_eq!(s, Status::CMD_SEQ_ERROR.with_dnr());

@@ -179,14 +179,14 @@ async fn io_error_statuses() {
     io.read(1, NSZE, 1, BS).await.expect_status(Status::LBA_RANGE);
     io.read(1, NSZE - 1, 2, BS).await.expect_status(Status::LBA_RANGE);
     let r = io.write(1, NSZE, &[7; 512], BS).await;
-    assert_eq!(r.status(), Status::LBA_RANGE.with_dnr());
+    assert_eq!(r.status(), Status::LBA_RANGE.with_dnr().with_more());
     let mut huge = RawClient::rw_sqe(IoOpcode::READ, 1, u64::MAX, 1);
     huge.set_sgl(SglDescriptor::transport(512));
     io.submit(huge, None).await.expect_status(Status::LBA_RANGE);
 
     // Invalid namespace.
     let r = io.read(99, 0, 1, BS).await;
-    assert_eq!(r.status(), Status::INVALID_NS.with_dnr());
+    assert_eq!(r.status(), Status::INVALID_NS.with_dnr().with_more());
     io.read(0, 0, 1, BS).await.expect_status(Status::INVALID_NS);
     io.submit(flush_sqe(99), None).await.expect_status(Status::INVALID_NS);
     // The namespace is checked before the length against MDTS (nvmet parses
@@ -208,7 +208,7 @@ async fn io_error_statuses() {
     let mut sqe = RawClient::rw_sqe(IoOpcode::READ, 1, 0, 8);
     sqe.set_sgl(SglDescriptor::transport(2048));
     let r = io.submit(sqe, None).await;
-    assert_eq!(r.status(), Status::SGL_INVALID_DATA.with_dnr());
+    assert_eq!(r.status(), Status::SGL_INVALID_DATA.with_dnr().with_more());
     assert!(r.data.is_empty());
     let sqe = RawClient::rw_sqe(IoOpcode::WRITE, 1, 0, 2);
     io.submit(sqe, Some(Bytes::from(vec![1; 512]))).await.expect_status(Status::SGL_INVALID_DATA);
@@ -230,7 +230,7 @@ async fn io_error_statuses() {
     let mut sqe = DsmCmd::deallocate(1, 1).to_sqe(0);
     sqe.set_sgl(SglDescriptor::transport(0xFFFF_FFF0));
     let r = io.submit(sqe, None).await;
-    assert_eq!(r.status(), Status::INVALID_FIELD.with_dnr());
+    assert_eq!(r.status(), Status::INVALID_FIELD.with_dnr().with_more());
     assert_eq!(r.r2t_count(), 0);
 
     // Write Zeroes moves no data, so MDTS does not limit it: 4 MiB at once.
@@ -243,7 +243,7 @@ async fn io_error_statuses() {
         let mut sqe = Sqe::new(op);
         sqe.set_nsid(1).set_sgl(SglDescriptor::transport(0));
         let r = io.submit(sqe, None).await;
-        assert_eq!(r.status(), Status::INVALID_OPCODE.with_dnr(), "opcode {op:#x}");
+        assert_eq!(r.status(), Status::INVALID_OPCODE.with_dnr().with_more(), "opcode {op:#x}");
     }
 
     // PRPs (PSDT 0) and fused commands: Invalid Field.

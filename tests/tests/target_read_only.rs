@@ -95,7 +95,7 @@ async fn read_only_files_are_read_and_never_written() {
             let mut lift = SetFeaturesCmd::new(FeatureId::WRITE_PROTECT, 0).to_sqe(0);
             lift.set_nsid(nsid);
             let e = ctrl.admin_command(lift, Payload::None).await.unwrap_err();
-            assert_eq!(e.status(), Some(Status::FEATURE_NOT_CHANGEABLE.with_dnr()), "{e}");
+            assert_eq!(e.status(), Some(Status::FEATURE_NOT_CHANGEABLE.with_dnr().with_more()), "{e}");
             let mut again = SetFeaturesCmd::new(FeatureId::WRITE_PROTECT, 1).to_sqe(0);
             again.set_nsid(nsid);
             ctrl.admin_command(again, Payload::None).await.unwrap();

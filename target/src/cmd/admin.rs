@@ -25,8 +25,7 @@ use nvmeof_common::spec::identify::{
     PowerStateDescriptor, IDENTIFY_DATA_LEN,
 };
 use nvmeof_common::spec::log::{
-    effects, encode_supported_logs, log_window, ChangedNsList, CommandEffectsLog, FwSlotLog, SmartLog,
-    ERROR_LOG_ENTRY_LEN, LOG_4K,
+    effects, encode_supported_logs, log_window, ChangedNsList, CommandEffectsLog, FwSlotLog, SmartLog, LOG_4K,
 };
 use nvmeof_common::spec::property::{Csts, Vs};
 use nvmeof_common::spec::{
@@ -37,6 +36,7 @@ use nvmeof_common::{Sqe, Status};
 use super::{discovery, expect_len, Exec, Pending, QueueCtx, Response, WriteProtectFlush};
 use crate::backend::IoOp;
 use crate::core::controller::MAX_AERS;
+use crate::core::error_log::ERROR_LOG_ENTRIES;
 use crate::core::{Controller, Namespace, Target};
 
 /// Version reported in Identify Controller VER and the VS property: NVMe 1.3.0.
@@ -47,8 +47,6 @@ pub const VERSION: u32 = Vs::V1_3.0;
 pub const FIRMWARE_REVISION: &str = env!("CARGO_PKG_VERSION");
 /// NN and MNAN: the highest NSID hosts should expect (nvmet `NVMET_MAX_NAMESPACES`).
 pub const MAX_NAMESPACES: u32 = 1024;
-/// Error log entries (ELPE + 1, nvmet `NVMET_ERROR_LOG_SLOTS`); the log is always empty.
-pub const ERROR_LOG_ENTRIES: usize = 128;
 /// Keep Alive Support: 1 s granularity (units of 100 ms, nvmet `NVMET_KAS`).
 pub const KAS: u16 = 10;
 /// Async event configuration bits an I/O controller accepts: SMART critical
@@ -381,7 +379,7 @@ fn get_log_page(
     } else {
         match cmd.lid {
             LogPageId::SUPPORTED => encode_supported_logs(&IO_LOGS),
-            LogPageId::ERROR => vec![0; ERROR_LOG_ENTRIES * ERROR_LOG_ENTRY_LEN],
+            LogPageId::ERROR => ctrl.error_log_page(),
             LogPageId::SMART => smart_log(ctrl, cmd.nsid)?,
             LogPageId::FW_SLOT => fw_slot_log(),
             LogPageId::CHANGED_NS => {
@@ -409,13 +407,15 @@ fn get_log_page(
 
 /// SMART / Health log (LID 02h): controller-wide for NSID FFFFFFFFh, else for
 /// an active namespace; NSID 0 names none and is Invalid Namespace, as nvmet
-/// answers (`nvmet_get_smart_log_nsid` → `nvmet_req_find_ns`). No counters are
-/// kept, so it is all zero (as nvmet for file-backed namespaces).
+/// answers (`nvmet_get_smart_log_nsid` → `nvmet_req_find_ns`). No I/O
+/// counters are kept, so they are zero (as nvmet's for file-backed
+/// namespaces); Number of Error Information Log Entries is the controller's
+/// error count, as nvmet fills it from `err_counter`.
 fn smart_log(ctrl: &Controller, nsid: u32) -> Result<Vec<u8>, Status> {
     if nsid != 0xFFFF_FFFF && ctrl.subsys.namespace(nsid).is_none() {
         return Err(invalid_ns());
     }
-    Ok(SmartLog::default().encode())
+    Ok(SmartLog { num_err_log_entries: ctrl.error_count() as u128, ..Default::default() }.encode())
 }
 
 /// Firmware Slot Information (LID 03h): slot 1 active, revision = [`FIRMWARE_REVISION`].

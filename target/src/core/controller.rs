@@ -7,11 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nvmeof_common::spec::features::AsyncEvent;
+use nvmeof_common::spec::log::ErrorLogEntry;
 use nvmeof_common::spec::property::{Cc, Csts};
 use nvmeof_common::Status;
 use tokio::sync::watch;
 
-use super::Subsystem;
+use super::{ErrorLog, Subsystem};
 use crate::backend::{CompletionSink, IoCompletion};
 
 /// Most outstanding Asynchronous Event Requests (nvmet AERL 3 → 4).
@@ -81,6 +82,8 @@ pub struct Controller {
     aec: AtomicU32,
     aen: Mutex<AenState>,
     io_qids: Mutex<BTreeSet<u16>>,
+    /// Error Information log; locked only when a command fails.
+    errors: Mutex<ErrorLog>,
     teardown: watch::Sender<Teardown>,
 }
 
@@ -116,6 +119,7 @@ impl Controller {
             aec: AtomicU32::new(aec),
             aen: Mutex::new(AenState::default()),
             io_qids: Mutex::new(BTreeSet::new()),
+            errors: Mutex::new(ErrorLog::default()),
             teardown: watch::channel(Teardown::Alive).0,
         }
     }
@@ -234,6 +238,22 @@ impl Controller {
     /// Unregisters an I/O queue.
     pub fn remove_io_queue(&self, qid: u16) {
         self.io_qids.lock().unwrap().remove(&qid);
+    }
+
+    /// Records a failed command in the Error Information log (its Error
+    /// Count is assigned here).
+    pub fn record_error(&self, entry: ErrorLogEntry) {
+        self.errors.lock().unwrap().record(entry);
+    }
+
+    /// The Error Information log page (LID 01h), newest entry first.
+    pub fn error_log_page(&self) -> Vec<u8> {
+        self.errors.lock().unwrap().encode()
+    }
+
+    /// Errors recorded since the controller was created.
+    pub fn error_count(&self) -> u64 {
+        self.errors.lock().unwrap().count()
     }
 
     /// Subscribes to teardown; queues of this controller close when it changes.

@@ -3,11 +3,13 @@
 //! hosts, and [`Controller`]s created by admin Connect.
 
 pub mod controller;
+pub mod error_log;
 pub mod namespace;
 pub mod subsystem;
 pub mod target;
 
 pub use controller::Controller;
+pub use error_log::ErrorLog;
 pub use namespace::Namespace;
 pub use subsystem::Subsystem;
 pub use target::{Limits, Target};
