@@ -260,7 +260,11 @@ pub fn error_entry(sqid: u16, sqe: &Sqe, status: Status) -> ErrorLogEntry {
     const OFST: u16 = 44;
     let fabrics = sqe.opcode() == 0x7F;
     let opc = sqe.opcode();
-    let rw = !fabrics
+    // Opcodes mean different commands on admin and I/O queues (02h is Get
+    // Log Page on one and Read on the other).
+    let admin = sqid == 0 && !fabrics;
+    let rw = sqid != 0
+        && !fabrics
         && [IoOpcode::READ, IoOpcode::WRITE, IoOpcode::WRITE_ZEROES, IoOpcode::COMPARE]
             .contains(&IoOpcode(opc));
     let slba = sqe.cdw(10) as u64 | (sqe.cdw(11) as u64) << 32;
@@ -298,6 +302,7 @@ pub fn error_entry(sqid: u16, sqe: &Sqe, status: Status) -> ErrorLogEntry {
             _ => NO_ERROR_LOCATION,
         }
     } else if code == Status::INVALID_FIELD
+        && admin
         && [
             AdminOpcode::IDENTIFY,
             AdminOpcode::GET_LOG_PAGE,
@@ -387,5 +392,45 @@ pub fn complete(pending: Pending, c: IoCompletion) -> Response {
                 Response::status(Status::COMPARE_FAILED.with_dnr())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use nvmeof_common::spec::property::{PropertyGet, PropertyOffset};
+
+    use super::*;
+
+    fn location(sqid: u16, sqe: &Sqe, status: Status) -> (u16, u64, u32) {
+        let e = error_entry(sqid, sqe, status);
+        assert_eq!((e.sqid, e.cid, e.status), (sqid, sqe.cid(), status.to_wire()));
+        (e.param_error_location, e.lba, e.nsid)
+    }
+
+    #[test]
+    fn error_entries_name_the_byte_at_fault_per_queue_type() {
+        let mut sqe = Sqe::new(0x02);
+        sqe.set_cid(3).set_nsid(1).set_cdw(10, 0x10).set_cdw(11, 1);
+        let (field, internal) = (Status::INVALID_FIELD.with_dnr(), Status::INTERNAL);
+        // 02h is Get Log Page on the admin queue (CDW10 at fault) and Read on
+        // an I/O queue, where a backend failure names the SLBA.
+        assert_eq!(location(0, &sqe, field), (40, 0, 1));
+        assert_eq!(location(1, &sqe, field), (NO_ERROR_LOCATION, 0, 1));
+        assert_eq!(location(0, &sqe, internal), (NO_ERROR_LOCATION, 0, 1));
+        assert_eq!(location(1, &sqe, internal), (NO_ERROR_LOCATION, 1 << 32 | 0x10, 1));
+        assert_eq!(location(1, &sqe, Status::LBA_RANGE.with_dnr()), (40, 1 << 32 | 0x10, 1));
+        assert_eq!(location(1, &sqe, Status::INVALID_NS.with_dnr()), (4, 0, 1));
+        assert_eq!(location(1, &sqe, Status::SGL_INVALID_DATA.with_dnr()), (24, 0, 1));
+        assert_eq!(location(1, &sqe, Status::INVALID_OPCODE.with_dnr()), (0, 0, 1));
+        // Fused: the FLAGS byte, whatever the opcode.
+        sqe.set_flags(0x41);
+        assert_eq!(location(1, &sqe, field), (1, 0, 1));
+        // Fabrics: FCTYPE for an unknown one, and no NSID (bytes 4-7 are FCTYPE).
+        let mut get = PropertyGet::new(PropertyOffset::CAP).to_sqe(4);
+        assert_eq!(location(0, &get, Status::INVALID_OPCODE.with_dnr()), (4, 0, 0));
+        get.set_cdw(10, 0);
+        assert_eq!(location(0, &get, field), (40, 0, 0), "4-byte Property Get: ATTRIB");
+        get.set_cdw(10, 1);
+        assert_eq!(location(0, &get, field), (44, 0, 0), "8-byte Property Get: OFST");
     }
 }
