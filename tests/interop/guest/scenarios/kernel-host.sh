@@ -139,6 +139,32 @@ kh_id_ctrl() {
     [ "$_sub" = "$NQN" ] || fail "subnqn '$_sub' != '$NQN'"
 }
 
+# jnum KEY: the first number given to "KEY" in the JSON on stdin (nvme-cli
+# prints 128-bit counters as strings: "num_err_log_entries":"1").
+jnum() { grep -o "\"$1\" *: *\"\{0,1\}[0-9]*" | head -n 1 | sed 's/.*: *"\{0,1\}//'; }
+
+# kh_error_log: a command the target refuses (admin opcode C4h) is the newest
+# entry of the controller's Error Information log as `nvme error-log` reads
+# it (its status, the opcode byte at fault, the admin queue), and the SMART
+# log counts it (nvmet keeps the log the same way).
+kh_error_log() {
+    need_dev
+    t 30 nvme admin-passthru "/dev/$CTRL" --opcode=0xc4 >/tmp/el.txt 2>&1 && fail "admin opcode C4h succeeded"
+    grep -qi 'invalid.*opcode' /tmp/el.txt || fail "admin opcode C4h refused with: $(cat /tmp/el.txt)"
+    t 30 nvme error-log "/dev/$CTRL" -e 1 -o json >/tmp/el.json 2>&1 || fail "nvme error-log: $(cat /tmp/el.json)"
+    _count=$(jnum error_count </tmp/el.json); _status=$(jnum status_field </tmp/el.json)
+    _sqid=$(jnum sqid </tmp/el.json); _pel=$(jnum parm_error_location </tmp/el.json)
+    info "newest error log entry: error_count=$_count sqid=$_sqid status_field=$_status parm_error_location=$_pel"
+    [ -n "$_count" ] && [ "$_count" -ge 1 ] || fail "no error log entry: $(cat /tmp/el.json)"
+    # status_field as nvme-cli prints it (without the phase tag): DNR | Invalid Opcode.
+    [ "$_status" = $((0x4001)) ] || fail "newest entry's status $_status, want $((0x4001)) (Invalid Opcode, DNR)"
+    [ "$_sqid" = 0 ] && [ "$_pel" = 0 ] || fail "newest entry: sqid $_sqid, parameter error location $_pel; want 0, 0"
+    t 30 nvme smart-log "/dev/$CTRL" -o json >/tmp/el.json 2>&1 || fail "nvme smart-log: $(cat /tmp/el.json)"
+    _smart=$(jnum num_err_log_entries </tmp/el.json)
+    [ "$_smart" = "$_count" ] || fail "SMART counts '$_smart' errors, the error log $_count: $(grep err_log /tmp/el.json)"
+    rm -f /tmp/el.txt /tmp/el.json
+}
+
 kh_id_ns() {
     need_dev
     t 30 nvme id-ns "$DEV" >/tmp/idns.txt || fail "nvme id-ns failed"
@@ -623,6 +649,7 @@ scenario_main() {
     run_step connect 90 kh_connect
     run_step id-ctrl 40 kh_id_ctrl
     run_step id-ns 40 kh_id_ns
+    run_step error-log 40 kh_error_log
     run_step dd-verify 180 kh_dd_verify plain
     run_step fio-verify $((FIO_RUNTIME + 90)) kh_fio
     run_step ext4 300 kh_ext4
