@@ -461,7 +461,11 @@ impl QueueState {
                 // Information log, and the More bit says so (nvmet_set_error
                 // sets it with the entry). A queue without a controller (a
                 // failed Connect) has no log to write.
-                ctrl.record_error(cmd::error_entry(self.ctx.qid.unwrap_or(0), &sqe, r.status));
+                let mut entry = cmd::error_entry(self.ctx.qid.unwrap_or(0), &sqe, r.status);
+                if let Some(lba) = r.error_lba {
+                    entry.lba = lba;
+                }
+                ctrl.record_error(entry);
                 r.status = r.status.with_more();
             }
         }
@@ -839,6 +843,15 @@ mod tests {
             .iter()
             .all(|p| !matches!(p, Pdu::CapsuleResp(r) if !r.cqe.status.is_success())));
 
+        // Dataset Management: the failing range's SLBA, from the data.
+        use nvmeof_common::spec::dsm::{DsmCmd, DsmRange};
+        let range = DsmRange { cattr: 0, nlb: 8, slba: blocks - 4 };
+        let mut dsm = DsmCmd::deallocate(1, 1).to_sqe(11);
+        dsm.set_sgl(SglDescriptor::in_capsule(16));
+        let cmd = CapsuleCmd { sqe: dsm, data: Bytes::copy_from_slice(&range.encode()) };
+        let c = cqe(&exchange(&mut io, Pdu::CapsuleCmd(cmd), &cfg)[0]);
+        assert_eq!(c.status, Status::LBA_RANGE.with_dnr().with_more());
+
         let log = |q: &mut QueueState, lid, nsid, len| {
             let out = submit(q, GetLogPageCmd::new(lid, nsid, 0, len).to_sqe(11));
             match &out[0] {
@@ -849,8 +862,13 @@ mod tests {
         let entries = decode_error_log(&log(&mut admin, LogPageId::ERROR, 0, 4096));
         assert_eq!(entries.len(), 64);
         // Newest first, counted from 1; unused entries are zero.
-        let used: Vec<_> = entries.iter().filter(|e| e.error_count != 0).collect();
-        assert_eq!(used.len(), 3, "{entries:?}");
+        let mut used: Vec<_> = entries.iter().filter(|e| e.error_count != 0).collect();
+        assert_eq!(used.len(), 4, "{entries:?}");
+        let e = used.remove(0);
+        assert_eq!(
+            (e.error_count, e.sqid, e.cid, e.param_error_location, e.lba),
+            (4, 1, 11, 0xFFFF, blocks - 4)
+        );
         let e = used[0];
         assert_eq!((e.error_count, e.sqid, e.cid, e.param_error_location, e.nsid), (3, 0, 9, 0, 0));
         assert_eq!(e.status, Status::INVALID_OPCODE.with_dnr().to_wire(), "status without More");
@@ -861,7 +879,7 @@ mod tests {
         assert_eq!((e.lba, e.status), (blocks, Status::LBA_RANGE.with_dnr().to_wire()));
         // SMART counts them (nvmet: Number of Error Information Log Entries = err_counter).
         let smart = SmartLog::decode(&log(&mut admin, LogPageId::SMART, 0xFFFF_FFFF, 512)).unwrap();
-        assert_eq!(smart.num_err_log_entries, 3);
+        assert_eq!(smart.num_err_log_entries, 4);
     }
 
     #[test]

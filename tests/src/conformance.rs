@@ -16,11 +16,12 @@ use std::net::SocketAddr;
 use bytes::Bytes;
 use nvmeof_common::opcode::{AdminOpcode, IoOpcode};
 use nvmeof_common::spec::connect::{data_off, invalid_param_dw0};
+use nvmeof_common::spec::dsm::{DsmCmd, DsmRange, DSM_RANGE_LEN};
 use nvmeof_common::spec::features::{FeatureId, GetFeaturesCmd, SetFeaturesCmd};
 use nvmeof_common::spec::identify::{Cns, IdentifyNamespace};
 use nvmeof_common::spec::log::{decode_error_log, LogPageId, SmartLog, ERROR_LOG_ENTRY_LEN};
 use nvmeof_common::spec::property::{PropertyGet, PropertyOffset};
-use nvmeof_common::spec::{ConnectCmd, CNTLID_DYNAMIC, DISCOVERY_NQN};
+use nvmeof_common::spec::{ConnectCmd, IdentifyCmd, CNTLID_DYNAMIC, DISCOVERY_NQN};
 use nvmeof_common::sqe::fabrics_off;
 use nvmeof_common::{SglDescriptor, Sqe, Status};
 
@@ -136,6 +137,8 @@ pub struct Conformance {
     subnqn: String,
     peer: Peer,
     out: Vec<Outcome>,
+    /// Blocks in namespace 1 (the LBA past its end), once the I/O rows know.
+    ns_blocks: u64,
 }
 
 /// `s` with DNR set and no More bit: a failure on a queue without a
@@ -164,7 +167,7 @@ impl Conformance {
     /// Rows against the subsystem `subnqn` at `addr` (namespace 1 must exist,
     /// any host allowed to connect as [`HOSTNQN`](crate::raw_client::HOSTNQN)).
     pub fn new(addr: SocketAddr, subnqn: &str, peer: Peer) -> Self {
-        Self { addr, subnqn: subnqn.to_string(), peer, out: Vec::new() }
+        Self { addr, subnqn: subnqn.to_string(), peer, out: Vec::new(), ns_blocks: 0 }
     }
 
     fn both(&mut self, name: &'static str, c: &Completion, want: Want) {
@@ -232,7 +235,8 @@ impl Conformance {
         let c = q.identify(Cns::CTRL, 0).await;
         // Every failure on a controller's queues goes in its error log here;
         // nvmet records only those it has an `error_loc` for, which this,
-        // Number of Queues FFFFh and a fifth AER lack.
+        // Number of Queues FFFFh, Set Features Host Identifier and a fifth
+        // AER lack.
         let seq = Status::CMD_SEQ_ERROR;
         self.differ("identify: before CC.EN", &c, LOGGED(seq), DNR(seq));
         drop(q);
@@ -270,6 +274,22 @@ impl Conformance {
         self.both("connect: I/O SQSIZE above CAP.MQES", &c, sqsize_bad);
         let c = self.connect_once(ConnectCmd::io(0xFFFE, 32), &subnqn, cntlid).await;
         self.both("connect: QID beyond the controller's queues", &c, invalid_param(false, fabrics_off::QID));
+
+        // An I/O queue names its controller by CNTLID and host: another
+        // host's Connect finds none (nvmet_ctrl_find_get compares HOSTNQN).
+        let mut q = self.fresh().await;
+        q.hostnqn = format!("{}-other", q.hostnqn);
+        let c = q.connect_cmd(ConnectCmd::io(1, 32), q.connect_data(&subnqn, cntlid)).await;
+        self.both("connect: I/O queue as another host", &c, invalid_param(true, data_off::CNTLID));
+        drop(q);
+        // nvmet compares no HOSTID on I/O queues; the spec has the I/O queues
+        // of a controller come from its host, HOSTID included, so it must
+        // match here. QID 2, which no other row uses: nvmet connects it.
+        let mut q = self.fresh().await;
+        q.hostid[0] ^= 0xFF;
+        let c = q.connect_cmd(ConnectCmd::io(2, 32), q.connect_data(&subnqn, cntlid)).await;
+        self.differ("connect: I/O queue with another HOSTID", &c, invalid_param(true, data_off::CNTLID), OK);
+        drop(q);
     }
 
     async fn admin_rows(&mut self, admin: &mut RawClient) {
@@ -289,6 +309,52 @@ impl Conformance {
         s.set_sgl(SglDescriptor::transport(0));
         let c = admin.submit(s, None).await;
         self.both("get features: FID 78h (reserved)", &c, LOGGED(Status::INVALID_FIELD));
+        // Host Identifier: the 128-bit form only (EXHID, CDW11 bit 0), as
+        // nvmet_get_feat_hostid; a fabrics host sets it in Connect, so Set
+        // Features is a Command Sequence Error.
+        let mut g = GetFeaturesCmd::new(FeatureId::HOST_ID);
+        for (name, exhid, want) in [
+            ("get features: Host Identifier without EXHID", 0, LOGGED(Status::INVALID_FIELD)),
+            ("get features: Host Identifier, 128 bits", 1, OK),
+        ] {
+            g.cdw11 = exhid;
+            let mut s = g.to_sqe(0);
+            s.set_sgl(SglDescriptor::transport(16));
+            let c = admin.submit(s, None).await;
+            self.both(name, &c, want);
+        }
+        let mut s = SetFeaturesCmd::new(FeatureId::HOST_ID, 1).to_sqe(0);
+        s.set_sgl(SglDescriptor::in_capsule(16));
+        let c = admin.submit(s, Some(Bytes::from_static(&[7; 16]))).await;
+        let seq = Status::CMD_SEQ_ERROR;
+        self.differ("set features: Host Identifier", &c, LOGGED(seq), DNR(seq));
+        // Arbitration is mandatory in the spec, but nvmet-tcp has no value
+        // for it (its case is under `#if 0`, and Set Features has none).
+        let mut s = GetFeaturesCmd::new(FeatureId::ARBITRATION).to_sqe(0);
+        s.set_sgl(SglDescriptor::transport(0));
+        let c = admin.submit(s, None).await;
+        self.both("get features: Arbitration", &c, LOGGED(Status::INVALID_FIELD));
+        let mut s = SetFeaturesCmd::new(FeatureId::ARBITRATION, 0).to_sqe(0);
+        s.set_sgl(SglDescriptor::transport(0));
+        let c = admin.submit(s, None).await;
+        self.both("set features: Arbitration", &c, LOGGED(Status::INVALID_FIELD));
+
+        // Identify lists and descriptors (nvmet_execute_identify_nslist,
+        // _desclist).
+        let c = admin.identify(Cns::ACTIVE_NS_LIST, 0xFFFF_FFFE).await;
+        self.both("identify: active namespace list after FFFFFFFEh", &c, LOGGED(Status::INVALID_NS));
+        let c = admin.identify(Cns::NS_DESC_LIST, 0x7FFF).await;
+        self.both("identify: descriptors of an inactive namespace", &c, LOGGED(Status::INVALID_NS));
+        let c = admin.identify(Cns::CTRL, 5).await;
+        self.both("identify: controller, with an NSID", &c, OK);
+        let mut s = IdentifyCmd::new(Cns::CTRL, 0).to_sqe(0);
+        s.set_sgl(SglDescriptor::transport(2048));
+        let c = admin.submit(s, None).await;
+        self.both("identify: SGL length 2048", &c, LOGGED(Status::SGL_INVALID_DATA));
+        // nvmet ignores LPO outside the discovery log; here it is honoured
+        // (libnvme reads large logs in pieces), so past the page it is refused.
+        let c = admin.get_log_page(LogPageId::SMART, 0xFFFF_FFFF, 1024, 512, false).await;
+        self.differ("get log page: SMART at LPO 1024, past its end", &c, LOGGED(Status::INVALID_FIELD), OK);
         let mut s = SetFeaturesCmd::new(FeatureId::NUM_QUEUES, 0xFFFF_FFFF).to_sqe(0);
         s.set_sgl(SglDescriptor::transport(0));
         let c = admin.submit(s, None).await;
@@ -342,6 +408,8 @@ impl Conformance {
         self.both("discovery: SMART log", &c, LOGGED(Status::INVALID_FIELD));
         let c = d.get_log_page(LogPageId::DISCOVERY, 0, 2, 1024, false).await;
         self.both("discovery: log at an offset not dword-aligned", &c, LOGGED(Status::INVALID_FIELD));
+        let c = d.get_log_page(LogPageId::DISCOVERY, 0, 1 << 20, 1024, false).await;
+        self.both("discovery: log at an offset past its end", &c, LOGGED(Status::INVALID_FIELD));
         let mut s = SetFeaturesCmd::new(FeatureId::NUM_QUEUES, 0).to_sqe(0);
         s.set_sgl(SglDescriptor::transport(0));
         let c = d.submit(s, None).await;
@@ -403,7 +471,16 @@ impl Conformance {
             let Some(e) = entries.iter().find(|e| (e.sqid, e.cid) == (f.cqe.sqid, f.cqe.cid)) else {
                 continue;
             };
-            let want = error_entry(f.cqe.sqid, &sqe, f.cqe.status.without_more());
+            let mut want = error_entry(f.cqe.sqid, &sqe, f.cqe.status.without_more());
+            // A Dataset Management range past the end: the LBA is the
+            // range's (nvmet's error_slba), which is in the data, not the SQE.
+            let code = f.cqe.status.code();
+            if f.cqe.sqid != 0
+                && sqe.opcode() == IoOpcode::DSM.0
+                && (code == Status::LBA_RANGE || code == Status::CAP_EXCEEDED)
+            {
+                want.lba = self.ns_blocks;
+            }
             // nvmet names OPC for a failure its backend reports (Internal
             // Error past the end of a block device); no one byte is at fault
             // there, and ours says FFFFh.
@@ -461,6 +538,7 @@ impl Conformance {
         let bs = ns.block_size().expect("namespace 1 block size");
         let end = ns.nsze;
         assert!(end > 0, "namespace 1 is empty");
+        self.ns_blocks = end;
 
         let c = io.read(1, 0, 1, bs).await;
         self.both("read: first block", &c, OK);
@@ -498,6 +576,37 @@ impl Conformance {
             let c = io.submit(s, None).await;
             self.both(name, &c, LOGGED(Status::INVALID_OPCODE));
         }
+
+        // The namespace is looked up before the opcode (nvmet_parse_io_cmd):
+        // an admin command on an I/O queue, with NSID 0, is Invalid Namespace.
+        let mut s = Sqe::new(AdminOpcode::KEEP_ALIVE.0);
+        s.set_sgl(SglDescriptor::transport(0));
+        let c = io.submit(s, None).await;
+        self.both("keep alive on an I/O queue (NSID 0)", &c, LOGGED(Status::INVALID_NS));
+        let mut s = Sqe::new(IoOpcode::FLUSH.0);
+        s.set_nsid(0xFFFF_FFFF).set_sgl(SglDescriptor::transport(0));
+        let c = io.submit(s, None).await;
+        self.both("flush: NSID FFFFFFFFh", &c, LOGGED(Status::INVALID_NS));
+        let mut s = RawClient::rw_sqe(IoOpcode::WRITE, 1, 0, 1);
+        s.set_sgl(SglDescriptor::transport(0));
+        let c = io.submit(s, None).await;
+        self.both("write: SGL length 0 for one block", &c, LOGGED(Status::SGL_INVALID_DATA));
+        // 256 ranges announced, one sent.
+        let range = DsmRange { cattr: 0, nlb: 1, slba: end };
+        let mut s = DsmCmd::deallocate(1, 256).to_sqe(0);
+        s.set_sgl(SglDescriptor::in_capsule(DSM_RANGE_LEN as u32));
+        let c = io.submit(s, Some(Bytes::copy_from_slice(&range.encode()))).await;
+        self.both("dataset management: fewer ranges than NR", &c, LOGGED(Status::SGL_INVALID_DATA));
+        // A Deallocate range starting at the end (it changes no data).
+        let mut s = DsmCmd::deallocate(1, 1).to_sqe(0);
+        s.set_sgl(SglDescriptor::in_capsule(DSM_RANGE_LEN as u32));
+        let c = io.submit(s, Some(Bytes::copy_from_slice(&range.encode()))).await;
+        self.differ(
+            "dataset management: deallocate past the end",
+            &c,
+            LOGGED(Status::LBA_RANGE),
+            nvmet_past_end,
+        );
 
         // Compare is implemented here (ONCS bit 0); nvmet has no Compare.
         let block = io.read(1, 0, 1, bs).await.ok().data;

@@ -145,7 +145,9 @@ fn execute_on(ctx: &mut QueueCtx, ns: &Namespace, sqe: &Sqe, data: Bytes, tag: u
                 };
                 let end = r.slba.checked_add(r.nlb as u64);
                 if end.is_none_or(|e| e > ns.blocks()) {
-                    return Status::LBA_RANGE.with_dnr().into();
+                    // The range's SLBA in the error log, as nvmet's error_slba.
+                    let status = Status::LBA_RANGE.with_dnr();
+                    return Response { error_lba: Some(r.slba), ..Response::status(status) }.into();
                 }
                 if r.nlb > 0 {
                     ranges.push((r.slba << ns.block_shift, (r.nlb as u64) << ns.block_shift));

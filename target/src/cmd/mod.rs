@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use nvmeof_common::opcode::{AdminOpcode, FabricsType, IoOpcode};
+use nvmeof_common::spec::features::FeatureId;
 use nvmeof_common::spec::log::ErrorLogEntry;
 use nvmeof_common::{Sqe, Status};
 
@@ -127,6 +128,9 @@ pub struct Response {
     /// CRC32C of `data` when the backend knew it (the data digest is then not
     /// computed from the bytes).
     pub data_crc: Option<u32>,
+    /// The LBA at fault when the command's SQE does not hold it (a Dataset
+    /// Management range past the end): the error log entry's LBA.
+    pub error_lba: Option<u64>,
 }
 
 impl Response {
@@ -240,11 +244,12 @@ pub const NO_ERROR_LOCATION: u16 = 0xFFFF;
 /// interop suite's `statuses` client): FLAGS for fused commands and PRPs,
 /// OPC (FCTYPE for fabrics commands) for an unknown opcode, NSID for an
 /// invalid namespace, DPTR for a data descriptor that does not fit, SLBA for
-/// a range past the end, CDW10 for Identify, Get Log Page and the features,
-/// ATTRIB or OFST for properties. Elsewhere it is FFFFh (no one field at
+/// a read or write past the end, CDW10 for Identify, Get Log Page and the features
+/// (CDW11 for the Host Identifier's EXHID), ATTRIB or OFST for properties. Elsewhere it is FFFFh (no one field at
 /// fault; nvmet names OPC for some and records no entry for others). The LBA
-/// is the command's SLBA for LBA Out of Range and for a read, write, Write
-/// Zeroes or Compare failed by the media or the backend; the namespace is
+/// is the command's SLBA for a read, write, Write Zeroes or Compare out of
+/// range or failed by the media or the backend (a Dataset Management range
+/// past the end names its own, [`Response::error_lba`]); the namespace is
 /// the SQE's NSID (0 for fabrics commands, whose bytes 4-7 are FCTYPE; nvmet
 /// copies them as they are).
 pub fn error_entry(sqid: u16, sqe: &Sqe, status: Status) -> ErrorLogEntry {
@@ -253,6 +258,7 @@ pub fn error_entry(sqid: u16, sqe: &Sqe, status: Status) -> ErrorLogEntry {
     const FCTYPE: u16 = 4;
     const DPTR: u16 = 24;
     const CDW10: u16 = 40;
+    const CDW11: u16 = 44;
     const SLBA: u16 = 40;
     const NLB: u16 = 48;
     // Property Get/Set: ATTRIB (byte 40) and OFST (byte 44).
@@ -290,7 +296,7 @@ pub fn error_entry(sqid: u16, sqe: &Sqe, status: Status) -> ErrorLogEntry {
     .contains(&code)
     {
         DPTR
-    } else if code == Status::LBA_RANGE {
+    } else if code == Status::LBA_RANGE && rw {
         SLBA
     } else if code == Status::CAP_EXCEEDED {
         NLB
@@ -301,6 +307,12 @@ pub fn error_entry(sqid: u16, sqe: &Sqe, status: Status) -> ErrorLogEntry {
             FabricsType::PROPERTY_SET => OFST,
             _ => NO_ERROR_LOCATION,
         }
+    } else if code == Status::INVALID_FIELD
+        && admin
+        && AdminOpcode(opc) == AdminOpcode::GET_FEATURES
+        && sqe.cdw(10) as u8 == FeatureId::HOST_ID.0
+    {
+        CDW11
     } else if code == Status::INVALID_FIELD
         && admin
         && [
@@ -321,7 +333,7 @@ pub fn error_entry(sqid: u16, sqe: &Sqe, status: Status) -> ErrorLogEntry {
         cid: sqe.cid(),
         status: status.to_wire(),
         param_error_location: location,
-        lba: if code == Status::LBA_RANGE || (rw && media) { slba } else { 0 },
+        lba: if rw && (code == Status::LBA_RANGE || media) { slba } else { 0 },
         nsid: if fabrics { 0 } else { sqe.nsid() },
         ..Default::default()
     }
