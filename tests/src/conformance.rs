@@ -26,6 +26,7 @@ use nvmeof_common::sqe::fabrics_off;
 use nvmeof_common::{SglDescriptor, Sqe, Status};
 
 use nvmeof_target::cmd::error_entry;
+use nvmeof_target::core::error_log::ERROR_LOG_ENTRIES;
 
 use crate::harness::admin_queue;
 use crate::raw_client::{Completion, Failed, RawClient};
@@ -436,7 +437,11 @@ impl Conformance {
         let (admin_failed, io_failed) = (admin.failed.clone(), io.failed.clone());
         let logged: Vec<&Failed> =
             admin_failed.iter().chain(&io_failed).filter(|f| f.cqe.status.more()).collect();
-        let c = admin.get_log_page(LogPageId::ERROR, 0, 0, 64 * ERROR_LOG_ENTRY_LEN as u32, false).await;
+        // The whole log (nvmet keeps as many entries as we do): the rows
+        // must fail fewer commands than that, or the oldest would be gone.
+        assert!(logged.len() < ERROR_LOG_ENTRIES, "{} failures overflow the error log", logged.len());
+        let len = (ERROR_LOG_ENTRIES * ERROR_LOG_ENTRY_LEN) as u32;
+        let c = admin.get_log_page(LogPageId::ERROR, 0, 0, len, false).await;
         let entries: Vec<_> = decode_error_log(&c.data).into_iter().filter(|e| e.error_count != 0).collect();
         let key = |sqid: u16, cid: u16, status: u16| (sqid, cid, status);
         let want: BTreeSet<_> = logged
@@ -447,7 +452,11 @@ impl Conformance {
         let problem = (got != want || entries.len() != logged.len()).then(|| {
             let missing: Vec<_> = want.difference(&got).collect();
             let extra: Vec<_> = got.difference(&want).collect();
-            format!("{} entries for {} failures; (sqid, cid, status) missing {missing:x?}, not expected {extra:x?}", entries.len(), logged.len())
+            let n = (entries.len(), logged.len());
+            format!(
+                "{} entries, {} failures; (sqid, cid, status) missing {missing:x?}, extra {extra:x?}",
+                n.0, n.1
+            )
         });
         self.check("error log: one entry for each failure with More", &c, problem);
 
