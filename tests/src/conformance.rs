@@ -306,9 +306,7 @@ impl Conformance {
         let c = admin.get_log_page(LogPageId::SMART, 0x7FFF, 0, 512, false).await;
         self.both("get log page: SMART of an inactive namespace", &c, LOGGED(Status::INVALID_NS));
 
-        let mut s = GetFeaturesCmd::new(FeatureId(0x78)).to_sqe(0);
-        s.set_sgl(SglDescriptor::transport(0));
-        let c = admin.submit(s, None).await;
+        let c = admin.submit_no_data(GetFeaturesCmd::new(FeatureId(0x78)).to_sqe(0)).await;
         self.both("get features: FID 78h (reserved)", &c, LOGGED(Status::INVALID_FIELD));
         // Host Identifier: the 128-bit form only (EXHID, CDW11 bit 0), as
         // nvmet_get_feat_hostid; a fabrics host sets it in Connect, so Set
@@ -331,13 +329,9 @@ impl Conformance {
         self.differ("set features: Host Identifier", &c, LOGGED(seq), DNR(seq));
         // Arbitration is mandatory in the spec, but nvmet-tcp has no value
         // for it (its case is under `#if 0`, and Set Features has none).
-        let mut s = GetFeaturesCmd::new(FeatureId::ARBITRATION).to_sqe(0);
-        s.set_sgl(SglDescriptor::transport(0));
-        let c = admin.submit(s, None).await;
+        let c = admin.submit_no_data(GetFeaturesCmd::new(FeatureId::ARBITRATION).to_sqe(0)).await;
         self.both("get features: Arbitration", &c, LOGGED(Status::INVALID_FIELD));
-        let mut s = SetFeaturesCmd::new(FeatureId::ARBITRATION, 0).to_sqe(0);
-        s.set_sgl(SglDescriptor::transport(0));
-        let c = admin.submit(s, None).await;
+        let c = admin.submit_no_data(SetFeaturesCmd::new(FeatureId::ARBITRATION, 0).to_sqe(0)).await;
         self.both("set features: Arbitration", &c, LOGGED(Status::INVALID_FIELD));
 
         // Identify lists and descriptors (nvmet_execute_identify_nslist,
@@ -356,18 +350,14 @@ impl Conformance {
         // (libnvme reads large logs in pieces), so past the page it is refused.
         let c = admin.get_log_page(LogPageId::SMART, 0xFFFF_FFFF, 1024, 512, false).await;
         self.differ("get log page: SMART at LPO 1024, past its end", &c, LOGGED(Status::INVALID_FIELD), OK);
-        let mut s = SetFeaturesCmd::new(FeatureId::NUM_QUEUES, 0xFFFF_FFFF).to_sqe(0);
-        s.set_sgl(SglDescriptor::transport(0));
-        let c = admin.submit(s, None).await;
+        let c = admin.submit_no_data(SetFeaturesCmd::new(FeatureId::NUM_QUEUES, 0xFFFF_FFFF).to_sqe(0)).await;
         let (field, limit) = (Status::INVALID_FIELD, Status::ASYNC_LIMIT);
         self.differ("set features: Number of Queues FFFFh", &c, LOGGED(field), DNR(field));
         // The spec: Feature Identifier Not Saveable when SV is set for a
         // feature that cannot be saved (SPDK answers so too); nvmet ignores SV.
         let mut f = SetFeaturesCmd::new(FeatureId::ASYNC_EVENT, 0x100);
         f.sv = true;
-        let mut s = f.to_sqe(0);
-        s.set_sgl(SglDescriptor::transport(0));
-        let c = admin.submit(s, None).await;
+        let c = admin.submit_no_data(f.to_sqe(0)).await;
         self.differ("set features: Save set", &c, LOGGED(Status::FEATURE_NOT_SAVEABLE), OK);
 
         let c = admin.property_get(PropertyOffset::NSSR, false).await;
@@ -379,9 +369,7 @@ impl Conformance {
         let c = admin.submit(g.to_sqe(0), None).await;
         self.both("property get: CC as 8 bytes", &c, LOGGED(Status::INVALID_FIELD));
 
-        let mut s = Sqe::new(0xC4);
-        s.set_sgl(SglDescriptor::transport(0));
-        let c = admin.submit(s, None).await;
+        let c = admin.submit_no_data(Sqe::new(0xC4)).await;
         self.both("admin opcode C4h (vendor, unknown)", &c, LOGGED(Status::INVALID_OPCODE));
         // Four Asynchronous Event Requests may wait (nvmet NVMET_ASYNC_EVENTS);
         // the fifth is refused. The four stay outstanding.
@@ -411,13 +399,9 @@ impl Conformance {
         self.both("discovery: log at an offset not dword-aligned", &c, LOGGED(Status::INVALID_FIELD));
         let c = d.get_log_page(LogPageId::DISCOVERY, 0, 1 << 20, 1024, false).await;
         self.both("discovery: log at an offset past its end", &c, LOGGED(Status::INVALID_FIELD));
-        let mut s = SetFeaturesCmd::new(FeatureId::NUM_QUEUES, 0).to_sqe(0);
-        s.set_sgl(SglDescriptor::transport(0));
-        let c = d.submit(s, None).await;
+        let c = d.submit_no_data(SetFeaturesCmd::new(FeatureId::NUM_QUEUES, 0).to_sqe(0)).await;
         self.both("discovery: set Number of Queues", &c, LOGGED(Status::INVALID_FIELD));
-        let mut s = Sqe::new(AdminOpcode::ABORT.0);
-        s.set_sgl(SglDescriptor::transport(0));
-        let c = d.submit(s, None).await;
+        let c = d.submit_no_data(Sqe::new(AdminOpcode::ABORT.0)).await;
         self.both("discovery: Abort", &c, LOGGED(Status::INVALID_OPCODE));
         // A discovery controller has no I/O queues.
         let c = self.connect_once(ConnectCmd::io(1, 32), DISCOVERY_NQN, cntlid).await;
@@ -570,9 +554,7 @@ impl Conformance {
         let c = io.read(1, end, 1, bs).await;
         self.differ("read: past the end", &c, LOGGED(Status::LBA_RANGE), nvmet_past_end);
 
-        let mut s = RawClient::rw_sqe(IoOpcode::WRITE_ZEROES, 1, end - 1, 2);
-        s.set_sgl(SglDescriptor::transport(0));
-        let c = io.submit(s, None).await;
+        let c = io.submit_no_data(RawClient::rw_sqe(IoOpcode::WRITE_ZEROES, 1, end - 1, 2)).await;
         self.differ("write zeroes: across the end", &c, LOGGED(Status::LBA_RANGE), nvmet_past_end);
 
         for (name, op) in [
@@ -580,25 +562,19 @@ impl Conformance {
             ("I/O opcode 0Ch (Verify, unsupported)", IoOpcode::VERIFY),
             ("I/O opcode 88h (unknown)", IoOpcode(0x88)),
         ] {
-            let mut s = RawClient::rw_sqe(op, 1, 0, 1);
-            s.set_sgl(SglDescriptor::transport(0));
-            let c = io.submit(s, None).await;
+            let c = io.submit_no_data(RawClient::rw_sqe(op, 1, 0, 1)).await;
             self.both(name, &c, LOGGED(Status::INVALID_OPCODE));
         }
 
         // The namespace is looked up before the opcode (nvmet_parse_io_cmd):
         // an admin command on an I/O queue, with NSID 0, is Invalid Namespace.
-        let mut s = Sqe::new(AdminOpcode::KEEP_ALIVE.0);
-        s.set_sgl(SglDescriptor::transport(0));
-        let c = io.submit(s, None).await;
+        let c = io.keep_alive().await;
         self.both("keep alive on an I/O queue (NSID 0)", &c, LOGGED(Status::INVALID_NS));
         let mut s = Sqe::new(IoOpcode::FLUSH.0);
-        s.set_nsid(0xFFFF_FFFF).set_sgl(SglDescriptor::transport(0));
-        let c = io.submit(s, None).await;
+        s.set_nsid(0xFFFF_FFFF);
+        let c = io.submit_no_data(s).await;
         self.both("flush: NSID FFFFFFFFh", &c, LOGGED(Status::INVALID_NS));
-        let mut s = RawClient::rw_sqe(IoOpcode::WRITE, 1, 0, 1);
-        s.set_sgl(SglDescriptor::transport(0));
-        let c = io.submit(s, None).await;
+        let c = io.submit_no_data(RawClient::rw_sqe(IoOpcode::WRITE, 1, 0, 1)).await;
         self.both("write: SGL length 0 for one block", &c, LOGGED(Status::SGL_INVALID_DATA));
         // 256 ranges announced, one sent.
         let range = DsmRange { cattr: 0, nlb: 1, slba: end };

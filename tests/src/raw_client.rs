@@ -646,11 +646,16 @@ impl RawClient {
         self.submit(c.to_sqe(0), None).await
     }
 
+    /// Submits `sqe` with a zero-length data descriptor (a command that
+    /// moves no data) and waits for its completion.
+    pub async fn submit_no_data(&mut self, mut sqe: Sqe) -> Completion {
+        sqe.set_sgl(SglDescriptor::transport(0));
+        self.submit(sqe, None).await
+    }
+
     /// Keep Alive.
     pub async fn keep_alive(&mut self) -> Completion {
-        let mut s = Sqe::new(AdminOpcode::KEEP_ALIVE.0);
-        s.set_sgl(SglDescriptor::transport(0));
-        self.submit(s, None).await
+        self.submit_no_data(Sqe::new(AdminOpcode::KEEP_ALIVE.0)).await
     }
 
     // ------------------------------------------------------------ I/O
