@@ -133,8 +133,12 @@ impl Status {
     /// Access Denied.
     pub const ACCESS_DENIED: Self = st(2, 0x86);
 
+    /// Asymmetric Access Persistent Loss (path related).
+    pub const ANA_PERSISTENT_LOSS: Self = st(3, 0x01);
     /// Asymmetric Access Inaccessible (path related).
     pub const ANA_INACCESSIBLE: Self = st(3, 0x02);
+    /// Asymmetric Access Transition (path related).
+    pub const ANA_TRANSITION: Self = st(3, 0x03);
     /// Host Pathing Error.
     pub const HOST_PATH_ERROR: Self = st(3, 0x70);
 

@@ -16,6 +16,8 @@
 //!
 //! [[port]]
 //! listen = "0.0.0.0:4420"
+//! ana_state = "optimized"                # optional: every ANA group's state through this port
+//! ana_groups = { 2 = "non-optimized" }   # optional: states of single groups (1..=128)
 //!
 //! [[subsystem]]
 //! nqn = "nqn.2026-11.io.nvmeof:disk"
@@ -30,6 +32,7 @@
 //! io_engine = "uring"                    # optional (file/block only): overrides the top-level one
 //! buffered_io = true                     # optional (file only): false = O_DIRECT (io_uring)
 //! read_only = false                      # optional (file/block only): export read-only
+//! ana_group = 1                          # optional: ANA group (1..=128)
 //! ```
 //!
 //! `io_engine` chooses how file and block namespaces execute I/O: `threads` (a
@@ -48,7 +51,19 @@
 //! hosts cannot lift): the Linux host marks the block device read-only, and
 //! commands other than Read and Flush fail with Namespace is Write Protected.
 //! A read-only file must exist (no `size`).
+//!
+//! `ana_state` and `ana_groups` set what each port reports for Asymmetric
+//! Namespace Access (nvmet's `ports/N/ana_groups/G/ana_state`): every group
+//! is `optimized` unless configured (`non-optimized`, `inaccessible`,
+//! `persistent-loss`, `change`). A namespace is in group 1 unless its
+//! `ana_group` says otherwise. A host with native multipath sends I/O down
+//! the optimized ports, and a port whose state refuses I/O answers with the
+//! ANA status, so the host moves it to another path. Unlike the listen
+//! addresses, both apply on reload (SIGHUP), and connected hosts get the ANA
+//! Change notice: an admin fails a subsystem over from one port to another
+//! by editing the file.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -56,6 +71,9 @@ use std::str::FromStr;
 
 use serde::Deserialize;
 
+use nvmeof_common::spec::log::AnaState;
+
+use crate::core::ana::{parse_ana_state, DEFAULT_ANA_GROUP};
 use crate::core::Limits;
 
 /// Errors that name the key and why.
@@ -230,6 +248,8 @@ pub struct NamespaceConfig {
     /// Write Protected). File and block namespaces only; a read-only file is
     /// never created or grown (no `size`).
     pub read_only: bool,
+    /// ANA group (1..=[`crate::core::ana::MAX_ANA_GROUPS`]).
+    pub ana_group: u32,
 }
 
 impl NamespaceConfig {
@@ -316,11 +336,29 @@ pub fn assign_nsids(nss: &[NamespaceConfig]) -> impl Iterator<Item = (u32, &Name
     })
 }
 
+/// What a port reports for Asymmetric Namespace Access.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortAnaConfig {
+    /// State of every group `groups` does not name (`ana_state`).
+    pub state: AnaState,
+    /// States of single groups (`ana_groups`).
+    pub groups: BTreeMap<u32, AnaState>,
+}
+
+impl Default for PortAnaConfig {
+    /// Every group optimized.
+    fn default() -> Self {
+        Self { state: AnaState::OPTIMIZED, groups: BTreeMap::new() }
+    }
+}
+
 /// The whole configuration.
 #[derive(Clone, Debug)]
 pub struct TargetConfig {
     /// Listen addresses.
     pub listen: Vec<SocketAddr>,
+    /// ANA states of each port, in the order of `listen`.
+    pub port_ana: Vec<PortAnaConfig>,
     /// Subsystems.
     pub subsystems: Vec<SubsystemConfig>,
     /// Limits.
@@ -384,6 +422,8 @@ struct RawLimits {
 #[serde(deny_unknown_fields)]
 struct RawPort {
     listen: String,
+    ana_state: Option<String>,
+    ana_groups: Option<BTreeMap<String, String>>,
 }
 
 #[derive(Deserialize)]
@@ -408,6 +448,7 @@ struct RawNamespace {
     io_engine: Option<IoEngine>,
     buffered_io: Option<bool>,
     read_only: Option<bool>,
+    ana_group: Option<u32>,
 }
 
 /// Default model string.
@@ -458,16 +499,40 @@ impl TargetConfig {
             }
             limits.max_connections = v;
         }
+        let max_groups = limits.max_ana_groups();
+        let check_group = |g: u32| {
+            if (1..=max_groups).contains(&g) {
+                Ok(g)
+            } else {
+                Err(format!("ANA group {g} is not 1..={max_groups} (the most groups MDTS leaves room for)"))
+            }
+        };
         let mut listen = Vec::new();
+        let mut port_ana = Vec::new();
         for (i, p) in raw.port.iter().enumerate() {
             let a = p
                 .listen
                 .parse()
                 .map_err(|e| invalid(format!("port[{i}].listen"), format!("{:?}: {e}", p.listen)))?;
             listen.push(a);
+            let mut ana = PortAnaConfig::default();
+            if let Some(st) = &p.ana_state {
+                ana.state = parse_ana_state(st).map_err(|e| invalid(format!("port[{i}].ana_state"), e))?;
+            }
+            for (g, st) in p.ana_groups.iter().flatten() {
+                let key = format!("port[{i}].ana_groups.{g}");
+                let grp = g
+                    .parse::<u32>()
+                    .map_err(|_| format!("{g:?} is not a group number"))
+                    .and_then(check_group)
+                    .map_err(|e| invalid(&key, e))?;
+                ana.groups.insert(grp, parse_ana_state(st).map_err(|e| invalid(&key, e))?);
+            }
+            port_ana.push(ana);
         }
         if listen.is_empty() {
             listen.push(default_listen());
+            port_ana.push(PortAnaConfig::default());
         }
         let mut subsystems = Vec::new();
         for (i, s) in raw.subsystem.into_iter().enumerate() {
@@ -531,6 +596,12 @@ impl TargetConfig {
                     source,
                     block_size,
                     read_only: n.read_only.unwrap_or(false),
+                    ana_group: n
+                        .ana_group
+                        .map(check_group)
+                        .transpose()
+                        .map_err(|e| invalid(format!("{nkey}.ana_group"), e))?
+                        .unwrap_or(DEFAULT_ANA_GROUP),
                 };
                 ns.check_size().map_err(|(key, e)| invalid(format!("{nkey}.{key}"), e))?;
                 ns.check_read_only().map_err(|(key, e)| invalid(format!("{nkey}.{key}"), e))?;
@@ -571,6 +642,7 @@ impl TargetConfig {
             .map_err(|e| invalid("limits.congestion_control", e))?;
         Ok(Self {
             listen,
+            port_ana,
             subsystems,
             limits,
             poll_us: l.poll_us.unwrap_or(0),

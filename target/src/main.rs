@@ -12,8 +12,10 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use nvmeof_target::config::{
     check_congestion_control, check_host_nqn, check_send_buffer, check_subsystem_nqn, default_listen,
-    parse_size, IoEngine, NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig, DEFAULT_MODEL,
+    parse_size, IoEngine, NamespaceConfig, NamespaceSource, PortAnaConfig, SubsystemConfig, TargetConfig,
+    DEFAULT_MODEL,
 };
+use nvmeof_target::core::ana::DEFAULT_ANA_GROUP;
 use nvmeof_target::core::Limits;
 use nvmeof_target::server::Server;
 
@@ -119,6 +121,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             },
             block_size: a.block_size,
             read_only: a.read_only,
+            ana_group: DEFAULT_ANA_GROUP,
         });
     }
     for r in &a.ram {
@@ -127,6 +130,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             source: NamespaceSource::Ram(*r),
             block_size: a.block_size,
             read_only: false,
+            ana_group: DEFAULT_ANA_GROUP,
         });
     }
     for b in &a.block {
@@ -134,7 +138,14 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             path: b.clone(),
             io_engine: a.io_engine.unwrap_or(IoEngine::BLOCK_DEFAULT),
         };
-        nss.push(NamespaceConfig { nsid: None, source, block_size: 512, read_only: a.read_only });
+        let read_only = a.read_only;
+        nss.push(NamespaceConfig {
+            nsid: None,
+            source,
+            block_size: 512,
+            read_only,
+            ana_group: DEFAULT_ANA_GROUP,
+        });
     }
     if nss.is_empty() {
         return Err("nothing to export: give --file, --ram, --block or --config".into());
@@ -148,8 +159,10 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
     for h in &a.allow_host {
         check_host_nqn(h).map_err(|e| format!("--allow-host {h:?}: {e}"))?;
     }
+    let listen = if a.listen.is_empty() { vec![default_listen()] } else { a.listen.clone() };
     Ok(TargetConfig {
-        listen: if a.listen.is_empty() { vec![default_listen()] } else { a.listen.clone() },
+        port_ana: vec![PortAnaConfig::default(); listen.len()],
+        listen,
         subsystems: vec![SubsystemConfig {
             nqn,
             model: DEFAULT_MODEL.into(),

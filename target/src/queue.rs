@@ -568,6 +568,7 @@ mod tests {
     fn queue_rx(t: &Arc<Target>) -> (QueueState, UnboundedReceiver<IoCompletion>) {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let q = QueueState::new(QueueCtx {
+            ana: t.port_ana(1),
             target: t.clone(),
             port_id: 1,
             qid: None,

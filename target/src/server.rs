@@ -12,6 +12,7 @@ use tracing::{info, warn};
 
 use crate::backend::{Backend, BlockBackend, FileBackend, MemBackend, UringBackend};
 use crate::config::{assign_nsids, IoEngine, NamespaceConfig, NamespaceSource, TargetConfig};
+use crate::core::ana::ana_state_name;
 use crate::core::{Namespace, Subsystem, Target};
 use crate::transport::tcp::{self, ConnOptions};
 
@@ -176,6 +177,27 @@ fn check_subsystem_nqn(nqn: &str) -> std::io::Result<()> {
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("subsystem {nqn:?}: {e}")))
 }
 
+/// The namespace `n` configures as `nsid` of subsystem `nqn`, on backend `b`.
+/// Identifiers follow the store: the same file reopened (engine, buffering
+/// or block size changed) keeps them, another file or a new RAM store gets others.
+fn new_namespace(nqn: &str, nsid: u32, n: &NamespaceConfig, b: Arc<dyn Backend>) -> Namespace {
+    Namespace::for_store(nqn, nsid, &store_identity(n), b)
+        .with_read_only(n.read_only)
+        .with_ana_group(n.ana_group)
+}
+
+/// Applies the configured ANA states to the target's ports (port IDs follow
+/// the order of `cfg.listen`); connected hosts of a port whose states
+/// changed get the ANA Change notice.
+fn apply_port_ana(target: &Target, cfg: &TargetConfig) {
+    for (i, ana) in cfg.port_ana.iter().enumerate() {
+        let id = i as u16 + 1;
+        if target.set_port_ana(id, ana.state, &ana.groups) {
+            info!(port_id = id, state = ana_state_name(ana.state), groups = ?ana.groups.iter().map(|(g, s)| (g, ana_state_name(*s))).collect::<Vec<_>>(), "ANA states of port");
+        }
+    }
+}
+
 /// Builds a subsystem with its namespaces.
 pub fn build_subsystem(
     nqn: &str,
@@ -189,9 +211,7 @@ pub fn build_subsystem(
         let b =
             open_backend(n).map_err(|e| std::io::Error::new(e.kind(), format!("namespace {nsid}: {e}")))?;
         info!(subnqn = nqn, nsid, backend = %b.describe(), size = b.size(), block_size = b.block_size(), read_only = n.read_only, "namespace");
-        s.add_namespace(Arc::new(
-            Namespace::for_store(nqn, nsid, &store_identity(n), b).with_read_only(n.read_only),
-        ));
+        s.add_namespace(Arc::new(new_namespace(nqn, nsid, n, b)));
     }
     Ok(s)
 }
@@ -221,6 +241,7 @@ impl Server {
                 stop_rx.clone(),
             )));
         }
+        apply_port_ana(&target, cfg);
         info!(limits = ?target.limits, poll_us = cfg.poll_us, send_buffer = cfg.send_buffer, congestion_control = ?cfg.congestion_control, "target running");
         let configured = cfg
             .subsystems
@@ -319,14 +340,15 @@ impl Server {
                         } else {
                             info!(subnqn = %sc.nqn, nsid, backend = %b.describe(), "reload: adding namespace");
                         }
-                        // Identifiers follow the store: the same file reopened
-                        // (engine, buffering or block size changed) keeps
-                        // them, another file or a new RAM store gets others.
-                        let ns = Namespace::for_store(&sc.nqn, nsid, &store_identity(n), b);
-                        s.add_namespace(Arc::new(ns.with_read_only(n.read_only)));
+                        s.add_namespace(Arc::new(new_namespace(&sc.nqn, nsid, n, b)));
                     }
                     (None, None) => continue,
                     (Some(ns), None) => {
+                        if ns.set_ana_group(n.ana_group) {
+                            // nvmet's configfs ana_grpid store: nvmet_send_ana_event(subsys, NULL).
+                            info!(subnqn = %sc.nqn, nsid, ana_group = n.ana_group, "reload: moving namespace to another ANA group");
+                            self.target.ana_changed(|c| Arc::ptr_eq(&c.subsys, &s));
+                        }
                         let old = configured.get(&key).and_then(configured_size);
                         if let Some(sz) = configured_size(n).filter(|&sz| Some(sz) != old) {
                             let cur = ns.backend.size();
@@ -361,6 +383,7 @@ impl Server {
             }
         }
         configured.retain(|(nqn, _), _| keep.contains(nqn));
+        apply_port_ana(&self.target, cfg);
         if failed.is_empty() {
             Ok(())
         } else {

@@ -36,7 +36,13 @@ pub async fn bounded<T>(secs: u64, f: impl std::future::Future<Output = T>) -> T
 
 /// A RAM namespace configuration.
 pub fn ram_ns(nsid: u32, size: u64, block_size: u32) -> NamespaceConfig {
-    NamespaceConfig { nsid: Some(nsid), source: NamespaceSource::Ram(size), block_size, read_only: false }
+    NamespaceConfig {
+        nsid: Some(nsid),
+        source: NamespaceSource::Ram(size),
+        block_size,
+        read_only: false,
+        ana_group: nvmeof_target::core::ana::DEFAULT_ANA_GROUP,
+    }
 }
 
 /// One subsystem ([`SUBNQN`], any host) with namespace 1 ([`NS1_SIZE`], [`NS1_BS`]),
@@ -44,6 +50,7 @@ pub fn ram_ns(nsid: u32, size: u64, block_size: u32) -> NamespaceConfig {
 pub fn default_config() -> TargetConfig {
     TargetConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
+        port_ana: vec![Default::default()],
         subsystems: vec![SubsystemConfig {
             nqn: SUBNQN.to_string(),
             model: "nvmeof-test".to_string(),

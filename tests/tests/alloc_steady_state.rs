@@ -106,6 +106,7 @@ async fn steady_state_allocations_per_io() {
     };
     let cfg = TargetConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
+        port_ana: vec![Default::default()],
         subsystems: vec![SubsystemConfig {
             nqn: NQN.into(),
             model: "alloc".into(),
@@ -115,6 +116,7 @@ async fn steady_state_allocations_per_io() {
                 source: NamespaceSource::Ram(8 << 20),
                 block_size: 512,
                 read_only: false,
+                ana_group: 1,
             }]
             .into_iter()
             .chain(uring_file.as_ref().map(|path| NamespaceConfig {
@@ -127,6 +129,7 @@ async fn steady_state_allocations_per_io() {
                 },
                 block_size: 512,
                 read_only: false,
+                ana_group: 1,
             }))
             .collect(),
         }],

@@ -41,6 +41,7 @@ const BLOCKS: u64 = SIZE / 512;
 async fn start() -> (Server, String) {
     let cfg = TargetConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
+        port_ana: vec![Default::default()],
         subsystems: Vec::new(),
         limits: Limits::default(),
         poll_us: 0,

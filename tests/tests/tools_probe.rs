@@ -46,6 +46,7 @@ async fn start_target_with(
     init_tracing();
     let cfg = TargetConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
+        port_ana: vec![Default::default()],
         subsystems: Vec::new(),
         limits,
         poll_us: 0,

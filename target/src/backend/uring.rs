@@ -2298,6 +2298,7 @@ mod tests {
             source: NamespaceSource::File { path: t.0.clone(), size: Some(1 << 20), io_engine, buffered_io },
             block_size: 512,
             read_only: false,
+            ana_group: 1,
         };
         let threads = crate::server::open_backend(&ns(IoEngine::Threads, true)).unwrap();
         assert!(!threads.describe().contains("io_uring"), "{}", threads.describe());
@@ -2396,6 +2397,7 @@ mod tests {
             },
             block_size: 512,
             read_only: false,
+            ana_group: 1,
         };
         let d = crate::server::open_backend(&default_ns).unwrap();
         assert!(d.describe().contains("(io_uring, O_DIRECT)"), "{}", d.describe());

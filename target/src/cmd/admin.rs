@@ -9,7 +9,7 @@
 //! builds the reply.
 //!
 //! Supported: Identify (CNS 00h/01h/02h/03h/05h/06h/07h/08h; discovery: 01h),
-//! Get Log Page (00h/01h/02h/03h/04h/05h; discovery: 70h) honouring LPO and
+//! Get Log Page (00h/01h/02h/03h/04h/05h/0Ch; discovery: 70h) honouring LPO and
 //! NUMD, Set/Get Features (07h, 0Bh, 0Fh, 84h, 06h Get, 81h Get; discovery: 0Bh, 0Fh),
 //! Keep Alive, Asynchronous Event Request and Abort ("not aborted").
 
@@ -25,7 +25,8 @@ use nvmeof_common::spec::identify::{
     PowerStateDescriptor, IDENTIFY_DATA_LEN,
 };
 use nvmeof_common::spec::log::{
-    effects, encode_supported_logs, log_window, ChangedNsList, CommandEffectsLog, FwSlotLog, SmartLog, LOG_4K,
+    effects, encode_supported_logs, log_window, AnaGroupDesc, AnaLog, AnaState, ChangedNsList,
+    CommandEffectsLog, FwSlotLog, SmartLog, ANA_LSP_RGO, LOG_4K,
 };
 use nvmeof_common::spec::property::{Csts, Vs};
 use nvmeof_common::spec::{
@@ -35,7 +36,8 @@ use nvmeof_common::{Sqe, Status};
 
 use super::{discovery, expect_len, Exec, Pending, QueueCtx, Response, WriteProtectFlush};
 use crate::backend::IoOp;
-use crate::core::controller::MAX_AERS;
+use crate::core::ana::DEFAULT_ANA_GROUP;
+use crate::core::controller::{AEC_ANA_CHANGE, AEC_DISC_CHANGE, MAX_AERS};
 use crate::core::error_log::ERROR_LOG_ENTRIES;
 use crate::core::{Controller, Namespace, Target};
 
@@ -50,17 +52,23 @@ pub const MAX_NAMESPACES: u32 = 1024;
 /// Keep Alive Support: 1 s granularity (units of 100 ms, nvmet `NVMET_KAS`).
 pub const KAS: u16 = 10;
 /// Async event configuration bits an I/O controller accepts: SMART critical
-/// warnings 4:0 (never raised) and Namespace Attribute Notices (nvmet
-/// `NVMET_AEN_CFG_ALL` without ANA).
-pub const IO_AEC_SUPPORTED: u32 = 0x1F | aec::NS_ATTR;
+/// warnings 4:0 (never raised), Namespace Attribute Notices and ANA Change
+/// Notices (nvmet `NVMET_AEN_CFG_ALL`).
+pub const IO_AEC_SUPPORTED: u32 = 0x1F | aec::NS_ATTR | aec::ANA_CHANGE;
 /// Async event configuration bits a discovery controller accepts.
 pub const DISC_AEC_SUPPORTED: u32 = aec::DISC_CHANGE;
 
 /// CTRATT: 128-bit host identifier (bit 0) and traffic-based keep-alive
 /// (bit 6, TBKAS: the queue restarts the timer on every command), as nvmet.
 const CTRATT: u32 = (1 << 0) | (1 << 6);
-/// CMIC: multi-port (bit 0) and multi-controller (bit 1) subsystem; no ANA.
-const CMIC_MULTI_PORT_CTRL: u8 = 0x03;
+/// CMIC: multi-port (bit 0) and multi-controller (bit 1) subsystem, ANA
+/// reporting (bit 3), as nvmet.
+const CMIC_MULTI_PORT_CTRL_ANA: u8 = 0x0B;
+/// ANACAP: every state reportable (optimized, non-optimized, inaccessible,
+/// persistent loss, change: bits 4:0), as nvmet.
+const ANACAP: u8 = 0x1F;
+/// ANATT: seconds a group may stay in the change state (nvmet: 10).
+const ANATT: u8 = 10;
 /// ONCS: Compare (bit 0), Dataset Management (bit 2), Write Zeroes (bit 3).
 const ONCS: u16 = (1 << 0) | (1 << 2) | (1 << 3);
 /// SGLS bits 1:0 = 01b: SGLs supported, byte aligned.
@@ -198,9 +206,10 @@ fn identify(target: &Target, ctrl: &Controller, sqe: &Sqe) -> Result<Response, S
                 return Err(invalid_ns());
             }
             // Inactive NSID: all-zero structure.
-            subsys
-                .namespace(cmd.nsid)
-                .map_or_else(|| vec![0; IDENTIFY_DATA_LEN], |ns| identify_ns(&ns).encode())
+            subsys.namespace(cmd.nsid).map_or_else(
+                || vec![0; IDENTIFY_DATA_LEN],
+                |ns| identify_ns(&ns, target.port_ana(ctrl.port_id).state(ns.ana_group())).encode(),
+            )
         }
         Cns::CTRL => identify_controller(target, ctrl).encode(),
         Cns::ACTIVE_NS_LIST | Cns::ACTIVE_NS_LIST_CS => {
@@ -279,8 +288,8 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
     let max_nsid = subsys.namespaces().keys().next_back().copied().unwrap_or(0);
     IdentifyController {
         rab: 6,
-        cmic: CMIC_MULTI_PORT_CTRL,
-        oaes: aec::NS_ATTR,
+        cmic: CMIC_MULTI_PORT_CTRL_ANA,
+        oaes: aec::NS_ATTR | aec::ANA_CHANGE,
         ctratt: CTRATT,
         cntrltype: 1,
         acl: 3,
@@ -302,19 +311,30 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
         // NWPC bit 0: No Write Protect and Write Protect states (nvmet).
         nwpc: 1,
         psd0: PowerStateDescriptor::NVMET_PSD0,
+        anatt: ANATT,
+        anacap: ANACAP,
+        anagrpmax: limits.max_ana_groups(),
+        nanagrpid: limits.max_ana_groups(),
         ..common
     }
 }
 
-/// Identify Namespace (CNS 00h) for an active namespace: one LBA format, no
-/// metadata, capacity = size = utilisation, shared (nvmet).
-pub fn identify_ns(ns: &Namespace) -> IdentifyNamespace {
+/// Identify Namespace (CNS 00h) for an active namespace whose ANA group is
+/// in state `ana` through the asking controller's port: one LBA format, no
+/// metadata, capacity = size = utilisation (0 while inaccessible or lost, as
+/// nvmet), shared, its ANA group.
+pub fn identify_ns(ns: &Namespace, ana: AnaState) -> IdentifyNamespace {
     let blocks = ns.blocks();
+    let nuse = match ana {
+        AnaState::INACCESSIBLE | AnaState::PERSISTENT_LOSS => 0,
+        _ => blocks,
+    };
     IdentifyNamespace {
         nsze: blocks,
         ncap: blocks,
-        nuse: blocks,
+        nuse,
         nmic: NMIC_SHARED,
+        anagrpid: ns.ana_group(),
         nsattr: nsattr(ns),
         nguid: ns.nguid,
         eui64: ns.eui64,
@@ -349,13 +369,14 @@ fn ns_descriptors(ns: &Namespace) -> Vec<NsIdDescriptor> {
 // ---------------------------------------------------------------- Get Log Page
 
 /// Log pages an I/O controller serves (Supported Log Pages content).
-const IO_LOGS: [LogPageId; 6] = [
+const IO_LOGS: [LogPageId; 7] = [
     LogPageId::SUPPORTED,
     LogPageId::ERROR,
     LogPageId::SMART,
     LogPageId::FW_SLOT,
     LogPageId::CHANGED_NS,
     LogPageId::CMD_EFFECTS,
+    LogPageId::ANA,
 ];
 
 fn get_log_page(
@@ -393,16 +414,54 @@ fn get_log_page(
                 }
                 command_effects_log()
             }
+            LogPageId::ANA => ana_log(target, ctrl, cmd.lsp & ANA_LSP_RGO != 0),
             _ => return Err(invalid_field()),
         }
     };
     if cmd.lpo > page.len() as u64 {
         return Err(invalid_field());
     }
-    if cmd.lid == LogPageId::DISCOVERY && !cmd.rae {
-        ctrl.clear_notice_mask();
+    if !cmd.rae {
+        match cmd.lid {
+            LogPageId::DISCOVERY => ctrl.clear_notice_mask(AEC_DISC_CHANGE),
+            LogPageId::ANA => ctrl.clear_notice_mask(AEC_ANA_CHANGE),
+            _ => {}
+        }
     }
     Ok(Response::data(log_window(&page, cmd.lpo, len)))
+}
+
+/// ANA log (LID 0Ch) as `ctrl`'s port reports it, after nvmet's
+/// `nvmet_execute_get_log_page_ana`: the groups in use (group 1, the groups
+/// of the subsystem's namespaces, the groups configured for the port) in
+/// ascending order, each with its state through that port and, unless
+/// `rgo` (Return Groups Only), the NSIDs of its namespaces; one change count
+/// for the header and every group, as nvmet's global `nvmet_ana_chgcnt`.
+fn ana_log(target: &Target, ctrl: &Controller, rgo: bool) -> Vec<u8> {
+    let namespaces = ctrl.subsys.namespaces();
+    let mut groups = target.port_ana_groups(ctrl.port_id);
+    groups.insert(DEFAULT_ANA_GROUP);
+    groups.extend(namespaces.values().map(|ns| ns.ana_group()));
+    let port = target.port_ana(ctrl.port_id);
+    let chgcnt = target.ana_chgcnt();
+    AnaLog {
+        chgcnt,
+        groups: groups
+            .into_iter()
+            .map(|grpid| AnaGroupDesc {
+                grpid,
+                chgcnt,
+                state: port.state(grpid),
+                nsids: match rgo {
+                    true => Vec::new(),
+                    false => {
+                        namespaces.values().filter(|ns| ns.ana_group() == grpid).map(|ns| ns.nsid).collect()
+                    }
+                },
+            })
+            .collect(),
+    }
+    .encode()
 }
 
 /// SMART / Health log (LID 02h): controller-wide for NSID FFFFFFFFh, else for
@@ -579,6 +638,8 @@ fn keep_alive(ctrl: &Controller) -> Result<Response, Status> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use nvmeof_common::spec::features::{AbortCmd, AsyncEvent, FeatureSel};
     use nvmeof_common::spec::identify::{ctrl_off, decode_ns_desc_list, decode_ns_list, ns_off};
     use nvmeof_common::spec::log::decode_supported_logs;
@@ -621,6 +682,7 @@ mod tests {
         }
         let (sink, rx) = unbounded_channel();
         let ctx = QueueCtx {
+            ana: target.port_ana(port),
             target: target.clone(),
             port_id: port,
             qid: Some(0),
@@ -694,9 +756,9 @@ mod tests {
         assert_eq!(u16_at(&b, o::ICDOFF), 0);
         assert_eq!(u32_at(&b, o::SGLS), 1 | 1 << 20);
         assert_eq!(b[o::MDTS], 8);
-        assert_eq!(u32_at(&b, o::OAES), 1 << 8);
+        assert_eq!(u32_at(&b, o::OAES), 1 << 8 | 1 << 11);
         assert_eq!(b[o::CNTRLTYPE], 1);
-        assert_eq!(b[o::CMIC] & 2, 2);
+        assert_eq!(b[o::CMIC], 0x0B);
         assert_eq!(b[o::SQES], 0x66);
         assert_eq!(b[o::CQES], 0x44);
         assert_eq!(u16_at(&b, o::MAXCMD), 1024);
@@ -848,7 +910,6 @@ mod tests {
         c.nsid = 3;
         assert!(e.run(&c.to_sqe(1)).is_ok());
         assert_eq!(e.log(LogPageId::ERROR, 0, 8192, false).unwrap().len(), 8192);
-        assert_eq!(e.log(LogPageId::ANA, 0, 4096, false), Err(invalid_field()));
         assert_eq!(e.log(LogPageId::DISCOVERY, 0, 20, false), Err(invalid_field()));
         assert_eq!(e.log(LogPageId(0xC0), 0, 4, false), Err(invalid_field()));
         let sl = decode_supported_logs(&e.log(LogPageId::SUPPORTED, 0, 1024, false).unwrap());
@@ -904,6 +965,75 @@ mod tests {
             Exec::Done(r) => assert_eq!(r.status, Status::ASYNC_LIMIT.with_dnr()),
             Exec::Pending(_) => panic!("fifth AER accepted"),
         }
+    }
+
+    #[test]
+    fn ana_log_identify_and_io_follow_the_port_state() {
+        let mut e = env();
+        let port = e.ctrl.port_id;
+        let b = e.identify(Cns::CTRL, 0).unwrap();
+        use ctrl_off as o;
+        assert_eq!((b[o::ANATT], b[o::ANACAP]), (10, 0x1F));
+        assert_eq!((u32_at(&b, o::ANAGRPMAX), u32_at(&b, o::NANAGRPID)), (128, 128));
+        // The Linux host sizes the log from NANAGRPID and MNAN; it must fit MDTS.
+        let small = Limits { mdts: 1, ..Limits::default() };
+        assert_eq!(small.max_ana_groups(), 127);
+        assert!(16 + 32 * small.max_ana_groups() + 4 * MAX_NAMESPACES <= small.max_transfer());
+        let ana = |e: &mut Env, lsp: u8| {
+            let mut c = GetLogPageCmd::new(LogPageId::ANA, 0xFFFF_FFFF, 0, 8208);
+            c.lsp = lsp;
+            c.rae = true;
+            AnaLog::decode(&e.run(&c.to_sqe(2)).unwrap().data).unwrap()
+        };
+        // Default: group 1, every namespace, optimized, nothing changed yet.
+        let g = |grpid, chgcnt, state, nsids: &[u32]| AnaGroupDesc {
+            grpid,
+            chgcnt,
+            state,
+            nsids: nsids.to_vec(),
+        };
+        let l = ana(&mut e, 0);
+        assert_eq!((l.chgcnt, l.groups.clone()), (0, vec![g(1, 0, AnaState::OPTIMIZED, &[1, 3])]));
+        let n = IdentifyNamespace::decode(&e.identify(Cns::NS, 3).unwrap()).unwrap();
+        assert_eq!((n.anagrpid, n.nuse), (1, n.nsze));
+        // Namespace 3 into group 2, which this port reports inaccessible.
+        assert!(e.subsys.namespace(3).unwrap().set_ana_group(2));
+        let groups = BTreeMap::from([(2, AnaState::INACCESSIBLE), (5, AnaState::NON_OPTIMIZED)]);
+        assert!(e.target.set_port_ana(port, AnaState::OPTIMIZED, &groups));
+        assert!(!e.target.set_port_ana(port, AnaState::OPTIMIZED, &groups), "same states: no change");
+        let l = ana(&mut e, 0);
+        assert_eq!(
+            (l.chgcnt, l.groups),
+            (
+                1,
+                vec![
+                    g(1, 1, AnaState::OPTIMIZED, &[1]),
+                    g(2, 1, AnaState::INACCESSIBLE, &[3]),
+                    // Configured for the port, no namespaces: listed, as nvmet lists a port's groups.
+                    g(5, 1, AnaState::NON_OPTIMIZED, &[]),
+                ]
+            )
+        );
+        // Return Groups Only: no NSIDs.
+        assert!(ana(&mut e, ANA_LSP_RGO).groups.iter().all(|d| d.nsids.is_empty()));
+        let n = IdentifyNamespace::decode(&e.identify(Cns::NS, 3).unwrap()).unwrap();
+        assert_eq!((n.anagrpid, n.nuse), (2, 0));
+        // I/O through this port: refused on group 2 (no DNR, so the host may
+        // retry on another path), served on group 1.
+        assert_eq!(io_status(&mut e, IoOpcode::READ, 3, 4096, 0), Status::ANA_INACCESSIBLE);
+        assert_eq!(io_status(&mut e, IoOpcode::WRITE, 3, 4096, 0), Status::ANA_INACCESSIBLE);
+        assert_eq!(io_status(&mut e, IoOpcode::READ, 1, 512, 0), Status::SUCCESS);
+        e.target.set_port_ana(port, AnaState::CHANGE, &BTreeMap::new());
+        assert_eq!(io_status(&mut e, IoOpcode::READ, 1, 512, 0), Status::ANA_TRANSITION);
+        e.target.set_port_ana(port, AnaState::PERSISTENT_LOSS, &BTreeMap::new());
+        assert_eq!(io_status(&mut e, IoOpcode::FLUSH, 3, 0, 0), Status::ANA_PERSISTENT_LOSS);
+        e.target.set_port_ana(port, AnaState::NON_OPTIMIZED, &BTreeMap::new());
+        assert_eq!(io_status(&mut e, IoOpcode::READ, 3, 4096, 0), Status::SUCCESS);
+        // Another port's states do not touch this one's queues.
+        let other = e.target.add_port("127.0.0.1:4421".parse().unwrap());
+        e.target.set_port_ana(other, AnaState::INACCESSIBLE, &BTreeMap::new());
+        assert_eq!(io_status(&mut e, IoOpcode::READ, 1, 512, 0), Status::SUCCESS);
+        assert_eq!(ana(&mut e, 0).groups[0].state, AnaState::NON_OPTIMIZED);
     }
 
     /// An I/O command's status through `io::parse` then `io::execute` (RAM
@@ -1081,7 +1211,8 @@ mod tests {
         assert_eq!(e.set_feature(FeatureId::NUM_QUEUES, 0xFFFF_0000), Err(invalid_field()));
         assert_eq!(e.set_feature(FeatureId::NUM_QUEUES, 0x0000_FFFF), Err(invalid_field()));
         // AEC mask.
-        assert_eq!(e.set_feature(FeatureId::ASYNC_EVENT, 1 << 11), Err(invalid_field()));
+        assert_eq!(e.set_feature(FeatureId::ASYNC_EVENT, 1 << 11), Ok(1 << 11));
+        assert_eq!(e.set_feature(FeatureId::ASYNC_EVENT, 1 << 12), Err(invalid_field()));
         assert_eq!(e.set_feature(FeatureId::ASYNC_EVENT, 1 << 31), Err(invalid_field()));
         // KATO, rounded up to seconds.
         assert_eq!(e.get_feature(FeatureId::KATO), Ok(5000));

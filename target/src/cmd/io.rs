@@ -28,7 +28,7 @@ fn lba_range(ns: &Namespace, sqe: &Sqe) -> Result<(u64, u64), Status> {
     }
 }
 
-/// Parse step for I/O commands: namespace, opcode, SGL length equal to the
+/// Parse step for I/O commands: namespace, ANA state, write protection, opcode, SGL length equal to the
 /// transfer length (nvmet `nvmet_check_transfer_len` → Data SGL Length
 /// Invalid), LBA range, transfer size against MDTS.
 pub fn parse(ctx: &QueueCtx, ctrl: &Controller, sqe: &Sqe) -> Result<(), Status> {
@@ -50,6 +50,9 @@ fn check_access(ns: &Namespace, sqe: &Sqe) -> Result<(), Status> {
 }
 
 fn parse_on(ctx: &QueueCtx, ns: &Namespace, sqe: &Sqe) -> Result<(), Status> {
+    // nvmet_parse_io_cmd: the namespace, then its ANA state through this
+    // port, then write protection, then the opcode.
+    ctx.ana.check_io(ns.ana_group())?;
     check_access(ns, sqe)?;
     let sgl_len = sqe.sgl().length as u64;
     match IoOpcode(sqe.opcode()) {

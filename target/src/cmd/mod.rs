@@ -17,7 +17,7 @@ use nvmeof_common::spec::log::ErrorLogEntry;
 use nvmeof_common::{Sqe, Status};
 
 use crate::backend::{IoCompletion, QueueIo};
-use crate::core::{Controller, Target};
+use crate::core::{Controller, PortAna, Target};
 
 /// What a queue knows about itself, handed to command handlers.
 pub struct QueueCtx {
@@ -25,6 +25,8 @@ pub struct QueueCtx {
     pub target: Arc<Target>,
     /// Port the connection came in on.
     pub port_id: u16,
+    /// ANA states of that port: every I/O command checks its namespace's group.
+    pub ana: Arc<PortAna>,
     /// Queue ID once connected.
     pub qid: Option<u16>,
     /// Controller once connected.
@@ -52,6 +54,7 @@ impl QueueCtx {
     /// completions arrive ([`QueueIo::with_ring`] when the queue task reaps its own io_uring).
     pub fn new(target: Arc<Target>, port_id: u16, io: QueueIo) -> Self {
         Self {
+            ana: target.port_ana(port_id),
             target,
             port_id,
             qid: None,
@@ -243,7 +246,8 @@ pub const NO_ERROR_LOCATION: u16 = 0xFFFF;
 /// `error_loc` names for these failures (checked against Linux 6.12 by the
 /// interop suite's `statuses` client): FLAGS for fused commands and PRPs,
 /// OPC (FCTYPE for fabrics commands) for an unknown opcode, NSID for an
-/// invalid namespace, DPTR for a data descriptor that does not fit, SLBA for
+/// invalid namespace or one whose ANA state refuses I/O through this port,
+/// DPTR for a data descriptor that does not fit, SLBA for
 /// a read or write past the end, CDW10 for Identify, Get Log Page and the features
 /// (CDW11 for the Host Identifier's EXHID), ATTRIB or OFST for properties. Elsewhere it is FFFFh (no one field at
 /// fault; nvmet names OPC for some and records no entry for others). The LBA
@@ -283,7 +287,15 @@ pub fn error_entry(sqid: u16, sqe: &Sqe, status: Status) -> ErrorLogEntry {
         } else {
             0
         }
-    } else if code == Status::INVALID_NS {
+    } else if [
+        Status::INVALID_NS,
+        Status::ANA_INACCESSIBLE,
+        Status::ANA_PERSISTENT_LOSS,
+        Status::ANA_TRANSITION,
+    ]
+    .contains(&code)
+    {
+        // nvmet_parse_io_cmd names NSID for an ANA state refusing the I/O too.
         NSID
     } else if [
         Status::SGL_INVALID_DATA,
@@ -432,6 +444,7 @@ mod tests {
         assert_eq!(location(1, &sqe, internal), (NO_ERROR_LOCATION, 1 << 32 | 0x10, 1));
         assert_eq!(location(1, &sqe, Status::LBA_RANGE.with_dnr()), (40, 1 << 32 | 0x10, 1));
         assert_eq!(location(1, &sqe, Status::INVALID_NS.with_dnr()), (4, 0, 1));
+        assert_eq!(location(1, &sqe, Status::ANA_INACCESSIBLE), (4, 0, 1));
         assert_eq!(location(1, &sqe, Status::SGL_INVALID_DATA.with_dnr()), (24, 0, 1));
         assert_eq!(location(1, &sqe, Status::INVALID_OPCODE.with_dnr()), (0, 0, 1));
         // Fused: the FLAGS byte, whatever the opcode.

@@ -21,6 +21,8 @@ pub const MAX_AERS: usize = 4;
 const MAX_CHANGED_NS: usize = 1024;
 /// AEC bit 8: Namespace Attribute Notices.
 pub const AEC_NS_ATTR: u32 = 1 << 8;
+/// AEC bit 11: Asymmetric Namespace Access Change Notices.
+pub const AEC_ANA_CHANGE: u32 = 1 << 11;
 /// AEC bit 31: Discovery Log Page Change Notices.
 pub const AEC_DISC_CHANGE: u32 = 1 << 31;
 
@@ -39,8 +41,9 @@ struct AenState {
     pending: VecDeque<u32>,
     changed_ns: Vec<u32>,
     changed_overflow: bool,
-    /// Notice events are masked after one is reported, until the log is read with RAE=0.
-    notice_masked: bool,
+    /// Notices masked, by AEC bit: one is masked once reported, until its log
+    /// is read with RAE=0 (nvmet's per-event `aen_masked` bits).
+    masked: u32,
 }
 
 /// Why a controller was torn down.
@@ -90,8 +93,8 @@ pub struct Controller {
 impl Controller {
     /// A new controller; the keep-alive timer starts now (nvmet starts it at admin Connect).
     /// An I/O controller starts with Namespace Attribute Notices enabled, as
-    /// nvmet_alloc_ctrl sets `aen_enabled = NVMET_AEN_CFG_OPTIONAL` (its ANA
-    /// change bit is not implemented here); a discovery controller with none,
+    /// and ANA Change Notices, as nvmet_alloc_ctrl sets `aen_enabled =
+    /// NVMET_AEN_CFG_OPTIONAL`; a discovery controller with none,
     /// since it accepts only Discovery Log Page Change Notices.
     pub fn new(
         cntlid: u16,
@@ -102,7 +105,7 @@ impl Controller {
         kato_ms: u32,
         max_qid: u16,
     ) -> Self {
-        let aec = if subsys.discovery { 0 } else { AEC_NS_ATTR };
+        let aec = if subsys.discovery { 0 } else { AEC_NS_ATTR | AEC_ANA_CHANGE };
         Self {
             cntlid,
             subsys,
@@ -307,20 +310,28 @@ impl Controller {
                 a.changed_ns.push(nsid);
             }
         }
-        if self.aec() & AEC_NS_ATTR != 0 && !a.notice_masked {
-            a.notice_masked = true;
-            a.pending.push_back(AsyncEvent::NS_CHANGED.to_dw0());
-            Self::deliver(&mut a);
-        }
+        self.notice(&mut a, AEC_NS_ATTR, AsyncEvent::NS_CHANGED);
     }
 
     /// Raises a discovery log change notice (discovery controllers, AEC bit 31).
     pub fn discovery_changed(&self) {
         let mut a = self.aen.lock().unwrap();
-        if self.aec() & AEC_DISC_CHANGE != 0 && !a.notice_masked {
-            a.notice_masked = true;
-            a.pending.push_back(AsyncEvent::DISC_CHANGED.to_dw0());
-            Self::deliver(&mut a);
+        self.notice(&mut a, AEC_DISC_CHANGE, AsyncEvent::DISC_CHANGED);
+    }
+
+    /// Raises the ANA Change notice (AEC bit 11; log page 0Ch).
+    pub fn ana_changed(&self) {
+        let mut a = self.aen.lock().unwrap();
+        self.notice(&mut a, AEC_ANA_CHANGE, AsyncEvent::ANA_CHANGE);
+    }
+
+    /// Queues notice `event` when its AEC bit is enabled and not masked,
+    /// then masks it (nvmet `nvmet_aen_bit_enabled`).
+    fn notice(&self, a: &mut AenState, bit: u32, event: AsyncEvent) {
+        if self.aec() & bit != 0 && a.masked & bit == 0 {
+            a.masked |= bit;
+            a.pending.push_back(event.to_dw0());
+            Self::deliver(a);
         }
     }
 
@@ -332,14 +343,15 @@ impl Controller {
         if !rae {
             a.changed_ns.clear();
             a.changed_overflow = false;
-            a.notice_masked = false;
+            a.masked &= !AEC_NS_ATTR;
         }
         list
     }
 
-    /// Unmasks notices after the discovery log was read with RAE=0.
-    pub fn clear_notice_mask(&self) {
-        self.aen.lock().unwrap().notice_masked = false;
+    /// Unmasks the notice of AEC bit `bit` after its log was read with RAE=0
+    /// (nvmet `nvmet_clear_aen_bit`).
+    pub fn clear_notice_mask(&self, bit: u32) {
+        self.aen.lock().unwrap().masked &= !bit;
     }
 
     fn deliver(a: &mut AenState) {

@@ -1,13 +1,16 @@
 //! Target core objects, like nvmet's `core.c`: the [`Target`] registry of
 //! ports and subsystems, [`Subsystem`]s with their [`Namespace`]s and allowed
-//! hosts, and [`Controller`]s created by admin Connect.
+//! hosts, [`Controller`]s created by admin Connect, and the ANA states
+//! each port reports ([`PortAna`]).
 
+pub mod ana;
 pub mod controller;
 pub mod error_log;
 pub mod namespace;
 pub mod subsystem;
 pub mod target;
 
+pub use ana::PortAna;
 pub use controller::Controller;
 pub use error_log::ErrorLog;
 pub use namespace::Namespace;

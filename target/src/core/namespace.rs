@@ -1,6 +1,6 @@
 //! A namespace: an NSID, its backend and its stable identifiers.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::backend::Backend;
@@ -25,6 +25,8 @@ pub struct Namespace {
     /// Namespace Write Protection (Set Features 84h, nvmet `ns->readonly`):
     /// commands other than Read and Flush fail with Namespace is Write Protected.
     write_protected: AtomicBool,
+    /// ANA group ([`super::ana`]); a reload may move the namespace to another.
+    ana_group: AtomicU32,
 }
 
 impl Namespace {
@@ -76,6 +78,7 @@ impl Namespace {
             block_shift,
             read_only: false,
             write_protected: AtomicBool::new(false),
+            ana_group: AtomicU32::new(super::ana::DEFAULT_ANA_GROUP),
         }
     }
 
@@ -85,6 +88,24 @@ impl Namespace {
         self.read_only = read_only;
         self.write_protected = AtomicBool::new(read_only);
         self
+    }
+
+    /// This namespace in ANA group `grpid` (1..=[`super::ana::MAX_ANA_GROUPS`]).
+    pub fn with_ana_group(self, grpid: u32) -> Self {
+        self.ana_group.store(grpid, Ordering::Relaxed);
+        self
+    }
+
+    /// ANA group (Identify Namespace ANAGRPID).
+    #[inline]
+    pub fn ana_group(&self) -> u32 {
+        self.ana_group.load(Ordering::Relaxed)
+    }
+
+    /// Moves the namespace to ANA group `grpid`; whether it changed. The
+    /// caller raises the ANA Change notice ([`crate::core::Target::ana_changed`]).
+    pub fn set_ana_group(&self, grpid: u32) -> bool {
+        self.ana_group.swap(grpid, Ordering::Relaxed) != grpid
     }
 
     /// Size in logical blocks.

@@ -1,13 +1,15 @@
 //! The target registry: limits, ports, subsystems, controllers, discovery.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
+use nvmeof_common::spec::log::AnaState;
 use nvmeof_common::spec::DISCOVERY_NQN;
 
-use super::{Controller, Subsystem};
+use super::ana::MAX_ANA_GROUPS;
+use super::{Controller, PortAna, Subsystem};
 
 /// Every limit the target enforces, advertised to hosts and logged when hit.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -77,6 +79,15 @@ impl Limits {
             4096u32 << self.mdts.min(Self::MAX_MDTS)
         }
     }
+
+    /// ANAGRPMAX and NANAGRPID: nvmet's 128 groups, fewer where MDTS is too
+    /// small for the ANA log the Linux host sizes from them (header, 32 bytes
+    /// per group and 4 per namespace of MNAN) and will not read past MDTS
+    /// (`nvme_mpath_init_identify`: "ANA log page size ... larger than MDTS").
+    pub fn max_ana_groups(&self) -> u32 {
+        let room = self.max_transfer().saturating_sub(16 + 4 * crate::cmd::admin::MAX_NAMESPACES) / 32;
+        room.min(super::ana::MAX_ANA_GROUPS)
+    }
 }
 
 /// A listening port (discovery log PORTID / TRADDR / TRSVCID).
@@ -86,6 +97,11 @@ pub struct Port {
     pub id: u16,
     /// Listen address.
     pub addr: SocketAddr,
+    /// ANA state of each group through this port (all optimized unless configured).
+    pub ana: Arc<PortAna>,
+    /// Groups the configuration names for this port: the ANA log lists them
+    /// even without namespaces, as nvmet lists a port's configfs `ana_groups`.
+    pub ana_groups: BTreeSet<u32>,
 }
 
 /// The whole target: shared by every connection.
@@ -99,6 +115,8 @@ pub struct Target {
     controllers: Mutex<BTreeMap<u16, Weak<Controller>>>,
     next_cntlid: Mutex<u16>,
     genctr: AtomicU64,
+    /// ANA change count (nvmet's global `nvmet_ana_chgcnt`).
+    ana_chgcnt: AtomicU64,
     connections: AtomicUsize,
 }
 
@@ -113,6 +131,7 @@ impl Target {
             controllers: Mutex::new(BTreeMap::new()),
             next_cntlid: Mutex::new(1),
             genctr: AtomicU64::new(1),
+            ana_chgcnt: AtomicU64::new(0),
             connections: AtomicUsize::new(0),
         })
     }
@@ -164,7 +183,7 @@ impl Target {
     pub fn add_port(&self, addr: SocketAddr) -> u16 {
         let mut p = self.ports.write().unwrap();
         let id = p.len() as u16 + 1;
-        p.push(Port { id, addr });
+        p.push(Port { id, addr, ana: Arc::default(), ana_groups: BTreeSet::new() });
         self.bump_genctr();
         drop(p);
         self.notify_discovery(|_| true);
@@ -174,6 +193,58 @@ impl Target {
     /// Registered ports.
     pub fn ports(&self) -> Vec<Port> {
         self.ports.read().unwrap().clone()
+    }
+
+    /// The ANA states of port `id`; every group optimized for a port not
+    /// registered (queues built without a listener, as in tests).
+    pub fn port_ana(&self, id: u16) -> Arc<PortAna> {
+        let ports = self.ports.read().unwrap();
+        ports.iter().find(|p| p.id == id).map_or_else(Arc::default, |p| p.ana.clone())
+    }
+
+    /// The groups configured for port `id` ([`Port::ana_groups`]).
+    pub fn port_ana_groups(&self, id: u16) -> BTreeSet<u32> {
+        let ports = self.ports.read().unwrap();
+        ports.iter().find(|p| p.id == id).map(|p| p.ana_groups.clone()).unwrap_or_default()
+    }
+
+    /// Sets the ANA states of port `id`: every group in `default` except
+    /// those `groups` names. When a state changes, the change count moves
+    /// and the I/O controllers connected through that port get the ANA
+    /// Change notice (nvmet `nvmet_port_send_ana_event`). Whether anything
+    /// changed.
+    pub fn set_port_ana(&self, id: u16, default: AnaState, groups: &BTreeMap<u32, AnaState>) -> bool {
+        let mut ports = self.ports.write().unwrap();
+        let Some(port) = ports.iter_mut().find(|p| p.id == id) else { return false };
+        let mut changed = false;
+        for g in 1..=MAX_ANA_GROUPS {
+            changed |= port.ana.set(g, groups.get(&g).copied().unwrap_or(default));
+        }
+        let named: BTreeSet<u32> = groups.keys().copied().collect();
+        changed |= port.ana_groups != named;
+        port.ana_groups = named;
+        drop(ports);
+        if changed {
+            self.ana_changed(|c| c.port_id == id);
+        }
+        changed
+    }
+
+    /// Moves the ANA change count and raises the ANA Change notice on the
+    /// live I/O controllers `which` accepts (nvmet `nvmet_send_ana_event`).
+    pub fn ana_changed(&self, which: impl Fn(&Controller) -> bool) {
+        self.ana_chgcnt.fetch_add(1, Ordering::Relaxed);
+        let ctrls: Vec<_> = self.controllers.lock().unwrap().values().filter_map(Weak::upgrade).collect();
+        for c in ctrls {
+            if !c.is_discovery() && which(&c) {
+                c.ana_changed();
+            }
+        }
+    }
+
+    /// ANA change count (ANA log CHGCNT).
+    pub fn ana_chgcnt(&self) -> u64 {
+        self.ana_chgcnt.load(Ordering::Relaxed)
     }
 
     /// Discovery log generation counter.

@@ -32,6 +32,7 @@ pub fn host() -> HostIdentity {
 pub fn config(namespaces: Vec<NamespaceConfig>) -> TargetConfig {
     TargetConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
+        port_ana: vec![Default::default()],
         subsystems: vec![SubsystemConfig {
             nqn: SUBNQN.to_string(),
             model: "nvmeof-e2e".to_string(),
@@ -52,6 +53,7 @@ pub fn ram_ns(nsid: u32, size: u64) -> NamespaceConfig {
         source: NamespaceSource::Ram(size),
         block_size: BS as u32,
         read_only: false,
+        ana_group: 1,
     }
 }
 
@@ -62,6 +64,7 @@ pub fn file_ns(nsid: u32, path: &std::path::Path, size: Option<u64>, engine: IoE
         source: NamespaceSource::File { path: path.to_owned(), size, io_engine: engine, buffered_io: true },
         block_size: BS as u32,
         read_only: false,
+        ana_group: 1,
     }
 }
 
