@@ -130,13 +130,29 @@ trap 'cleanup_pids; exit 130' INT TERM
 # $DIR/target.pid so that hooks (run in the console monitor, a subshell) can
 # signal and restart it.
 TARGET_PORT=""
+TARGET_PORT2=""                          # a second port of the same subsystem (ANA multipath)
 SCEN_TARGET_ARGS=""                      # per-scenario target flags (kernel-host-*)
+# ana_state_line N: the ana_state key of port N from $DIR/ana.list ("PORT STATE"
+# per line, written by hook ana-state), if any
+ana_state_line() {
+    local st
+    [ -f "$DIR/ana.list" ] || return 0
+    st=$(awk -v p="$1" '$1==p{print $2}' "$DIR/ana.list")
+    [ -z "$st" ] || echo "ana_state = \"$st\""
+}
 write_target_config() {
     local nsid size file nqn
     {
         echo "# written by tests/interop/run.sh; SIGHUP re-reads it"
         echo "[[port]]"
         echo "listen = \"127.0.0.1:$TARGET_PORT\""
+        ana_state_line 1
+        if [ -n "$TARGET_PORT2" ]; then
+            echo
+            echo "[[port]]"
+            echo "listen = \"127.0.0.1:$TARGET_PORT2\""
+            ana_state_line 2
+        fi
         echo
         echo "[[subsystem]]"
         echo "nqn = \"$NQN\""
@@ -178,6 +194,10 @@ start_target() {
     fi
     [ -x "$bin" ] || { say "[$SCEN] target binary not found: $bin"; return 1; }
     [ -n "$TARGET_PORT" ] || TARGET_PORT=$(free_port)
+    if [ -z "$TARGET_PORT2" ]; then
+        TARGET_PORT2=$(free_port)
+        [ "$TARGET_PORT2" != "$TARGET_PORT" ] || TARGET_PORT2=$(free_port)
+    fi
     [ -f "$DIR/ns.list" ] || echo "1 $NS_SIZE $DIR/ns1.img" >"$DIR/ns.list"
     write_target_config
     # shellcheck disable=SC2086
@@ -186,7 +206,7 @@ start_target() {
     echo $! >"$DIR/target.pid"; disown $!
     local i
     for i in $(seq 1 150); do
-        port_listening "$TARGET_PORT" && { say "[$SCEN] target pid $(cat "$DIR/target.pid") listening on 127.0.0.1:$TARGET_PORT"; return 0; }
+        port_listening "$TARGET_PORT" && port_listening "$TARGET_PORT2" && { say "[$SCEN] target pid $(cat "$DIR/target.pid") listening on 127.0.0.1:$TARGET_PORT"; return 0; }
         kill -0 "$(cat "$DIR/target.pid")" 2>/dev/null || break
         sleep 0.2
     done
@@ -392,6 +412,18 @@ hook_resize_namespace() { # resize-namespace NSID SIZE_BYTES: new file size, SIG
     echo "namespace $nsid resized to $size bytes (file now $(stat -c %s "$DIR/ns$nsid.img") bytes), target reloaded"
 }
 
+hook_ana_state() { # ana-state STATE1 STATE2: the ANA state of every group through ports 1 and 2, SIGHUP
+    kh_host_target || { echo "not applicable"; return 2; }
+    local st
+    for st in "$1" "$2"; do
+        [[ $st =~ ^(optimized|non-optimized|inaccessible|persistent-loss|change)$ ]] \
+            || { echo "usage: ana-state STATE1 STATE2"; return 2; }
+    done
+    printf '1 %s\n2 %s\n' "$1" "$2" >"$DIR/ana.list"
+    reload_target || return 1
+    echo "ANA states: port 1 $1, port 2 $2; target reloaded"
+}
+
 hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespace, or
     # (ro) with a read-only 16 MiB file of random bytes (the reply gives its md5), SIGHUP
     kh_host_target || { echo "not applicable"; return 2; }
@@ -482,6 +514,7 @@ run_scenario() {
     BACKEND=brd
     HOST_PORT=""
     TARGET_PORT=""
+    TARGET_PORT2=""
     SCEN_TARGET_ARGS=""
     case $SCEN in
         kernel-host|kernel-host-direct|kernel-host-threads)
@@ -501,7 +534,9 @@ run_scenario() {
             if [ "$TARGET" = host ]; then
                 start_target || { record "$SCEN" 0 1 "$t0" "target did not start"; return; }
                 fwd=",guestfwd=tcp:10.0.2.100:4420-cmd:socat -lf $DIR/socat.log - TCP:127.0.0.1:$TARGET_PORT"
-                env="$env NVME_ADDR=10.0.2.100 NVME_PORT=4420"
+                # the second port: another path to the subsystem (ana-multipath)
+                fwd="$fwd,guestfwd=tcp:10.0.2.101:4420-cmd:socat -lf $DIR/socat2.log - TCP:127.0.0.1:$TARGET_PORT2"
+                env="$env NVME_ADDR=10.0.2.100 NVME_PORT=4420 NVME_ADDR2=10.0.2.101 NVME_PORT2=4420"
             elif [ "$TARGET" = kernel-guest ]; then
                 fwd=""
             else

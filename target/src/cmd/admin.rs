@@ -33,6 +33,7 @@ use nvmeof_common::spec::{
     Cns, GetLogPageCmd, IdentifyCmd, IdentifyController, IdentifyNamespace, LogPageId,
 };
 use nvmeof_common::{Sqe, Status};
+use tracing::debug;
 
 use super::{discovery, expect_len, Exec, Pending, QueueCtx, Response, WriteProtectFlush};
 use crate::backend::IoOp;
@@ -387,6 +388,7 @@ fn get_log_page(
 ) -> Result<Response, Status> {
     let cmd = GetLogPageCmd::from_sqe(sqe);
     let len = usize::try_from(cmd.numd_bytes()).map_err(|_| invalid_field())?;
+    debug!(lid = cmd.lid.0, lpo = cmd.lpo, len, lsp = cmd.lsp, rae = cmd.rae, "get log page");
     // LPO must be dword aligned; index offsets (OT) are not supported.
     if cmd.lpo & 3 != 0 || cmd.ot {
         return Err(invalid_field());
@@ -414,7 +416,16 @@ fn get_log_page(
                 }
                 command_effects_log()
             }
-            LogPageId::ANA => ana_log(target, ctrl, cmd.lsp & ANA_LSP_RGO != 0),
+            LogPageId::ANA => {
+                // As long as the log can be (header, NANAGRPID groups, MNAN
+                // NSIDs), zero padded: the Linux host reads that much at
+                // once, libnvme in 4 KiB pieces whose LPO would otherwise
+                // pass the end of a short log (nvmet ignores LPO here).
+                let mut log = ana_log(target, ctrl, cmd.lsp & ANA_LSP_RGO != 0);
+                let max = 16 + 32 * target.limits.max_ana_groups() as usize + 4 * MAX_NAMESPACES as usize;
+                log.resize(log.len().max(max), 0);
+                log
+            }
             _ => return Err(invalid_field()),
         }
     };
