@@ -19,9 +19,13 @@ use nvmeof_common::spec::connect::{data_off, invalid_param_dw0};
 use nvmeof_common::spec::dsm::{DsmCmd, DsmRange, DSM_RANGE_LEN};
 use nvmeof_common::spec::features::{FeatureId, GetFeaturesCmd, SetFeaturesCmd};
 use nvmeof_common::spec::identify::{Cns, IdentifyNamespace};
-use nvmeof_common::spec::log::{decode_error_log, LogPageId, SmartLog, ERROR_LOG_ENTRY_LEN};
+use nvmeof_common::spec::log::{
+    decode_error_log, AnaLog, AnaState, LogPageId, SmartLog, ANA_LSP_RGO, ERROR_LOG_ENTRY_LEN,
+};
 use nvmeof_common::spec::property::{PropertyGet, PropertyOffset};
-use nvmeof_common::spec::{ConnectCmd, IdentifyCmd, CNTLID_DYNAMIC, DISCOVERY_NQN};
+use nvmeof_common::spec::{
+    ConnectCmd, GetLogPageCmd, IdentifyCmd, IdentifyController, CNTLID_DYNAMIC, DISCOVERY_NQN,
+};
 use nvmeof_common::sqe::fabrics_off;
 use nvmeof_common::{SglDescriptor, Sqe, Status};
 
@@ -210,6 +214,7 @@ impl Conformance {
         let cntlid = admin.cntlid;
         self.connect_rows(&mut admin, cntlid).await;
         self.admin_rows(&mut admin).await;
+        self.ana_rows(&mut admin).await;
         let io = self.io_rows(cntlid).await;
         self.error_log_rows(&mut admin, &io).await;
         self.discovery_rows().await;
@@ -384,6 +389,57 @@ impl Conformance {
         let c = admin.submit(s, None).await;
         // DW0 bit 0 set: the command was not aborted.
         self.both("abort: a command not outstanding", &c, Want::with_dw0(Status::SUCCESS, 1));
+    }
+
+    /// Asymmetric Namespace Access as a host sees it before any state
+    /// changed (nvmet: port defaults, namespace in group 1): what the Linux
+    /// host checks in Identify Controller before it uses ANA, the group of
+    /// namespace 1, and the ANA log with and without NSIDs.
+    async fn ana_rows(&mut self, admin: &mut RawClient) {
+        let c = admin.identify(Cns::CTRL, 0).await;
+        let problem = IdentifyController::decode(&c.data).ok().and_then(|id| {
+            let got = (id.cmic & 0x08, id.oaes & 1 << 11, id.anacap, id.anatt, id.anagrpmax, id.nanagrpid);
+            let want = (0x08, 1 << 11, 0x1F, 10, 128, 128);
+            (got != want).then(|| {
+                format!("(CMIC ANA, OAES ANA, ANACAP, ANATT, ANAGRPMAX, NANAGRPID) {got:?}, want {want:?}")
+            })
+        });
+        self.check("identify controller: ANA reporting", &c, problem);
+        let c = admin.identify(Cns::NS, 1).await;
+        let problem = IdentifyNamespace::decode(&c.data).ok().and_then(|n| {
+            (n.anagrpid != 1 || n.nuse != n.nsze)
+                .then(|| format!("ANAGRPID {}, NUSE {} of {}", n.anagrpid, n.nuse, n.nsze))
+        });
+        self.check("identify namespace: ANA group 1, all in use", &c, problem);
+        // What the Linux host reads: header, 128 groups, 1024 NSIDs.
+        const LEN: u32 = 16 + 32 * 128 + 4 * 1024;
+        for (name, lsp) in
+            [("ana log: group 1 optimized, namespace 1 in it", 0), ("ana log: groups only", ANA_LSP_RGO)]
+        {
+            let mut g = GetLogPageCmd::new(LogPageId::ANA, 0xFFFF_FFFF, 0, LEN);
+            (g.lsp, g.rae) = (lsp, true);
+            let c = admin.submit(g.to_sqe(0), None).await;
+            let problem = match AnaLog::decode(&c.data) {
+                Err(e) => Some(format!("{e}")),
+                Ok(l) => {
+                    let g1 = l.groups.iter().find(|g| g.grpid == 1);
+                    let nsids_ok = match lsp {
+                        0 => g1.is_some_and(|g| g.nsids.contains(&1)),
+                        _ => l.groups.iter().all(|g| g.nsids.is_empty()),
+                    };
+                    let ok = g1.is_some_and(|g| g.state == AnaState::OPTIMIZED)
+                        && nsids_ok
+                        && l.groups.iter().all(|g| g.chgcnt == l.chgcnt);
+                    (!ok).then(|| format!("{l:?}"))
+                }
+            };
+            self.check(name, &c, problem);
+        }
+        // libnvme reads the log in 4 KiB pieces; nvmet ignores LPO here.
+        let c = admin.get_log_page(LogPageId::ANA, 0xFFFF_FFFF, 4096, 4096, true).await;
+        self.both("ana log: at LPO 4096", &c, OK);
+        let c = admin.submit_no_data(SetFeaturesCmd::new(FeatureId::ASYNC_EVENT, 0x900).to_sqe(0)).await;
+        self.both("set features: AEC with ANA Change Notices", &c, OK);
     }
 
     /// The discovery controller takes Identify Controller, the discovery log,
