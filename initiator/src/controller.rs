@@ -11,7 +11,7 @@ use nvmeof_common::opcode::AdminOpcode;
 use nvmeof_common::spec::discovery::{DiscoveryLog, DiscoveryLogHeader, DISC_RECORD_LEN};
 use nvmeof_common::spec::features::{FeatureId, GetFeaturesCmd, NumQueues, SetFeaturesCmd};
 use nvmeof_common::spec::identify::{decode_ns_list, Cns, IdentifyCmd, IDENTIFY_DATA_LEN, NS_LIST_MAX};
-use nvmeof_common::spec::log::{GetLogPageCmd, LogPageId};
+use nvmeof_common::spec::log::{AnaLog, GetLogPageCmd, LogPageId};
 use nvmeof_common::spec::{
     Cap, Cc, ConnectCmd, ConnectData, Csts, IdentifyController, IdentifyNamespace, PropertyGet,
     PropertyOffset, PropertySet, Vs, CNTLID_DYNAMIC, DISCOVERY_NQN,
@@ -852,6 +852,34 @@ impl Controller {
             self.admin_command(c.to_sqe(0), Payload::Read(part)).await?;
         }
         Ok(())
+    }
+
+    /// Reads the Asymmetric Namespace Access log (LID 0Ch) as the Linux host
+    /// does (`nvme_read_ana_log`): as long as Identify Controller says it can
+    /// be (header, NANAGRPID groups, 4 bytes per namespace of MNAN), with RAE
+    /// clear, which re-arms the controller's ANA Change notice. Each group
+    /// gives its state through this controller's port and its NSIDs. Fails
+    /// with [`Error::Controller`] when the controller reports no ANA (CMIC bit 3).
+    pub async fn ana_log(&self) -> Result<AnaLog> {
+        /// Largest log read (the Linux host's bound is MDTS; nvmet's is 8 KiB).
+        const MAX_ANA_LOG: u64 = 16 << 20;
+        let id = &self.info().identify;
+        if id.cmic & 0x08 == 0 {
+            return Err(Error::Controller(
+                "the controller reports no ANA (Identify Controller CMIC bit 3)".into(),
+            ));
+        }
+        let nn = if id.mnan != 0 { id.mnan } else { id.nn };
+        let len = 16 + 32 * u64::from(id.nanagrpid) + 4 * u64::from(nn);
+        if len > MAX_ANA_LOG {
+            return Err(Error::Controller(format!(
+                "an ANA log of {len} bytes (NANAGRPID {}, MNAN {nn}) is larger than {MAX_ANA_LOG}",
+                id.nanagrpid
+            )));
+        }
+        let mut buf = vec![0u8; len as usize];
+        self.get_log_page(GetLogPageCmd::new(LogPageId::ANA, 0xFFFF_FFFF, 0, len as u32), &mut buf).await?;
+        Ok(AnaLog::decode(&buf)?)
     }
 
     /// Get Features; returns CQE DW0. `buf` receives the feature's data, if it has any.

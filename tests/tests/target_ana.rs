@@ -10,6 +10,7 @@ use nvmeof_common::spec::identify::Cns;
 use nvmeof_common::spec::log::{AnaLog, AnaState, LogPageId};
 use nvmeof_common::spec::{GetLogPageCmd, IdentifyController, IdentifyNamespace};
 use nvmeof_common::{SglDescriptor, Sqe, Status};
+use nvmeof_initiator::{ConnectOptions, Controller};
 use nvmeof_target::config::TargetConfig;
 use nvmeof_tests::harness::*;
 use nvmeof_tests::raw_client::{RawClient, RecvError};
@@ -138,6 +139,30 @@ async fn ana_states_follow_the_configuration_per_port() {
         let newest = nvmeof_common::spec::log::ErrorLogEntry::decode(&e.data).unwrap();
         let st = Status::from_wire(newest.status);
         assert_eq!((st.code(), newest.param_error_location, newest.nsid), (Status::ANA_TRANSITION, 4, 1));
+    })
+    .await
+}
+
+/// Our initiator against the same two ports: the ANA log as each port
+/// reports it, and an I/O refused by an inaccessible port as a retryable
+/// NVMe status.
+#[tokio::test]
+async fn initiator_reads_each_ports_ana_log() {
+    bounded(60, async {
+        let (server, a) = start(&config("", "ana_state = \"inaccessible\"", 1)).await;
+        let b = server.local_addrs[1];
+        let opts = || ConnectOptions { io_queues: 1, queue_depth: 8, ..Default::default() };
+        let ca = Controller::connect(a, SUBNQN, opts()).await.expect("connect through port 1");
+        let cb = Controller::connect(b, SUBNQN, opts()).await.expect("connect through port 2");
+        assert_eq!(states(&ca.ana_log().await.unwrap()), vec![(1, AnaState::OPTIMIZED, vec![1, 2])]);
+        assert_eq!(states(&cb.ana_log().await.unwrap()), vec![(1, AnaState::INACCESSIBLE, vec![1, 2])]);
+        let mut buf = vec![0u8; 512];
+        ca.namespace(1).await.unwrap().read(0, &mut buf).await.unwrap();
+        let e = cb.namespace(1).await.unwrap().read(0, &mut buf).await.unwrap_err();
+        assert_eq!(e.status().map(|s| s.code()), Some(Status::ANA_INACCESSIBLE), "{e}");
+        assert!(!e.is_permanent(), "an ANA status is worth retrying on another path");
+        ca.shutdown().await.unwrap();
+        cb.shutdown().await.unwrap();
     })
     .await
 }

@@ -45,6 +45,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nvmeof_initiator::common::spec::discovery::{SubType, TrType};
+use nvmeof_initiator::common::spec::log::AnaState;
 use nvmeof_initiator::{discover, ConnectOptions, Controller, HostIdentity, Namespace, ReconnectPolicy};
 
 /// Host ID of this client (differs from the guest's own host NQN).
@@ -543,6 +544,18 @@ async fn step_identify(a: &Args, c: &Controller, name: &str) -> Result<Namespace
     }
     if id.cntlid != c.info().cntlid {
         return Err(format!("Identify cntlid {} != Connect cntlid {}", id.cntlid, c.info().cntlid));
+    }
+    if id.cmic & 0x08 != 0 {
+        // The ANA log as the Linux host reads it: namespace 1 reachable here.
+        let ana = c.ana_log().await.map_err(|e| format!("ANA log: {e}"))?;
+        let g = ana.groups.iter().find(|g| g.nsids.contains(&1));
+        info(
+            name,
+            format!("ANA log chgcnt {} groups {}, namespace 1 in {:?}", ana.chgcnt, ana.groups.len(), g),
+        );
+        if g.map(|g| g.state) != Some(AnaState::OPTIMIZED) {
+            return Err(format!("namespace 1 not in an optimized ANA group: {:?}", ana.groups));
+        }
     }
     let nss = c.active_namespaces().await.map_err(|e| format!("active namespace list: {e}"))?;
     info(name, format!("active namespaces {nss:?}"));
