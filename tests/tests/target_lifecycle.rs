@@ -550,17 +550,17 @@ async fn second_sigint_stops_the_binary_without_waiting_for_hosts() {
     drop((io, admin));
 }
 
-/// A new I/O controller starts with Namespace Attribute Notices enabled, as
-/// nvmet creates every controller with `aen_enabled = NVMET_AEN_CFG_OPTIONAL`
-/// (`nvmet_alloc_ctrl`; its other bit, ANA change, is not implemented here):
-/// Get Features AEC reads 100h before any Set, and a host that posts an AER
+/// A new I/O controller starts with Namespace Attribute Notices and ANA
+/// Change Notices enabled, as nvmet creates every controller with
+/// `aen_enabled = NVMET_AEN_CFG_OPTIONAL` (`nvmet_alloc_ctrl`):
+/// Get Features AEC reads 900h before any Set, and a host that posts an AER
 /// without configuring AEC is told of a namespace change.
 #[tokio::test]
 async fn ns_attribute_notices_are_enabled_from_the_start() {
     let s = setup(&default_config()).await;
     let (server, mut admin) = (s.server, s.admin);
     let g = admin.submit(GetFeaturesCmd::new(FeatureId::ASYNC_EVENT).to_sqe(0), None).await.ok();
-    assert_eq!(g.cqe.dw0(), 0x100, "AEC of a new controller");
+    assert_eq!(g.cqe.dw0(), 0x900, "AEC of a new controller");
     let aer = admin.start(aer_sqe()).await;
     let subsys = server.target.subsystem(SUBNQN).unwrap();
     subsys.add_namespace(Arc::new(Namespace::new(SUBNQN, 2, Arc::new(MemBackend::new(1 << 20, 512)))));
