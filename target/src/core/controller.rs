@@ -92,8 +92,8 @@ pub struct Controller {
 
 impl Controller {
     /// A new controller; the keep-alive timer starts now (nvmet starts it at admin Connect).
-    /// An I/O controller starts with Namespace Attribute Notices enabled, as
-    /// and ANA Change Notices, as nvmet_alloc_ctrl sets `aen_enabled =
+    /// An I/O controller starts with Namespace Attribute Notices and ANA
+    /// Change Notices enabled, as nvmet_alloc_ctrl sets `aen_enabled =
     /// NVMET_AEN_CFG_OPTIONAL`; a discovery controller with none,
     /// since it accepts only Discovery Log Page Change Notices.
     pub fn new(
