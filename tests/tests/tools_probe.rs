@@ -687,6 +687,18 @@ async fn admin_cli_outputs_and_exit_codes() {
         )
         .unwrap();
         assert_eq!(j["namespaces"][0]["size_bytes"], NS_SIZE);
+        // ana-log: the one port reports group 1 optimized with namespace 1.
+        let ana = admin(&["nvmeof", "ana-log", a, "--nqn", NQN, h[0], h[1]], b"").await.unwrap();
+        let row: Vec<_> = ana.lines().nth(2).unwrap().split_whitespace().collect();
+        assert_eq!(row, ["1", "optimized", "1"], "{ana}");
+        let j: Value = serde_json::from_str(
+            &admin(&["nvmeof", "ana-log", a, "--nqn", NQN, "--json", h[0], h[1]], b"").await.unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            j["groups"],
+            serde_json::json!([{ "grpid": 1, "state": "optimized", "chgcnt": 0, "nsids": [1] }])
+        );
         // Without --nqn the discovery log names the subsystem: the one this host may use...
         assert_eq!(admin(&["nvmeof", "list", a, h[0], h[1]], b"").await.unwrap(), text);
         // ...and none for a host the subsystem does not allow.

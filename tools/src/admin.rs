@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use nvmeof_common::spec::discovery::{AdrFam, DiscoveryLog, DiscoveryLogEntry, SecType, SubType, TrType};
+use nvmeof_common::spec::log::{AnaLog, AnaState};
 use nvmeof_common::spec::{IdentifyController, IdentifyNamespace};
 use nvmeof_initiator::{discover, ConnectOptions, Controller, IoFlags};
 use serde_json::{json, Value};
@@ -22,7 +23,7 @@ use crate::util::{fmt_bytes, parse_host_nqn, parse_positive_duration, target_add
 #[command(
     name = "nvmeof",
     version,
-    about = "NVMe/TCP admin CLI: discover, identify, list, read, write",
+    about = "NVMe/TCP admin CLI: discover, identify, list, ana-log, read, write",
     after_help = "ADDR is HOST[:PORT]; the default port is 4420 (nvmeof-target serves discovery and I/O \
                   on the same port; a Linux nvmet discovery port is usually 8009: give it explicitly).\n\
                   Exit codes: 0 ok, 1 NVMe error status (e.g. Connect rejected), 2 usage, \
@@ -67,6 +68,15 @@ pub enum Command {
     },
     /// List the active namespaces with their size and block size.
     List {
+        /// Target address.
+        addr: String,
+        /// Subsystem NQN (default: the one NVM subsystem the discovery log lists).
+        #[arg(long)]
+        nqn: Option<String>,
+    },
+    /// The ANA log as the port at ADDR reports it: each ANA group's state and namespaces
+    /// (with several ports to one subsystem, each says which paths hosts should use).
+    AnaLog {
         /// Target address.
         addr: String,
         /// Subsystem NQN (default: the one NVM subsystem the discovery log lists).
@@ -173,6 +183,13 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
             let ctrl = connect(&addr, nqn.as_deref(), cli.opts(0)).await?;
             let r = list(cli, &ctrl, out).await;
+            close(ctrl).await;
+            r
+        }
+        Command::AnaLog { addr, nqn } => {
+            let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
+            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(0)).await?;
+            let r = ana_log(cli, &ctrl, out).await;
             close(ctrl).await;
             r
         }
@@ -351,6 +368,10 @@ pub fn controller_json(id: &IdentifyController, ctrl: &Controller) -> Value {
         "icdoff": id.icdoff,
         "fcatt": id.fcatt,
         "msdbd": id.msdbd,
+        "anatt": id.anatt,
+        "anacap": id.anacap,
+        "anagrpmax": id.anagrpmax,
+        "nanagrpid": id.nanagrpid,
         "connection": {
             "address": ctrl.addr().to_string(),
             "hostnqn": ctrl.host().nqn,
@@ -439,6 +460,43 @@ async fn identify(
     } else {
         write!(out, "{}", text_of(&v, "")).map_err(out_err)
     }
+}
+
+/// ANA state names as nvme-cli prints them.
+fn ana_state(s: AnaState) -> String {
+    match s {
+        AnaState::OPTIMIZED => "optimized".into(),
+        AnaState::NON_OPTIMIZED => "non-optimized".into(),
+        AnaState::INACCESSIBLE => "inaccessible".into(),
+        AnaState::PERSISTENT_LOSS => "persistent-loss".into(),
+        AnaState::CHANGE => "change".into(),
+        AnaState(x) => format!("reserved ({x:#x})"),
+    }
+}
+
+/// An ANA log as JSON.
+pub fn ana_log_json(subnqn: &str, log: &AnaLog) -> Value {
+    let groups: Vec<Value> = log
+        .groups
+        .iter()
+        .map(|g| json!({ "grpid": g.grpid, "state": ana_state(g.state), "chgcnt": g.chgcnt, "nsids": g.nsids }))
+        .collect();
+    json!({ "subnqn": subnqn, "chgcnt": log.chgcnt, "groups": groups })
+}
+
+async fn ana_log(cli: &Cli, ctrl: &Controller, out: &mut dyn Write) -> Result<(), ToolError> {
+    let log = ctrl.ana_log().await.map_err(|e| ToolError::from_initiator("ANA log", &e))?;
+    if cli.json {
+        return emit(out, &ana_log_json(ctrl.subnqn(), &log));
+    }
+    let mut s =
+        format!("ANA log of {} through {} (change count {})\n", ctrl.subnqn(), ctrl.addr(), log.chgcnt);
+    s += &format!("{:<6} {:<16} {}\n", "Group", "State", "Namespaces");
+    for g in &log.groups {
+        let nsids: Vec<String> = g.nsids.iter().map(u32::to_string).collect();
+        s += &format!("{:<6} {:<16} {}\n", g.grpid, ana_state(g.state), nsids.join(" "));
+    }
+    write!(out, "{s}").map_err(out_err)
 }
 
 async fn list(cli: &Cli, ctrl: &Controller, out: &mut dyn Write) -> Result<(), ToolError> {
