@@ -77,7 +77,9 @@
 #                     optimized inaccessible" (config + SIGHUP; nvmet:
 #                     ports/N/ana_groups/1/ana_state) -> the ANA Change notice
 #                     makes the host re-read the log: path 2 inaccessible,
-#                     dd verify through path 1 only (per-path I/O counts);
+#                     dd verify through path 1 only (per-path I/O counts),
+#                     a read passed through path 2 anyway refused with
+#                     0x302 and in its error log at NSID;
 #                     then the other way round, `nvme ana-log` on each
 #                     controller agreeing; both optimized again, path 2 gone.
 #
@@ -545,6 +547,24 @@ ana_log_state() {
         || fail "ANA log of $1 lacks group 1 $2: $(tr -d '\n' </tmp/ana.json | cut -c1-300)"
 }
 
+# ana_refusal CTRL DEV: a read sent through CTRL's inaccessible path anyway
+# (passthrough on the controller's char device, which the host's path
+# selection does not reroute) fails with Asymmetric Access Inaccessible
+# (0x302, no DNR), and the controller's error log has it at the NSID byte
+ana_refusal() {
+    t 30 nvme io-passthru "/dev/$1" -o 0x02 -n 1 -l 4096 -r --cdw10=0 --cdw11=0 \
+        --cdw12=$(( 4096 / $(blockdev --getss "$2") - 1 )) >/tmp/ana-io.txt 2>&1 \
+        && fail "a read through the inaccessible path $1 succeeded"
+    grep -qi -e 'inaccessible' -e '(0x302)' /tmp/ana-io.txt || fail "read through $1 refused with: $(tail -n 2 /tmp/ana-io.txt)"
+    t 30 nvme error-log "/dev/$1" -e 1 -o json >/tmp/ana-el.json 2>&1 || fail "nvme error-log /dev/$1: $(cat /tmp/ana-el.json)"
+    _st=$(jnum status_field </tmp/ana-el.json); _pel=$(jnum parm_error_location </tmp/ana-el.json)
+    _sq=$(jnum sqid </tmp/ana-el.json)
+    info "read through the inaccessible path $1: $(grep -io 'asymmetric access inaccessible' /tmp/ana-io.txt | head -n 1); error log: sqid $_sq status_field $_st location $_pel"
+    [ "$_st" = $((0x302)) ] && [ "$_pel" = 4 ] && [ "${_sq:-0}" -ge 1 ] \
+        || fail "newest error log entry of $1: status $_st location $_pel sqid $_sq; want $((0x302)), 4 (NSID), an I/O queue"
+    rm -f /tmp/ana-io.txt /tmp/ana-el.json
+}
+
 # ana_checks C1 C2 DEV: what kh_ana_multipath checks on the two paths
 ana_checks() {
     for _c in "$1" "$2"; do
@@ -557,6 +577,7 @@ ana_checks() {
     info "path of $2 inaccessible $(( $(now_ms) - _t0 )) ms after the change"
     [ "$(ana_state_of "$1")" = optimized ] || fail "path of $1 is '$(ana_state_of "$1")'"
     ana_route "$1" "$2" "$3" ana-path1
+    ana_refusal "$2" "$3"
     _out=$(ana_set inaccessible optimized) || fail "$_out"
     wait_ana "$1" inaccessible 15 || fail "path of $1 is '$(ana_state_of "$1")' 15 s after port 1 went inaccessible"
     wait_ana "$2" optimized 15 || fail "path of $2 is '$(ana_state_of "$2")' 15 s after port 2 went optimized"
