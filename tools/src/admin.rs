@@ -464,14 +464,7 @@ async fn identify(
 
 /// ANA state names as nvme-cli prints them.
 fn ana_state(s: AnaState) -> String {
-    match s {
-        AnaState::OPTIMIZED => "optimized".into(),
-        AnaState::NON_OPTIMIZED => "non-optimized".into(),
-        AnaState::INACCESSIBLE => "inaccessible".into(),
-        AnaState::PERSISTENT_LOSS => "persistent-loss".into(),
-        AnaState::CHANGE => "change".into(),
-        AnaState(x) => format!("reserved ({x:#x})"),
-    }
+    s.name().map_or_else(|| format!("reserved ({:#x})", s.0), str::to_string)
 }
 
 /// An ANA log as JSON.

@@ -494,6 +494,26 @@ impl AnaState {
     pub const PERSISTENT_LOSS: Self = Self(0x04);
     /// Change.
     pub const CHANGE: Self = Self(0x0F);
+
+    /// The defined states with their names, as nvmet's configfs `ana_state`
+    /// and nvme-cli spell them.
+    pub const NAMED: [(Self, &'static str); 5] = [
+        (Self::OPTIMIZED, "optimized"),
+        (Self::NON_OPTIMIZED, "non-optimized"),
+        (Self::INACCESSIBLE, "inaccessible"),
+        (Self::PERSISTENT_LOSS, "persistent-loss"),
+        (Self::CHANGE, "change"),
+    ];
+
+    /// The state's name ([`Self::NAMED`]), `None` for a reserved value.
+    pub fn name(self) -> Option<&'static str> {
+        Self::NAMED.iter().find(|(st, _)| *st == self).map(|(_, n)| *n)
+    }
+
+    /// The state a name ([`Self::NAMED`]) stands for.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::NAMED.iter().find(|(_, n)| *n == name).map(|(st, _)| *st)
+    }
 }
 
 /// LSP bit 0 of an ANA Get Log Page: return groups only (no NSID lists).

@@ -422,8 +422,7 @@ fn get_log_page(
                 // once, libnvme in 4 KiB pieces whose LPO would otherwise
                 // pass the end of a short log (nvmet ignores LPO here).
                 let mut log = ana_log(target, ctrl, cmd.lsp & ANA_LSP_RGO != 0);
-                let max = 16 + 32 * target.limits.max_ana_groups() as usize + 4 * MAX_NAMESPACES as usize;
-                log.resize(log.len().max(max), 0);
+                log.resize(log.len().max(target.limits.ana_log_len() as usize), 0);
                 log
             }
             _ => return Err(invalid_field()),
@@ -450,10 +449,10 @@ fn get_log_page(
 /// for the header and every group, as nvmet's global `nvmet_ana_chgcnt`.
 fn ana_log(target: &Target, ctrl: &Controller, rgo: bool) -> Vec<u8> {
     let namespaces = ctrl.subsys.namespaces();
-    let mut groups = target.port_ana_groups(ctrl.port_id);
+    // A port not registered (queues built without a listener): all optimized, as `Target::port_ana`.
+    let (port, mut groups) = target.port(ctrl.port_id).map(|p| (p.ana, p.ana_groups)).unwrap_or_default();
     groups.insert(DEFAULT_ANA_GROUP);
     groups.extend(namespaces.values().map(|ns| ns.ana_group()));
-    let port = target.port_ana(ctrl.port_id);
     let chgcnt = target.ana_chgcnt();
     AnaLog {
         chgcnt,
@@ -990,6 +989,7 @@ mod tests {
         let small = Limits { mdts: 1, ..Limits::default() };
         assert_eq!(small.max_ana_groups(), 127);
         assert!(16 + 32 * small.max_ana_groups() + 4 * MAX_NAMESPACES <= small.max_transfer());
+        assert_eq!((Limits::default().ana_log_len(), small.ana_log_len()), (8208, 8176));
         let ana = |e: &mut Env, lsp: u8| {
             let mut c = GetLogPageCmd::new(LogPageId::ANA, 0xFFFF_FFFF, 0, 8208);
             c.lsp = lsp;

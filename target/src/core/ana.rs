@@ -19,29 +19,18 @@ pub const MAX_ANA_GROUPS: u32 = 128;
 /// The group of a namespace unless configured (nvmet `NVMET_DEFAULT_ANA_GRPID`).
 pub const DEFAULT_ANA_GROUP: u32 = 1;
 
-/// Names of the states, as nvmet's configfs `ana_state` attribute spells them.
-const NAMES: [(AnaState, &str); 5] = [
-    (AnaState::OPTIMIZED, "optimized"),
-    (AnaState::NON_OPTIMIZED, "non-optimized"),
-    (AnaState::INACCESSIBLE, "inaccessible"),
-    (AnaState::PERSISTENT_LOSS, "persistent-loss"),
-    (AnaState::CHANGE, "change"),
-];
-
 /// Parses a state name (`optimized`, `non-optimized`, `inaccessible`,
-/// `persistent-loss`, `change`).
+/// `persistent-loss`, `change`: [`AnaState::NAMED`]).
 pub fn parse_ana_state(s: &str) -> Result<AnaState, String> {
-    NAMES.iter().find(|(_, n)| *n == s).map(|(st, _)| *st).ok_or_else(|| {
-        format!(
-            "{s:?} is not an ANA state ({})",
-            NAMES.iter().map(|(_, n)| *n).collect::<Vec<_>>().join(", ")
-        )
+    AnaState::from_name(s).ok_or_else(|| {
+        let names: Vec<_> = AnaState::NAMED.iter().map(|(_, n)| *n).collect();
+        format!("{s:?} is not an ANA state ({})", names.join(", "))
     })
 }
 
 /// The name of a state ([`parse_ana_state`]'s spelling).
 pub fn ana_state_name(s: AnaState) -> &'static str {
-    NAMES.iter().find(|(st, _)| *st == s).map_or("unknown", |(_, n)| *n)
+    s.name().unwrap_or("unknown")
 }
 
 /// The ANA state of every group as one port reports it. Read by every I/O
@@ -112,7 +101,7 @@ mod tests {
 
     #[test]
     fn states_parse_by_nvmet_names_and_gate_io() {
-        for (st, name) in NAMES {
+        for (st, name) in AnaState::NAMED {
             assert_eq!(parse_ana_state(name), Ok(st));
             assert_eq!(ana_state_name(st), name);
         }

@@ -8,8 +8,15 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use nvmeof_common::spec::log::AnaState;
 use nvmeof_common::spec::DISCOVERY_NQN;
 
+use crate::cmd::admin::MAX_NAMESPACES;
+
 use super::ana::MAX_ANA_GROUPS;
 use super::{Controller, PortAna, Subsystem};
+
+/// ANA log header, group descriptor and NSID sizes (Linux `struct nvme_ana_rsp_hdr`, `nvme_ana_group_desc`).
+const ANA_LOG_HEADER: u32 = 16;
+const ANA_LOG_PER_GROUP: u32 = 32;
+const ANA_LOG_PER_NSID: u32 = 4;
 
 /// Every limit the target enforces, advertised to hosts and logged when hit.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -85,8 +92,14 @@ impl Limits {
     /// per group and 4 per namespace of MNAN) and will not read past MDTS
     /// (`nvme_mpath_init_identify`: "ANA log page size ... larger than MDTS").
     pub fn max_ana_groups(&self) -> u32 {
-        let room = self.max_transfer().saturating_sub(16 + 4 * crate::cmd::admin::MAX_NAMESPACES) / 32;
-        room.min(super::ana::MAX_ANA_GROUPS)
+        let room = self.max_transfer().saturating_sub(ANA_LOG_HEADER + ANA_LOG_PER_NSID * MAX_NAMESPACES);
+        (room / ANA_LOG_PER_GROUP).min(super::ana::MAX_ANA_GROUPS)
+    }
+
+    /// The ANA log's size as the Linux host computes it from Identify
+    /// Controller (header, NANAGRPID groups, MNAN NSIDs): at most MDTS.
+    pub fn ana_log_len(&self) -> u32 {
+        ANA_LOG_HEADER + ANA_LOG_PER_GROUP * self.max_ana_groups() + ANA_LOG_PER_NSID * MAX_NAMESPACES
     }
 }
 
@@ -202,10 +215,9 @@ impl Target {
         ports.iter().find(|p| p.id == id).map_or_else(Arc::default, |p| p.ana.clone())
     }
 
-    /// The groups configured for port `id` ([`Port::ana_groups`]).
-    pub fn port_ana_groups(&self, id: u16) -> BTreeSet<u32> {
-        let ports = self.ports.read().unwrap();
-        ports.iter().find(|p| p.id == id).map(|p| p.ana_groups.clone()).unwrap_or_default()
+    /// Port `id`, if registered.
+    pub fn port(&self, id: u16) -> Option<Port> {
+        self.ports.read().unwrap().iter().find(|p| p.id == id).cloned()
     }
 
     /// Sets the ANA states of port `id`: every group in `default` except
