@@ -18,12 +18,13 @@ use nvmeof_common::spec::{
 };
 use nvmeof_common::{Cqe, Sqe};
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::driver::{spawn_driver, DriverCtrl, DriverParams, Payload, QueueShared, RxStats, SupMsg};
 use crate::error::{Error, Result};
+use crate::events::{self, ControllerEvent};
 use crate::namespace::Namespace;
 use crate::options::{ConnectOptions, HostIdentity, QueueSelect};
 use crate::queue::{Command, DataXfer, QueueConfig, ADMIN_INLINE_LIMIT, MAX_TAGS};
@@ -71,6 +72,10 @@ pub struct ControllerInfo {
     pub inline_data: u32,
     /// Whether this is a discovery controller.
     pub discovery: bool,
+    /// Asynchronous events enabled (the Asynchronous Event Configuration
+    /// value set): those of OAES the host reads logs for, 0 where none or
+    /// [`ConnectOptions::async_events`] is off.
+    pub async_events: u32,
 }
 
 /// Shared state behind every handle, also held by the supervisor task.
@@ -79,24 +84,38 @@ pub(crate) struct Core {
     subnqn: String,
     host: HostIdentity,
     opts: ConnectOptions,
-    admin: Arc<QueueShared>,
+    pub(crate) admin: Arc<QueueShared>,
     pub(crate) io: Vec<Arc<QueueShared>>,
     info: RwLock<Arc<ControllerInfo>>,
-    state: watch::Sender<ControllerState>,
-    epoch: AtomicU64,
+    pub(crate) state: watch::Sender<ControllerState>,
+    /// Association number, raised before each reconnect attempt.
+    pub(crate) epoch: AtomicU64,
     rr: AtomicUsize,
+    /// Asynchronous events for [`Controller::events`].
+    pub(crate) events: broadcast::Sender<ControllerEvent>,
 }
 
-struct Handle {
+pub(crate) struct Handle {
     core: Arc<Core>,
     supervisor: Mutex<Option<JoinHandle<()>>>,
+    /// The task keeping an Asynchronous Event Request outstanding.
+    events: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Handle {
+    /// Stops the supervisor and the events task.
+    fn stop_tasks(&self) {
+        for t in [&self.supervisor, &self.events] {
+            if let Some(h) = t.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                h.abort();
+            }
+        }
+    }
 }
 
 impl Drop for Handle {
     fn drop(&mut self) {
-        if let Some(h) = self.supervisor.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            h.abort();
-        }
+        self.stop_tasks();
         for q in self.core.io.iter().chain(std::iter::once(&self.core.admin)) {
             q.send_ctrl(DriverCtrl::Shutdown);
         }
@@ -253,6 +272,26 @@ impl Setup<'_> {
         Ok((NumQueues::from_dw(cqe.dw0()).io_queue_pairs().min(want as u32)) as u16)
     }
 
+    /// Set Features Asynchronous Event Configuration with the notices both
+    /// sides support (Linux `nvme_enable_aen`); returns the value set, 0 when
+    /// none or turned off. A refusal only costs the events, as with Linux
+    /// ("Failed to configure AEN"); a lost connection fails the setup.
+    async fn enable_events(&self, admin: &QueueShared, a: &AdminSetup) -> Result<u32> {
+        let want = events::enabled_for(a.identify.oaes);
+        if !self.opts.async_events || want == 0 {
+            return Ok(0);
+        }
+        let cmd = SetFeaturesCmd::new(FeatureId::ASYNC_EVENT, want);
+        match admin.execute(cmd.to_sqe(0), Payload::None, None, true).await {
+            Ok(_) => Ok(want),
+            Err(e @ Error::Nvme { .. }) => {
+                warn!(aec = format_args!("{want:#x}"), error = %e, "cannot enable asynchronous events");
+                Ok(0)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     fn io_params(&self, a: &AdminSetup) -> (u16, u32) {
         let mut entries = self.opts.queue_depth.max(2) as u32;
         entries = entries.min(a.cap.mqes() as u32 + 1).min(MAX_TAGS as u32);
@@ -293,9 +332,10 @@ impl Setup<'_> {
         Ok(())
     }
 
-    fn info(&self, a: AdminSetup, io_queues: u16) -> ControllerInfo {
+    fn info(&self, a: AdminSetup, io_queues: u16, async_events: u32) -> ControllerInfo {
         let (entries, inline) = self.io_params(&a);
         ControllerInfo {
+            async_events,
             max_transfer: self.max_transfer(&a),
             cntlid: a.cntlid,
             cap: a.cap,
@@ -456,8 +496,9 @@ impl Core {
             }
             s.io_queues(&self.io, &a, epoch).await?;
         }
+        let aec = s.enable_events(&self.admin, &a).await?;
         self.admin.send_ctrl(DriverCtrl::Release);
-        Ok(s.info(a, self.io.len() as u16))
+        Ok(s.info(a, self.io.len() as u16, aec))
     }
 
     /// Reconnect loop (Linux error recovery + `nvme_tcp_reconnect_or_remove`).
@@ -639,8 +680,9 @@ impl Controller {
                 io.push(q);
             }
             setup.io_queues(&io, &a, epoch).await?;
+            let aec = setup.enable_events(&admin, &a).await?;
             admin.send_ctrl(DriverCtrl::Release);
-            Ok(setup.info(a, n))
+            Ok(setup.info(a, n, aec))
         }
         .instrument(ctrl_span.clone())
         .await;
@@ -662,9 +704,22 @@ impl Controller {
             state,
             epoch: AtomicU64::new(epoch),
             rr: AtomicUsize::new(0),
+            events: events::channel(),
         });
-        let sup = tokio::spawn(supervise(core.clone(), sup_rx).instrument(ctrl_span));
-        Ok(Self { inner: Arc::new(Handle { core, supervisor: Mutex::new(Some(sup)) }) })
+        let sup = tokio::spawn(supervise(core.clone(), sup_rx).instrument(ctrl_span.clone()));
+        let handle = Arc::new(Handle {
+            core: core.clone(),
+            supervisor: Mutex::new(Some(sup)),
+            events: Mutex::new(None),
+        });
+        let ev = tokio::spawn(events::run(core, Arc::downgrade(&handle)).instrument(ctrl_span));
+        *handle.events.lock().unwrap_or_else(|e| e.into_inner()) = Some(ev);
+        Ok(Self { inner: handle })
+    }
+
+    /// A handle sharing `h`'s association.
+    pub(crate) fn from_handle(h: Arc<Handle>) -> Self {
+        Self { inner: h }
     }
 
     pub(crate) fn core(&self) -> &Core {
@@ -684,6 +739,20 @@ impl Controller {
     /// Watches association state changes.
     pub fn subscribe_state(&self) -> watch::Receiver<ControllerState> {
         self.core().state.subscribe()
+    }
+
+    /// Receives the controller's asynchronous events from now on (see
+    /// [`ControllerEvent`]): the host keeps an Asynchronous Event Request
+    /// outstanding where [`ConnectOptions::async_events`] is on and the
+    /// controller reports notices it understands
+    /// ([`ControllerInfo::async_events`]), and reads each notice's log page,
+    /// which re-arms it, whether anyone receives or not. Events raised while
+    /// the association was down are lost with it: after a reconnect
+    /// ([`Self::subscribe_state`]) re-read what matters. A receiver that
+    /// falls more than 64 events behind loses the oldest
+    /// (`RecvError::Lagged`).
+    pub fn events(&self) -> broadcast::Receiver<ControllerEvent> {
+        self.core().events.subscribe()
     }
 
     /// The host identity used in Connect.
@@ -882,6 +951,18 @@ impl Controller {
         Ok(AnaLog::decode(&buf)?)
     }
 
+    /// Reads the Changed Namespace List (LID 04h) with RAE clear, as the Linux
+    /// host does after a Namespace Attribute Changed notice
+    /// (`nvme_clear_changed_ns_log`): the NSIDs whose attributes changed since
+    /// the last read, `[0xFFFF_FFFF]` when more than 1024 did. Reading it
+    /// re-arms the notice.
+    pub async fn changed_namespaces(&self) -> Result<Vec<u32>> {
+        let mut buf = vec![0u8; IDENTIFY_DATA_LEN];
+        let cmd = GetLogPageCmd::new(LogPageId::CHANGED_NS, 0xFFFF_FFFF, 0, buf.len() as u32);
+        self.get_log_page(cmd, &mut buf).await?;
+        Ok(decode_ns_list(&buf))
+    }
+
     /// Get Features; returns CQE DW0. `buf` receives the feature's data, if it has any.
     pub async fn get_features(&self, cmd: GetFeaturesCmd, buf: Option<&mut [u8]>) -> Result<u32> {
         let payload = buf.map_or(Payload::None, Payload::Read);
@@ -962,9 +1043,7 @@ impl Controller {
     /// [`Error::Shutdown`].
     pub async fn shutdown(&self) -> Result<()> {
         let core = self.core();
-        if let Some(h) = self.inner.supervisor.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            h.abort();
-        }
+        self.inner.stop_tasks();
         let was_live = self.state() == ControllerState::Live;
         core.state.send_replace(ControllerState::Shutdown);
         for q in &core.io {

@@ -57,6 +57,7 @@ mod controller;
 mod discovery;
 mod driver;
 mod error;
+mod events;
 mod namespace;
 mod options;
 pub mod queue;
@@ -65,6 +66,7 @@ pub use controller::{Controller, ControllerInfo, ControllerState};
 pub use discovery::{connect_entry, discover, nvme_subsystems};
 pub use driver::{Payload, RxStats};
 pub use error::{CommandInfo, Error, Result};
+pub use events::ControllerEvent;
 pub use namespace::{Batch, IoFlags, Namespace};
 /// TCP congestion control names for [`ConnectOptions::congestion_control`].
 pub use nvmeof_net::CongestionControl;

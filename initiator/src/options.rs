@@ -209,6 +209,12 @@ pub struct ConnectOptions {
     /// kernel refuses the name ([`nvmeof_net::set_congestion_control`] says
     /// when it matters).
     pub congestion_control: Option<nvmeof_net::CongestionControl>,
+    /// Enable the asynchronous events the controller supports among those
+    /// the host reads logs for (namespace attribute, firmware activation,
+    /// ANA and discovery log changes) and keep an Asynchronous Event Request
+    /// outstanding, as the Linux host does; see
+    /// [`crate::Controller::events`]. Takes one admin command slot.
+    pub async_events: bool,
 }
 
 impl Default for ConnectOptions {
@@ -229,15 +235,24 @@ impl Default for ConnectOptions {
             busy_poll: Duration::ZERO,
             send_buffer: nvmeof_net::default_send_buffer(),
             congestion_control: None,
+            async_events: true,
         }
     }
 }
 
 impl ConnectOptions {
     /// Options for a discovery controller: no I/O queues, KATO 0 (Linux default
-    /// for non-persistent discovery), no reconnect.
+    /// for non-persistent discovery), no reconnect, no asynchronous events
+    /// (a persistent discovery controller turns them on, with a KATO, to
+    /// learn of discovery log changes).
     pub fn discovery() -> Self {
-        Self { io_queues: 0, kato: Duration::ZERO, reconnect: ReconnectPolicy::never(), ..Self::default() }
+        Self {
+            io_queues: 0,
+            kato: Duration::ZERO,
+            reconnect: ReconnectPolicy::never(),
+            async_events: false,
+            ..Self::default()
+        }
     }
 }
 
