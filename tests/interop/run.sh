@@ -66,7 +66,7 @@ NS_SIZE=$((NS_SIZE_MB * 1024 * 1024))
 if [ -n "$HOST_CLIENT_CMD" ]; then
     : "${CLIENT_STEPS:=custom}"
 else
-    : "${CLIENT_STEPS:=icreq initiator statuses probe-randread probe-verify}"
+    : "${CLIENT_STEPS:=icreq initiator statuses probe-randread probe-verify events}"
 fi
 
 say() { printf '%s\n' "$*"; }
@@ -291,6 +291,10 @@ client_cmd() {
         custom) printf '%s' "$HOST_CLIENT_CMD" ;;
         icreq) printf 'python3 %q' "$HERE/icreq-smoke.py" ;;
         initiator) printf '%q' "$INTEROP_INITIATOR_BIN" ;;
+        # Asynchronous events: started in the background (start-client), it
+        # prints READY once subscribed; the guest then changes nvmet and the
+        # guest's wait-client collects the result.
+        events) printf '%q --rounds events' "$INTEROP_INITIATOR_BIN" ;;
         # Commands a host can get wrong, each against the status nvmet
         # answers with (tests/src/conformance.rs; the same rows run against
         # our target in tests/tests/target_conformance.rs).
@@ -313,6 +317,7 @@ client_limit() {
         icreq) l=75 ;;
         initiator) l=$((2 * INTEROP_IO_SECS + 150)) ;;
         statuses) l=75 ;;
+        events) l=120 ;;
         probe-*) l=90 ;;
         *) l=60 ;;
     esac
@@ -321,7 +326,7 @@ client_limit() {
 }
 client_binary() { # the binary a client needs, or nothing
     case $1 in
-        initiator) echo "$INTEROP_INITIATOR_BIN" ;;
+        initiator|events) echo "$INTEROP_INITIATOR_BIN" ;;
         statuses) echo "$INTEROP_STATUSES_BIN" ;;
         probe-*) echo "$NVMEOF_PROBE_BIN" ;;
     esac
@@ -352,16 +357,23 @@ build_clients() {
     done
 }
 
-hook_run_client() { # kernel-target: run client $1 against the forwarded port
-    local name=${1:-custom} cmd lim bin rc log
-    cmd=$(client_cmd "$name") || { echo "unknown client '$name'"; return 127; }
-    lim=$(client_limit "$name")
-    bin=$(client_binary "$name")
-    log=$DIR/client-$name.log
+# client_setup NAME: sets the calling hook's cmd, lim and log (bash's dynamic
+# scope); fails, with the hook's answer, for an unknown client or a missing binary
+client_setup() {
+    local bin
+    cmd=$(client_cmd "$1") || { echo "unknown client '$1'"; return 127; }
+    lim=$(client_limit "$1")
+    bin=$(client_binary "$1")
+    log=$DIR/client-$1.log
     if [ -n "$bin" ] && [ ! -x "$bin" ]; then
-        echo "$name: binary missing: $bin" | tee "$log"
+        echo "$1: binary missing: $bin" | tee "$log"
         return 127
     fi
+}
+
+hook_run_client() { # kernel-target: run client $1 against the forwarded port
+    local name=${1:-custom} cmd lim rc log
+    client_setup "$name" || return $?
     # NVME_FRESH=1: nothing has written to the namespace yet (never-written
     # blocks must read as zeros); icreq, statuses and probe-randread do not write
     local fresh=1
@@ -378,6 +390,46 @@ hook_run_client() { # kernel-target: run client $1 against the forwarded port
     { grep -E 'IOPS=|verify:|passed|PASS|FAIL|timed out|missing' "$log" || grep -v '^ *$' "$log"; } \
         | tail -n 1 | sed 's/^ *//' | tr -cd '[:print:]' | head -c 200; echo
     return $rc
+}
+
+# kernel-target: a client that runs while the guest acts.  start-client NAME
+# starts it in the background and answers once its log has a READY line
+# (within 30 s); wait-client NAME waits for it to end (within its time limit)
+# and answers as run-client does.  Hooks run in a command substitution: the
+# client's output goes to its log only, or the hook would wait for it.
+hook_start_client() {
+    local name=${1:-} cmd lim log pid i
+    client_setup "$name" || return $?
+    rm -f "$DIR/client-$name.rc"
+    say "[$SCEN] host client $name in the background (limit ${lim}s): $cmd" >&2
+    ( NVME_ADDR=127.0.0.1 NVME_PORT=$HOST_PORT NVME_NQN=$NQN NVME_NS_SIZE=$NS_SIZE NVME_BACKEND=$BACKEND \
+        timeout --kill-after=5 "$lim" bash -c "$cmd" </dev/null >"$log" 2>&1
+      echo $? >"$DIR/client-$name.rc" ) </dev/null >/dev/null 2>&1 &
+    pid=$!
+    echo "$pid" >"$DIR/client-$name.pid"
+    for i in $(seq 1 300); do
+        grep -q '^READY' "$log" 2>/dev/null && { echo "started, pid $pid"; return 0; }
+        [ -e "$DIR/client-$name.rc" ] && { echo "ended before READY (rc $(cat "$DIR/client-$name.rc")): $(tail -n 1 "$log")"; return 1; }
+        sleep 0.1
+    done
+    echo "no READY within 30s"
+    return 1
+}
+hook_wait_client() {
+    local name=${1:-} lim log rc i
+    log=$DIR/client-$name.log
+    [ -f "$DIR/client-$name.pid" ] || { echo "client '$name' was not started"; return 1; }
+    lim=$(client_limit "$name")
+    for i in $(seq 1 $((lim * 10 + 100))); do
+        [ -e "$DIR/client-$name.rc" ] && break
+        sleep 0.1
+    done
+    rc=$(cat "$DIR/client-$name.rc" 2>/dev/null) || { echo "client '$name' did not end"; return 1; }
+    sed "s/^/[$SCEN] $name| /" "$log" >&2
+    [ "$rc" = 124 ] && echo "timed out after ${lim}s" >>"$log"
+    { grep -E 'passed|FAIL|timed out' "$log" || grep -v '^ *$' "$log"; } \
+        | tail -n 1 | sed 's/^ *//' | tr -cd '[:print:]' | head -c 200; echo
+    return "$rc"
 }
 
 # ---- kernel-host hooks (TARGET=host; "not applicable" otherwise)

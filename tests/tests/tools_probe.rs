@@ -937,3 +937,90 @@ async fn tools_stop_quietly_when_their_reader_goes_away() {
     })
     .await;
 }
+
+/// `nvmeof events`: ANA changes of the controller, discovery log changes of
+/// the discovery controller, one line (or JSON object) each, ending after
+/// `--count`. The target changes every 500 ms until the watch ends, so the
+/// first change after it subscribed is the one it prints.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_cli_events() {
+    bounded(60, async {
+        let toml = |state: &str, extra: &str| {
+            TargetConfig::from_toml(&format!(
+                "[[port]]\nlisten = \"127.0.0.1:0\"\nana_state = \"{state}\"\n\n[[subsystem]]\nnqn = \"{NQN}\"\n\
+                 [[subsystem.namespace]]\nnsid = 1\nram = \"1M\"\n{extra}"
+            ))
+            .unwrap()
+        };
+        init_tracing();
+        let server = Server::start(&toml("optimized", "")).await.unwrap();
+        let a = server.local_addrs[0].to_string();
+        // Toggles the port's ANA state (or, with `sub`, a second subsystem) until `done`.
+        let toggle = |sub: bool, done: Arc<std::sync::atomic::AtomicBool>| {
+            let server = &server;
+            async move {
+                for i in 0..100 {
+                    if done.load(std::sync::atomic::Ordering::SeqCst) {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                    let (state, extra) = match (sub, i % 2) {
+                        (false, 0) => ("inaccessible", String::new()),
+                        (false, _) => ("optimized", String::new()),
+                        (true, 0) => ("optimized", format!("[[subsystem]]\nnqn = \"{NQN}-2\"\n")),
+                        (true, _) => ("optimized", String::new()),
+                    };
+                    server.reload(&toml(state, &extra)).unwrap();
+                }
+            }
+        };
+        let watch = |args: Vec<String>, sub: bool| {
+            let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let d2 = done.clone();
+            let w = async move {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                let r = admin(&args, b"").await;
+                d2.store(true, std::sync::atomic::Ordering::SeqCst);
+                r
+            };
+            let t = toggle(sub, done);
+            async move { tokio::join!(w, t).0 }
+        };
+        let args = |extra: &[&str]| {
+            let mut v: Vec<String> = ["nvmeof", "events", a.as_str(), "--count", "2", "--duration", "30s"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            v.extend(extra.iter().map(|s| s.to_string()));
+            v
+        };
+        let text = watch(args(&["--nqn", NQN]), false).await.unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3, "{text}");
+        assert!(lines[0].starts_with(&format!("watching {NQN} at {a} (cntlid ")), "{text}");
+        assert!(lines[0].ends_with("events enabled 0x900)"), "{text}");
+        // Two changes in a row: the log was re-read and the notice re-armed in between.
+        for l in &lines[1..] {
+            assert!(l.starts_with("ANA change (change count "), "{text}");
+            assert!(l.ends_with("optimized [1]") || l.ends_with("inaccessible [1]"), "{text}");
+        }
+        assert_ne!(lines[1], lines[2], "{text}");
+
+        let json = watch(args(&["--nqn", NQN, "--json"]), false).await.unwrap();
+        for l in json.lines() {
+            let v: Value = serde_json::from_str(l).unwrap();
+            assert_eq!(v["event"], "ana-change", "{l}");
+            assert_eq!(v["groups"][0]["grpid"], 1, "{l}");
+        }
+        assert_eq!(json.lines().count(), 2, "{json}");
+
+        let disc = watch(args(&["--discovery", "--json"]), true).await.unwrap();
+        let evs: Vec<Value> = disc.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(evs.len(), 2, "{disc}");
+        let n = |v: &Value| v["log"]["records"].as_array().unwrap().len();
+        assert!(evs.iter().all(|v| v["event"] == "discovery-change"), "{disc}");
+        assert_eq!(n(&evs[0]).abs_diff(n(&evs[1])), 1, "a subsystem came or went: {disc}");
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}

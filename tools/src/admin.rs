@@ -1,4 +1,4 @@
-//! The `nvmeof` admin CLI: discover, identify, list, read, write.
+//! The `nvmeof` admin CLI: discover, identify, list, ana-log, events, read, write.
 //!
 //! Output goes to the writer the caller passes (the binary passes stdout),
 //! human-readable by default and JSON with `--json`. Every failure is a
@@ -10,8 +10,11 @@ use std::time::Duration;
 
 use nvmeof_common::spec::discovery::{AdrFam, DiscoveryLog, DiscoveryLogEntry, SecType, SubType, TrType};
 use nvmeof_common::spec::log::{AnaLog, AnaState};
+use nvmeof_common::spec::DISCOVERY_NQN;
 use nvmeof_common::spec::{IdentifyController, IdentifyNamespace};
-use nvmeof_initiator::{discover, ConnectOptions, Controller, IoFlags};
+use nvmeof_initiator::{
+    discover, ConnectOptions, Controller, ControllerEvent, ControllerState, IoFlags, ReconnectPolicy,
+};
 use serde_json::{json, Value};
 
 use crate::error::ToolError;
@@ -23,7 +26,7 @@ use crate::util::{fmt_bytes, parse_host_nqn, parse_positive_duration, target_add
 #[command(
     name = "nvmeof",
     version,
-    about = "NVMe/TCP admin CLI: discover, identify, list, ana-log, read, write",
+    about = "NVMe/TCP admin CLI: discover, identify, list, ana-log, events, read, write",
     after_help = "ADDR is HOST[:PORT]; the default port is 4420 (nvmeof-target serves discovery and I/O \
                   on the same port; a Linux nvmet discovery port is usually 8009: give it explicitly).\n\
                   Exit codes: 0 ok, 1 NVMe error status (e.g. Connect rejected), 2 usage, \
@@ -82,6 +85,26 @@ pub enum Command {
         /// Subsystem NQN (default: the one NVM subsystem the discovery log lists).
         #[arg(long)]
         nqn: Option<String>,
+    },
+    /// Watch the asynchronous events of a controller (namespace changes, ANA changes) or, with
+    /// --discovery, of the discovery controller (discovery log changes): one line per event
+    /// (a JSON object per line with --json), until --count events, --duration or Ctrl-C.
+    /// The controller stays connected (keep-alive) and reconnects after a connection loss.
+    Events {
+        /// Target address.
+        addr: String,
+        /// Subsystem NQN (default: the one NVM subsystem the discovery log lists).
+        #[arg(long, conflicts_with = "discovery")]
+        nqn: Option<String>,
+        /// Watch the discovery controller (a persistent discovery connection) instead.
+        #[arg(long)]
+        discovery: bool,
+        /// Stop after this many events.
+        #[arg(long)]
+        count: Option<u64>,
+        /// Stop after this long (e.g. 10m).
+        #[arg(long, value_parser = parse_positive_duration)]
+        duration: Option<Duration>,
     },
     /// Read blocks to stdout or a file.
     Read {
@@ -190,6 +213,27 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
             let ctrl = connect(&addr, nqn.as_deref(), cli.opts(0)).await?;
             let r = ana_log(cli, &ctrl, out).await;
+            close(ctrl).await;
+            r
+        }
+        Command::Events { addr, nqn, discovery, count, duration } => {
+            let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
+            // A watch outlives connection losses (the one-shot commands give up).
+            let base = ConnectOptions { reconnect: ReconnectPolicy::default(), ..cli.opts(0) };
+            let ctrl = if *discovery {
+                let o = ConnectOptions {
+                    async_events: true,
+                    kato: ConnectOptions::default().kato,
+                    reconnect: ReconnectPolicy::default(),
+                    ..discovery_options(&base)
+                };
+                Controller::connect(addr.as_str(), DISCOVERY_NQN, o)
+                    .await
+                    .map_err(|e| ToolError::from_initiator(&format!("connect to discovery at {addr}"), &e))?
+            } else {
+                connect(&addr, nqn.as_deref(), base).await?
+            };
+            let r = events(cli, &ctrl, *count, *duration, out).await;
             close(ctrl).await;
             r
         }
@@ -467,14 +511,17 @@ fn ana_state(s: AnaState) -> String {
     s.name().map_or_else(|| format!("reserved ({:#x})", s.0), str::to_string)
 }
 
-/// An ANA log as JSON.
-pub fn ana_log_json(subnqn: &str, log: &AnaLog) -> Value {
-    let groups: Vec<Value> = log
-        .groups
+/// The groups of an ANA log as JSON.
+fn ana_groups_json(log: &AnaLog) -> Vec<Value> {
+    log.groups
         .iter()
         .map(|g| json!({ "grpid": g.grpid, "state": ana_state(g.state), "chgcnt": g.chgcnt, "nsids": g.nsids }))
-        .collect();
-    json!({ "subnqn": subnqn, "chgcnt": log.chgcnt, "groups": groups })
+        .collect()
+}
+
+/// An ANA log as JSON.
+pub fn ana_log_json(subnqn: &str, log: &AnaLog) -> Value {
+    json!({ "subnqn": subnqn, "chgcnt": log.chgcnt, "groups": ana_groups_json(log) })
 }
 
 async fn ana_log(cli: &Cli, ctrl: &Controller, out: &mut dyn Write) -> Result<(), ToolError> {
@@ -490,6 +537,136 @@ async fn ana_log(cli: &Cli, ctrl: &Controller, out: &mut dyn Write) -> Result<()
         s += &format!("{:<6} {:<16} {}\n", g.grpid, ana_state(g.state), nsids.join(" "));
     }
     write!(out, "{s}").map_err(out_err)
+}
+
+/// One event as JSON.
+pub fn event_json(ev: &ControllerEvent) -> Value {
+    match ev {
+        ControllerEvent::NamespacesChanged(nsids) => json!({ "event": "namespaces-changed", "nsids": nsids }),
+        ControllerEvent::AnaChanged(log) => {
+            json!({ "event": "ana-change", "chgcnt": log.chgcnt, "groups": ana_groups_json(log) })
+        }
+        ControllerEvent::DiscoveryChanged(log) => {
+            json!({ "event": "discovery-change", "log": discovery_json(log) })
+        }
+        ControllerEvent::Other(e) => {
+            json!({ "event": "other", "type": e.ty.0, "info": e.info, "lid": e.lid })
+        }
+        other => json!({ "event": "unknown", "debug": format!("{other:?}") }),
+    }
+}
+
+/// One event as a line of text.
+fn event_text(ev: &ControllerEvent) -> String {
+    match ev {
+        ControllerEvent::NamespacesChanged(nsids) if nsids.first() == Some(&0xFFFF_FFFF) => {
+            "namespaces changed: more than 1024".into()
+        }
+        ControllerEvent::NamespacesChanged(nsids) => {
+            let l: Vec<String> = nsids.iter().map(u32::to_string).collect();
+            format!("namespaces changed: {}", l.join(" "))
+        }
+        ControllerEvent::AnaChanged(log) => {
+            let g: Vec<String> = log
+                .groups
+                .iter()
+                .map(|g| {
+                    let n: Vec<String> = g.nsids.iter().map(u32::to_string).collect();
+                    format!("group {} {} [{}]", g.grpid, ana_state(g.state), n.join(" "))
+                })
+                .collect();
+            format!("ANA change (change count {}): {}", log.chgcnt, g.join(", "))
+        }
+        ControllerEvent::DiscoveryChanged(log) => {
+            let n: Vec<&str> = log.entries.iter().map(|e| e.subnqn.as_str()).collect();
+            format!(
+                "discovery log change: generation {}, {} records: {}",
+                log.header.genctr,
+                log.entries.len(),
+                n.join(" ")
+            )
+        }
+        ControllerEvent::Other(e) => {
+            format!("event: type {:#x} info {:#04x} log page {:#04x}", e.ty.0, e.info, e.lid)
+        }
+        other => format!("event: {other:?}"),
+    }
+}
+
+fn write_line(out: &mut dyn Write, line: &str) -> Result<(), ToolError> {
+    writeln!(out, "{line}").and_then(|()| out.flush()).map_err(out_err)
+}
+
+async fn events(
+    cli: &Cli,
+    ctrl: &Controller,
+    count: Option<u64>,
+    duration: Option<Duration>,
+    out: &mut dyn Write,
+) -> Result<(), ToolError> {
+    let mut rx = ctrl.events();
+    let mut state = ctrl.subscribe_state();
+    let info = ctrl.info();
+    if info.async_events == 0 {
+        return Err(ToolError::new(
+            crate::error::ErrorKind::Nvme,
+            format!(
+                "the controller reports no asynchronous events this host reads (OAES {:#x})",
+                info.identify.oaes
+            ),
+        ));
+    }
+    if !cli.json {
+        let line = format!(
+            "watching {} at {} (cntlid {}, events enabled {:#x})",
+            ctrl.subnqn(),
+            ctrl.addr(),
+            info.cntlid,
+            info.async_events
+        );
+        write_line(out, &line)?;
+    }
+    let end = duration.map(|d| tokio::time::Instant::now() + d);
+    let until_end = async {
+        match end {
+            Some(t) => tokio::time::sleep_until(t).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(until_end);
+    let mut seen = 0u64;
+    while count.is_none_or(|c| seen < c) {
+        tokio::select! {
+            r = rx.recv() => match r {
+                Ok(ev) => {
+                    seen += 1;
+                    let line = if cli.json { event_json(&ev).to_string() } else { event_text(&ev) };
+                    write_line(out, &line)?;
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::warn!(missed = n, "events missed (output too slow)");
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+            },
+            r = state.changed() => {
+                if r.is_err() {
+                    break;
+                }
+                let s = *state.borrow_and_update();
+                match s {
+                    ControllerState::Failed => {
+                        return Err(ToolError::new(crate::error::ErrorKind::Transport, "controller lost (reconnecting gave up)"));
+                    }
+                    ControllerState::Shutdown => break,
+                    // Events raised while reconnecting are lost with the association.
+                    _ => tracing::info!(state = ?s, "controller state"),
+                }
+            }
+            _ = &mut until_end => break,
+            _ = tokio::signal::ctrl_c() => break,
+        }
+    }
+    Ok(())
 }
 
 async fn list(cli: &Cli, ctrl: &Controller, out: &mut dyn Write) -> Result<(), ToolError> {

@@ -18,6 +18,19 @@
 //!     what was written (the model spans both associations, so the `digest`
 //!     round also re-reads data written by the `plain` round);
 //!   * `shutdown-MODE`: CC shutdown handshake and close.
+//! * or, with the round `events` (its own client step, `host-events`, in the
+//!   interop suite), asynchronous events as the guest changes nvmet under a
+//!   connected controller:
+//!   * `connect-events`: connects, checks the events enabled (Namespace
+//!     Attribute and ANA Change where the controller reports ANA), subscribes,
+//!     then prints `READY` (the host hook waits for that line before the
+//!     guest makes port 1's ANA group 1 inaccessible and adds namespace 2);
+//!   * `events`: within 60 s, an ANA change whose log shows namespace 1's group
+//!     inaccessible and a namespace change naming NSID 2, each log read by the
+//!     library with RAE clear; then a read of namespace 1 is refused with
+//!     Asymmetric Access Inaccessible (03h/02h), a status worth retrying on
+//!     another path;
+//!   * `shutdown-events`.
 //!
 //! Configuration (environment, each also as `--flag value`):
 //!
@@ -45,8 +58,13 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nvmeof_initiator::common::spec::discovery::{SubType, TrType};
+use nvmeof_initiator::common::spec::features::aec;
 use nvmeof_initiator::common::spec::log::AnaState;
-use nvmeof_initiator::{discover, ConnectOptions, Controller, HostIdentity, Namespace, ReconnectPolicy};
+use nvmeof_initiator::common::Status;
+use nvmeof_initiator::{
+    discover, ConnectOptions, Controller, ControllerEvent, HostIdentity, Namespace, ReconnectPolicy,
+};
+use tokio::sync::broadcast;
 
 /// Host ID of this client (differs from the guest's own host NQN).
 const HOST_ID: [u8; 16] =
@@ -145,8 +163,8 @@ fn parse_args() -> Args {
         usage("--queues ≥ 1, --depth ≥ 2, 1 ≤ --secs ≤ 600");
     }
     for r in &a.rounds {
-        if r != "plain" && r != "digest" {
-            usage(&format!("unknown round {r:?} (plain, digest)"));
+        if r != "plain" && r != "digest" && r != "events" {
+            usage(&format!("unknown round {r:?} (plain, digest, events)"));
         }
     }
     a
@@ -694,6 +712,88 @@ async fn step_shutdown(c: Controller) -> Result<(), String> {
     Ok(())
 }
 
+/// The `events` round (see the module documentation).
+async fn events_round(a: &Args, s: &mut Steps) {
+    let Some((c, rx)) = s.run("connect-events", Duration::from_secs(60), step_connect_events(a)).await else {
+        for n in ["events", "shutdown-events"] {
+            s.skip(n, "not connected");
+        }
+        return;
+    };
+    s.run("events", Duration::from_secs(90), step_events(&c, rx)).await;
+    s.run("shutdown-events", Duration::from_secs(20), step_shutdown(c)).await;
+}
+
+async fn step_connect_events(a: &Args) -> Result<(Controller, broadcast::Receiver<ControllerEvent>), String> {
+    let o = ConnectOptions { io_queues: 1, queue_depth: 8, ..opts(a, false) };
+    let c = Controller::connect((a.addr.as_str(), a.port), &a.nqn, o)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let i = c.info();
+    info(
+        "connect-events",
+        format!("cntlid {} oaes {:#x} events enabled {:#x}", i.cntlid, i.identify.oaes, i.async_events),
+    );
+    let mut want = aec::NS_ATTR;
+    if i.identify.cmic & 0x08 != 0 {
+        want |= aec::ANA_CHANGE;
+    }
+    if i.async_events & want != want {
+        let _ = c.shutdown().await;
+        return Err(format!("events enabled {:#x}, want at least {want:#x}", i.async_events));
+    }
+    let rx = c.events();
+    // The host hook (start-client) waits for this line.
+    println!("READY");
+    Ok((c, rx))
+}
+
+async fn step_events(c: &Controller, mut rx: broadcast::Receiver<ControllerEvent>) -> Result<(), String> {
+    let ana = c.info().identify.cmic & 0x08 != 0;
+    let (mut saw_ana, mut saw_ns) = (!ana, false);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while !(saw_ana && saw_ns) {
+        let ev = match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Err(_) => {
+                return Err(format!(
+                    "within 60 s: ANA change to inaccessible {}, namespace 2 change {}",
+                    if saw_ana { "seen" } else { "missing" },
+                    if saw_ns { "seen" } else { "missing" }
+                ))
+            }
+            Ok(r) => r.map_err(|e| format!("event channel: {e}"))?,
+        };
+        match &ev {
+            ControllerEvent::AnaChanged(log) => {
+                let g = log.groups.iter().find(|g| g.nsids.contains(&1));
+                info("events", format!("ANA change: chgcnt {}, namespace 1 in {g:?}", log.chgcnt));
+                saw_ana |= g.is_some_and(|g| g.state == AnaState::INACCESSIBLE);
+            }
+            ControllerEvent::NamespacesChanged(list) => {
+                info("events", format!("namespaces changed: {list:?}"));
+                saw_ns |= list.contains(&2) || list.first() == Some(&0xFFFF_FFFF);
+            }
+            other => info("events", format!("other event: {other:?}")),
+        }
+    }
+    if ana {
+        let ns = c.namespace(1).await.map_err(|e| format!("Identify Namespace 1: {e}"))?;
+        let mut buf = vec![0u8; ns.block_size() as usize];
+        match ns.read(0, &mut buf).await {
+            Ok(()) => return Err("a read through the inaccessible group succeeded".into()),
+            Err(e) => {
+                info("events", format!("read through the inaccessible group: {e}"));
+                if e.status().map(|s| s.code()) != Some(Status::ANA_INACCESSIBLE) || e.is_permanent() {
+                    return Err(format!(
+                        "read through the inaccessible group: {e}, want 03h/02h without DNR"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 async fn run(a: Args) -> Steps {
     let mut s = Steps::default();
     println!(
@@ -711,6 +811,10 @@ async fn run(a: Args) -> Steps {
     s.run("discovery", Duration::from_secs(40), step_discovery(&a)).await;
     let mut model = None;
     for round in a.rounds.clone() {
+        if round == "events" {
+            events_round(&a, &mut s).await;
+            continue;
+        }
         let digest = round == "digest";
         let cname = format!("connect-{round}");
         let Some(c) = s.run(&cname, Duration::from_secs(60), step_connect(&a, digest, &cname)).await else {

@@ -9,6 +9,10 @@
 #   statuses        interop_statuses (statuses of bad commands) -> host-statuses
 #   probe-randread  nvmeof-probe randread 4k QD8 3 s           -> host-probe-randread
 #   probe-verify    nvmeof-probe write + randread --verify     -> host-probe-verify
+#   events          interop_initiator --rounds events          -> host-events
+#                   (started in the background; the guest makes port 1's
+#                   ANA group 1 inaccessible and adds namespace 2 while the
+#                   client waits for the notices; see kt_events)
 # or "custom" (HOST_CLIENT_CMD)                                -> host-client
 #
 # Parameters: NQN, NS_SIZE (bytes), BACKEND (brd|file), CLIENT_TIMEOUT (s),
@@ -49,6 +53,22 @@ kt_client() { # kt_client NAME
     info "host client $1: rc=${HOOK_REPLY#HOOKACK run-client }"
 }
 
+kt_events() { # our initiator's asynchronous events from nvmet
+    hook_call start-client 60 events "nqn=$NQN"
+    _rc=$?
+    [ $_rc = 0 ] || fail "host client events did not start (rc=$_rc): ${HOOK_REPLY:-no reply}"
+    # nvmet_port_send_ana_event: an ANA Change notice to port 1's controllers;
+    # nvmet_ns_changed: a Namespace Attribute Changed notice.
+    echo inaccessible >"$NVMET/ports/1/ana_groups/1/ana_state" || fail "ANA state inaccessible"
+    nvmet_add_file_ns "$NQN" 2 /srv/events-ns2.img 16777216
+    hook_call wait-client "$CLIENT_TIMEOUT" events
+    _rc=$?
+    # Later steps (and the teardown) want the group back.
+    echo optimized >"$NVMET/ports/1/ana_groups/1/ana_state"
+    [ $_rc = 0 ] || fail "host client events failed (rc=$_rc): ${HOOK_REPLY:-no reply}"
+    info "host client events: rc=${HOOK_REPLY#HOOKACK wait-client }"
+}
+
 kt_teardown() {
     nvmet_teardown "$NQN"
 }
@@ -62,7 +82,11 @@ scenario_main() {
     echo "TARGET READY port=$NVME_PORT nqn=$NQN size=$NS_SIZE backend=$BACKEND"
     for _c in $CLIENT_STEPS; do
         _sn=host-$_c; [ "$_c" = custom ] && _sn=host-client
-        run_step "$_sn" $((CLIENT_TIMEOUT + 10)) kt_client "$_c"
+        if [ "$_c" = events ]; then
+            run_step "$_sn" $((CLIENT_TIMEOUT + 80)) kt_events
+        else
+            run_step "$_sn" $((CLIENT_TIMEOUT + 10)) kt_client "$_c"
+        fi
     done
     run_step target-teardown 60 kt_teardown
 }
