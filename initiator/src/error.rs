@@ -79,6 +79,11 @@ pub enum Error {
     /// Invalid argument from the caller.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// A [`crate::MultipathNamespace`] found no usable path within its
+    /// no-path timeout (and no command had failed with a path error to
+    /// report instead); says each path's state.
+    #[error("{0}")]
+    NoPath(Arc<str>),
 }
 
 impl Error {

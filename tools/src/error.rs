@@ -121,9 +121,11 @@ pub fn classify(e: &Error) -> (ErrorKind, String) {
             (ErrorKind::Transport, format!("transport error: {io}{hint}"))
         }
         Error::Timeout(d) => (ErrorKind::Transport, format!("timed out after {d:?}")),
-        Error::Protocol(_) | Error::Command(_) | Error::ConnectionLost | Error::ControllerLost(_) => {
-            (ErrorKind::Transport, e.to_string())
-        }
+        Error::Protocol(_)
+        | Error::Command(_)
+        | Error::ConnectionLost
+        | Error::ControllerLost(_)
+        | Error::NoPath(_) => (ErrorKind::Transport, e.to_string()),
         Error::Shutdown | Error::Spec(_) | Error::Controller(_) => (ErrorKind::Transport, e.to_string()),
         Error::InvalidArgument(m) => {
             if m.contains("not active") {

@@ -1,0 +1,495 @@
+//! One namespace reached through several controllers (paths) of a
+//! subsystem, chosen by ANA state the way Linux native multipath does
+//! (`drivers/nvme/host/multipath.c`):
+//!
+//! - a path is usable while its controller is live and its ANA state,
+//!   the state of the namespace's group through that controller's port, is
+//!   optimized or non-optimized (`nvme_path_is_disabled`, `__nvme_find_path`);
+//!   optimized paths are used first, in turn (the `round-robin` iopolicy),
+//!   non-optimized ones only when no optimized path is usable;
+//! - a command that fails with a path error is retried on another path
+//!   (`nvme_failover_req`): a status of type 3h (path related) without DNR
+//!   (`nvme_is_path_error`), or the loss of the connection or controller.
+//!   An ANA status also marks the path with the state it reports and has the
+//!   ANA log re-read (`NVME_NS_ANA_PENDING`, `nvme_ana_work`);
+//! - each path's state follows the ANA Change notices of its controller
+//!   ([`crate::ControllerEvent::AnaChanged`]) and is re-read after each
+//!   reconnect (`nvme_mpath_init_identify`);
+//! - with no usable path, a command waits for one (Linux queues it while a
+//!   path may come back, `nvme_available_path`), here for at most
+//!   [`MultipathOptions::no_path_timeout`].
+
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use nvmeof_common::spec::log::{AnaLog, AnaState};
+use nvmeof_common::status::StatusCodeType;
+use tokio::sync::{broadcast, watch, Notify};
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+use crate::controller::{Controller, ControllerState};
+use crate::error::{Error, Result};
+use crate::events::ControllerEvent;
+use crate::namespace::{IoFlags, Namespace};
+use crate::options::{ConnectOptions, ReconnectPolicy};
+
+/// Options of a [`MultipathNamespace`].
+#[derive(Clone, Debug)]
+pub struct MultipathOptions {
+    /// How long a command waits for a usable path when there is none, before
+    /// it fails (with the last path error, or [`Error::NoPath`]).
+    pub no_path_timeout: Duration,
+    /// Most paths one command tries (a retry on the same path after a state
+    /// change counts too) before it fails with the last path error.
+    pub max_attempts: u32,
+}
+
+impl Default for MultipathOptions {
+    fn default() -> Self {
+        Self { no_path_timeout: Duration::from_secs(30), max_attempts: 16 }
+    }
+}
+
+/// What [`MultipathNamespace::paths`] reports for one path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathStatus {
+    /// The controller's address.
+    pub addr: std::net::SocketAddr,
+    /// Controller ID of its current association.
+    pub cntlid: u16,
+    /// Association state.
+    pub state: ControllerState,
+    /// The namespace's ANA state through this path.
+    pub ana: AnaState,
+    /// Commands (calls of this handle) sent through this path.
+    pub commands: u64,
+}
+
+struct Path {
+    ctrl: Controller,
+    ns: Namespace,
+    ana: AtomicU8,
+    /// Asks the path's watcher to re-read the ANA log.
+    reread: Notify,
+    commands: AtomicU64,
+}
+
+impl Path {
+    fn ana(&self) -> AnaState {
+        AnaState(self.ana.load(Ordering::Acquire))
+    }
+
+    fn set_ana(&self, st: AnaState, why: &str) {
+        let old = AnaState(self.ana.swap(st.0, Ordering::AcqRel));
+        if old != st {
+            info!(addr = %self.ctrl.addr(), nsid = self.ns.nsid(), from = ?old.name(), to = ?st.name(), why, "path ANA state");
+        }
+    }
+
+    /// The namespace's state in `log`; unchanged where no group lists it.
+    fn apply(&self, log: &AnaLog, why: &str) {
+        match log.groups.iter().find(|g| g.nsids.contains(&self.ns.nsid())) {
+            Some(g) => self.set_ana(g.state, why),
+            None => debug!(nsid = self.ns.nsid(), "namespace in no group of the ANA log"),
+        }
+    }
+
+    fn has_ana(&self) -> bool {
+        self.ctrl.info().identify.cmic & 0x08 != 0
+    }
+
+    async fn reread(&self, why: &str) {
+        if !self.has_ana() {
+            return;
+        }
+        match self.ctrl.ana_log().await {
+            Ok(log) => self.apply(&log, why),
+            Err(e) => debug!(addr = %self.ctrl.addr(), error = %e, "cannot re-read the ANA log"),
+        }
+    }
+
+    fn usable(&self) -> bool {
+        self.ctrl.state() == ControllerState::Live
+            && matches!(self.ana(), AnaState::OPTIMIZED | AnaState::NON_OPTIMIZED)
+    }
+}
+
+struct Shared {
+    nsid: u32,
+    paths: Vec<Arc<Path>>,
+    opts: MultipathOptions,
+    rr: AtomicUsize,
+    /// Raised on every change of a path's state.
+    changed: watch::Sender<u64>,
+    watchers: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        for w in &self.watchers {
+            w.abort();
+        }
+    }
+}
+
+/// A namespace reached through several controllers of one subsystem, with
+/// path choice and failover by ANA state (see the module documentation).
+/// Cheap to clone. The controllers stay open while a clone lives.
+#[derive(Clone)]
+pub struct MultipathNamespace {
+    inner: Arc<Shared>,
+}
+
+impl std::fmt::Debug for MultipathNamespace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultipathNamespace")
+            .field("nsid", &self.inner.nsid)
+            .field("paths", &self.paths())
+            .finish()
+    }
+}
+
+/// Whether `e` is worth retrying on another path: a path-related status
+/// (type 3h) without DNR, as Linux's `nvme_is_path_error`, or the loss of
+/// the command's connection or controller (Linux fails such commands over
+/// with a host path status).
+fn is_path_error(e: &Error) -> bool {
+    match e {
+        Error::Nvme { status, .. } => status.sct() == StatusCodeType::PATH && !status.dnr(),
+        Error::Transport(_)
+        | Error::Protocol(_)
+        | Error::Timeout(_)
+        | Error::ConnectionLost
+        | Error::ControllerLost(_) => true,
+        _ => false,
+    }
+}
+
+/// The state an ANA status says the path is in.
+fn ana_of_status(e: &Error) -> Option<AnaState> {
+    let code = e.status()?.code();
+    [
+        (nvmeof_common::Status::ANA_INACCESSIBLE, AnaState::INACCESSIBLE),
+        (nvmeof_common::Status::ANA_PERSISTENT_LOSS, AnaState::PERSISTENT_LOSS),
+        (nvmeof_common::Status::ANA_TRANSITION, AnaState::CHANGE),
+    ]
+    .into_iter()
+    .find(|(s, _)| *s == code)
+    .map(|(_, a)| a)
+}
+
+/// Keeps one path's ANA state current: ANA Change notices, reconnects, and
+/// re-read requests after an ANA status.
+async fn watch_path(path: Arc<Path>, changed: watch::Sender<u64>) {
+    let mut events = path.ctrl.events();
+    let mut state = path.ctrl.subscribe_state();
+    loop {
+        tokio::select! {
+            r = events.recv() => match r {
+                Ok(ControllerEvent::AnaChanged(log)) => path.apply(&log, "ANA change notice"),
+                Ok(_) => continue,
+                Err(broadcast::error::RecvError::Lagged(_)) => path.reread("events missed").await,
+                Err(broadcast::error::RecvError::Closed) => return,
+            },
+            r = state.changed() => {
+                if r.is_err() {
+                    return;
+                }
+                let s = *state.borrow_and_update();
+                info!(addr = %path.ctrl.addr(), state = ?s, "path controller state");
+                if s == ControllerState::Live {
+                    // Notices raised while it was down are lost with the association.
+                    path.reread("reconnected").await;
+                }
+            }
+            _ = path.reread.notified() => path.reread("ANA status").await,
+        }
+        changed.send_modify(|g| *g += 1);
+    }
+}
+
+impl MultipathNamespace {
+    /// Namespace `nsid` through each of `paths` (controllers of one
+    /// subsystem, one per port): Identify Namespace and the ANA log through
+    /// each. Fails when `paths` is empty, when they are not all of one
+    /// subsystem, or when the namespace differs between them (identifiers,
+    /// size or block size: Linux's `nvme_ns_ids_equal` check).
+    pub async fn new(paths: Vec<Controller>, nsid: u32, opts: MultipathOptions) -> Result<Self> {
+        let Some(first) = paths.first().cloned() else {
+            return Err(Error::InvalidArgument("no paths".into()));
+        };
+        let subnqn = first.subnqn().to_string();
+        let mut built = Vec::with_capacity(paths.len());
+        for ctrl in paths {
+            if ctrl.subnqn() != subnqn {
+                return Err(Error::InvalidArgument(format!(
+                    "paths to different subsystems: {subnqn} and {}",
+                    ctrl.subnqn()
+                )));
+            }
+            let ns = ctrl.namespace(nsid).await?;
+            if let Some(p) = built.first().map(|p: &Arc<Path>| &p.ns) {
+                let (a, b) = (p.identify(), ns.identify());
+                if (a.nguid, a.eui64, p.block_size(), p.blocks())
+                    != (b.nguid, b.eui64, ns.block_size(), ns.blocks())
+                {
+                    return Err(Error::Controller(format!(
+                        "namespace {nsid} differs between {} and {} (identifiers, size or block size)",
+                        first.addr(),
+                        ctrl.addr()
+                    )));
+                }
+            }
+            let path = Arc::new(Path {
+                ctrl,
+                ns,
+                ana: AtomicU8::new(AnaState::OPTIMIZED.0),
+                reread: Notify::new(),
+                commands: AtomicU64::new(0),
+            });
+            if path.has_ana() {
+                let log = path.ctrl.ana_log().await?;
+                path.apply(&log, "initial ANA log");
+            }
+            built.push(path);
+        }
+        let (changed, _) = watch::channel(0);
+        let watchers = built.iter().map(|p| tokio::spawn(watch_path(p.clone(), changed.clone()))).collect();
+        Ok(Self {
+            inner: Arc::new(Shared { nsid, paths: built, opts, rr: AtomicUsize::new(0), changed, watchers }),
+        })
+    }
+
+    /// Connects to `subnqn` at each of `addrs` with `opts` (outstanding
+    /// commands of a lost connection failing at once instead of waiting
+    /// for its reconnect, so they fail over: `reconnect.requeue` off) and
+    /// builds the namespace over all of them ([`Self::new`]). Fails if any
+    /// path fails to connect.
+    pub async fn connect(
+        addrs: &[std::net::SocketAddr],
+        subnqn: &str,
+        nsid: u32,
+        opts: ConnectOptions,
+        mp: MultipathOptions,
+    ) -> Result<Self> {
+        let opts = ConnectOptions {
+            reconnect: ReconnectPolicy { requeue: false, ..opts.reconnect.clone() },
+            ..opts
+        };
+        let mut ctrls = Vec::with_capacity(addrs.len());
+        for a in addrs {
+            ctrls.push(Controller::connect(*a, subnqn, opts.clone()).await?);
+        }
+        Self::new(ctrls, nsid, mp).await
+    }
+
+    /// Namespace ID.
+    pub fn nsid(&self) -> u32 {
+        self.inner.nsid
+    }
+
+    /// Logical block size in bytes.
+    pub fn block_size(&self) -> u32 {
+        self.inner.paths[0].ns.block_size()
+    }
+
+    /// Namespace size in blocks.
+    pub fn blocks(&self) -> u64 {
+        self.inner.paths[0].ns.blocks()
+    }
+
+    /// Each path's controller, association state, ANA state and use.
+    pub fn paths(&self) -> Vec<PathStatus> {
+        self.inner
+            .paths
+            .iter()
+            .map(|p| PathStatus {
+                addr: p.ctrl.addr(),
+                cntlid: p.ctrl.info().cntlid,
+                state: p.ctrl.state(),
+                ana: p.ana(),
+                commands: p.commands.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+
+    /// The controllers, in the order given.
+    pub fn controllers(&self) -> Vec<Controller> {
+        self.inner.paths.iter().map(|p| p.ctrl.clone()).collect()
+    }
+
+    /// A usable path: the optimized ones in turn, else the non-optimized ones in turn.
+    fn pick(&self) -> Option<Arc<Path>> {
+        let paths = &self.inner.paths;
+        let start = self.inner.rr.fetch_add(1, Ordering::Relaxed);
+        for want in [AnaState::OPTIMIZED, AnaState::NON_OPTIMIZED] {
+            let found = (0..paths.len())
+                .map(|i| &paths[(start + i) % paths.len()])
+                .find(|p| p.ana() == want && p.usable());
+            if let Some(p) = found {
+                return Some(p.clone());
+            }
+        }
+        None
+    }
+
+    /// Waits (bounded by the no-path timeout from `since`) for a usable path.
+    async fn path(&self, since: tokio::time::Instant, last: &Option<Error>) -> Result<Arc<Path>> {
+        let mut rx = self.inner.changed.subscribe();
+        let deadline = since + self.inner.opts.no_path_timeout;
+        loop {
+            rx.borrow_and_update();
+            if let Some(p) = self.pick() {
+                return Ok(p);
+            }
+            // Controllers become live again without an ANA change: look again now and then.
+            let wake = deadline.min(tokio::time::Instant::now() + Duration::from_millis(100));
+            let _ = tokio::time::timeout_at(wake, rx.changed()).await;
+            if tokio::time::Instant::now() >= deadline {
+                if let Some(p) = self.pick() {
+                    return Ok(p);
+                }
+                return Err(last.clone().unwrap_or_else(|| Error::NoPath(self.describe().into())));
+            }
+        }
+    }
+
+    fn describe(&self) -> String {
+        let v: Vec<String> = self
+            .paths()
+            .iter()
+            .map(|p| format!("{} {:?} {}", p.addr, p.state, p.ana.name().unwrap_or("reserved")))
+            .collect();
+        format!("no usable path to namespace {}: {}", self.inner.nsid, v.join(", "))
+    }
+
+    fn attempts(&self) -> Attempts<'_> {
+        Attempts { mp: self, since: tokio::time::Instant::now(), last: None, made: 0 }
+    }
+
+    /// Reads `buf.len()` bytes (whole blocks) from `lba`.
+    pub async fn read(&self, lba: u64, buf: &mut [u8]) -> Result<()> {
+        self.read_with(lba, buf, IoFlags::default()).await
+    }
+
+    /// [`Self::read`] with flags.
+    pub async fn read_with(&self, lba: u64, buf: &mut [u8], flags: IoFlags) -> Result<()> {
+        let mut a = self.attempts();
+        loop {
+            let p = a.next().await?;
+            match p.ns.read_with(lba, buf, flags).await {
+                Ok(()) => return Ok(()),
+                Err(e) => a.failed(&p, e)?,
+            }
+        }
+    }
+
+    /// Writes `buf` (whole blocks) at `lba`.
+    pub async fn write(&self, lba: u64, buf: &[u8]) -> Result<()> {
+        self.write_with(lba, buf, IoFlags::default()).await
+    }
+
+    /// [`Self::write`] with flags (FUA).
+    pub async fn write_with(&self, lba: u64, buf: &[u8], flags: IoFlags) -> Result<()> {
+        let mut a = self.attempts();
+        loop {
+            let p = a.next().await?;
+            match p.ns.write_with(lba, buf, flags).await {
+                Ok(()) => return Ok(()),
+                Err(e) => a.failed(&p, e)?,
+            }
+        }
+    }
+
+    /// Flush.
+    pub async fn flush(&self) -> Result<()> {
+        let mut a = self.attempts();
+        loop {
+            let p = a.next().await?;
+            match p.ns.flush().await {
+                Ok(()) => return Ok(()),
+                Err(e) => a.failed(&p, e)?,
+            }
+        }
+    }
+
+    /// Shuts every path's controller down ([`Controller::shutdown`]); the
+    /// first error, if any, after trying them all.
+    pub async fn shutdown(&self) -> Result<()> {
+        let mut first = Ok(());
+        for p in &self.inner.paths {
+            if let Err(e) = p.ctrl.shutdown().await {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
+    }
+}
+
+/// The paths one command tries, failing over on path errors.
+struct Attempts<'a> {
+    mp: &'a MultipathNamespace,
+    since: tokio::time::Instant,
+    last: Option<Error>,
+    made: u32,
+}
+
+impl Attempts<'_> {
+    /// The path for the next attempt; the last path error once the attempts
+    /// are used up.
+    async fn next(&mut self) -> Result<Arc<Path>> {
+        if self.made >= self.mp.inner.opts.max_attempts.max(1) {
+            return Err(self.last.take().unwrap_or_else(|| Error::NoPath(self.mp.describe().into())));
+        }
+        self.made += 1;
+        let p = self.mp.path(self.since, &self.last).await?;
+        p.commands.fetch_add(1, Ordering::Relaxed);
+        Ok(p)
+    }
+
+    /// `Ok` to try again (a path error), else the error to return.
+    fn failed(&mut self, p: &Path, e: Error) -> Result<()> {
+        if !is_path_error(&e) {
+            return Err(e);
+        }
+        warn!(addr = %p.ctrl.addr(), nsid = self.mp.inner.nsid, attempt = self.made, error = %e, "path error; failing over");
+        if let Some(st) = ana_of_status(&e) {
+            p.set_ana(st, "ANA status");
+            p.reread.notify_one();
+        }
+        self.last = Some(e);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nvmeof_common::Status;
+
+    fn nvme(st: Status) -> Error {
+        Error::Nvme {
+            status: st,
+            result: 0,
+            command: crate::error::CommandInfo { qid: 1, opcode: 2, fctype: None, nsid: 1 },
+        }
+    }
+
+    #[test]
+    fn path_errors_are_those_linux_fails_over() {
+        assert!(is_path_error(&nvme(Status::ANA_INACCESSIBLE)));
+        assert!(is_path_error(&nvme(Status::ANA_TRANSITION)));
+        assert!(is_path_error(&nvme(Status::HOST_PATH_ERROR)));
+        assert!(!is_path_error(&nvme(Status::ANA_INACCESSIBLE.with_dnr())), "DNR: complete, no failover");
+        assert!(!is_path_error(&nvme(Status::LBA_RANGE)));
+        assert!(is_path_error(&Error::ConnectionLost));
+        assert!(!is_path_error(&Error::InvalidArgument("x".into())));
+        assert_eq!(ana_of_status(&nvme(Status::ANA_INACCESSIBLE.with_more())), Some(AnaState::INACCESSIBLE));
+        assert_eq!(ana_of_status(&nvme(Status::ANA_TRANSITION)), Some(AnaState::CHANGE));
+        assert_eq!(ana_of_status(&nvme(Status::HOST_PATH_ERROR)), None);
+    }
+}

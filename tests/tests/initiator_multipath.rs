@@ -1,0 +1,224 @@
+//! `MultipathNamespace` against our target with two ports: path choice by
+//! ANA state (optimized first, non-optimized only without one), failover on
+//! an ANA status before any notice arrives, states following notices, a
+//! command waiting for a path to come back (bounded), failover after a lost
+//! connection.
+
+mod initiator_util;
+
+use std::time::Duration;
+
+use initiator_util::*;
+use nvmeof_initiator::common::spec::log::AnaState;
+use nvmeof_initiator::{
+    ConnectOptions, Controller, ControllerState, Error, MultipathNamespace, MultipathOptions, PathStatus,
+};
+use nvmeof_target::config::TargetConfig;
+use nvmeof_target::server::Server;
+
+/// Two ports with ANA states `s1` and `s2`; namespace 1 of [`SUBNQN`].
+fn cfg(s1: &str, s2: &str) -> TargetConfig {
+    TargetConfig::from_toml(&format!(
+        "[[port]]\nlisten = \"127.0.0.1:0\"\nana_state = \"{s1}\"\n\n\
+         [[port]]\nlisten = \"127.0.0.1:0\"\nana_state = \"{s2}\"\n\n\
+         [[subsystem]]\nnqn = \"{SUBNQN}\"\n[[subsystem.namespace]]\nnsid = 1\nram = \"4M\"\n"
+    ))
+    .unwrap()
+}
+
+fn mp_opts(no_path: Duration) -> MultipathOptions {
+    MultipathOptions { no_path_timeout: no_path, ..Default::default() }
+}
+
+/// Commands sent through each path.
+fn commands(mp: &MultipathNamespace) -> Vec<u64> {
+    mp.paths().iter().map(|p| p.commands).collect()
+}
+
+fn ana(mp: &MultipathNamespace) -> Vec<AnaState> {
+    mp.paths().iter().map(|p| p.ana).collect()
+}
+
+/// Writes then reads back `n` blocks, one command each, all succeeding.
+async fn io(mp: &MultipathNamespace, n: u64, seed: u8) {
+    for i in 0..n {
+        let data = vec![seed.wrapping_add(i as u8); BS];
+        mp.write(i, &data).await.unwrap_or_else(|e| panic!("write {i}: {e}"));
+        let mut back = vec![0u8; BS];
+        mp.read(i, &mut back).await.unwrap_or_else(|e| panic!("read {i}: {e}"));
+        assert_eq!(back, data, "block {i}");
+    }
+}
+
+/// Waits (bounded) until the path states are `want`.
+async fn wait_ana(mp: &MultipathNamespace, want: &[AnaState]) {
+    let t0 = std::time::Instant::now();
+    while ana(mp) != want {
+        assert!(t0.elapsed() < Duration::from_secs(5), "ANA states {:?}, want {want:?}", ana(mp));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn two_paths(server: &Server, o: ConnectOptions, no_path: Duration) -> MultipathNamespace {
+    MultipathNamespace::connect(&server.local_addrs[..2], SUBNQN, 1, o, mp_opts(no_path)).await.unwrap()
+}
+
+#[tokio::test]
+async fn paths_by_ana_state_and_notices() {
+    bounded(60, async {
+        let (server, _) = start(&cfg("optimized", "optimized")).await;
+        let mp = two_paths(&server, opts(), Duration::from_secs(5)).await;
+        assert_eq!((mp.nsid(), mp.block_size(), mp.blocks()), (1, BS as u32, (4 << 20) / BS as u64));
+        // Both optimized: used in turn.
+        io(&mp, 8, 1).await;
+        assert_eq!(commands(&mp), vec![8, 8]);
+
+        // Port 1 turns non-optimized: the notice moves all I/O to port 2.
+        server.reload(&cfg("non-optimized", "optimized")).unwrap();
+        wait_ana(&mp, &[AnaState::NON_OPTIMIZED, AnaState::OPTIMIZED]).await;
+        let before = commands(&mp);
+        io(&mp, 8, 2).await;
+        assert_eq!(commands(&mp), vec![before[0], before[1] + 16]);
+
+        // Port 2 inaccessible: the non-optimized path is the one left.
+        server.reload(&cfg("non-optimized", "inaccessible")).unwrap();
+        wait_ana(&mp, &[AnaState::NON_OPTIMIZED, AnaState::INACCESSIBLE]).await;
+        let before = commands(&mp);
+        io(&mp, 8, 3).await;
+        assert_eq!(commands(&mp), vec![before[0] + 16, before[1]]);
+        mp.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await
+}
+
+#[tokio::test]
+async fn an_ana_status_fails_over_before_any_notice() {
+    bounded(60, async {
+        let (server, _) = start(&cfg("optimized", "optimized")).await;
+        // No notices: only the refused commands tell the host.
+        let o = ConnectOptions { async_events: false, ..opts() };
+        let mp = two_paths(&server, o, Duration::from_secs(5)).await;
+        server.reload(&cfg("inaccessible", "optimized")).unwrap();
+        io(&mp, 8, 4).await;
+        // The first command sent to port 1 was refused (03h/02h) and retried on
+        // port 2; the path is marked and its ANA log re-read.
+        assert_eq!(ana(&mp), vec![AnaState::INACCESSIBLE, AnaState::OPTIMIZED]);
+        let c = commands(&mp);
+        assert_eq!(c[0], 1, "one refused command on port 1: {c:?}");
+        assert_eq!(c[1], 16, "{c:?}");
+        mp.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await
+}
+
+#[tokio::test]
+async fn no_usable_path_waits_bounded() {
+    bounded(60, async {
+        let (server, _) = start(&cfg("inaccessible", "change")).await;
+        let mp = two_paths(&server, opts(), Duration::from_millis(500)).await;
+        assert_eq!(ana(&mp), vec![AnaState::INACCESSIBLE, AnaState::CHANGE]);
+        let mut buf = vec![0u8; BS];
+        let t0 = std::time::Instant::now();
+        match mp.read(0, &mut buf).await {
+            Err(Error::NoPath(why)) => {
+                assert!(why.contains("inaccessible") && why.contains("change"), "{why}")
+            }
+            r => panic!("expected no path, got {r:?}"),
+        }
+        assert!(t0.elapsed() >= Duration::from_millis(500), "waited {:?}", t0.elapsed());
+
+        // A command waiting for a path goes out as soon as one comes back.
+        let mp2 =
+            MultipathNamespace::new(mp.controllers(), 1, mp_opts(Duration::from_secs(20))).await.unwrap();
+        let waiting = tokio::spawn({
+            let mp2 = mp2.clone();
+            async move {
+                let mut b = vec![0u8; BS];
+                mp2.read(0, &mut b).await
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiting.is_finished());
+        server.reload(&cfg("inaccessible", "optimized")).unwrap();
+        waiting.await.unwrap().unwrap();
+        let c: Vec<PathStatus> = mp2.paths();
+        assert_eq!((c[0].commands, c[1].commands), (0, 1), "{c:?}");
+        mp.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_lost_connection_fails_over() {
+    bounded(60, async {
+        let (server, _) = start(&cfg("optimized", "optimized")).await;
+        let proxy = Proxy::start(server.local_addrs[0]).await;
+        let o = ConnectOptions { kato: Duration::from_secs(2), ..opts() };
+        let mp = MultipathNamespace::connect(
+            &[proxy.addr, server.local_addrs[1]],
+            SUBNQN,
+            1,
+            o,
+            mp_opts(Duration::from_secs(5)),
+        )
+        .await
+        .unwrap();
+        io(&mp, 4, 5).await;
+        // Port 1's connections freeze with commands on them, then drop: those
+        // fail (no requeue on multipath paths) and go to port 2.
+        proxy.freeze(true);
+        let before: u64 = commands(&mp).iter().sum();
+        let ios: Vec<_> = (0..8u64)
+            .map(|i| {
+                let mp = mp.clone();
+                tokio::spawn(async move {
+                    let mut b = vec![0u8; BS];
+                    mp.read(i, &mut b).await.map(|()| b[0])
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        proxy.kill_all();
+        proxy.freeze(false);
+        for (i, t) in ios.into_iter().enumerate() {
+            // Blocks 0..4 as `io` wrote them, the rest never written.
+            let want = if i < 4 { 5 + i as u8 } else { 0 };
+            assert_eq!(t.await.unwrap().unwrap(), want, "block {i}");
+        }
+        // Those caught on port 1 were sent twice.
+        let sent = commands(&mp).iter().sum::<u64>() - before;
+        assert!(sent > 8, "8 reads, {sent} commands: {:?}", mp.paths());
+        assert_ne!(mp.paths()[0].state, ControllerState::Failed);
+        io(&mp, 4, 6).await;
+        mp.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await
+}
+
+#[tokio::test]
+async fn paths_must_be_one_namespace() {
+    bounded(30, async {
+        let (a, _) = start(&cfg("optimized", "optimized")).await;
+        let (b, _) = start(&cfg("optimized", "optimized")).await;
+        let ca = Controller::connect(a.local_addrs[0], SUBNQN, opts()).await.unwrap();
+        let cb = Controller::connect(b.local_addrs[0], SUBNQN, opts()).await.unwrap();
+        // Same NQN, another target: another namespace (NGUID).
+        let e = MultipathNamespace::new(vec![ca.clone(), cb.clone()], 1, MultipathOptions::default())
+            .await
+            .unwrap_err();
+        assert!(matches!(e, Error::Controller(_)), "{e}");
+        assert!(matches!(
+            MultipathNamespace::new(vec![], 1, MultipathOptions::default()).await,
+            Err(Error::InvalidArgument(_))
+        ));
+        // No namespace 9 there.
+        MultipathNamespace::new(vec![ca], 9, MultipathOptions::default()).await.unwrap_err();
+        a.shutdown(Duration::from_secs(1)).await;
+        b.shutdown(Duration::from_secs(1)).await;
+    })
+    .await
+}
