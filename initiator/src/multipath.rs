@@ -403,6 +403,33 @@ impl MultipathNamespace {
         }
     }
 
+    /// Reads `len` bytes (whole blocks) from `lba` into a new buffer, which
+    /// the queue fills straight from the socket
+    /// ([`Namespace::read_bytes`]); each attempt has its own buffer.
+    pub async fn read_bytes(&self, lba: u64, len: usize) -> Result<bytes::Bytes> {
+        let mut a = self.attempts();
+        loop {
+            let p = a.next().await?;
+            match p.ns.read_bytes(lba, len).await {
+                Ok(b) => return Ok(b),
+                Err(e) => a.failed(&p, e)?,
+            }
+        }
+    }
+
+    /// Writes `data` (whole blocks) at `lba` without copying it
+    /// ([`Namespace::write_bytes`]); a retry sends the same `Bytes` again.
+    pub async fn write_bytes(&self, lba: u64, data: bytes::Bytes, flags: IoFlags) -> Result<()> {
+        let mut a = self.attempts();
+        loop {
+            let p = a.next().await?;
+            match p.ns.write_bytes(lba, data.clone(), flags).await {
+                Ok(()) => return Ok(()),
+                Err(e) => a.failed(&p, e)?,
+            }
+        }
+    }
+
     /// Flush.
     pub async fn flush(&self) -> Result<()> {
         let mut a = self.attempts();

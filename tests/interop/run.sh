@@ -402,7 +402,7 @@ hook_start_client() {
     client_setup "$name" || return $?
     rm -f "$DIR/client-$name.rc"
     say "[$SCEN] host client $name in the background (limit ${lim}s): $cmd" >&2
-    ( NVME_ADDR=127.0.0.1 NVME_PORT=$HOST_PORT NVME_NQN=$NQN NVME_NS_SIZE=$NS_SIZE NVME_BACKEND=$BACKEND \
+    ( NVME_ADDR=127.0.0.1 NVME_PORT=$HOST_PORT NVME_PORT2=$HOST_PORT2 NVME_NQN=$NQN NVME_NS_SIZE=$NS_SIZE NVME_BACKEND=$BACKEND \
         timeout --kill-after=5 "$lim" bash -c "$cmd" </dev/null >"$log" 2>&1
       echo $? >"$DIR/client-$name.rc" ) </dev/null >/dev/null 2>&1 &
     pid=$!
@@ -565,6 +565,7 @@ run_scenario() {
     t0=$(date +%s)
     BACKEND=brd
     HOST_PORT=""
+    HOST_PORT2=""
     TARGET_PORT=""
     TARGET_PORT2=""
     SCEN_TARGET_ARGS=""
@@ -602,7 +603,10 @@ run_scenario() {
             gscen=kernel-target
             [ "$SCEN" = kernel-target-file ] && BACKEND=file
             HOST_PORT=$(free_port)
-            fwd=",hostfwd=tcp:127.0.0.1:$HOST_PORT-:4420"
+            # nvmet's port 2 (guest 4421), which the events client adds as a second path
+            HOST_PORT2=$(free_port)
+            [ "$HOST_PORT2" != "$HOST_PORT" ] || HOST_PORT2=$(free_port)
+            fwd=",hostfwd=tcp:127.0.0.1:$HOST_PORT-:4420,hostfwd=tcp:127.0.0.1:$HOST_PORT2-:4421"
             build_clients
             local c climits=0
             for c in $CLIENT_STEPS; do

@@ -100,7 +100,11 @@ async fn an_ana_status_fails_over_before_any_notice() {
         let o = ConnectOptions { async_events: false, ..opts() };
         let mp = two_paths(&server, o, Duration::from_secs(5)).await;
         server.reload(&cfg("inaccessible", "optimized")).unwrap();
-        io(&mp, 8, 4).await;
+        io(&mp, 7, 4).await;
+        // The zero-copy forms fail over the same way.
+        let data = bytes::Bytes::from(vec![0x5Au8; 2 * BS]);
+        mp.write_bytes(7, data.clone(), Default::default()).await.unwrap();
+        assert_eq!(mp.read_bytes(7, 2 * BS).await.unwrap(), data);
         // The first command sent to port 1 was refused (03h/02h) and retried on
         // port 2; the path is marked and its ANA log re-read.
         assert_eq!(ana(&mp), vec![AnaState::INACCESSIBLE, AnaState::OPTIMIZED]);

@@ -245,10 +245,13 @@ nvmet_setup() {
     info "nvmet: $_nqn ns1=$_path ($_be, $_size bytes) on tcp $_addr:$_svc"
 }
 
-nvmet_teardown() { # nvmet_teardown NQN
-    _s=$NVMET/subsystems/$1; _p=$NVMET/ports/1
-    rm -f "$_p/subsystems/$1" || fail "unlink subsystem from port"
-    rmdir "$_p" || fail "rmdir port"
+nvmet_teardown() { # nvmet_teardown NQN: every port, then the subsystem
+    _s=$NVMET/subsystems/$1
+    for _p in "$NVMET"/ports/*; do
+        [ -d "$_p" ] || continue
+        rm -f "$_p/subsystems/$1" || fail "unlink subsystem from port ${_p##*/}"
+        rmdir "$_p" || fail "rmdir port ${_p##*/}"
+    done
     for _nsd in "$_s"/namespaces/*; do
         [ -d "$_nsd" ] || continue
         echo 0 >"$_nsd/enable"
@@ -269,6 +272,15 @@ nvmet_port_up() {
     echo tcp >"$_p/addr_trtype"; echo ipv4 >"$_p/addr_adrfam"
     echo "$2" >"$_p/addr_traddr"; echo "$3" >"$_p/addr_trsvcid"
     ln -s "$NVMET/subsystems/$1" "$_p/subsystems/$1" || fail "link subsystem to port"
+}
+
+# nvmet_add_port ID TRADDR TRSVCID NQN: another port to the subsystem (its own ANA groups)
+nvmet_add_port() {
+    _p=$NVMET/ports/$1
+    mkdir "$_p" || fail "mkdir port $1"
+    echo tcp >"$_p/addr_trtype"; echo ipv4 >"$_p/addr_adrfam"
+    echo "$2" >"$_p/addr_traddr"; echo "$3" >"$_p/addr_trsvcid"
+    ln -s "$NVMET/subsystems/$4" "$_p/subsystems/$4" || fail "link subsystem to port $1"
 }
 
 # nvmet_add_file_ns NQN NSID PATH SIZE: a buffered file namespace (AEN to hosts)

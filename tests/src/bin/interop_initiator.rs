@@ -29,7 +29,10 @@
 //!     inaccessible and a namespace change naming NSID 2, each log read by the
 //!     library with RAE clear; then a read of namespace 1 is refused with
 //!     Asymmetric Access Inaccessible (03h/02h), a status worth retrying on
-//!     another path;
+//!     another path. With a second port (`NVME_PORT2`), a `MultipathNamespace`
+//!     over both ports (connected before `READY`) keeps verified writes and
+//!     reads going all along: none may fail, port 1's path must turn
+//!     inaccessible, and afterwards every command goes through port 2;
 //!   * `shutdown-events`.
 //!
 //! Configuration (environment, each also as `--flag value`):
@@ -38,6 +41,7 @@
 //! | --- | --- | --- | --- |
 //! | `NVME_ADDR` | `--addr` | 127.0.0.1 | target address |
 //! | `NVME_PORT` | `--port` | 4420 | target port |
+//! | `NVME_PORT2` | `--port2` | | a second port of the subsystem (events round) |
 //! | `NVME_NQN` | `--nqn` | (required) | subsystem NQN |
 //! | `NVME_NS_SIZE` | `--ns-size` | | expected namespace size in bytes |
 //! | `NVME_BACKEND` | `--backend` | | `brd` (expect 512 B LBAs) or `file` (4 KiB) |
@@ -62,7 +66,8 @@ use nvmeof_initiator::common::spec::features::aec;
 use nvmeof_initiator::common::spec::log::AnaState;
 use nvmeof_initiator::common::Status;
 use nvmeof_initiator::{
-    discover, ConnectOptions, Controller, ControllerEvent, HostIdentity, Namespace, ReconnectPolicy,
+    discover, ConnectOptions, Controller, ControllerEvent, HostIdentity, MultipathNamespace,
+    MultipathOptions, Namespace, ReconnectPolicy,
 };
 use tokio::sync::broadcast;
 
@@ -80,6 +85,8 @@ const MAX_REPORTS: usize = 8;
 struct Args {
     addr: String,
     port: u16,
+    /// A second port to the subsystem (the events round's second path).
+    port2: Option<u16>,
     nqn: String,
     ns_size: Option<u64>,
     backend: Option<String>,
@@ -95,8 +102,8 @@ fn usage(msg: &str) -> ! {
     eprintln!("interop_initiator: {msg}");
     eprintln!(
         "usage: interop_initiator [--addr A] [--port P] --nqn NQN [--ns-size BYTES] [--backend brd|file]\n\
-         \x20      [--fresh 0|1] [--secs S] [--queues N] [--depth D] [--rounds plain,digest] [--seed X]\n\
-         (or the environment: NVME_ADDR NVME_PORT NVME_NQN NVME_NS_SIZE NVME_BACKEND NVME_FRESH\n\
+         \x20      [--port2 P] [--fresh 0|1] [--secs S] [--queues N] [--depth D] [--rounds plain,digest] [--seed X]\n\
+         (or the environment: NVME_ADDR NVME_PORT NVME_PORT2 NVME_NQN NVME_NS_SIZE NVME_BACKEND NVME_FRESH\n\
          \x20INTEROP_IO_SECS INTEROP_QUEUES INTEROP_DEPTH INTEROP_ROUNDS INTEROP_SEED)"
     );
     std::process::exit(2)
@@ -123,8 +130,9 @@ fn parse_args() -> Args {
         kv.iter().rev().find(|(n, _)| n == flag).map(|(_, v)| v.clone()).or_else(|| env(var))
     };
     for (n, _) in &kv {
-        const KNOWN: [&str; 11] = [
-            "addr", "port", "nqn", "ns-size", "backend", "fresh", "secs", "queues", "depth", "rounds", "seed",
+        const KNOWN: [&str; 12] = [
+            "addr", "port", "port2", "nqn", "ns-size", "backend", "fresh", "secs", "queues", "depth",
+            "rounds", "seed",
         ];
         if !KNOWN.contains(&n.as_str()) {
             usage(&format!("unknown flag --{n}"));
@@ -144,6 +152,7 @@ fn parse_args() -> Args {
     let a = Args {
         addr: get("addr", "NVME_ADDR").unwrap_or_else(|| "127.0.0.1".into()),
         port: num("port", get("port", "NVME_PORT"), 4420),
+        port2: get("port2", "NVME_PORT2").map(|s| num("port2", Some(s), 0u16)),
         nqn: get("nqn", "NVME_NQN").unwrap_or_else(|| usage("no subsystem NQN (--nqn or NVME_NQN)")),
         ns_size: get("ns-size", "NVME_NS_SIZE").map(|s| num("ns-size", Some(s), 0u64)),
         backend: get("backend", "NVME_BACKEND"),
@@ -714,17 +723,25 @@ async fn step_shutdown(c: Controller) -> Result<(), String> {
 
 /// The `events` round (see the module documentation).
 async fn events_round(a: &Args, s: &mut Steps) {
-    let Some((c, rx)) = s.run("connect-events", Duration::from_secs(60), step_connect_events(a)).await else {
+    let Some((c, rx, mp)) = s.run("connect-events", Duration::from_secs(60), step_connect_events(a)).await
+    else {
         for n in ["events", "shutdown-events"] {
             s.skip(n, "not connected");
         }
         return;
     };
-    s.run("events", Duration::from_secs(90), step_events(&c, rx)).await;
+    s.run("events", Duration::from_secs(90), step_events(&c, rx, mp.as_ref())).await;
+    if let Some(mp) = mp {
+        if let Err(e) = mp.shutdown().await {
+            info("shutdown-events", format!("multipath controllers: {e}"));
+        }
+    }
     s.run("shutdown-events", Duration::from_secs(20), step_shutdown(c)).await;
 }
 
-async fn step_connect_events(a: &Args) -> Result<(Controller, broadcast::Receiver<ControllerEvent>), String> {
+type EventsSetup = (Controller, broadcast::Receiver<ControllerEvent>, Option<MultipathNamespace>);
+
+async fn step_connect_events(a: &Args) -> Result<EventsSetup, String> {
     let o = ConnectOptions { io_queues: 1, queue_depth: 8, ..opts(a, false) };
     let c = Controller::connect((a.addr.as_str(), a.port), &a.nqn, o)
         .await
@@ -743,12 +760,112 @@ async fn step_connect_events(a: &Args) -> Result<(Controller, broadcast::Receive
         return Err(format!("events enabled {:#x}, want at least {want:#x}", i.async_events));
     }
     let rx = c.events();
+    let mp = match a.port2 {
+        Some(p2) => {
+            let addrs: Vec<std::net::SocketAddr> =
+                [a.port, p2].iter().map(|p| format!("{}:{p}", a.addr).parse().expect("IP address")).collect();
+            let o = ConnectOptions { io_queues: 1, queue_depth: 8, ..opts(a, false) };
+            let mp = MultipathNamespace::connect(&addrs, &a.nqn, 1, o, MultipathOptions::default())
+                .await
+                .map_err(|e| format!("multipath over ports {} and {p2}: {e}", a.port))?;
+            info("connect-events", format!("multipath namespace 1: {:?}", mp.paths()));
+            Some(mp)
+        }
+        None => {
+            info("connect-events", "no second port (NVME_PORT2): no multipath checks");
+            None
+        }
+    };
     // The host hook (start-client) waits for this line.
     println!("READY");
-    Ok((c, rx))
+    Ok((c, rx, mp))
 }
 
-async fn step_events(c: &Controller, mut rx: broadcast::Receiver<ControllerEvent>) -> Result<(), String> {
+/// Verified single-block writes and reads through `mp` until `stop`, on
+/// LBAs 4096.. (bounded: 100000 rounds); returns (rounds, failures, first failure).
+async fn multipath_io(mp: MultipathNamespace, stop: Arc<AtomicBool>) -> (u64, u64, String) {
+    let bs = mp.block_size() as usize;
+    let (mut n, mut bad, mut first) = (0u64, 0u64, String::new());
+    while !stop.load(Ordering::Relaxed) && n < 100_000 {
+        let lba = 4096 + n % 256;
+        let data = vec![(n % 251) as u8 + 1; bs];
+        let mut back = vec![0u8; bs];
+        let r = match mp.write(lba, &data).await {
+            Ok(()) => mp.read(lba, &mut back).await.map_err(|e| format!("read {lba}: {e}")),
+            Err(e) => Err(format!("write {lba}: {e}")),
+        };
+        match r {
+            Ok(()) if back == data => {}
+            Ok(()) => {
+                bad += 1;
+                first = format!("block {lba} read back differs");
+            }
+            Err(e) => {
+                bad += 1;
+                if first.is_empty() {
+                    first = e;
+                }
+            }
+        }
+        n += 1;
+    }
+    (n, bad, first)
+}
+
+async fn step_events(
+    c: &Controller,
+    mut rx: broadcast::Receiver<ControllerEvent>,
+    mp: Option<&MultipathNamespace>,
+) -> Result<(), String> {
+    // I/O through both paths while the guest changes port 1.
+    let stop = Arc::new(AtomicBool::new(false));
+    let io = mp.map(|mp| tokio::spawn(multipath_io(mp.clone(), stop.clone())));
+    let r = wait_events(c, &mut rx).await;
+    stop.store(true, Ordering::Relaxed);
+    let io = match io {
+        Some(t) => Some(t.await.map_err(|e| format!("multipath I/O task: {e}"))?),
+        None => None,
+    };
+    r?;
+    let (Some(mp), Some((rounds, bad, first))) = (mp, io) else { return Ok(()) };
+    info(
+        "events",
+        format!(
+            "multipath I/O during the change: {rounds} write+read rounds, {bad} failed; paths {:?}",
+            mp.paths()
+        ),
+    );
+    if bad > 0 || rounds == 0 {
+        return Err(format!("multipath I/O: {bad} of {rounds} rounds failed; first: {first}"));
+    }
+    // Port 1's path follows the notice (or an 03h/02h it got); from now on
+    // all I/O goes through port 2.
+    let t0 = Instant::now();
+    while mp.paths()[0].ana != AnaState::INACCESSIBLE {
+        if t0.elapsed() > Duration::from_secs(10) {
+            return Err(format!("port 1's path still {:?} 10 s after the change", mp.paths()[0]));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before: Vec<u64> = mp.paths().iter().map(|p| p.commands).collect();
+    let (rounds, bad, first) = {
+        let stop = Arc::new(AtomicBool::new(false));
+        let t = tokio::spawn(multipath_io(mp.clone(), stop.clone()));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        stop.store(true, Ordering::Relaxed);
+        t.await.map_err(|e| format!("multipath I/O task: {e}"))?
+    };
+    let after: Vec<u64> = mp.paths().iter().map(|p| p.commands).collect();
+    info("events", format!("after: {rounds} rounds, commands per path {before:?} -> {after:?}"));
+    if bad > 0 || rounds == 0 || after[0] != before[0] || after[1] != before[1] + 2 * rounds {
+        return Err(format!(
+            "after the change: {bad} of {rounds} rounds failed ({first}); commands per path {before:?} -> {after:?}"
+        ));
+    }
+    Ok(())
+}
+
+async fn wait_events(c: &Controller, rx: &mut broadcast::Receiver<ControllerEvent>) -> Result<(), String> {
     let ana = c.info().identify.cmic & 0x08 != 0;
     let (mut saw_ana, mut saw_ns) = (!ana, false);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);

@@ -10,9 +10,10 @@
 #   probe-randread  nvmeof-probe randread 4k QD8 3 s           -> host-probe-randread
 #   probe-verify    nvmeof-probe write + randread --verify     -> host-probe-verify
 #   events          interop_initiator --rounds events          -> host-events
-#                   (started in the background; the guest makes port 1's
-#                   ANA group 1 inaccessible and adds namespace 2 while the
-#                   client waits for the notices; see kt_events)
+#                   (started in the background; the guest adds port 2 (4421)
+#                   first, then makes port 1's ANA group 1 inaccessible and
+#                   adds namespace 2 while the client waits for the notices
+#                   and keeps I/O going through both ports; see kt_events)
 # or "custom" (HOST_CLIENT_CMD)                                -> host-client
 #
 # Parameters: NQN, NS_SIZE (bytes), BACKEND (brd|file), CLIENT_TIMEOUT (s),
@@ -53,7 +54,9 @@ kt_client() { # kt_client NAME
     info "host client $1: rc=${HOOK_REPLY#HOOKACK run-client }"
 }
 
-kt_events() { # our initiator's asynchronous events from nvmet
+kt_events() { # our initiator's asynchronous events from nvmet, and multipath over two ports
+    # Port 2 (forwarded to the host as NVME_PORT2): the client's second path.
+    nvmet_add_port 2 0.0.0.0 4421 "$NQN"
     hook_call start-client 60 events "nqn=$NQN"
     _rc=$?
     [ $_rc = 0 ] || fail "host client events did not start (rc=$_rc): ${HOOK_REPLY:-no reply}"
