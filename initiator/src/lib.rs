@@ -14,6 +14,11 @@
 //!   keep-alive and reconnect with backoff, orderly shutdown.
 //! - [`Namespace`] (`namespace`): block I/O (read/write/FUA, flush, write
 //!   zeroes, deallocate, compare, batches), split by MDTS.
+//! - [`ControllerEvent`] (`events`): asynchronous events; a task per
+//!   controller keeps an Asynchronous Event Request outstanding and reads each
+//!   notice's log ([`Controller::events`]).
+//! - [`MultipathNamespace`] (`multipath`): one namespace through several
+//!   controllers, path choice and failover by ANA state.
 //! - [`discover`] (`discovery`): discovery log retrieval.
 //! - [`ConnectOptions`], [`HostIdentity`], [`ReconnectPolicy`] (`options`).
 //! - [`Error`] (`error`): typed errors.
@@ -37,7 +42,8 @@
 //!
 //! Everything runs on the caller's tokio runtime (multi-thread recommended):
 //! [`Controller::connect`] spawns one driver task per queue plus a supervisor
-//! task (keep-alive, reconnect).
+//! task (keep-alive, reconnect) and an events task; a [`MultipathNamespace`]
+//! adds one task per path that follows its ANA state.
 //!
 //! # Example
 //! ```no_run

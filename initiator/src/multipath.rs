@@ -320,35 +320,44 @@ impl MultipathNamespace {
         self.inner.paths.iter().map(|p| p.ctrl.clone()).collect()
     }
 
-    /// A usable path: the optimized ones in turn, else the non-optimized ones in turn.
-    fn pick(&self) -> Option<Arc<Path>> {
+    /// A usable path: the optimized ones in turn, else the non-optimized ones
+    /// in turn. `avoid`, the path a command just failed on, comes last: after
+    /// a lost connection its controller still says live until the supervisor
+    /// hears of the loss, where Linux has already marked it resetting.
+    fn pick(&self, avoid: Option<&Arc<Path>>) -> Option<Arc<Path>> {
         let paths = &self.inner.paths;
         let start = self.inner.rr.fetch_add(1, Ordering::Relaxed);
+        let avoided = |p: &Arc<Path>| avoid.is_some_and(|a| Arc::ptr_eq(a, p));
         for want in [AnaState::OPTIMIZED, AnaState::NON_OPTIMIZED] {
             let found = (0..paths.len())
                 .map(|i| &paths[(start + i) % paths.len()])
-                .find(|p| p.ana() == want && p.usable());
+                .find(|p| p.ana() == want && p.usable() && !avoided(p));
             if let Some(p) = found {
                 return Some(p.clone());
             }
         }
-        None
+        avoid.filter(|p| p.usable()).cloned()
     }
 
     /// Waits (bounded by the no-path timeout from `since`) for a usable path.
-    async fn path(&self, since: tokio::time::Instant, last: &Option<Error>) -> Result<Arc<Path>> {
+    async fn path(
+        &self,
+        since: tokio::time::Instant,
+        last: &Option<Error>,
+        avoid: Option<&Arc<Path>>,
+    ) -> Result<Arc<Path>> {
         let mut rx = self.inner.changed.subscribe();
         let deadline = since + self.inner.opts.no_path_timeout;
         loop {
             rx.borrow_and_update();
-            if let Some(p) = self.pick() {
+            if let Some(p) = self.pick(avoid) {
                 return Ok(p);
             }
             // Controllers become live again without an ANA change: look again now and then.
             let wake = deadline.min(tokio::time::Instant::now() + Duration::from_millis(100));
             let _ = tokio::time::timeout_at(wake, rx.changed()).await;
             if tokio::time::Instant::now() >= deadline {
-                if let Some(p) = self.pick() {
+                if let Some(p) = self.pick(avoid) {
                     return Ok(p);
                 }
                 return Err(last.clone().unwrap_or_else(|| Error::NoPath(self.describe().into())));
@@ -366,7 +375,7 @@ impl MultipathNamespace {
     }
 
     fn attempts(&self) -> Attempts<'_> {
-        Attempts { mp: self, since: tokio::time::Instant::now(), last: None, made: 0 }
+        Attempts { mp: self, since: tokio::time::Instant::now(), last: None, failed_on: None, made: 0 }
     }
 
     /// Reads `buf.len()` bytes (whole blocks) from `lba`.
@@ -462,6 +471,8 @@ struct Attempts<'a> {
     mp: &'a MultipathNamespace,
     since: tokio::time::Instant,
     last: Option<Error>,
+    /// The path of the last failure.
+    failed_on: Option<Arc<Path>>,
     made: u32,
 }
 
@@ -473,13 +484,13 @@ impl Attempts<'_> {
             return Err(self.last.take().unwrap_or_else(|| Error::NoPath(self.mp.describe().into())));
         }
         self.made += 1;
-        let p = self.mp.path(self.since, &self.last).await?;
+        let p = self.mp.path(self.since, &self.last, self.failed_on.as_ref()).await?;
         p.commands.fetch_add(1, Ordering::Relaxed);
         Ok(p)
     }
 
     /// `Ok` to try again (a path error), else the error to return.
-    fn failed(&mut self, p: &Path, e: Error) -> Result<()> {
+    fn failed(&mut self, p: &Arc<Path>, e: Error) -> Result<()> {
         if !is_path_error(&e) {
             return Err(e);
         }
@@ -489,6 +500,7 @@ impl Attempts<'_> {
             p.reread.notify_one();
         }
         self.last = Some(e);
+        self.failed_on = Some(p.clone());
         Ok(())
     }
 }

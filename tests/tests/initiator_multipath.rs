@@ -12,6 +12,7 @@ use initiator_util::*;
 use nvmeof_initiator::common::spec::log::AnaState;
 use nvmeof_initiator::{
     ConnectOptions, Controller, ControllerState, Error, MultipathNamespace, MultipathOptions, PathStatus,
+    ReconnectPolicy,
 };
 use nvmeof_target::config::TargetConfig;
 use nvmeof_target::server::Server;
@@ -160,7 +161,14 @@ async fn a_lost_connection_fails_over() {
     bounded(60, async {
         let (server, _) = start(&cfg("optimized", "optimized")).await;
         let proxy = Proxy::start(server.local_addrs[0]).await;
-        let o = ConnectOptions { kato: Duration::from_secs(2), ..opts() };
+        // Port 1 reconnects 3 s after the loss: the failover must not wait for that.
+        let reconnect = ReconnectPolicy {
+            delay: Duration::from_secs(3),
+            max_delay: Duration::from_secs(3),
+            ctrl_loss_timeout: Some(Duration::from_secs(30)),
+            requeue: false,
+        };
+        let o = ConnectOptions { kato: Duration::from_secs(2), reconnect, ..opts() };
         let mp = MultipathNamespace::connect(
             &[proxy.addr, server.local_addrs[1]],
             SUBNQN,
@@ -190,8 +198,10 @@ async fn a_lost_connection_fails_over() {
         for (i, t) in ios.into_iter().enumerate() {
             // Blocks 0..4 as `io` wrote them, the rest never written.
             let want = if i < 4 { 5 + i as u8 } else { 0 };
-            assert_eq!(t.await.unwrap().unwrap(), want, "block {i}");
+            let r = tokio::time::timeout(Duration::from_secs(2), t).await.expect("failed over within 2 s");
+            assert_eq!(r.unwrap().unwrap(), want, "block {i}");
         }
+        assert_eq!(mp.paths()[0].state, ControllerState::Reconnecting, "port 1 still down");
         // Those caught on port 1 were sent twice.
         let sent = commands(&mp).iter().sum::<u64>() - before;
         assert!(sent > 8, "8 reads, {sent} commands: {:?}", mp.paths());
