@@ -71,6 +71,9 @@ struct Path {
     ctrl: Controller,
     ns: Namespace,
     ana: AtomicU8,
+    /// Change count of the newest ANA log applied: an older log (a notice's,
+    /// read before the log `new` read) must not undo a newer state.
+    chgcnt: AtomicU64,
     /// Asks the path's watcher to re-read the ANA log.
     reread: Notify,
     commands: AtomicU64,
@@ -88,8 +91,16 @@ impl Path {
         }
     }
 
-    /// The namespace's state in `log`; unchanged where no group lists it.
-    fn apply(&self, log: &AnaLog, why: &str) {
+    /// The namespace's state in `log`; unchanged where no group lists it, or
+    /// where the log is older than one applied before (unless `fresh`: after
+    /// a reconnect, whose controller may count from 0 again).
+    fn apply(&self, log: &AnaLog, why: &str, fresh: bool) {
+        let seen = self.chgcnt.load(Ordering::Acquire);
+        if !fresh && log.chgcnt < seen {
+            debug!(nsid = self.ns.nsid(), chgcnt = log.chgcnt, seen, "older ANA log ignored");
+            return;
+        }
+        self.chgcnt.store(log.chgcnt, Ordering::Release);
         match log.groups.iter().find(|g| g.nsids.contains(&self.ns.nsid())) {
             Some(g) => self.set_ana(g.state, why),
             None => debug!(nsid = self.ns.nsid(), "namespace in no group of the ANA log"),
@@ -100,12 +111,12 @@ impl Path {
         self.ctrl.info().identify.cmic & 0x08 != 0
     }
 
-    async fn reread(&self, why: &str) {
+    async fn reread(&self, why: &str, fresh: bool) {
         if !self.has_ana() {
             return;
         }
         match self.ctrl.ana_log().await {
-            Ok(log) => self.apply(&log, why),
+            Ok(log) => self.apply(&log, why, fresh),
             Err(e) => debug!(addr = %self.ctrl.addr(), error = %e, "cannot re-read the ANA log"),
         }
     }
@@ -115,6 +126,9 @@ impl Path {
             && matches!(self.ana(), AnaState::OPTIMIZED | AnaState::NON_OPTIMIZED)
     }
 }
+
+type EventRx = broadcast::Receiver<ControllerEvent>;
+type StateRx = watch::Receiver<ControllerState>;
 
 struct Shared {
     nsid: u32,
@@ -182,15 +196,13 @@ fn ana_of_status(e: &Error) -> Option<AnaState> {
 
 /// Keeps one path's ANA state current: ANA Change notices, reconnects, and
 /// re-read requests after an ANA status.
-async fn watch_path(path: Arc<Path>, changed: watch::Sender<u64>) {
-    let mut events = path.ctrl.events();
-    let mut state = path.ctrl.subscribe_state();
+async fn watch_path(path: Arc<Path>, changed: watch::Sender<u64>, mut events: EventRx, mut state: StateRx) {
     loop {
         tokio::select! {
             r = events.recv() => match r {
-                Ok(ControllerEvent::AnaChanged(log)) => path.apply(&log, "ANA change notice"),
+                Ok(ControllerEvent::AnaChanged(log)) => path.apply(&log, "ANA change notice", false),
                 Ok(_) => continue,
-                Err(broadcast::error::RecvError::Lagged(_)) => path.reread("events missed").await,
+                Err(broadcast::error::RecvError::Lagged(_)) => path.reread("events missed", false).await,
                 Err(broadcast::error::RecvError::Closed) => return,
             },
             r = state.changed() => {
@@ -201,10 +213,10 @@ async fn watch_path(path: Arc<Path>, changed: watch::Sender<u64>) {
                 info!(addr = %path.ctrl.addr(), state = ?s, "path controller state");
                 if s == ControllerState::Live {
                     // Notices raised while it was down are lost with the association.
-                    path.reread("reconnected").await;
+                    path.reread("reconnected", true).await;
                 }
             }
-            _ = path.reread.notified() => path.reread("ANA status").await,
+            _ = path.reread.notified() => path.reread("ANA status", false).await,
         }
         changed.send_modify(|g| *g += 1);
     }
@@ -230,7 +242,7 @@ impl MultipathNamespace {
                 )));
             }
             let ns = ctrl.namespace(nsid).await?;
-            if let Some(p) = built.first().map(|p: &Arc<Path>| &p.ns) {
+            if let Some(p) = built.first().map(|(p, _): &(Arc<Path>, _)| &p.ns) {
                 let (a, b) = (p.identify(), ns.identify());
                 if (a.nguid, a.eui64, p.block_size(), p.blocks())
                     != (b.nguid, b.eui64, ns.block_size(), ns.blocks())
@@ -242,24 +254,30 @@ impl MultipathNamespace {
                     )));
                 }
             }
+            // Subscribed before the first ANA log read: a notice after it is not missed.
+            let rx = (ctrl.events(), ctrl.subscribe_state());
             let path = Arc::new(Path {
                 ctrl,
                 ns,
                 ana: AtomicU8::new(AnaState::OPTIMIZED.0),
+                chgcnt: AtomicU64::new(0),
                 reread: Notify::new(),
                 commands: AtomicU64::new(0),
             });
             if path.has_ana() {
                 let log = path.ctrl.ana_log().await?;
-                path.apply(&log, "initial ANA log");
+                path.apply(&log, "initial ANA log", true);
             }
-            built.push(path);
+            built.push((path, rx));
         }
         let (changed, _) = watch::channel(0);
-        let watchers = built.iter().map(|p| tokio::spawn(watch_path(p.clone(), changed.clone()))).collect();
-        Ok(Self {
-            inner: Arc::new(Shared { nsid, paths: built, opts, rr: AtomicUsize::new(0), changed, watchers }),
-        })
+        let mut watchers = Vec::with_capacity(built.len());
+        let mut paths = Vec::with_capacity(built.len());
+        for (p, (ev, st)) in built {
+            watchers.push(tokio::spawn(watch_path(p.clone(), changed.clone(), ev, st)));
+            paths.push(p);
+        }
+        Ok(Self { inner: Arc::new(Shared { nsid, paths, opts, rr: AtomicUsize::new(0), changed, watchers }) })
     }
 
     /// Connects to `subnqn` at each of `addrs` with `opts` (outstanding
