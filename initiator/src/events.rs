@@ -132,15 +132,14 @@ pub(crate) async fn run(core: Arc<Core>, handle: Weak<Handle>) {
 /// Reads the log page a notice names with RAE clear (re-arming it) and
 /// returns the event with what it says.
 async fn read_logs(ctrl: &Controller, ev: AsyncEvent) -> ControllerEvent {
-    let r = if ev.ty != AerType::NOTICE {
+    if ev.ty != AerType::NOTICE {
         return ControllerEvent::Other(ev);
-    } else {
-        match ev.info {
-            aer_notice::NS_CHANGED => ctrl.changed_namespaces().await.map(ControllerEvent::NamespacesChanged),
-            aer_notice::ANA => ctrl.ana_log().await.map(ControllerEvent::AnaChanged),
-            aer_notice::DISC_CHANGED => ctrl.discovery_log().await.map(ControllerEvent::DiscoveryChanged),
-            _ => return ControllerEvent::Other(ev),
-        }
+    }
+    let r = match ev.info {
+        aer_notice::NS_CHANGED => ctrl.changed_namespaces().await.map(ControllerEvent::NamespacesChanged),
+        aer_notice::ANA => ctrl.ana_log().await.map(ControllerEvent::AnaChanged),
+        aer_notice::DISC_CHANGED => ctrl.discovery_log().await.map(ControllerEvent::DiscoveryChanged),
+        _ => return ControllerEvent::Other(ev),
     };
     match r {
         Ok(e) => {
