@@ -74,7 +74,7 @@ pub use discovery::{connect_entry, discover, nvme_subsystems};
 pub use driver::{Payload, RxStats};
 pub use error::{CommandInfo, Error, Result};
 pub use events::ControllerEvent;
-pub use multipath::{MultipathNamespace, MultipathOptions, PathStatus};
+pub use multipath::{MultipathNamespace, MultipathOptions, PathPolicy, PathStatus};
 pub use namespace::{Batch, IoFlags, Namespace};
 /// TCP congestion control names for [`ConnectOptions::congestion_control`].
 pub use nvmeof_net::CongestionControl;

@@ -5,8 +5,9 @@
 //! - a path is usable while its controller is live and its ANA state,
 //!   the state of the namespace's group through that controller's port, is
 //!   optimized or non-optimized (`nvme_path_is_disabled`, `__nvme_find_path`);
-//!   optimized paths are used first, in turn (the `round-robin` iopolicy),
-//!   non-optimized ones only when no optimized path is usable;
+//!   optimized paths are used first, in turn (the `round-robin` iopolicy) or
+//!   the first of them ([`PathPolicy::First`]), non-optimized ones only when
+//!   no optimized path is usable;
 //! - a command that fails with a path error is retried on another path
 //!   (`nvme_failover_req`): a status of type 3h (path related) without DNR
 //!   (`nvme_is_path_error`), or the loss of the connection or controller.
@@ -35,9 +36,23 @@ use crate::events::ControllerEvent;
 use crate::namespace::{IoFlags, Namespace};
 use crate::options::{ConnectOptions, ReconnectPolicy};
 
+/// Which of the usable paths of the best ANA state a command takes (Linux's
+/// `iopolicy`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PathPolicy {
+    /// Each in turn (Linux's `round-robin`): spreads the load over ports.
+    #[default]
+    RoundRobin,
+    /// The first in the order given (what Linux's default `numa` policy
+    /// does on one node): the others are standbys.
+    First,
+}
+
 /// Options of a [`MultipathNamespace`].
 #[derive(Clone, Debug)]
 pub struct MultipathOptions {
+    /// Path choice among the usable paths of the best ANA state.
+    pub policy: PathPolicy,
     /// How long a command waits for a usable path when there is none, before
     /// it fails (with the last path error, or [`Error::NoPath`]).
     pub no_path_timeout: Duration,
@@ -48,7 +63,7 @@ pub struct MultipathOptions {
 
 impl Default for MultipathOptions {
     fn default() -> Self {
-        Self { no_path_timeout: Duration::from_secs(30), max_attempts: 16 }
+        Self { policy: PathPolicy::RoundRobin, no_path_timeout: Duration::from_secs(30), max_attempts: 16 }
     }
 }
 
@@ -338,13 +353,16 @@ impl MultipathNamespace {
         self.inner.paths.iter().map(|p| p.ctrl.clone()).collect()
     }
 
-    /// A usable path: the optimized ones in turn, else the non-optimized ones
-    /// in turn. `avoid`, the path a command just failed on, comes last: after
+    /// A usable path: an optimized one, else a non-optimized one, by the
+    /// policy. `avoid`, the path a command just failed on, comes last: after
     /// a lost connection its controller still says live until the supervisor
     /// hears of the loss, where Linux has already marked it resetting.
     fn pick(&self, avoid: Option<&Arc<Path>>) -> Option<Arc<Path>> {
         let paths = &self.inner.paths;
-        let start = self.inner.rr.fetch_add(1, Ordering::Relaxed);
+        let start = match self.inner.opts.policy {
+            PathPolicy::RoundRobin => self.inner.rr.fetch_add(1, Ordering::Relaxed),
+            PathPolicy::First => 0,
+        };
         let avoided = |p: &Arc<Path>| avoid.is_some_and(|a| Arc::ptr_eq(a, p));
         for want in [AnaState::OPTIMIZED, AnaState::NON_OPTIMIZED] {
             let found = (0..paths.len())

@@ -11,8 +11,8 @@ use std::time::Duration;
 use initiator_util::*;
 use nvmeof_initiator::common::spec::log::AnaState;
 use nvmeof_initiator::{
-    ConnectOptions, Controller, ControllerState, Error, MultipathNamespace, MultipathOptions, PathStatus,
-    ReconnectPolicy,
+    ConnectOptions, Controller, ControllerState, Error, MultipathNamespace, MultipathOptions, PathPolicy,
+    PathStatus, ReconnectPolicy,
 };
 use nvmeof_target::config::TargetConfig;
 use nvmeof_target::server::Server;
@@ -87,6 +87,32 @@ async fn paths_by_ana_state_and_notices() {
         let before = commands(&mp);
         io(&mp, 8, 3).await;
         assert_eq!(commands(&mp), vec![before[0] + 16, before[1]]);
+        mp.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await
+}
+
+#[tokio::test]
+async fn first_path_policy_keeps_the_others_standing_by() {
+    bounded(60, async {
+        let (server, _) = start(&cfg("optimized", "optimized")).await;
+        let mp = MultipathNamespace::connect(
+            &server.local_addrs[..2],
+            SUBNQN,
+            1,
+            opts(),
+            MultipathOptions { policy: PathPolicy::First, ..mp_opts(Duration::from_secs(5)) },
+        )
+        .await
+        .unwrap();
+        io(&mp, 8, 7).await;
+        assert_eq!(commands(&mp), vec![16, 0]);
+        // The first path turns non-optimized: the optimized standby takes over.
+        server.reload(&cfg("non-optimized", "optimized")).unwrap();
+        wait_ana(&mp, &[AnaState::NON_OPTIMIZED, AnaState::OPTIMIZED]).await;
+        io(&mp, 8, 8).await;
+        assert_eq!(commands(&mp), vec![16, 16]);
         mp.shutdown().await.unwrap();
         server.shutdown(Duration::from_secs(1)).await;
     })
