@@ -26,11 +26,7 @@ use crate::error::Error;
 
 /// Events buffered per [`crate::Controller::events`] receiver before the
 /// oldest are dropped (the receiver then sees `RecvError::Lagged`).
-pub(crate) const EVENT_BUFFER: usize = 64;
-
-/// Notices the host enables where the controller reports them in OAES:
-/// those the Linux host enables (`NVME_AEN_SUPPORTED`).
-pub(crate) const SUPPORTED: u32 = aec::LINUX_HOST_SUPPORTED;
+const EVENT_BUFFER: usize = 64;
 
 /// How long an AER may stay outstanding: as long as the association lives
 /// (the queue caps any timeout at decades). Linux sends it without a timeout.
@@ -154,9 +150,10 @@ async fn read_logs(ctrl: &Controller, ev: AsyncEvent) -> ControllerEvent {
 }
 
 /// The events to enable for a controller with `oaes` (Identify Controller
-/// OAES): those of [`SUPPORTED`] it reports.
+/// OAES): those it reports of the ones the Linux host enables
+/// (`NVME_AEN_SUPPORTED`, [`aec::LINUX_HOST_SUPPORTED`]).
 pub(crate) fn enabled_for(oaes: u32) -> u32 {
-    oaes & SUPPORTED
+    oaes & aec::LINUX_HOST_SUPPORTED
 }
 
 /// Broadcast channel for the events of one controller.

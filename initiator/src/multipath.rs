@@ -237,6 +237,22 @@ async fn watch_path(path: Arc<Path>, changed: watch::Sender<u64>, mut events: Ev
     }
 }
 
+/// Runs `$op`, an I/O call on the `Namespace` of a usable path, failing
+/// over to another path after a path error ([`Attempts`]); returns its value.
+macro_rules! on_a_path {
+    ($mp:expr, |$ns:ident| $op:expr) => {{
+        let mut attempts = $mp.attempts();
+        loop {
+            let path = attempts.next().await?;
+            let $ns = &path.ns;
+            match $op.await {
+                Ok(v) => break Ok(v),
+                Err(e) => attempts.failed(&path, e)?,
+            }
+        }
+    }};
+}
+
 impl MultipathNamespace {
     /// Namespace `nsid` through each of `paths` (controllers of one
     /// subsystem, one per port): Identify Namespace and the ANA log through
@@ -421,14 +437,7 @@ impl MultipathNamespace {
 
     /// [`Self::read`] with flags.
     pub async fn read_with(&self, lba: u64, buf: &mut [u8], flags: IoFlags) -> Result<()> {
-        let mut a = self.attempts();
-        loop {
-            let p = a.next().await?;
-            match p.ns.read_with(lba, buf, flags).await {
-                Ok(()) => return Ok(()),
-                Err(e) => a.failed(&p, e)?,
-            }
-        }
+        on_a_path!(self, |ns| ns.read_with(lba, buf, flags))
     }
 
     /// Writes `buf` (whole blocks) at `lba`.
@@ -438,53 +447,25 @@ impl MultipathNamespace {
 
     /// [`Self::write`] with flags (FUA).
     pub async fn write_with(&self, lba: u64, buf: &[u8], flags: IoFlags) -> Result<()> {
-        let mut a = self.attempts();
-        loop {
-            let p = a.next().await?;
-            match p.ns.write_with(lba, buf, flags).await {
-                Ok(()) => return Ok(()),
-                Err(e) => a.failed(&p, e)?,
-            }
-        }
+        on_a_path!(self, |ns| ns.write_with(lba, buf, flags))
     }
 
     /// Reads `len` bytes (whole blocks) from `lba` into a new buffer, which
     /// the queue fills straight from the socket
     /// ([`Namespace::read_bytes`]); each attempt has its own buffer.
     pub async fn read_bytes(&self, lba: u64, len: usize) -> Result<bytes::Bytes> {
-        let mut a = self.attempts();
-        loop {
-            let p = a.next().await?;
-            match p.ns.read_bytes(lba, len).await {
-                Ok(b) => return Ok(b),
-                Err(e) => a.failed(&p, e)?,
-            }
-        }
+        on_a_path!(self, |ns| ns.read_bytes(lba, len))
     }
 
     /// Writes `data` (whole blocks) at `lba` without copying it
     /// ([`Namespace::write_bytes`]); a retry sends the same `Bytes` again.
     pub async fn write_bytes(&self, lba: u64, data: bytes::Bytes, flags: IoFlags) -> Result<()> {
-        let mut a = self.attempts();
-        loop {
-            let p = a.next().await?;
-            match p.ns.write_bytes(lba, data.clone(), flags).await {
-                Ok(()) => return Ok(()),
-                Err(e) => a.failed(&p, e)?,
-            }
-        }
+        on_a_path!(self, |ns| ns.write_bytes(lba, data.clone(), flags))
     }
 
     /// Flush.
     pub async fn flush(&self) -> Result<()> {
-        let mut a = self.attempts();
-        loop {
-            let p = a.next().await?;
-            match p.ns.flush().await {
-                Ok(()) => return Ok(()),
-                Err(e) => a.failed(&p, e)?,
-            }
-        }
+        on_a_path!(self, |ns| ns.flush())
     }
 
     /// Shuts every path's controller down ([`Controller::shutdown`]); the

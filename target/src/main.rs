@@ -138,12 +138,11 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             path: b.clone(),
             io_engine: a.io_engine.unwrap_or(IoEngine::BLOCK_DEFAULT),
         };
-        let read_only = a.read_only;
         nss.push(NamespaceConfig {
             nsid: None,
             source,
             block_size: 512,
-            read_only,
+            read_only: a.read_only,
             ana_group: DEFAULT_ANA_GROUP,
         });
     }

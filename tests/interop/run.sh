@@ -384,12 +384,18 @@ hook_run_client() { # kernel-target: run client $1 against the forwarded port
         NVME_BACKEND=$BACKEND NVME_FRESH=$fresh INTEROP_IO_SECS=$INTEROP_IO_SECS timeout --kill-after=5 "$lim" \
         bash -c "$cmd" </dev/null >"$log" 2>&1
     rc=$?
-    sed "s/^/[$SCEN] $name| /" "$log" >&2
-    [ $rc = 124 ] && echo "timed out after ${lim}s" >>"$log"
-    # reply text: the client's last summary-like line (else its last line)
+    client_done "$name" "$rc"
+    return $rc
+}
+
+# client_done NAME RC: after client NAME ended with RC (cmd, lim, log of the
+# calling hook): its log to run.sh's output, and the reply text, the client's
+# last summary-like line (else its last line)
+client_done() {
+    sed "s/^/[$SCEN] $1| /" "$log" >&2
+    [ "$2" = 124 ] && echo "timed out after ${lim}s" >>"$log"
     { grep -E 'IOPS=|verify:|passed|PASS|FAIL|timed out|missing' "$log" || grep -v '^ *$' "$log"; } \
         | tail -n 1 | sed 's/^ *//' | tr -cd '[:print:]' | head -c 200; echo
-    return $rc
 }
 
 # kernel-target: a client that runs while the guest acts.  start-client NAME
@@ -425,10 +431,7 @@ hook_wait_client() {
         sleep 0.1
     done
     rc=$(cat "$DIR/client-$name.rc" 2>/dev/null) || { echo "client '$name' did not end"; return 1; }
-    sed "s/^/[$SCEN] $name| /" "$log" >&2
-    [ "$rc" = 124 ] && echo "timed out after ${lim}s" >>"$log"
-    { grep -E 'passed|FAIL|timed out' "$log" || grep -v '^ *$' "$log"; } \
-        | tail -n 1 | sed 's/^ *//' | tr -cd '[:print:]' | head -c 200; echo
+    client_done "$name" "$rc"
     return "$rc"
 }
 
