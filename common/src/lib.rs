@@ -12,6 +12,7 @@
 //!   mapped to the TermReq fatal error status and offset.
 //! - [`sqe`], [`cqe`], [`status`], [`opcode`]: NVMe command and completion
 //!   entries, status codes and opcodes as newtypes with named constants.
+//! - [`auth`]: DH-HMAC-CHAP in-band authentication (messages, secrets, HMACs, FFDHE).
 //! - [`spec`]: fabrics Connect, properties, Identify, log pages, discovery log,
 //!   features, DSM ranges, NQN rules.
 //!
@@ -26,6 +27,7 @@ pub mod error;
 pub mod opcode;
 pub mod out;
 pub mod pdu;
+pub mod auth;
 pub mod spec;
 pub mod sqe;
 pub mod status;
