@@ -20,6 +20,7 @@
 //! (target/initiator state machines) → [`pdu::Pdu`] encoders → socket.
 #![deny(missing_docs)]
 
+pub mod auth;
 pub mod cqe;
 pub mod decoder;
 pub mod digest;
@@ -27,7 +28,6 @@ pub mod error;
 pub mod opcode;
 pub mod out;
 pub mod pdu;
-pub mod auth;
 pub mod spec;
 pub mod sqe;
 pub mod status;

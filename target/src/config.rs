@@ -23,6 +23,9 @@
 //! nqn = "nqn.2026-11.io.nvmeof:disk"
 //! model = "nvmeof"                       # optional
 //! allowed_hosts = ["nqn.2014-08.org.nvmexpress:uuid:..."]   # omit: any host
+//! # An entry may instead be a table that also sets DH-HMAC-CHAP keys for the host:
+//! # { nqn = "...", dhchap_key = "DHHC-1:00:...:", dhchap_ctrl_key = "DHHC-1:...",
+//! #   dhchap_hash = "sha256", dhchap_dhgroup = "null" }
 //!
 //! [[subsystem.namespace]]
 //! nsid = 1                               # optional: next free
@@ -71,6 +74,7 @@ use std::str::FromStr;
 
 use serde::Deserialize;
 
+use nvmeof_common::auth::{DhGroup, DhchapSecret, HashId};
 use nvmeof_common::spec::log::AnaState;
 
 use crate::core::ana::{parse_ana_state, DEFAULT_ANA_GROUP};
@@ -311,6 +315,31 @@ impl NamespaceConfig {
     }
 }
 
+/// DH-HMAC-CHAP keys of one host (nvmet's `hosts/NQN/dhchap_*` attributes):
+/// a host with a key must authenticate on every queue before it may use it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostKeys {
+    /// The host's secret (`dhchap_key`; the host gives the same with `nvme
+    /// connect --dhchap-secret`).
+    pub key: DhchapSecret,
+    /// The controller's secret for bidirectional authentication
+    /// (`dhchap_ctrl_key`; the host's `--dhchap-ctrl-secret`): used when the host asks.
+    pub ctrl_key: Option<DhchapSecret>,
+    /// The hash offered first (`dhchap_hash`; nvmet's default SHA-256). A host
+    /// that does not offer it gets the first of its own list this target knows.
+    pub hash: HashId,
+    /// The DH group offered first (`dhchap_dhgroup`; nvmet's default NULL),
+    /// with the same fallback.
+    pub dhgroup: DhGroup,
+}
+
+impl HostKeys {
+    /// Keys with nvmet's defaults: SHA-256, no DH group, unidirectional.
+    pub fn new(key: DhchapSecret) -> Self {
+        Self { key, ctrl_key: None, hash: HashId::SHA256, dhgroup: DhGroup::NULL }
+    }
+}
+
 /// A subsystem to export.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SubsystemConfig {
@@ -320,6 +349,8 @@ pub struct SubsystemConfig {
     pub model: String,
     /// Allowed host NQNs (None = any).
     pub allowed_hosts: Option<Vec<String>>,
+    /// DH-HMAC-CHAP keys by host NQN (each host also in `allowed_hosts`).
+    pub host_keys: BTreeMap<String, HostKeys>,
     /// Namespaces.
     pub namespaces: Vec<NamespaceConfig>,
 }
@@ -431,9 +462,59 @@ struct RawPort {
 struct RawSubsystem {
     nqn: String,
     model: Option<String>,
-    allowed_hosts: Option<Vec<String>>,
+    allowed_hosts: Option<Vec<RawHost>>,
     #[serde(default)]
     namespace: Vec<RawNamespace>,
+}
+
+/// An `allowed_hosts` entry: an NQN, or a table with the host's keys.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawHost {
+    Nqn(String),
+    Keys(RawHostKeys),
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHostKeys {
+    nqn: String,
+    dhchap_key: Option<String>,
+    dhchap_ctrl_key: Option<String>,
+    dhchap_hash: Option<String>,
+    dhchap_dhgroup: Option<String>,
+}
+
+/// Builds a host's keys from its settings; errors name the key at fault
+/// relative to the host's entry.
+pub fn host_keys(
+    key: Option<&str>,
+    ctrl_key: Option<&str>,
+    hash: Option<&str>,
+    dhgroup: Option<&str>,
+) -> Result<Option<HostKeys>, (&'static str, String)> {
+    let parse = |k: &'static str, v: &str| v.parse::<DhchapSecret>().map_err(|e| (k, e.to_string()));
+    let Some(key) = key else {
+        // nvmet takes a controller key without a host key and never uses it;
+        // here that is a mistake worth naming.
+        if ctrl_key.is_some() || hash.is_some() || dhgroup.is_some() {
+            return Err(("dhchap_key", "missing: the other dhchap settings need the host key".into()));
+        }
+        return Ok(None);
+    };
+    let mut k = HostKeys::new(parse("dhchap_key", key)?);
+    k.ctrl_key = ctrl_key.map(|c| parse("dhchap_ctrl_key", c)).transpose()?;
+    if let Some(h) = hash {
+        k.hash =
+            HashId::from_name(h).ok_or(("dhchap_hash", format!("{h:?} is not sha256, sha384 or sha512")))?;
+    }
+    if let Some(g) = dhgroup {
+        k.dhgroup = DhGroup::from_name(g).ok_or((
+            "dhchap_dhgroup",
+            format!("{g:?} is not null, ffdhe2048, ffdhe3072, ffdhe4096, ffdhe6144 or ffdhe8192"),
+        ))?;
+    }
+    Ok(Some(k))
 }
 
 #[derive(Deserialize)]
@@ -538,8 +619,28 @@ impl TargetConfig {
         for (i, s) in raw.subsystem.into_iter().enumerate() {
             let key = format!("subsystem[{i}]");
             check_subsystem_nqn(&s.nqn).map_err(|e| invalid(format!("{key}.nqn"), e))?;
-            for (h, host) in s.allowed_hosts.iter().flatten().enumerate() {
-                check_host_nqn(host).map_err(|e| invalid(format!("{key}.allowed_hosts[{h}]"), e))?;
+            let mut allowed_hosts = s.allowed_hosts.as_ref().map(|_| Vec::new());
+            let mut keys = BTreeMap::new();
+            for (h, host) in s.allowed_hosts.into_iter().flatten().enumerate() {
+                let hkey = format!("{key}.allowed_hosts[{h}]");
+                let nqn = match host {
+                    RawHost::Nqn(n) => n,
+                    RawHost::Keys(k) => {
+                        let hk = host_keys(
+                            k.dhchap_key.as_deref(),
+                            k.dhchap_ctrl_key.as_deref(),
+                            k.dhchap_hash.as_deref(),
+                            k.dhchap_dhgroup.as_deref(),
+                        )
+                        .map_err(|(field, e)| invalid(format!("{hkey}.{field}"), e))?;
+                        if let Some(hk) = hk {
+                            keys.insert(k.nqn.clone(), hk);
+                        }
+                        k.nqn
+                    }
+                };
+                check_host_nqn(&nqn).map_err(|e| invalid(hkey.clone(), e))?;
+                allowed_hosts.get_or_insert_with(Vec::new).push(nqn);
             }
             if let Some(m) = &s.model {
                 // Identify Controller MN: 40 bytes of printable ASCII, space
@@ -629,7 +730,8 @@ impl TargetConfig {
             subsystems.push(SubsystemConfig {
                 nqn: s.nqn,
                 model: s.model.unwrap_or_else(|| DEFAULT_MODEL.to_string()),
-                allowed_hosts: s.allowed_hosts,
+                allowed_hosts,
+                host_keys: keys,
                 namespaces,
             });
         }

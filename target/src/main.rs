@@ -12,8 +12,8 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use nvmeof_target::config::{
     check_congestion_control, check_host_nqn, check_send_buffer, check_subsystem_nqn, default_listen,
-    parse_size, IoEngine, NamespaceConfig, NamespaceSource, PortAnaConfig, SubsystemConfig, TargetConfig,
-    DEFAULT_MODEL,
+    host_keys, parse_size, IoEngine, NamespaceConfig, NamespaceSource, PortAnaConfig, SubsystemConfig,
+    TargetConfig, DEFAULT_MODEL,
 };
 use nvmeof_target::core::ana::DEFAULT_ANA_GROUP;
 use nvmeof_target::core::Limits;
@@ -63,6 +63,21 @@ struct ServeArgs {
     /// Allow only this host NQN (repeatable); default any host.
     #[arg(long = "allow-host")]
     allow_host: Vec<String>,
+    /// DH-HMAC-CHAP: the allowed hosts must authenticate with this secret
+    /// (`DHHC-1:..`, from `nvme gen-dhchap-key` or `nvmeof gen-dhchap-key`).
+    #[arg(long, value_name = "SECRET", requires = "allow_host")]
+    dhchap_secret: Option<String>,
+    /// DH-HMAC-CHAP: the controller's secret, for hosts that ask the target to
+    /// authenticate too (bidirectional).
+    #[arg(long, value_name = "SECRET", requires = "dhchap_secret")]
+    dhchap_ctrl_secret: Option<String>,
+    /// DH-HMAC-CHAP hash offered first: sha256 (default), sha384, sha512.
+    #[arg(long, value_name = "HASH", requires = "dhchap_secret")]
+    dhchap_hash: Option<String>,
+    /// DH-HMAC-CHAP Diffie-Hellman group offered first: null (default),
+    /// ffdhe2048, ffdhe3072, ffdhe4096, ffdhe6144, ffdhe8192.
+    #[arg(long, value_name = "GROUP", requires = "dhchap_secret")]
+    dhchap_dhgroup: Option<String>,
     /// Logical block size of file and RAM namespaces.
     #[arg(long, default_value_t = 512)]
     block_size: u32,
@@ -158,6 +173,20 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
     for h in &a.allow_host {
         check_host_nqn(h).map_err(|e| format!("--allow-host {h:?}: {e}"))?;
     }
+    let keys = host_keys(
+        a.dhchap_secret.as_deref(),
+        a.dhchap_ctrl_secret.as_deref(),
+        a.dhchap_hash.as_deref(),
+        a.dhchap_dhgroup.as_deref(),
+    )
+    .map_err(|(key, e)| {
+        format!(
+            "--{}: {e}",
+            key.replace('_', "-").replace("dhchap-key", "dhchap-secret").replace("ctrl-key", "ctrl-secret")
+        )
+    })?;
+    let host_keys =
+        keys.map(|k| a.allow_host.iter().map(|h| (h.clone(), k.clone())).collect()).unwrap_or_default();
     let listen = if a.listen.is_empty() { vec![default_listen()] } else { a.listen.clone() };
     Ok(TargetConfig {
         port_ana: vec![PortAnaConfig::default(); listen.len()],
@@ -166,6 +195,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             nqn,
             model: DEFAULT_MODEL.into(),
             allowed_hosts: (!a.allow_host.is_empty()).then(|| a.allow_host.clone()),
+            host_keys,
             namespaces: nss,
         }],
         limits: Limits::default(),
@@ -235,8 +265,18 @@ fn host_commands(cfg: &TargetConfig, addrs: &[SocketAddr]) -> Vec<String> {
             lines.push("On a Linux host (nvme-cli):".to_string());
             for h in &hosts {
                 let q = h.map(|h| format!(" --hostnqn {h}")).unwrap_or_default();
+                // Discovery needs no authentication (nvmet_setup_auth skips the
+                // discovery subsystem). The secrets themselves are not printed:
+                // logs are not the place for them.
+                let auth = match h.and_then(|h| s.host_keys.get(h)) {
+                    Some(k) if k.ctrl_key.is_some() => {
+                        " --dhchap-secret <host secret> --dhchap-ctrl-secret <controller secret>"
+                    }
+                    Some(_) => " --dhchap-secret <host secret>",
+                    None => "",
+                };
                 lines.push(format!("  nvme discover -t tcp -a {ip} -s {}{q}", a.port()));
-                lines.push(format!("  nvme connect -t tcp -a {ip} -s {} -n {}{q}", a.port(), s.nqn));
+                lines.push(format!("  nvme connect -t tcp -a {ip} -s {} -n {}{q}{auth}", a.port(), s.nqn));
             }
         }
     }

@@ -580,6 +580,7 @@ mod tests {
             local_addr: None,
             read_bufs: Default::default(),
             data_digest: false,
+            auth: Default::default(),
         });
         (q, rx)
     }

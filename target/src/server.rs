@@ -11,7 +11,9 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::backend::{Backend, BlockBackend, FileBackend, MemBackend, UringBackend};
-use crate::config::{assign_nsids, IoEngine, NamespaceConfig, NamespaceSource, TargetConfig};
+use crate::config::{
+    assign_nsids, HostKeys, IoEngine, NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig,
+};
 use crate::core::ana::ana_state_name;
 use crate::core::{Namespace, Subsystem, Target};
 use crate::transport::tcp::{self, ConnOptions};
@@ -198,15 +200,37 @@ fn apply_port_ana(target: &Target, cfg: &TargetConfig) {
     }
 }
 
-/// Builds a subsystem with its namespaces.
+/// Whether a running subsystem's keys are those of a configuration.
+fn same_keys(
+    running: &std::collections::BTreeMap<String, Arc<HostKeys>>,
+    cfg: &std::collections::BTreeMap<String, HostKeys>,
+) -> bool {
+    running.len() == cfg.len() && running.iter().all(|(h, k)| cfg.get(h) == Some(k.as_ref()))
+}
+
+/// Builds a subsystem with its namespaces and no host keys.
 pub fn build_subsystem(
     nqn: &str,
     model: &str,
     hosts: Option<Vec<String>>,
     nss: &[NamespaceConfig],
 ) -> std::io::Result<Arc<Subsystem>> {
+    subsystem_from_config(&SubsystemConfig {
+        nqn: nqn.into(),
+        model: model.into(),
+        allowed_hosts: hosts,
+        host_keys: Default::default(),
+        namespaces: nss.to_vec(),
+    })
+}
+
+/// Builds a subsystem with its namespaces from its configuration.
+pub fn subsystem_from_config(cfg: &SubsystemConfig) -> std::io::Result<Arc<Subsystem>> {
+    let (nqn, nss) = (cfg.nqn.as_str(), &cfg.namespaces);
     check_subsystem_nqn(nqn)?;
-    let s = Arc::new(Subsystem::new(nqn, model, hosts, false));
+    let s = Arc::new(
+        Subsystem::new(nqn, &cfg.model, cfg.allowed_hosts.clone(), false).with_host_keys(&cfg.host_keys),
+    );
     for (nsid, n) in assign_nsids(nss) {
         let b =
             open_backend(n).map_err(|e| std::io::Error::new(e.kind(), format!("namespace {nsid}: {e}")))?;
@@ -221,7 +245,7 @@ impl Server {
     pub async fn start(cfg: &TargetConfig) -> std::io::Result<Self> {
         let target = Target::new(cfg.limits.clone());
         for s in &cfg.subsystems {
-            target.add_subsystem(build_subsystem(&s.nqn, &s.model, s.allowed_hosts.clone(), &s.namespaces)?);
+            target.add_subsystem(subsystem_from_config(s)?);
         }
         let (stop, stop_rx) = watch::channel(false);
         let opts = conn_options(cfg);
@@ -278,13 +302,16 @@ impl Server {
             check_subsystem_nqn(&sc.nqn).map_err(|e| unchanged(e, format_args!("reload")))?;
             match self.target.subsystem(&sc.nqn) {
                 None => {
-                    let s = build_subsystem(&sc.nqn, &sc.model, sc.allowed_hosts.clone(), &sc.namespaces)
+                    let s = subsystem_from_config(sc)
                         .map_err(|e| unchanged(e, format_args!("subsystem {}", sc.nqn)))?;
                     new_subsystems.insert(sc.nqn.clone(), s);
                 }
                 Some(s) => {
-                    if s.allowed_hosts != sc.allowed_hosts || s.model != sc.model {
-                        warn!(subnqn = %sc.nqn, "reload: allowed_hosts and model of a running subsystem are not changed (restart the target to apply them)");
+                    if s.allowed_hosts != sc.allowed_hosts
+                        || s.model != sc.model
+                        || !same_keys(&s.host_keys, &sc.host_keys)
+                    {
+                        warn!(subnqn = %sc.nqn, "reload: allowed_hosts (and their keys) and model of a running subsystem are not changed (restart the target to apply them)");
                     }
                     for (nsid, n) in assign_nsids(&sc.namespaces) {
                         let key = (sc.nqn.clone(), nsid);

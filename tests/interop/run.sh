@@ -167,12 +167,21 @@ write_target_config() {
         done <"$DIR/ns.list"
         # more subsystems (hook add-subsystem): one 16 MiB RAM namespace each,
         # or ("NQN ro FILE") a read-only file namespace
-        if [ -f "$DIR/subsys.list" ]; then while read -r nqn kind file; do
+        # or ("NQN auth HOSTNQN KEY CTRLKEY DHGROUP") one open to HOSTNQN only,
+        # with DH-HMAC-CHAP keys ("-" for none)
+        if [ -f "$DIR/subsys.list" ]; then while read -r nqn kind file key ckey group; do
             [ -n "$nqn" ] || continue
             echo
             echo "[[subsystem]]"
             echo "nqn = \"$nqn\""
-            [ -n "$INTEROP_ALLOW_HOST" ] && echo "allowed_hosts = [\"$INTEROP_ALLOW_HOST\"]"
+            if [ "$kind" = auth ]; then
+                printf 'allowed_hosts = [{ nqn = "%s", dhchap_key = "%s"' "$file" "$key"
+                [ "$ckey" = - ] || printf ', dhchap_ctrl_key = "%s"' "$ckey"
+                [ "$group" = - ] || printf ', dhchap_dhgroup = "%s"' "$group"
+                echo ' }]'
+            else
+                [ -n "$INTEROP_ALLOW_HOST" ] && echo "allowed_hosts = [\"$INTEROP_ALLOW_HOST\"]"
+            fi
             echo
             echo "[[subsystem.namespace]]"
             if [ "$kind" = ro ]; then
@@ -480,17 +489,24 @@ hook_ana_state() { # ana-state STATE1 STATE2: the ANA state of every group throu
 }
 
 hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespace, or
-    # (ro) with a read-only 16 MiB file of random bytes (the reply gives its md5), SIGHUP
+    # (ro) with a read-only 16 MiB file of random bytes (the reply gives its md5), or
+    # (auth HOSTNQN KEY CTRLKEY|- DHGROUP|-) open to HOSTNQN only, which must
+    # authenticate with DH-HMAC-CHAP; SIGHUP
     kh_host_target || { echo "not applicable"; return 2; }
-    local nqn=$1 kind=${2:-} file="" sum=""
-    [[ $nqn =~ ^nqn\.[[:alnum:].:-]+$ ]] && [[ $kind =~ ^(ro)?$ ]] || { echo "usage: add-subsystem NQN [ro]"; return 2; }
+    local nqn=$1 kind=${2:-} file="" sum="" extra=""
+    [[ $nqn =~ ^nqn\.[[:alnum:].:-]+$ ]] && [[ $kind =~ ^(ro|auth)?$ ]] || { echo "usage: add-subsystem NQN [ro|auth ...]"; return 2; }
     awk -v n="$nqn" '$1==n{f=1} END{exit !f}' "$DIR/subsys.list" 2>/dev/null && { echo "$nqn already configured"; return 1; }
     if [ "$kind" = ro ]; then
         file=$DIR/ro-$(printf '%s' "$nqn" | md5sum | cut -c1-8).img
         head -c 16M /dev/urandom >"$file" || { echo "cannot write $file"; return 1; }
         sum=$(md5sum <"$file" | cut -d' ' -f1)
+    elif [ "$kind" = auth ]; then
+        [[ ${3:-} =~ ^nqn\.[[:alnum:].:-]+$ && ${4:-} =~ ^DHHC-1:[0-9]{2}:[A-Za-z0-9+/=]+:$ \
+            && ${5:-} =~ ^(-|DHHC-1:[0-9]{2}:[A-Za-z0-9+/=]+:)$ && ${6:-} =~ ^(-|null|ffdhe[0-9]+)$ ]] \
+            || { echo "usage: add-subsystem NQN auth HOSTNQN KEY CTRLKEY|- DHGROUP|-"; return 2; }
+        file=$3 extra="$4 $5 $6"
     fi
-    echo "$nqn $kind $file" >>"$DIR/subsys.list"
+    echo "$nqn $kind $file $extra" >>"$DIR/subsys.list"
     reload_target || return 1
     echo "subsystem $nqn added, target reloaded${sum:+ md5=$sum}"
 }
@@ -505,6 +521,15 @@ hook_remove_subsystem() { # remove-subsystem NQN, SIGHUP
     reload_target || return 1
     [ -z "$file" ] || rm -f "$file"
     echo "subsystem $nqn removed, target reloaded"
+}
+
+hook_log_count() { # log-count WORDS...: how many lines of the target's log contain WORDS, and the last
+    kh_host_target || { echo "not applicable"; return 2; }
+    local pat="$*" log n
+    [ -n "$pat" ] || { echo "usage: log-count WORDS"; return 2; }
+    log=$(sed 's/\x1b\[[0-9;]*m//g' "$DIR/target.log")
+    n=$(grep -cF -- "$pat" <<<"$log")
+    echo "count=$n last: $(grep -F -- "$pat" <<<"$log" | tail -n 1 | cut -c1-300)"
 }
 
 hook_target_check() { # the target still runs, logged no panic / error, and
@@ -583,6 +608,8 @@ run_scenario() {
             fi
             gscen=kernel-host
             env="TARGET=$TARGET NS2_SIZE=$((NS2_SIZE_MB << 20)) NS_GROW=$((NS_GROW_MB << 20)) RESTART_DOWN_S=$RESTART_DOWN_S"
+            # ONLY_STEPS="auth ...": only those guest steps (development runs)
+            [ -n "${ONLY_STEPS:-}" ] && env="$env ONLY_STEPS='$ONLY_STEPS'"
             qtimeout=${INTEROP_TIMEOUT:-$((FIO_RUNTIME + 540))}
             # Linux nvmet as the kernel-host target: file namespaces, so that
             # ns-resize-aen can grow namespace 1

@@ -55,6 +55,7 @@ pub fn default_config() -> TargetConfig {
             nqn: SUBNQN.to_string(),
             model: "nvmeof-test".to_string(),
             allowed_hosts: None,
+            host_keys: Default::default(),
             namespaces: vec![ram_ns(1, NS1_SIZE, NS1_BS)],
         }],
         limits: Limits::default(),

@@ -111,6 +111,7 @@ async fn steady_state_allocations_per_io() {
             nqn: NQN.into(),
             model: "alloc".into(),
             allowed_hosts: None,
+            host_keys: Default::default(),
             namespaces: vec![NamespaceConfig {
                 nsid: Some(1),
                 source: NamespaceSource::Ram(8 << 20),

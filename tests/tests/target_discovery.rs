@@ -280,6 +280,7 @@ async fn reload_notifies_only_hosts_that_see_the_change() {
             nqn: RESTRICTED.into(),
             model: "m".into(),
             allowed_hosts: Some(vec![OTHER_HOST.into()]),
+            host_keys: Default::default(),
             namespaces: vec![ram_ns(1, 1 << 20, 512)],
         });
         server.reload(&cfg).unwrap();
@@ -288,6 +289,7 @@ async fn reload_notifies_only_hosts_that_see_the_change() {
             nqn: OPEN2.into(),
             model: "m".into(),
             allowed_hosts: None,
+            host_keys: Default::default(),
             namespaces: vec![ram_ns(1, 1 << 20, 512)],
         });
         server.reload(&cfg).unwrap();

@@ -111,6 +111,7 @@ async fn connect_errors() {
         nqn: RESTRICTED.to_string(),
         model: "m".to_string(),
         allowed_hosts: Some(vec![OTHER_HOST.to_string()]),
+        host_keys: Default::default(),
         namespaces: vec![ram_ns(1, 1 << 20, 512)],
     });
     let (_server, addr) = start(&cfg).await;

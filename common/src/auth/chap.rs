@@ -128,8 +128,14 @@ mod tests {
             hostnqn: "nqn.2014-08.org.nvmexpress:uuid:host",
             subnqn: "nqn.2026-11.io.nvmeof:disk",
         };
-        assert_eq!(hex(&host_response(&key, &x)), "81249f66a0d04d2b325109cf93c93cec5ebdd9ba2cb8a1e06cf7f5d4bc283f1f");
-        assert_eq!(hex(&ctrl_response(&key, &x)), "e61c654bb22ad41bf04f586f529d5a1676a1f12b8e7c23938a6891214699933b");
+        assert_eq!(
+            hex(&host_response(&key, &x)),
+            "81249f66a0d04d2b325109cf93c93cec5ebdd9ba2cb8a1e06cf7f5d4bc283f1f"
+        );
+        assert_eq!(
+            hex(&ctrl_response(&key, &x)),
+            "e61c654bb22ad41bf04f586f529d5a1676a1f12b8e7c23938a6891214699933b"
+        );
         let aug = augmented_challenge(HashId::SHA384, &[9u8; 256], &[1u8; 48]);
         assert_eq!(hex(&aug), "d64aa6c3395147a27883f63d249acf0f50830b83fe0959c8fe00398849c5bd55462ef75e37682ba29938e8d845cead66");
         assert!(responses_equal(&aug, &aug.clone()));

@@ -129,7 +129,8 @@ impl DhKeyPair {
             return Err(DhError::Range);
         }
         let y = BoxedUint::from_be_slice(peer, grp.params.bits_precision()).expect("the prime's length");
-        let s = BoxedMontyForm::new(y, &grp.params).pow_bounded_exp(&self.private, grp.exponent_bits).retrieve();
+        let s =
+            BoxedMontyForm::new(y, &grp.params).pow_bounded_exp(&self.private, grp.exponent_bits).retrieve();
         Ok(to_be_padded(&s, want))
     }
 }
@@ -140,7 +141,13 @@ mod tests {
 
     #[test]
     fn both_sides_derive_the_same_secret_in_every_group() {
-        for g in [DhGroup::FFDHE2048, DhGroup::FFDHE3072, DhGroup::FFDHE4096, DhGroup::FFDHE6144, DhGroup::FFDHE8192] {
+        for g in [
+            DhGroup::FFDHE2048,
+            DhGroup::FFDHE3072,
+            DhGroup::FFDHE4096,
+            DhGroup::FFDHE6144,
+            DhGroup::FFDHE8192,
+        ] {
             let (a, b) = (DhKeyPair::generate(g).unwrap(), DhKeyPair::generate(g).unwrap());
             assert_eq!(a.public().len(), g.value_len(), "{g:?}");
             assert_ne!(a.public(), b.public());

@@ -285,7 +285,8 @@ impl AuthMessage {
                 b[7] = m.napd;
                 let d = &mut b[8..];
                 d[0] = m.auth_id;
-                let (hashes, groups) = (&m.hashes[..m.hashes.len().min(MAX_IDS)], &m.dhgroups[..m.dhgroups.len().min(MAX_IDS)]);
+                let (hashes, groups) =
+                    (&m.hashes[..m.hashes.len().min(MAX_IDS)], &m.dhgroups[..m.dhgroups.len().min(MAX_IDS)]);
                 d[2] = hashes.len() as u8;
                 d[3] = groups.len() as u8;
                 for (i, h) in hashes.iter().enumerate() {
@@ -313,9 +314,8 @@ impl AuthMessage {
                 b[10..12].copy_from_slice(&(m.dh_value.len() as u16).to_le_bytes());
                 b[12..16].copy_from_slice(&m.seqnum.to_le_bytes());
                 b.extend_from_slice(&m.response);
-                match &m.challenge {
-                    Some(c) => b.extend_from_slice(&c[..hl.min(c.len())]),
-                    None => {}
+                if let Some(c) = &m.challenge {
+                    b.extend_from_slice(&c[..hl.min(c.len())]);
                 }
                 b.resize(HEADER_LEN + 2 * hl, 0);
                 b.extend_from_slice(&m.dh_value);
@@ -401,7 +401,13 @@ mod tests {
         neg[10] = 31;
         assert_eq!(AuthMessage::decode(&neg), Err(FailureReason::INCORRECT_PAYLOAD));
         // A reply whose HL and DHVLEN run past the data.
-        let reply = AuthMessage::Reply(Reply { t_id: 1, seqnum: 0, response: vec![1; 32], challenge: None, dh_value: vec![] });
+        let reply = AuthMessage::Reply(Reply {
+            t_id: 1,
+            seqnum: 0,
+            response: vec![1; 32],
+            challenge: None,
+            dh_value: vec![],
+        });
         let b = reply.encode();
         assert_eq!(AuthMessage::decode(&b[..b.len() - 1]), Err(FailureReason::INCORRECT_PAYLOAD));
         let mut b2 = b.clone();

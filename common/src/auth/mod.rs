@@ -83,7 +83,8 @@ impl AuthCmd {
     /// Builds the SQE: Authentication Send when `send`, else Receive. The
     /// caller sets the SGL.
     pub fn to_sqe(&self, send: bool, cid: u16) -> Sqe {
-        let fctype = if send { crate::opcode::FabricsType::AUTH_SEND } else { crate::opcode::FabricsType::AUTH_RECV };
+        let fctype =
+            if send { crate::opcode::FabricsType::AUTH_SEND } else { crate::opcode::FabricsType::AUTH_RECV };
         let mut sqe = Sqe::new(0x7F);
         sqe.set_cid(cid);
         sqe.set_fctype(fctype.0)
@@ -109,7 +110,8 @@ impl HashId {
     /// Every hash this implementation offers, in the Linux host's order.
     pub const ALL: [Self; 3] = [Self::SHA256, Self::SHA384, Self::SHA512];
 
-    /// Digest length in bytes, 0 for an unknown identifier.
+    /// Digest length in bytes, 0 for an unknown identifier (HL in the messages).
+    #[allow(clippy::len_without_is_empty)] // an identifier, not a collection
     pub fn len(self) -> usize {
         match self {
             Self::SHA256 => 32,
@@ -241,6 +243,34 @@ impl std::fmt::Display for FailureReason {
     }
 }
 
+/// `len` random bytes from the operating system (challenges C1 and C2).
+pub fn random_bytes(len: usize) -> Vec<u8> {
+    use rand::RngCore;
+    let mut b = vec![0u8; len];
+    rand::rngs::OsRng.fill_bytes(&mut b);
+    b
+}
+
+/// The next sequence number (S1 of a challenge, S2 of a bidirectional reply):
+/// a process-wide counter that starts at a random value and skips 0, which
+/// means "no bidirectional authentication" in a reply (`nvme_auth_get_seqnum`).
+pub fn next_seqnum() -> u32 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static SEQNUM: AtomicU32 = AtomicU32::new(0);
+    let mut cur = SEQNUM.load(Ordering::Relaxed);
+    loop {
+        let next = if cur == 0 {
+            u32::from_le_bytes(random_bytes(4).try_into().expect("4 bytes")).max(1)
+        } else {
+            cur.wrapping_add(1).max(1)
+        };
+        match SEQNUM.compare_exchange_weak(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(now) => cur = now,
+        }
+    }
+}
+
 /// Connect response DW0 bit 17, AUTHREQ.ATR: DH-HMAC-CHAP must run on this
 /// queue before any other command but Fabrics ones.
 pub const CONNECT_AUTHREQ_ATR: u32 = 1 << 17;
@@ -262,6 +292,16 @@ mod tests {
         assert_eq!(sqe.u32_at(44), 1234);
         assert_eq!(AuthCmd::from_sqe(&sqe), c);
         assert_eq!(c.to_sqe(false, 7).fctype(), 0x06);
+    }
+
+    #[test]
+    fn sequence_numbers_count_up_and_skip_zero() {
+        let a = next_seqnum();
+        let b = next_seqnum();
+        // Other tests of this process may take numbers in between.
+        assert!(a != 0 && b != 0 && a != b, "{a} then {b}");
+        assert_eq!(random_bytes(48).len(), 48);
+        assert_ne!(random_bytes(32), random_bytes(32));
     }
 
     #[test]

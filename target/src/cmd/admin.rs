@@ -704,6 +704,7 @@ mod tests {
             local_addr: None,
             read_bufs: Default::default(),
             data_digest: false,
+            auth: Default::default(),
         };
         Env { target, subsys, ctrl, ctx, rx }
     }

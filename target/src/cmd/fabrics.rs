@@ -40,6 +40,9 @@ pub fn parse(ctx: &QueueCtx, sqe: &Sqe) -> Result<(), Status> {
         // moves no data either.
         FabricsType::PROPERTY_GET | FabricsType::PROPERTY_SET if ctx.is_admin() => expect_len(sqe, 0),
         FabricsType::DISCONNECT if !ctx.is_admin() => expect_len(sqe, 0),
+        // Allowed on every connected queue before it has authenticated
+        // (nvmet_parse_fabrics_{admin,io}_cmd).
+        FabricsType::AUTH_SEND | FabricsType::AUTH_RECV => super::auth::parse(sqe),
         _ => Err(Status::INVALID_OPCODE.with_dnr()),
     }
 }
@@ -50,6 +53,8 @@ pub fn execute(ctx: &mut QueueCtx, sqe: &Sqe, data: Bytes) -> Exec {
         FabricsType::CONNECT => connect(ctx, sqe, &data).into(),
         FabricsType::PROPERTY_GET => property_get(ctx, sqe).into(),
         FabricsType::PROPERTY_SET => property_set(ctx, sqe).into(),
+        FabricsType::AUTH_SEND => super::auth::send(ctx, &data).into(),
+        FabricsType::AUTH_RECV => super::auth::receive(ctx, sqe).into(),
         FabricsType::DISCONNECT => {
             // Deletes this I/O queue: answer, then the queue closes.
             ctx.close_requested = true;
@@ -130,19 +135,23 @@ fn connect(ctx: &mut QueueCtx, sqe: &Sqe, data: &[u8]) -> Response {
         let kato = kato.div_ceil(1000).saturating_mul(1000);
         let max_qid = if subsys.discovery { 0 } else { limits.max_io_queues };
         let (hostnqn, hostid, port) = (d.hostnqn.clone(), d.hostid, ctx.port_id);
+        let keys = subsys.host_keys(&d.hostnqn);
         let Some(ctrl) = target.create_controller(|id| {
-            Controller::new(id, subsys.clone(), hostnqn, hostid, port, kato, max_qid)
+            let mut c = Controller::new(id, subsys.clone(), hostnqn, hostid, port, kato, max_qid);
+            c.host_keys = keys;
+            c
         }) else {
             warn!("controller ID space exhausted");
             return Status::CONNECT_CTRL_BUSY.with_dnr().into();
         };
-        info!(cntlid = ctrl.cntlid, subnqn = %subsys.nqn, hostnqn = %d.hostnqn, kato_ms = kato, "controller created");
+        let auth = ctrl.host_keys.is_some();
+        info!(cntlid = ctrl.cntlid, subnqn = %subsys.nqn, hostnqn = %d.hostnqn, kato_ms = kato, auth, "controller created");
         let cntlid = ctrl.cntlid;
         ctx.ctrl = Some(ctrl);
         ctx.qid = Some(0);
         ctx.sqsize = cmd.sqsize;
         ctx.sqflow_disabled = cmd.disable_sqflow();
-        return Response::result(cntlid as u64);
+        return connected(ctx, cntlid, auth);
     }
 
     // I/O queue: join the host's existing controller of this subsystem.
@@ -172,12 +181,23 @@ fn connect(ctx: &mut QueueCtx, sqe: &Sqe, data: &[u8]) -> Response {
         return invalid_param(false, fabrics_off::SQSIZE);
     }
     info!(cntlid = ctrl.cntlid, qid = cmd.qid, entries = cmd.queue_entries(), "I/O queue connected");
-    let cntlid = ctrl.cntlid;
+    let (cntlid, auth) = (ctrl.cntlid, ctrl.host_keys.is_some());
     ctx.ctrl = Some(ctrl);
     ctx.qid = Some(cmd.qid);
     ctx.sqsize = cmd.sqsize;
     ctx.sqflow_disabled = cmd.disable_sqflow();
-    Response::result(cntlid as u64)
+    connected(ctx, cntlid, auth)
+}
+
+/// The Connect response: CNTLID, and AUTHREQ.ATR when the host must
+/// authenticate. nvmet 6.12 sets ATR on every queue of such a host, admin and
+/// I/O (`nvmet_connect_result`; only secure channel concatenation, which
+/// needs TLS, spares the I/O queues), and the Linux host then authenticates
+/// each queue (`nvmf_connect_io_queue`).
+fn connected(ctx: &mut QueueCtx, cntlid: u16, auth: bool) -> Response {
+    ctx.auth = super::auth::QueueAuth::after_connect(auth);
+    let atr = if auth { nvmeof_common::auth::CONNECT_AUTHREQ_ATR } else { 0 };
+    Response::result((cntlid as u32 | atr) as u64)
 }
 
 /// CAP as reported by this target (reference §4.6).

@@ -4,6 +4,7 @@
 //! *executed* once its data is present. NVMe [`Status`] values cross layers.
 
 pub mod admin;
+pub mod auth;
 pub mod discovery;
 pub mod fabrics;
 pub mod io;
@@ -47,6 +48,8 @@ pub struct QueueCtx {
     /// The connection carries data digests (ICReq DDGST): reads ask the
     /// backend for the data's CRC32C where it has one.
     pub data_digest: bool,
+    /// DH-HMAC-CHAP state of the queue.
+    pub auth: auth::QueueAuth,
 }
 
 impl QueueCtx {
@@ -66,6 +69,7 @@ impl QueueCtx {
             local_addr: None,
             read_bufs: std::collections::VecDeque::new(),
             data_digest: false,
+            auth: auth::QueueAuth::default(),
         }
     }
 
@@ -317,6 +321,7 @@ pub fn error_entry(sqid: u16, sqe: &Sqe, status: Status) -> ErrorLogEntry {
             FabricsType::PROPERTY_GET if sqe.cdw(10) & 1 != 0 => OFST,
             FabricsType::PROPERTY_GET => ATTRIB,
             FabricsType::PROPERTY_SET => OFST,
+            FabricsType::AUTH_SEND | FabricsType::AUTH_RECV => auth::invalid_field_offset(sqe),
             _ => NO_ERROR_LOCATION,
         }
     } else if code == Status::INVALID_FIELD
@@ -362,6 +367,10 @@ pub fn parse(ctx: &QueueCtx, sqe: &Sqe) -> Result<(), Status> {
         // Not connected: only Connect is allowed (nvmet_parse_connect_cmd).
         return Err(Status::INVALID_OPCODE.with_dnr());
     };
+    if !ctx.auth.authenticated {
+        // nvmet_parse_{admin,io}_cmd: nvmet_check_auth_status.
+        return Err(Status::AUTH_REQUIRED.with_dnr());
+    }
     if ctx.is_admin() {
         return admin::parse(ctx, ctrl, sqe);
     }

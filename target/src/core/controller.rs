@@ -71,6 +71,8 @@ pub struct Controller {
     pub port_id: u16,
     /// Highest I/O queue ID allowed.
     pub max_qid: u16,
+    /// The host's DH-HMAC-CHAP keys when it must authenticate on every queue.
+    pub host_keys: Option<Arc<crate::config::HostKeys>>,
     regs: Mutex<Regs>,
     /// CC.EN && CSTS.RDY, kept beside `regs` by [`Self::set_cc`]: every I/O
     /// command checks it, and a load keeps the line shared between the
@@ -113,6 +115,7 @@ impl Controller {
             hostid,
             port_id,
             max_qid,
+            host_keys: None,
             regs: Mutex::new(Regs::default()),
             ready: AtomicBool::new(false),
             kato_ms: AtomicU32::new(kato_ms),

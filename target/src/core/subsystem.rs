@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, Weak};
 use arc_swap::ArcSwap;
 
 use super::{Controller, Namespace};
+use crate::config::HostKeys;
 
 /// Namespaces by NSID; replaced whole on change so the I/O path reads it lock-free.
 pub type NamespaceMap = BTreeMap<u32, Arc<Namespace>>;
@@ -22,6 +23,8 @@ pub struct Subsystem {
     pub discovery: bool,
     /// Hosts allowed to connect; `None` allows any host.
     pub allowed_hosts: Option<Vec<String>>,
+    /// DH-HMAC-CHAP keys of the hosts that must authenticate.
+    pub host_keys: BTreeMap<String, Arc<HostKeys>>,
     namespaces: ArcSwap<NamespaceMap>,
     controllers: Mutex<Vec<Weak<Controller>>>,
 }
@@ -37,9 +40,25 @@ impl Subsystem {
             model: model.to_string(),
             discovery,
             allowed_hosts,
+            host_keys: BTreeMap::new(),
             namespaces: ArcSwap::from_pointee(BTreeMap::new()),
             controllers: Mutex::new(Vec::new()),
         }
+    }
+
+    /// With these hosts' DH-HMAC-CHAP keys (each must also be allowed).
+    pub fn with_host_keys(mut self, keys: &BTreeMap<String, HostKeys>) -> Self {
+        self.host_keys = keys.iter().map(|(h, k)| (h.clone(), Arc::new(k.clone()))).collect();
+        self
+    }
+
+    /// The keys `hostnqn` authenticates with, if it must (nvmet_setup_auth:
+    /// never on the discovery subsystem).
+    pub fn host_keys(&self, hostnqn: &str) -> Option<Arc<HostKeys>> {
+        if self.discovery {
+            return None;
+        }
+        self.host_keys.get(hostnqn).cloned()
     }
 
     /// Whether `hostnqn` may connect (nvmet `nvmet_host_allowed`).

@@ -51,6 +51,10 @@ load_params() {
 # ------------------------------------------------------------------ steps
 run_step() { # run_step NAME TIMEOUT FUNC [ARGS...]
     _name=$1; _tmo=$2; shift 2
+    # ONLY_STEPS="a b": run only those steps (and the set-up ones), for development
+    if [ -n "${ONLY_STEPS:-}" ]; then
+        case " $ONLY_STEPS modules net target-setup final-clean " in *" $_name "*) ;; *) return 0 ;; esac
+    fi
     _log=$STEPDIR/$_name.log
     _t0=$(date +%s)
     timeout -s KILL "$_tmo" sh -c '. /guest/lib.sh; . "$SCENARIO_SCRIPT"; "$@"' \

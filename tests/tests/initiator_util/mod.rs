@@ -37,6 +37,7 @@ pub fn config(namespaces: Vec<NamespaceConfig>) -> TargetConfig {
             nqn: SUBNQN.to_string(),
             model: "nvmeof-e2e".to_string(),
             allowed_hosts: None,
+            host_keys: Default::default(),
             namespaces,
         }],
         limits: Limits::default(),

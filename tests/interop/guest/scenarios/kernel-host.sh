@@ -83,8 +83,21 @@
 #                     then the other way round, `nvme ana-log` on each
 #                     controller agreeing; both optimized again, path 2 gone.
 #
+# In-band authentication (DH-HMAC-CHAP):
+#   - auth:           keys from `nvme gen-dhchap-key` (host key with the
+#                     SHA-256 transform, a 48-byte controller key with the
+#                     SHA-384 one); hook "add-subsystem NQN-auth auth HOSTNQN
+#                     KEY CTRLKEY ffdhe2048" (nvmet: hosts/HOSTNQN/dhchap_*
+#                     and allowed_hosts): a connect without a secret, with a
+#                     wrong one, and asking a wrong controller secret all
+#                     fail and leave no controller; the right secret connects
+#                     (I/O verified), re-authenticates on demand (sysfs
+#                     dhchap_secret) and stays live; host + controller secrets
+#                     connect (bidirectional, ffdhe2048); our target's log
+#                     shows each way with the group.
+#
 # PLACEHOLDERS (not implemented yet):
-#   - auth / TLS:        nvme connect --dhchap-secret / --tls when supported.
+#   - TLS:               nvme connect --tls when supported.
 
 : "${TARGET:=host}"
 : "${NQN:=nqn.2026-11.io.nvmeof:interop}"
@@ -315,6 +328,96 @@ kh_read_only_ns() {
     t 30 nvme disconnect -n "$NQN_RO" >/dev/null 2>&1
     wait_no_ctrl "$NQN_RO" 10 || info "a controller of $NQN_RO is still present after disconnect"
     _out=$(kh_subsys remove "$NQN_RO") || fail "remove $NQN_RO: $_out"
+    [ $_rc = 0 ] || exit 1
+}
+
+NQN_AUTH=$NQN-auth
+# auth_connect [nvme connect options]: nvme connect to NQN_AUTH (output in /tmp/auth.txt)
+auth_connect() {
+    t 60 nvme connect -t tcp -a "$NVME_ADDR" -s "$NVME_PORT" -n "$NQN_AUTH" "$@" >/tmp/auth.txt 2>&1
+}
+# auth_refused WHY [options]: the connect must fail and leave no controller
+auth_refused() {
+    _why=$1; shift
+    auth_connect "$@" && fail "connect with $_why succeeded"
+    wait_no_ctrl "$NQN_AUTH" 15 || fail "a controller of $NQN_AUTH is left after the refused connect ($_why)"
+    info "refused with $_why: $(tail -n 1 /tmp/auth.txt)"
+}
+# auth_io TAG: the namespace works
+auth_io() {
+    _d=$(wait_ns_dev "$NQN_AUTH" 30) || fail "no namespace block device for $NQN_AUTH ($1)"
+    dd_verify "$_d" 1 4 "auth-$1"
+}
+auth_disconnect() {
+    t 30 nvme disconnect -n "$NQN_AUTH" >/dev/null 2>&1
+    wait_no_ctrl "$NQN_AUTH" 15 || fail "a controller of $NQN_AUTH is left after disconnect"
+}
+auth_checks() { # auth_checks HOSTKEY CTRLKEY WRONGKEY
+    auth_refused "no secret"
+    auth_refused "a wrong secret" --dhchap-secret="$3"
+    auth_connect --dhchap-secret="$1" || fail "connect with the host secret failed: $(tail -n 2 /tmp/auth.txt | tr '\n' ' ')"
+    auth_io unidirectional
+    _c=$(ctrls_for_nqn "$NQN_AUTH" | head -n 1)
+    _q=$(ls -d /sys/class/nvme/"$_c"/*q* 2>/dev/null | wc -l)
+    # Re-authentication on demand: writing the secret makes the host run
+    # DH-HMAC-CHAP again on every queue (nvme_ctrl_dhchap_secret_store).
+    _r0=$(dmesg | grep -c "$_c: qid .*authentication failed")
+    echo "$1" >/sys/class/nvme/"$_c"/dhchap_secret || fail "write dhchap_secret"
+    sleep 2
+    [ "$(cat /sys/class/nvme/"$_c"/state)" = live ] || fail "$_c is $(cat /sys/class/nvme/"$_c"/state) after re-authentication"
+    [ "$(dmesg | grep -c "$_c: qid .*authentication failed")" = "$_r0" ] || fail "re-authentication failed: $(dmesg | grep "$_c" | tail -n 2)"
+    auth_io re-authenticated
+    auth_disconnect
+    auth_connect --dhchap-secret="$1" --dhchap-ctrl-secret="$2" \
+        || fail "connect with host and controller secrets failed: $(tail -n 2 /tmp/auth.txt | tr '\n' ' ')"
+    auth_io bidirectional
+    auth_disconnect
+    auth_refused "a wrong controller secret" --dhchap-secret="$1" --dhchap-ctrl-secret="$3"
+}
+# gen_key BYTES HMAC NQN: `nvme gen-dhchap-key` from /dev/urandom bytes (its
+# own getrandom(GRND_NONBLOCK) fails while the guest's CRNG is not ready)
+gen_key() {
+    _hex=$(head -c "$1" /dev/urandom | od -An -v -tx1 | tr -d ' \n')
+    nvme gen-dhchap-key --secret="$_hex" --key-length="$1" --hmac="$2" --nqn="$3" 2>&1
+}
+kh_auth() {
+    HOSTNQN=$(cat /etc/nvme/hostnqn)
+    _hk=$(gen_key 32 1 "$HOSTNQN") || fail "nvme gen-dhchap-key: $_hk"
+    _ck=$(gen_key 48 2 "$NQN_AUTH") || fail "nvme gen-dhchap-key (controller): $_ck"
+    _bad=$(gen_key 32 1 "$HOSTNQN") || fail "nvme gen-dhchap-key (wrong): $_bad"
+    info "keys: host $(echo "$_hk" | cut -c1-10)..., controller $(echo "$_ck" | cut -c1-10)..."
+    if [ "$TARGET" = kernel-guest ]; then
+        _h=$NVMET/hosts/$HOSTNQN
+        _s=$NVMET/subsystems/$NQN_AUTH
+        mkdir -p "$_h" && echo "$_hk" >"$_h/dhchap_key" && echo "$_ck" >"$_h/dhchap_ctrl_key" \
+            && echo ffdhe2048 >"$_h/dhchap_dhgroup" || fail "nvmet host keys"
+        mkdir "$_s" && echo 0 >"$_s/attr_allow_any_host" && ln -s "$_h" "$_s/allowed_hosts/$HOSTNQN" \
+            && mkdir "$_s/namespaces/1" && truncate -s 64M /srv/auth.img \
+            && echo -n /srv/auth.img >"$_s/namespaces/1/device_path" && echo 1 >"$_s/namespaces/1/enable" \
+            && ln -s "$_s" "$NVMET/ports/1/subsystems/$NQN_AUTH" || fail "nvmet subsystem $NQN_AUTH"
+    else
+        hook_call add-subsystem 60 "$NQN_AUTH" auth "$HOSTNQN" "$_hk" "$_ck" ffdhe2048 \
+            || fail "add $NQN_AUTH: ${HOOK_REPLY:-no reply}"
+    fi
+    ( auth_checks "$_hk" "$_ck" "$_bad" )
+    _rc=$?
+    t 30 nvme disconnect -n "$NQN_AUTH" >/dev/null 2>&1
+    wait_no_ctrl "$NQN_AUTH" 10 || info "a controller of $NQN_AUTH is still present"
+    if [ "$TARGET" = kernel-guest ]; then
+        rm -f "$NVMET/ports/1/subsystems/$NQN_AUTH" "$_s/allowed_hosts/$HOSTNQN"
+        echo 0 >"$_s/namespaces/1/enable"; rmdir "$_s/namespaces/1" "$_s" "$_h"; rm -f /srv/auth.img
+    else
+        if [ $_rc = 0 ]; then
+            hook_call log-count 30 host authenticated
+            case $HOOK_REPLY in *"count=0 "*|"") fail "the target logged no unidirectional authentication: $HOOK_REPLY" ;; esac
+            case $HOOK_REPLY in *ffdhe2048*) ;; *) fail "not ffdhe2048: $HOOK_REPLY" ;; esac
+            info "target: ${HOOK_REPLY#HOOKACK log-count 0 }"
+            hook_call log-count 30 host and controller authenticated
+            case $HOOK_REPLY in *"count=0 "*|"") fail "the target logged no bidirectional authentication: $HOOK_REPLY" ;; esac
+            info "target: ${HOOK_REPLY#HOOKACK log-count 0 }"
+        fi
+        _out=$(kh_subsys remove "$NQN_AUTH") || fail "remove $NQN_AUTH: $_out"
+    fi
     [ $_rc = 0 ] || exit 1
 }
 
@@ -823,6 +926,7 @@ scenario_main() {
     else
         info "reconfiguration steps (connect-reconf ... disconnect-reconf) left out: KH_RECONF=$KH_RECONF"
     fi
-    # PLACEHOLDERS (see the header): auth/TLS.
+    run_step auth 300 kh_auth
+    # PLACEHOLDERS (see the header): TLS.
     run_step final-clean 60 kh_final_clean
 }
