@@ -469,7 +469,10 @@ struct RawSubsystem {
 
 /// An `allowed_hosts` entry: an NQN, or a table with the host's keys.
 #[derive(Deserialize)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "an allowed host: an NQN, or a table of nqn and (all optional) dhchap_key, dhchap_ctrl_key, dhchap_hash, dhchap_dhgroup"
+)]
 enum RawHost {
     Nqn(String),
     Keys(RawHostKeys),
@@ -882,6 +885,55 @@ mod tests {
     /// NQNs are 1..=223 bytes: an empty subsystem NQN was exported (and
     /// printed as `nvme connect ... -n `), and an empty or overlong allowed
     /// host, which no host can send, was accepted.
+    /// `allowed_hosts` entries may be tables with DH-HMAC-CHAP keys; every
+    /// bad value names its key.
+    #[test]
+    fn allowed_hosts_take_dhchap_keys() {
+        let key = DhchapSecret::new(vec![3; 32], HashId::SHA256).unwrap().to_string();
+        let ckey = DhchapSecret::new(vec![4; 48], HashId(0)).unwrap().to_string();
+        let cfg = |hosts: &str| {
+            TargetConfig::from_toml(&format!(
+                "[[subsystem]]\nnqn = \"nqn.2026-11.x:s\"\nallowed_hosts = [{hosts}]\n[[subsystem.namespace]]\nram = \"1M\"\n"
+            ))
+        };
+        let c = cfg(&format!(
+            "\"nqn.2026-11.x:plain\", {{ nqn = \"nqn.2026-11.x:h\", dhchap_key = \"{key}\", \
+             dhchap_ctrl_key = \"{ckey}\", dhchap_hash = \"hmac(sha512)\", dhchap_dhgroup = \"ffdhe3072\" }}, \
+             {{ nqn = \"nqn.2026-11.x:nokeys\" }}"
+        ))
+        .unwrap();
+        let s = &c.subsystems[0];
+        assert_eq!(
+            s.allowed_hosts.as_deref(),
+            Some(
+                &["nqn.2026-11.x:plain".to_string(), "nqn.2026-11.x:h".into(), "nqn.2026-11.x:nokeys".into()]
+                    [..]
+            )
+        );
+        assert_eq!(s.host_keys.len(), 1);
+        let k = &s.host_keys["nqn.2026-11.x:h"];
+        assert_eq!(k.key.to_string(), key);
+        assert_eq!(k.ctrl_key.as_ref().map(|c| c.to_string()), Some(ckey));
+        assert_eq!((k.hash, k.dhgroup), (HashId::SHA512, DhGroup::FFDHE3072));
+        // nvmet's defaults.
+        let c = cfg(&format!("{{ nqn = \"nqn.2026-11.x:h\", dhchap_key = \"{key}\" }}")).unwrap();
+        let k = &c.subsystems[0].host_keys["nqn.2026-11.x:h"];
+        assert_eq!((k.hash, k.dhgroup, k.ctrl_key.is_none()), (HashId::SHA256, DhGroup::NULL, true));
+        for (entry, want) in [
+            ("dhchap_key = \"DHHC-1:00:AAAA:\"", "allowed_hosts[0].dhchap_key"),
+            ("dhchap_key = \"KEY\", dhchap_ctrl_key = \"x\"", "allowed_hosts[0].dhchap_ctrl_key"),
+            ("dhchap_key = \"KEY\", dhchap_hash = \"md5\"", "allowed_hosts[0].dhchap_hash"),
+            ("dhchap_key = \"KEY\", dhchap_dhgroup = \"ffdhe1024\"", "allowed_hosts[0].dhchap_dhgroup"),
+            ("dhchap_ctrl_key = \"KEY\"", "allowed_hosts[0].dhchap_key"),
+            ("dhchap_kye = \"KEY\"", "an NQN, or a table of nqn and (all optional) dhchap_key"),
+        ] {
+            let e = cfg(&format!("{{ nqn = \"nqn.2026-11.x:h\", {} }}", entry.replace("KEY", &key)))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(want), "{entry}: {e}");
+        }
+    }
+
     #[test]
     fn subsystem_and_host_nqns_are_checked() {
         let sub = |nqn: &str, hosts: &str| {

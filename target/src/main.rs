@@ -35,7 +35,7 @@ enum Cmd {
 #[derive(clap::Args)]
 struct ServeArgs {
     /// TOML configuration (ports, subsystems, namespaces, allowed hosts); excludes the other export flags.
-    #[arg(long, conflicts_with_all = ["file", "size", "ram", "block", "listen", "nqn", "allow_host", "block_size", "read_only"])]
+    #[arg(long, conflicts_with_all = ["file", "size", "ram", "block", "listen", "nqn", "allow_host", "dhchap_secret", "block_size", "read_only"])]
     config: Option<PathBuf>,
     /// Export this regular file (repeat for several namespaces).
     #[arg(long)]
@@ -476,6 +476,57 @@ mod tests {
                 "  nvme connect -t tcp -a <this-host-ip> -s 4421 -n nqn.2026-11.x:y",
             ]
         );
+    }
+
+    /// `--dhchap-secret` gives every `--allow-host` the keys; the printed
+    /// connect lines ask for the secrets without showing them.
+    #[test]
+    fn dhchap_flags_key_every_allowed_host() {
+        use nvmeof_common::auth::{DhGroup, DhchapSecret, HashId};
+        let key = DhchapSecret::new(vec![5; 32], HashId(0)).unwrap().to_string();
+        let ckey = DhchapSecret::new(vec![6; 64], HashId::SHA512).unwrap().to_string();
+        let (h1, h2) = ("nqn.2026-11.x:h1", "nqn.2026-11.x:h2");
+        let c = flags(&[
+            "--ram",
+            "1M",
+            "--allow-host",
+            h1,
+            "--allow-host",
+            h2,
+            "--dhchap-secret",
+            &key,
+            "--dhchap-ctrl-secret",
+            &ckey,
+            "--dhchap-dhgroup",
+            "ffdhe4096",
+        ])
+        .unwrap();
+        let keys = &c.subsystems[0].host_keys;
+        assert_eq!(keys.len(), 2);
+        for h in [h1, h2] {
+            let k = &keys[h];
+            assert_eq!(
+                (k.key.to_string(), k.ctrl_key.as_ref().unwrap().to_string()),
+                (key.clone(), ckey.clone())
+            );
+            assert_eq!((k.hash, k.dhgroup), (HashId::SHA256, DhGroup::FFDHE4096));
+        }
+        let lines = host_commands(&c, &["127.0.0.1:4420".parse().unwrap()]);
+        assert!(
+            lines[2].ends_with(&format!(
+                "--hostnqn {h1} --dhchap-secret <host secret> --dhchap-ctrl-secret <controller secret>"
+            )),
+            "{lines:?}"
+        );
+        assert!(lines[1].ends_with(&format!("--hostnqn {h1}")), "discovery needs no secret: {lines:?}");
+        assert!(!lines.iter().any(|l| l.contains("DHHC")), "secrets printed: {lines:?}");
+        // Errors name the flag; a secret needs an allowed host.
+        let e = flags(&["--ram", "1M", "--allow-host", h1, "--dhchap-secret", "DHHC-1:00:xx:"]).unwrap_err();
+        assert!(e.contains("--dhchap-secret"), "{e}");
+        let e = flags(&["--ram", "1M", "--allow-host", h1, "--dhchap-secret", &key, "--dhchap-hash", "md5"])
+            .unwrap_err();
+        assert!(e.contains("--dhchap-hash"), "{e}");
+        assert!(flags(&["--ram", "1M", "--dhchap-secret", &key]).is_err());
     }
 
     #[test]

@@ -68,20 +68,23 @@ pub struct QueueAuth {
     /// Whether commands other than Fabrics ones may run.
     pub authenticated: bool,
     step: Step,
+    /// The transaction's ID, kept for a Failure1 after a refused negotiation
+    /// (nvmet stores `dhchap_tid` before it checks the message).
+    t_id: u16,
     tx: Option<Box<Transaction>>,
 }
 
 impl Default for QueueAuth {
     /// A queue that needs no authentication.
     fn default() -> Self {
-        Self { required: false, authenticated: true, step: Step::Negotiate, tx: None }
+        Self { required: false, authenticated: true, step: Step::Negotiate, t_id: 0, tx: None }
     }
 }
 
 impl QueueAuth {
     /// The state after Connect: authentication is required when the host has keys.
     pub fn after_connect(required: bool) -> Self {
-        Self { required, authenticated: !required, step: Step::Negotiate, tx: None }
+        Self { required, authenticated: !required, step: Step::Negotiate, t_id: 0, tx: None }
     }
 }
 
@@ -238,6 +241,7 @@ pub fn send(ctx: &mut QueueCtx, data: &Bytes) -> Response {
     match msg {
         AuthMessage::Negotiate(n) => {
             // Any step: a (re)start of the exchange (re-authentication).
+            ctx.auth.t_id = n.t_id;
             match negotiate(ctx, &n) {
                 Ok(tx) => {
                     ctx.auth.tx = Some(tx);
@@ -368,7 +372,7 @@ pub fn receive(ctx: &mut QueueCtx, sqe: &Sqe) -> Response {
                 Step::Failure1(r) => r,
                 _ => FailureReason::FAILED,
             };
-            let t_id = ctx.auth.tx.as_ref().map_or(0, |t| t.t_id);
+            let t_id = ctx.auth.t_id;
             let msg = AuthMessage::Failure1(Failure::new(t_id, reason));
             warn!(%reason, hostnqn = %ctrl.hostnqn, "authentication failed: AUTH_Failure1 sent, closing the queue");
             ctx.auth.authenticated = false;
