@@ -2,11 +2,12 @@
 //! admin commands, keep-alive and reconnect.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use nvmeof_common::auth::{CONNECT_AUTHREQ_ASCR, CONNECT_AUTHREQ_ATR};
 use nvmeof_common::opcode::AdminOpcode;
 use nvmeof_common::spec::discovery::{DiscoveryLog, DiscoveryLogHeader, DISC_RECORD_LEN};
 use nvmeof_common::spec::features::{FeatureId, GetFeaturesCmd, NumQueues, SetFeaturesCmd};
@@ -22,8 +23,9 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, info_span, warn, Instrument};
 
+use crate::auth::{self, HostExchange};
 use crate::driver::{spawn_driver, DriverCtrl, DriverParams, Payload, QueueShared, RxStats, SupMsg};
-use crate::error::{Error, Result};
+use crate::error::{AuthError, Error, Result};
 use crate::events::{self, ControllerEvent};
 use crate::namespace::Namespace;
 use crate::options::{ConnectOptions, HostIdentity, QueueSelect};
@@ -93,6 +95,8 @@ pub(crate) struct Core {
     rr: AtomicUsize,
     /// Asynchronous events for [`Controller::events`].
     pub(crate) events: broadcast::Sender<ControllerEvent>,
+    /// Next DH-HMAC-CHAP transaction identifier ([`Setup::t_ids`]).
+    t_ids: AtomicU16,
 }
 
 pub(crate) struct Handle {
@@ -162,6 +166,10 @@ struct Setup<'a> {
     subnqn: &'a str,
     host: &'a HostIdentity,
     opts: &'a ConnectOptions,
+    /// DH-HMAC-CHAP transaction identifiers: one counter per controller, as
+    /// Linux's `ctrl->transaction++` (any value is valid; distinct ones let
+    /// the controller tell a late message of an earlier exchange apart).
+    t_ids: &'a AtomicU16,
 }
 
 struct AdminSetup {
@@ -218,9 +226,44 @@ impl Setup<'_> {
         release: bool,
     ) -> Result<Cqe> {
         let stream = tcp_connect(self.addr, self.opts).await?;
+        let qid = cfg.qid;
         let (tx, rx) = oneshot::channel();
         q.send_ctrl(DriverCtrl::Attach { stream, cfg, connect, epoch, release, reply: tx });
-        rx.await.map_err(|_| Error::Shutdown)?
+        let cqe = rx.await.map_err(|_| Error::Shutdown)??;
+        // The driver kept the queue closed to other commands (see `DriverCtrl::Attach`).
+        if self.authenticate(q, qid, cqe.dw0()).await? && release {
+            q.send_ctrl(DriverCtrl::Release);
+        }
+        Ok(cqe)
+    }
+
+    /// Runs DH-HMAC-CHAP on a queue whose Connect response (`dw0`) asks for
+    /// it, as Linux's `nvmf_connect_admin_queue` / `nvmf_connect_io_queue`
+    /// do: ASCR is refused (secure channel concatenation needs TLS), ATR
+    /// without a host key fails ("qid N: no key"). Returns whether it ran.
+    async fn authenticate(&self, q: &QueueShared, qid: u16, dw0: u32) -> Result<bool> {
+        if dw0 & CONNECT_AUTHREQ_ASCR != 0 {
+            warn!(qid, "secure channel concatenation required; not supported");
+            return Err(Error::Auth { qid, reason: AuthError::ConcatenationRequired });
+        }
+        if dw0 & CONNECT_AUTHREQ_ATR == 0 {
+            return Ok(false);
+        }
+        let Some(key) = &self.opts.dhchap_secret else {
+            warn!(qid, "authentication required but no key");
+            return Err(Error::Auth { qid, reason: AuthError::NoKey });
+        };
+        let t_id = self.t_ids.fetch_add(1, Ordering::Relaxed);
+        let ex = HostExchange::new(
+            qid,
+            t_id,
+            &self.host.nqn,
+            self.subnqn,
+            key.clone(),
+            self.opts.dhchap_ctrl_secret.clone(),
+        );
+        auth::authenticate(q, ex, self.opts.connect_timeout).await?;
+        Ok(true)
     }
 
     /// Admin queue: connect, enable, identify (reference §4.5 steps 1–7).
@@ -231,11 +274,6 @@ impl Setup<'_> {
             .attach(admin, cfg, self.connect_cmd(0, ADMIN_ENTRIES, kato_ms, CNTLID_DYNAMIC), epoch, false)
             .await?;
         let cntlid = cqe.dw0() as u16;
-        if cqe.dw0() & (1 << 17) != 0 {
-            return Err(Error::Controller(
-                "controller requires in-band authentication (not supported)".into(),
-            ));
-        }
         let cap = Cap(prop_get(admin, PropertyOffset::CAP, true).await?);
         if cap.mpsmin() > 0 {
             return Err(Error::Controller(format!(
@@ -456,7 +494,13 @@ impl Core {
     }
 
     fn setup(&self) -> Setup<'_> {
-        Setup { addr: self.addr, subnqn: &self.subnqn, host: &self.host, opts: &self.opts }
+        Setup {
+            addr: self.addr,
+            subnqn: &self.subnqn,
+            host: &self.host,
+            opts: &self.opts,
+            t_ids: &self.t_ids,
+        }
     }
 
     pub(crate) fn info(&self) -> Arc<ControllerInfo> {
@@ -643,6 +687,11 @@ impl Controller {
         if host.nqn.is_empty() || host.nqn.len() >= 256 {
             return Err(Error::InvalidArgument(format!("host NQN length {} out of range", host.nqn.len())));
         }
+        // The controller is only challenged within an exchange the host key
+        // starts: alone, a controller key would silently go unused.
+        if opts.dhchap_ctrl_secret.is_some() && opts.dhchap_secret.is_none() {
+            return Err(Error::InvalidArgument("dhchap_ctrl_secret needs dhchap_secret".into()));
+        }
         let (sup_tx, sup_rx) = mpsc::unbounded_channel();
         let ctrl_span = info_span!("nvme_ctrl", %addr, subnqn, cntlid = tracing::field::Empty);
         let queue_span =
@@ -663,7 +712,8 @@ impl Controller {
         // the process lived, its socket open until the connection failed on
         // its own (ICResp or command timeout, the target's keep-alive timeout).
         let mut spawned = SpawnedDrivers(vec![admin.clone()]);
-        let setup = Setup { addr, subnqn, host: &host, opts: &opts };
+        let t_ids = AtomicU16::new(0);
+        let setup = Setup { addr, subnqn, host: &host, opts: &opts, t_ids: &t_ids };
         let epoch = 1;
         let mut io = Vec::new();
         let r: Result<ControllerInfo> = async {
@@ -705,6 +755,7 @@ impl Controller {
             epoch: AtomicU64::new(epoch),
             rr: AtomicUsize::new(0),
             events: events::channel(),
+            t_ids: AtomicU16::new(t_ids.into_inner()),
         });
         let sup = tokio::spawn(supervise(core.clone(), sup_rx).instrument(ctrl_span.clone()));
         let handle = Arc::new(Handle {

@@ -46,6 +46,7 @@ use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use nvmeof_common::auth::{CONNECT_AUTHREQ_ASCR, CONNECT_AUTHREQ_ATR};
 use nvmeof_common::decoder::PduDecoder;
 use nvmeof_common::digest::{crc32c_append, DIGEST_LEN};
 use nvmeof_common::out::OutQueue;
@@ -224,13 +225,16 @@ pub(crate) enum DriverCtrl {
         cfg: QueueConfig,
         connect: Command,
         epoch: u64,
-        /// Resubmit parked commands as soon as Connect succeeds (I/O queues).
+        /// Resubmit parked commands as soon as Connect succeeds (I/O queues),
+        /// unless its response asks for authentication: then only setup
+        /// commands run until [`DriverCtrl::Release`].
         release: bool,
         reply: oneshot::Sender<Result<Cqe>>,
     },
     /// Close the connection; park (or fail) outstanding commands.
     Detach,
-    /// Resubmit parked commands and accept new ones (admin queue, once enabled).
+    /// Resubmit parked commands and accept new ones (admin queue, once
+    /// enabled; an I/O queue once authenticated).
     Release,
     /// Fail everything outstanding, parked and future with this error.
     Fail(Error),
@@ -1052,6 +1056,11 @@ impl Driver {
         match m {
             DriverCtrl::Attach { stream, cfg, connect, epoch, release, reply } => {
                 self.drop_conn(Error::ConnectionLost, false);
+                // A Release meant for an earlier connection (sent after that
+                // one was already lost: `drop_conn` had nothing to reset) must
+                // not let parked commands onto this one before its Connect,
+                // and authentication, are done.
+                self.released = false;
                 if let Some(e) = &self.failed {
                     let _ = reply.send(Err(e.clone()));
                     return false;
@@ -1295,6 +1304,12 @@ impl Driver {
                         Ok(cqe) => {
                             c.connected = true;
                             became_connected = true;
+                            // AUTHREQ (ATR, ASCR): the controller refuses other
+                            // commands until the queue has authenticated
+                            // (01h/91h with DNR), so keep them parked.
+                            if cqe.dw0() & (CONNECT_AUTHREQ_ATR | CONNECT_AUTHREQ_ASCR) != 0 {
+                                c.release_on_connect = false;
+                            }
                             let id = if c.queue.config().qid == 0 { cqe.dw0() as u16 } else { cntlid };
                             self.span.record("cntlid", id);
                         }

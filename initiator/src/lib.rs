@@ -12,6 +12,9 @@
 //! - [`Controller`] (`controller`): association setup (Connect, CC enable,
 //!   Identify, Number of Queues, I/O queue Connects), admin commands,
 //!   keep-alive and reconnect with backoff, orderly shutdown.
+//! - `auth` (private): DH-HMAC-CHAP in-band authentication of a queue whose
+//!   Connect asks for it ([`ConnectOptions::dhchap_secret`]), the protocol
+//!   steps apart from the commands that carry them.
 //! - [`Namespace`] (`namespace`): block I/O (read/write/FUA, flush, write
 //!   zeroes, deallocate, compare, batches), split by MDTS.
 //! - [`ControllerEvent`] (`events`): asynchronous events; a task per
@@ -59,6 +62,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod auth;
 mod controller;
 mod discovery;
 mod driver;
@@ -72,7 +76,7 @@ pub mod queue;
 pub use controller::{Controller, ControllerInfo, ControllerState};
 pub use discovery::{connect_entry, discover, nvme_subsystems};
 pub use driver::{Payload, RxStats};
-pub use error::{CommandInfo, Error, Result};
+pub use error::{AuthError, CommandInfo, Error, Result};
 pub use events::ControllerEvent;
 pub use multipath::{MultipathNamespace, MultipathOptions, PathPolicy, PathStatus};
 pub use namespace::{Batch, IoFlags, Namespace};

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use nvmeof_common::auth::DhchapSecret;
 use nvmeof_common::spec::nqn;
 
 /// Host NQN and host identifier (HOSTID) sent in every Connect.
@@ -215,6 +216,21 @@ pub struct ConnectOptions {
     /// outstanding, as the Linux host does; see
     /// [`crate::Controller::events`]. Takes one admin command slot.
     pub async_events: bool,
+    /// The host's DH-HMAC-CHAP secret (`nvme connect --dhchap-secret`; parse
+    /// the `DHHC-1:…` text with `str::parse`). When a Connect response asks
+    /// for in-band authentication (AUTHREQ.ATR), on the admin queue or an I/O
+    /// queue, at connect or reconnect, the queue runs DH-HMAC-CHAP with it
+    /// (any hash, any DH group the controller picks) before anything else is
+    /// sent on it (each step within [`Self::connect_timeout`]); without it
+    /// such a connect fails with [`Error::Auth`](crate::Error::Auth). A
+    /// controller that does not ask is used without authentication, as the
+    /// Linux host does.
+    pub dhchap_secret: Option<DhchapSecret>,
+    /// The controller's secret (`--dhchap-ctrl-secret`): with it the host also
+    /// challenges the controller (bidirectional authentication) and fails the
+    /// connect unless the controller's response proves it holds this secret.
+    /// Needs [`Self::dhchap_secret`].
+    pub dhchap_ctrl_secret: Option<DhchapSecret>,
 }
 
 impl Default for ConnectOptions {
@@ -236,6 +252,8 @@ impl Default for ConnectOptions {
             send_buffer: nvmeof_net::default_send_buffer(),
             congestion_control: None,
             async_events: true,
+            dhchap_secret: None,
+            dhchap_ctrl_secret: None,
         }
     }
 }

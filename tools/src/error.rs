@@ -127,6 +127,9 @@ pub fn classify(e: &Error) -> (ErrorKind, String) {
         | Error::ControllerLost(_)
         | Error::NoPath(_) => (ErrorKind::Transport, e.to_string()),
         Error::Shutdown | Error::Spec(_) | Error::Controller(_) => (ErrorKind::Transport, e.to_string()),
+        // A refusal, as a rejected Connect is: retrying with the same keys
+        // cannot help (the library does not retry either).
+        Error::Auth { .. } => (ErrorKind::Nvme, e.to_string()),
         Error::InvalidArgument(m) => {
             if m.contains("not active") {
                 (ErrorKind::NotFound, m.clone())
@@ -247,6 +250,19 @@ mod tests {
             ToolError::from_initiator("connect", &connect_err(Status::CONNECT_INVALID_PARAM.with_dnr(), dw0));
         assert_eq!(e.exit_code(), ExitCode::NotFound);
         assert!(e.message.contains("subsystem not found") && e.message.contains("SC 0x82"), "{e}");
+    }
+
+    #[test]
+    fn authentication_failures_are_refusals() {
+        use nvmeof_common::auth::FailureReason;
+        use nvmeof_initiator::AuthError;
+        let e = Error::Auth { qid: 0, reason: AuthError::Refused(FailureReason::FAILED) };
+        let t = ToolError::from_initiator("connect", &e);
+        assert_eq!(t.exit_code(), ExitCode::NvmeStatus);
+        assert!(t.message.contains("qid 0: authentication failed: the controller refused"), "{t}");
+        let t = ToolError::from_initiator("connect", &Error::Auth { qid: 1, reason: AuthError::NoKey });
+        assert_eq!(t.kind, ErrorKind::Nvme);
+        assert!(t.message.contains("no key"), "{t}");
     }
 
     #[test]
