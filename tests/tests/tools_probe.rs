@@ -1024,3 +1024,73 @@ async fn admin_cli_events() {
     })
     .await;
 }
+
+/// `nvmeof gen-dhchap-key` prints secrets nvme-cli's format describes, and
+/// both tools authenticate with `--dhchap-secret` (DH-HMAC-CHAP) where the
+/// target requires it; without it, or with a wrong one, they fail with an
+/// NVMe-refusal exit code that says what to give.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_authenticate_with_dhchap_secrets() {
+    use nvmeof_common::auth::{DhchapSecret, HashId};
+    bounded(60, async {
+        let parse = |s: String| s.trim().parse::<DhchapSecret>().unwrap_or_else(|e| panic!("{s:?}: {e}"));
+        let k = parse(admin(&["nvmeof", "gen-dhchap-key"], b"").await.unwrap());
+        assert_eq!((k.key().len(), k.transform()), (32, HashId::SHA256));
+        let k3 = parse(admin(&["nvmeof", "gen-dhchap-key", "--hmac", "3"], b"").await.unwrap());
+        assert_eq!((k3.key().len(), k3.transform()), (64, HashId::SHA512));
+        let j: Value =
+            serde_json::from_str(&admin(&["nvmeof", "--json", "gen-dhchap-key", "--hmac", "0", "--key-length", "48"], b"").await.unwrap())
+                .unwrap();
+        let k0 = parse(j["secret"].as_str().unwrap().to_string());
+        assert_eq!((k0.key().len(), k0.transform()), (48, HashId(0)));
+        assert_ne!(admin(&["nvmeof", "gen-dhchap-key"], b"").await.unwrap().trim(), k.to_string(), "random");
+        assert!(admin::Cli::parse_args(["nvmeof", "gen-dhchap-key", "--key-length", "40"]).is_err());
+
+        const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:a5a5a5a5-0000-4000-8000-000000000001";
+        init_tracing();
+        let cfg = TargetConfig::from_toml(&format!(
+            "[[port]]\nlisten = \"127.0.0.1:0\"\n[[subsystem]]\nnqn = \"{NQN}\"\n\
+             allowed_hosts = [{{ nqn = \"{HOST}\", dhchap_key = \"{k}\", dhchap_ctrl_key = \"{k3}\", dhchap_dhgroup = \"ffdhe2048\" }}]\n\
+             [[subsystem.namespace]]\nram = \"1M\"\n"
+        ))
+        .unwrap();
+        let server = Server::start(&cfg).await.unwrap();
+        let a = server.local_addrs[0].to_string();
+        let (ks, k3s) = (k.to_string(), k3.to_string());
+        let list = |extra: &'static [&'static str], secrets: Vec<String>| {
+            let a = a.clone();
+            async move {
+                let mut args: Vec<String> = ["nvmeof", "--hostnqn", HOST].iter().map(|s| s.to_string()).collect();
+                args.extend(secrets);
+                args.extend(["list", &a, "--nqn", NQN].iter().map(|s| s.to_string()));
+                args.extend(extra.iter().map(|s| s.to_string()));
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                admin(&args, b"").await
+            }
+        };
+        let out = list(&[], vec!["--dhchap-secret".into(), ks.clone()]).await.unwrap();
+        assert!(out.contains("1 MiB") || out.contains("1.0 MiB") || out.contains("1048576"), "{out}");
+        list(&[], vec!["--dhchap-secret".into(), ks.clone(), "--dhchap-ctrl-secret".into(), k3s.clone()]).await.unwrap();
+        let e = list(&[], vec![]).await.unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::NvmeStatus, "{e}");
+        assert!(e.to_string().contains("--dhchap-secret"), "{e}");
+        let e = list(&[], vec!["--dhchap-secret".into(), k0.to_string()]).await.unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::NvmeStatus, "{e}");
+        assert!(e.to_string().contains("refused"), "{e}");
+        // The controller key of the wrong host: the tool refuses the target.
+        let e = list(&[], vec!["--dhchap-secret".into(), ks.clone(), "--dhchap-ctrl-secret".into(), ks.clone()])
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("dhchap_ctrl_secret"), "{e}");
+        // The probe, two queues, each authenticated.
+        let opts = ProbeOptions::parse_args([
+            "nvmeof-probe", &a, "--nqn", NQN, "--hostnqn", HOST, "--dhchap-secret", &ks, "--dhchap-ctrl-secret", &k3s,
+            "--queues", "2", "--time", "300ms", "--quiet",
+        ])
+        .unwrap();
+        let r = nvmeof_tools::run_probe(&opts).await.unwrap();
+        assert!(r.read.ops > 0);
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}

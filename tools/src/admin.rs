@@ -1,4 +1,4 @@
-//! The `nvmeof` admin CLI: discover, identify, list, ana-log, events, read, write.
+//! The `nvmeof` admin CLI: discover, identify, list, ana-log, events, read, write, gen-dhchap-key.
 //!
 //! Output goes to the writer the caller passes (the binary passes stdout),
 //! human-readable by default and JSON with `--json`. Every failure is a
@@ -19,14 +19,16 @@ use serde_json::{json, Value};
 
 use crate::error::ToolError;
 use crate::probe::{connect, connect_options, discovery_options, namespace_info};
-use crate::util::{fmt_bytes, parse_host_nqn, parse_positive_duration, target_addr, DEFAULT_PORT};
+use crate::util::{
+    fmt_bytes, parse_dhchap_secret, parse_host_nqn, parse_positive_duration, target_addr, DEFAULT_PORT,
+};
 
 /// `nvmeof`: administer and access NVMe/TCP targets.
 #[derive(clap::Parser, Debug, Clone)]
 #[command(
     name = "nvmeof",
     version,
-    about = "NVMe/TCP admin CLI: discover, identify, list, ana-log, events, read, write",
+    about = "NVMe/TCP admin CLI: discover, identify, list, ana-log, events, read, write, gen-dhchap-key",
     after_help = "ADDR is HOST[:PORT]; the default port is 4420 (nvmeof-target serves discovery and I/O \
                   on the same port; a Linux nvmet discovery port is usually 8009: give it explicitly).\n\
                   Exit codes: 0 ok, 1 NVMe error status (e.g. Connect rejected), 2 usage, \
@@ -45,6 +47,13 @@ pub struct Cli {
     /// Enable header and data digests.
     #[arg(long, global = true)]
     pub digests: bool,
+    /// DH-HMAC-CHAP secret for targets that require in-band authentication
+    /// (`DHHC-1:..`, as `nvme connect --dhchap-secret`).
+    #[arg(long, global = true, value_name = "SECRET", value_parser = parse_dhchap_secret)]
+    pub dhchap_secret: Option<nvmeof_common::auth::DhchapSecret>,
+    /// The controller's DH-HMAC-CHAP secret: the target must authenticate too.
+    #[arg(long, global = true, value_name = "SECRET", value_parser = parse_dhchap_secret, requires = "dhchap_secret")]
+    pub dhchap_ctrl_secret: Option<nvmeof_common::auth::DhchapSecret>,
     /// What to do.
     #[command(subcommand)]
     pub cmd: Command,
@@ -106,6 +115,16 @@ pub enum Command {
         #[arg(long, value_parser = parse_positive_duration)]
         duration: Option<Duration>,
     },
+    /// Print a new random DH-HMAC-CHAP secret (`DHHC-1:..`, as `nvme gen-dhchap-key`) for
+    /// `nvmeof-target --dhchap-secret`, nvmet's dhchap_key and `nvme connect --dhchap-secret`.
+    GenDhchapKey {
+        /// Hash that transforms the secret with the NQN before use: 0 none, 1 SHA-256, 2 SHA-384, 3 SHA-512.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=3))]
+        hmac: u8,
+        /// Key length in bytes: 32, 48 or 64 (default: the hash's length, 32 without one).
+        #[arg(long, value_parser = ["32", "48", "64"])]
+        key_length: Option<String>,
+    },
     /// Read blocks to stdout or a file.
     Read {
         /// Target address.
@@ -165,6 +184,8 @@ impl Cli {
         ConnectOptions {
             connect_timeout: self.timeout,
             command_timeout: self.timeout,
+            dhchap_secret: self.dhchap_secret.clone(),
+            dhchap_ctrl_secret: self.dhchap_ctrl_secret.clone(),
             ..connect_options(io_queues, 16, self.digests, self.hostnqn.as_deref(), 0)
         }
     }
@@ -193,6 +214,20 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
                 emit(out, &discovery_json(&log))
             } else {
                 write!(out, "{}", discovery_text(&addr, &log)).map_err(out_err)
+            }
+        }
+        Command::GenDhchapKey { hmac, key_length } => {
+            let hash = nvmeof_common::auth::HashId(*hmac);
+            let len = match key_length {
+                Some(l) => l.parse().expect("clap checked the value"),
+                None => hash.len().max(32),
+            };
+            let secret = nvmeof_common::auth::DhchapSecret::generate(len, hash)
+                .map_err(|e| ToolError::usage(e.to_string()))?;
+            if cli.json {
+                emit(out, &json!({ "secret": secret.to_string(), "key_length": len, "hmac": hmac }))
+            } else {
+                writeln!(out, "{secret}").map_err(out_err)
             }
         }
         Command::Identify { addr, nqn, nsid } => {

@@ -186,9 +186,7 @@ fn explain_connect(status: Status, result: u64, qid: u16) -> (ErrorKind, String)
         Status::CONNECT_CTRL_BUSY => (ErrorKind::Nvme, "controller busy (no controller ID available)".into()),
         Status::CONNECT_FORMAT => (ErrorKind::Nvme, "incompatible Connect format".into()),
         Status::CONNECT_RESTART_DISC => (ErrorKind::Nvme, "restart discovery".into()),
-        Status::AUTH_REQUIRED => {
-            (ErrorKind::Nvme, "authentication required (not supported by this host)".into())
-        }
+        Status::AUTH_REQUIRED => (ErrorKind::Nvme, "authentication required (give --dhchap-secret)".into()),
         _ => (ErrorKind::Nvme, status_meaning(status)),
     };
     (kind, format!("Connect ({queue}) rejected: {what} ({codes})"))

@@ -194,6 +194,13 @@ pub struct ProbeOptions {
     /// Host NQN to connect as (default: this machine's UUID host NQN).
     #[arg(long, value_parser = util::parse_host_nqn)]
     pub hostnqn: Option<String>,
+    /// DH-HMAC-CHAP secret for targets that require in-band authentication
+    /// (`DHHC-1:..`, as `nvme connect --dhchap-secret`).
+    #[arg(long, value_name = "SECRET", value_parser = util::parse_dhchap_secret)]
+    pub dhchap_secret: Option<nvmeof_common::auth::DhchapSecret>,
+    /// The controller's DH-HMAC-CHAP secret: the target must authenticate too.
+    #[arg(long, value_name = "SECRET", value_parser = util::parse_dhchap_secret, requires = "dhchap_secret")]
+    pub dhchap_ctrl_secret: Option<nvmeof_common::auth::DhchapSecret>,
     /// Seed of the random offsets (default: time based).
     #[arg(long)]
     pub seed: Option<u64>,
@@ -231,6 +238,8 @@ impl ProbeOptions {
             disable_sqflow: self.disable_sqflow,
             send_buffer: self.send_buffer.unwrap_or(base.send_buffer),
             congestion_control: self.congestion.or(base.congestion_control),
+            dhchap_secret: self.dhchap_secret.clone(),
+            dhchap_ctrl_secret: self.dhchap_ctrl_secret.clone(),
             ..base
         }
     }
@@ -949,6 +958,9 @@ pub async fn connect(addr: &str, nqn: Option<&str>, opts: ConnectOptions) -> Res
         if e.status().is_some_and(|s| s.code() == Status::CONNECT_INVALID_HOST) {
             let h = host.unwrap_or_else(HostIdentity::default_for_host).nqn;
             err.message += &format!("; this host connected as {h} (choose another with --hostnqn)");
+        }
+        if matches!(e, nvmeof_initiator::Error::Auth { reason: nvmeof_initiator::AuthError::NoKey, .. }) {
+            err.message += " (give it with --dhchap-secret)";
         }
         err
     })

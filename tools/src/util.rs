@@ -67,6 +67,11 @@ pub fn parse_host_nqn(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// Parses a DH-HMAC-CHAP secret (`DHHC-1:..`, as `nvme gen-dhchap-key` prints it).
+pub fn parse_dhchap_secret(s: &str) -> Result<nvmeof_common::auth::DhchapSecret, String> {
+    s.parse().map_err(|e: nvmeof_common::auth::secret::SecretError| e.to_string())
+}
+
 /// Adds the default port to `ADDR` when it has none: `10.0.0.1` →
 /// `10.0.0.1:4420`, `::1` → `[::1]:4420`; `host:port` and `[v6]:port` are kept.
 pub fn with_default_port(addr: &str, port: u16) -> String {

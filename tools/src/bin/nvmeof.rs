@@ -1,4 +1,4 @@
-//! `nvmeof`: NVMe/TCP admin CLI (discover, identify, list, ana-log, events, read, write).
+//! `nvmeof`: NVMe/TCP admin CLI (discover, identify, list, ana-log, events, read, write, gen-dhchap-key).
 //! See `nvmeof --help` and tools/README.md for the exit codes.
 
 // mimalloc: large (≥128 KiB) I/O buffers would otherwise go through glibc's
