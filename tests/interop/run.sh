@@ -66,7 +66,7 @@ NS_SIZE=$((NS_SIZE_MB * 1024 * 1024))
 if [ -n "$HOST_CLIENT_CMD" ]; then
     : "${CLIENT_STEPS:=custom}"
 else
-    : "${CLIENT_STEPS:=icreq initiator statuses probe-randread probe-verify events}"
+    : "${CLIENT_STEPS:=icreq initiator statuses probe-randread probe-verify events auth}"
 fi
 
 say() { printf '%s\n' "$*"; }
@@ -304,6 +304,10 @@ client_cmd() {
         # prints READY once subscribed; the guest then changes nvmet and the
         # guest's wait-client collects the result.
         events) printf '%q --rounds events' "$INTEROP_INITIATOR_BIN" ;;
+        # DH-HMAC-CHAP against a subsystem the guest set up with host keys
+        # (the hook passes them on: NVME_AUTH_NQN, NVME_AUTH_HOSTNQN,
+        # NVME_DHCHAP_KEY, NVME_DHCHAP_CTRL_KEY).
+        auth) printf '%q --rounds auth' "$INTEROP_INITIATOR_BIN" ;;
         # Commands a host can get wrong, each against the status nvmet
         # answers with (tests/src/conformance.rs; the same rows run against
         # our target in tests/tests/target_conformance.rs).
@@ -327,6 +331,7 @@ client_limit() {
         initiator) l=$((2 * INTEROP_IO_SECS + 150)) ;;
         statuses) l=75 ;;
         events) l=120 ;;
+        auth) l=120 ;;
         probe-*) l=90 ;;
         *) l=60 ;;
     esac
@@ -335,7 +340,7 @@ client_limit() {
 }
 client_binary() { # the binary a client needs, or nothing
     case $1 in
-        initiator|events) echo "$INTEROP_INITIATOR_BIN" ;;
+        initiator|events|auth) echo "$INTEROP_INITIATOR_BIN" ;;
         statuses) echo "$INTEROP_STATUSES_BIN" ;;
         probe-*) echo "$NVMEOF_PROBE_BIN" ;;
     esac
@@ -381,8 +386,18 @@ client_setup() {
 }
 
 hook_run_client() { # kernel-target: run client $1 against the forwarded port
-    local name=${1:-custom} cmd lim rc log
+    local name=${1:-custom} cmd lim rc log a
     client_setup "$name" || return $?
+    # The auth client's subsystem, host NQN and secrets, as the guest made them
+    # (hooks run in a command substitution: these exports end with it).
+    for a in "${@:2}"; do
+        case $a in
+            authnqn=*) export NVME_AUTH_NQN=${a#authnqn=} ;;
+            hostnqn=*) export NVME_AUTH_HOSTNQN=${a#hostnqn=} ;;
+            key=*) export NVME_DHCHAP_KEY=${a#key=} ;;
+            ckey=*) export NVME_DHCHAP_CTRL_KEY=${a#ckey=} ;;
+        esac
+    done
     # NVME_FRESH=1: nothing has written to the namespace yet (never-written
     # blocks must read as zeros); icreq, statuses and probe-randread do not write
     local fresh=1
@@ -640,7 +655,7 @@ run_scenario() {
             build_clients
             local c climits=0
             for c in $CLIENT_STEPS; do
-                client_cmd "$c" >/dev/null || die "unknown client '$c' in CLIENT_STEPS (custom icreq initiator statuses probe-randread probe-verify)"
+                client_cmd "$c" >/dev/null || die "unknown client '$c' in CLIENT_STEPS (custom icreq initiator statuses probe-randread probe-verify events auth)"
                 climits=$((climits + $(client_limit "$c") + 20))
             done
             env="CLIENT_TIMEOUT=$CLIENT_TIMEOUT CLIENT_STEPS='$CLIENT_STEPS'"

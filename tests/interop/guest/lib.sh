@@ -212,6 +212,13 @@ dd_verify() {
     rm -f "$_p" "$_r"
 }
 
+# gen_key BYTES HMAC NQN: `nvme gen-dhchap-key` from /dev/urandom bytes (its
+# own getrandom(GRND_NONBLOCK) fails while the guest's CRNG is not ready)
+gen_key() {
+    _hex=$(head -c "$1" /dev/urandom | od -An -v -tx1 | tr -d ' \n')
+    nvme gen-dhchap-key --secret="$_hex" --key-length="$1" --hmac="$2" --nqn="$3" 2>&1
+}
+
 # ------------------------------------------------------------------ nvmet
 # nvmet_setup BACKEND TRADDR TRSVCID NQN SIZE_BYTES
 #   BACKEND: brd (/dev/ram0, 512 B LBAs) or file (/srv/ns1.img on tmpfs,

@@ -34,6 +34,14 @@
 //!     reads going all along: none may fail, port 1's path must turn
 //!     inaccessible, and afterwards every command goes through port 2;
 //!   * `shutdown-events`.
+//! * or, with the round `auth` (client step `host-auth`), DH-HMAC-CHAP
+//!   against a subsystem (`NVME_AUTH_NQN`) whose host (`NVME_AUTH_HOSTNQN`)
+//!   has keys in nvmet (`NVME_DHCHAP_KEY`, `NVME_DHCHAP_CTRL_KEY`):
+//!   * `auth-refused`: no secret, a wrong secret and a wrong controller
+//!     secret each fail the connect with the authentication error they should;
+//!   * `auth-unidirectional`, `auth-bidirectional`: connect with 2 I/O
+//!     queues (each authenticates), write 1 MiB through each queue and read
+//!     it back, shut down.
 //!
 //! Configuration (environment, each also as `--flag value`):
 //!
@@ -51,6 +59,10 @@
 //! | `INTEROP_DEPTH` | `--depth` | 32 | queue depth (entries per I/O queue) |
 //! | `INTEROP_ROUNDS` | `--rounds` | plain,digest | which rounds |
 //! | `INTEROP_SEED` | `--seed` | time | pattern / LBA seed |
+//! | `NVME_AUTH_NQN` | `--auth-nqn` | | subsystem requiring authentication (auth round) |
+//! | `NVME_AUTH_HOSTNQN` | `--auth-hostnqn` | | host NQN with keys there |
+//! | `NVME_DHCHAP_KEY` | `--dhchap-key` | | its DH-HMAC-CHAP secret |
+//! | `NVME_DHCHAP_CTRL_KEY` | `--dhchap-ctrl-key` | | the controller's secret |
 //!
 //! Exit status: 0 if every step passed, 1 if one failed, 2 for usage errors.
 //! The last line is `interop_initiator: N passed, M failed`.
@@ -61,12 +73,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use nvmeof_initiator::common::auth::DhchapSecret;
 use nvmeof_initiator::common::spec::discovery::{SubType, TrType};
 use nvmeof_initiator::common::spec::features::aec;
 use nvmeof_initiator::common::spec::log::AnaState;
 use nvmeof_initiator::common::Status;
 use nvmeof_initiator::{
-    discover, ConnectOptions, Controller, ControllerEvent, HostIdentity, MultipathNamespace,
+    discover, AuthError, ConnectOptions, Controller, ControllerEvent, HostIdentity, MultipathNamespace,
     MultipathOptions, Namespace, ReconnectPolicy,
 };
 use tokio::sync::broadcast;
@@ -96,6 +109,16 @@ struct Args {
     depth: u16,
     rounds: Vec<String>,
     seed: u64,
+    /// The auth round: subsystem, host NQN, host secret, controller secret.
+    auth: Option<AuthArgs>,
+}
+
+#[derive(Clone, Debug)]
+struct AuthArgs {
+    nqn: String,
+    hostnqn: String,
+    key: DhchapSecret,
+    ctrl_key: DhchapSecret,
 }
 
 fn usage(msg: &str) -> ! {
@@ -130,9 +153,23 @@ fn parse_args() -> Args {
         kv.iter().rev().find(|(n, _)| n == flag).map(|(_, v)| v.clone()).or_else(|| env(var))
     };
     for (n, _) in &kv {
-        const KNOWN: [&str; 12] = [
-            "addr", "port", "port2", "nqn", "ns-size", "backend", "fresh", "secs", "queues", "depth",
-            "rounds", "seed",
+        const KNOWN: [&str; 16] = [
+            "addr",
+            "port",
+            "port2",
+            "nqn",
+            "ns-size",
+            "backend",
+            "fresh",
+            "secs",
+            "queues",
+            "depth",
+            "rounds",
+            "seed",
+            "auth-nqn",
+            "auth-hostnqn",
+            "dhchap-key",
+            "dhchap-ctrl-key",
         ];
         if !KNOWN.contains(&n.as_str()) {
             usage(&format!("unknown flag --{n}"));
@@ -167,13 +204,30 @@ fn parse_args() -> Args {
             .filter(|s| !s.is_empty())
             .collect(),
         seed,
+        auth: get("auth-nqn", "NVME_AUTH_NQN").map(|nqn| {
+            let secret = |flag: &str, var: &str| -> DhchapSecret {
+                let v = get(flag, var)
+                    .unwrap_or_else(|| usage(&format!("the auth round needs --{flag} or {var}")));
+                v.parse().unwrap_or_else(|e| usage(&format!("--{flag}: {e}")))
+            };
+            AuthArgs {
+                nqn,
+                hostnqn: get("auth-hostnqn", "NVME_AUTH_HOSTNQN")
+                    .unwrap_or_else(|| usage("the auth round needs --auth-hostnqn or NVME_AUTH_HOSTNQN")),
+                key: secret("dhchap-key", "NVME_DHCHAP_KEY"),
+                ctrl_key: secret("dhchap-ctrl-key", "NVME_DHCHAP_CTRL_KEY"),
+            }
+        }),
     };
     if a.queues == 0 || a.depth < 2 || a.secs == 0 || a.secs > 600 {
         usage("--queues ≥ 1, --depth ≥ 2, 1 ≤ --secs ≤ 600");
     }
     for r in &a.rounds {
-        if r != "plain" && r != "digest" && r != "events" {
-            usage(&format!("unknown round {r:?} (plain, digest, events)"));
+        if !["plain", "digest", "events", "auth"].contains(&r.as_str()) {
+            usage(&format!("unknown round {r:?} (plain, digest, events, auth)"));
+        }
+        if r == "auth" && a.auth.is_none() {
+            usage("the auth round needs --auth-nqn (NVME_AUTH_NQN)");
         }
     }
     a
@@ -932,6 +986,10 @@ async fn run(a: Args) -> Steps {
             events_round(&a, &mut s).await;
             continue;
         }
+        if round == "auth" {
+            auth_round(&a, &mut s).await;
+            continue;
+        }
         let digest = round == "digest";
         let cname = format!("connect-{round}");
         let Some(c) = s.run(&cname, Duration::from_secs(60), step_connect(&a, digest, &cname)).await else {
@@ -954,6 +1012,98 @@ async fn run(a: Args) -> Steps {
         s.run(&format!("shutdown-{round}"), Duration::from_secs(20), step_shutdown(c)).await;
     }
     s
+}
+
+/// The `auth` round (see the module documentation).
+async fn auth_round(a: &Args, s: &mut Steps) {
+    let au = a.auth.clone().expect("checked by parse_args");
+    s.run("auth-refused", Duration::from_secs(90), step_auth_refused(a, &au)).await;
+    s.run("auth-unidirectional", Duration::from_secs(90), step_auth_io(a, &au, false)).await;
+    s.run("auth-bidirectional", Duration::from_secs(90), step_auth_io(a, &au, true)).await;
+}
+
+fn auth_opts(
+    a: &Args,
+    au: &AuthArgs,
+    key: Option<&DhchapSecret>,
+    ctrl_key: Option<&DhchapSecret>,
+) -> ConnectOptions {
+    ConnectOptions {
+        host: Some(HostIdentity::new(au.hostnqn.clone(), HOST_ID)),
+        io_queues: 2,
+        queue_depth: 8,
+        dhchap_secret: key.cloned(),
+        dhchap_ctrl_secret: ctrl_key.cloned(),
+        ..opts(a, false)
+    }
+}
+
+async fn step_auth_refused(a: &Args, au: &AuthArgs) -> Result<(), String> {
+    let wrong = DhchapSecret::generate(32, au.key.transform()).map_err(|e| e.to_string())?;
+    let cases: [(&str, Option<&DhchapSecret>, Option<&DhchapSecret>, fn(&AuthError) -> bool); 3] = [
+        ("no secret", None, None, |r| matches!(r, AuthError::NoKey)),
+        ("a wrong secret", Some(&wrong), None, |r| matches!(r, AuthError::Refused(_))),
+        ("a wrong controller secret", Some(&au.key), Some(&wrong), |r| {
+            matches!(r, AuthError::ControllerMismatch)
+        }),
+    ];
+    for (what, key, ctrl_key, want) in cases {
+        let t0 = Instant::now();
+        match Controller::connect((a.addr.as_str(), a.port), &au.nqn, auth_opts(a, au, key, ctrl_key)).await {
+            Ok(c) => {
+                let _ = c.shutdown().await;
+                return Err(format!("connect with {what} succeeded"));
+            }
+            Err(nvmeof_initiator::Error::Auth { qid, reason }) if want(&reason) => {
+                info(
+                    "auth-refused",
+                    format!("{what}: qid {qid}: {reason} ({} ms)", t0.elapsed().as_millis()),
+                );
+            }
+            Err(e) => return Err(format!("connect with {what}: unexpected error: {e}")),
+        }
+    }
+    Ok(())
+}
+
+async fn step_auth_io(a: &Args, au: &AuthArgs, bidirectional: bool) -> Result<(), String> {
+    let name = if bidirectional { "auth-bidirectional" } else { "auth-unidirectional" };
+    let ctrl_key = bidirectional.then_some(&au.ctrl_key);
+    let c =
+        Controller::connect((a.addr.as_str(), a.port), &au.nqn, auth_opts(a, au, Some(&au.key), ctrl_key))
+            .await
+            .map_err(|e| format!("connect: {e}"))?;
+    let r = async {
+        let ns = c.namespace(1).await.map_err(|e| format!("namespace 1: {e}"))?;
+        let bs = ns.block_size() as usize;
+        let mut seed = a.seed;
+        // 1 MiB written and read back per I/O queue the controller has.
+        for q in 0..c.io_queue_count() {
+            let mut data = vec![0u8; 1 << 20];
+            for w in data.chunks_exact_mut(8) {
+                w.copy_from_slice(&splitmix(&mut seed).to_le_bytes());
+            }
+            let lba = (q * data.len() / bs) as u64;
+            ns.write(lba, &data).await.map_err(|e| format!("write: {e}"))?;
+            let mut back = vec![0u8; data.len()];
+            ns.read(lba, &mut back).await.map_err(|e| format!("read: {e}"))?;
+            if back != data {
+                return Err(format!("1 MiB at LBA {lba} read back differently"));
+            }
+        }
+        let i = c.info();
+        info(
+            name,
+            format!(
+                "cntlid {}, {} I/O queues authenticated, 2 MiB written and verified",
+                i.cntlid, i.io_queues
+            ),
+        );
+        Ok(())
+    }
+    .await;
+    let _ = c.shutdown().await;
+    r
 }
 
 fn main() {

@@ -374,12 +374,6 @@ auth_checks() { # auth_checks HOSTKEY CTRLKEY WRONGKEY
     auth_disconnect
     auth_refused "a wrong controller secret" --dhchap-secret="$1" --dhchap-ctrl-secret="$3"
 }
-# gen_key BYTES HMAC NQN: `nvme gen-dhchap-key` from /dev/urandom bytes (its
-# own getrandom(GRND_NONBLOCK) fails while the guest's CRNG is not ready)
-gen_key() {
-    _hex=$(head -c "$1" /dev/urandom | od -An -v -tx1 | tr -d ' \n')
-    nvme gen-dhchap-key --secret="$_hex" --key-length="$1" --hmac="$2" --nqn="$3" 2>&1
-}
 kh_auth() {
     HOSTNQN=$(cat /etc/nvme/hostnqn)
     _hk=$(gen_key 32 1 "$HOSTNQN") || fail "nvme gen-dhchap-key: $_hk"

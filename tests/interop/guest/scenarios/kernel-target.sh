@@ -14,6 +14,10 @@
 #                   first, then makes port 1's ANA group 1 inaccessible and
 #                   adds namespace 2 while the client waits for the notices
 #                   and keeps I/O going through both ports; see kt_events)
+#   auth            interop_initiator --rounds auth            -> host-auth
+#                   (the guest makes subsystem NQN-auth for the client's
+#                   host NQN with `nvme gen-dhchap-key` keys, ffdhe3072 and
+#                   SHA-384, and hands them to the client; see kt_auth)
 # or "custom" (HOST_CLIENT_CMD)                                -> host-client
 #
 # Parameters: NQN, NS_SIZE (bytes), BACKEND (brd|file), CLIENT_TIMEOUT (s),
@@ -72,6 +76,27 @@ kt_events() { # our initiator's asynchronous events from nvmet, and multipath ov
     info "host client events: rc=${HOOK_REPLY#HOOKACK wait-client }"
 }
 
+kt_auth() { # our initiator's DH-HMAC-CHAP against nvmet's
+    _hn=nqn.2014-08.org.nvmexpress:uuid:6e766d65-6f66-4974-8000-0000000000a1
+    _an=$NQN-auth
+    _hk=$(gen_key 32 1 "$_hn") || fail "nvme gen-dhchap-key: $_hk"
+    _ck=$(gen_key 64 3 "$_an") || fail "nvme gen-dhchap-key (controller): $_ck"
+    _h=$NVMET/hosts/$_hn
+    _s=$NVMET/subsystems/$_an
+    mkdir -p "$_h" && echo "$_hk" >"$_h/dhchap_key" && echo "$_ck" >"$_h/dhchap_ctrl_key" \
+        && echo ffdhe3072 >"$_h/dhchap_dhgroup" && echo "hmac(sha384)" >"$_h/dhchap_hash" || fail "nvmet host keys"
+    mkdir "$_s" && echo 0 >"$_s/attr_allow_any_host" && ln -s "$_h" "$_s/allowed_hosts/$_hn" \
+        && mkdir "$_s/namespaces/1" && truncate -s 16M /srv/auth.img \
+        && echo -n /srv/auth.img >"$_s/namespaces/1/device_path" && echo 1 >"$_s/namespaces/1/enable" \
+        && ln -s "$_s" "$NVMET/ports/1/subsystems/$_an" || fail "nvmet subsystem $_an"
+    hook_call run-client "$CLIENT_TIMEOUT" auth "authnqn=$_an" "hostnqn=$_hn" "key=$_hk" "ckey=$_ck"
+    _rc=$?
+    rm -f "$NVMET/ports/1/subsystems/$_an" "$_s/allowed_hosts/$_hn"
+    echo 0 >"$_s/namespaces/1/enable"; rmdir "$_s/namespaces/1" "$_s" "$_h"; rm -f /srv/auth.img
+    [ $_rc = 0 ] || fail "host client auth failed (rc=$_rc): ${HOOK_REPLY:-no reply}"
+    info "host client auth: rc=${HOOK_REPLY#HOOKACK run-client }"
+}
+
 kt_teardown() {
     nvmet_teardown "$NQN"
 }
@@ -87,6 +112,8 @@ scenario_main() {
         _sn=host-$_c; [ "$_c" = custom ] && _sn=host-client
         if [ "$_c" = events ]; then
             run_step "$_sn" $((CLIENT_TIMEOUT + 80)) kt_events
+        elif [ "$_c" = auth ]; then
+            run_step "$_sn" $((CLIENT_TIMEOUT + 20)) kt_auth
         else
             run_step "$_sn" $((CLIENT_TIMEOUT + 10)) kt_client "$_c"
         fi
