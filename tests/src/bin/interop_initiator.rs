@@ -1040,7 +1040,9 @@ fn auth_opts(
 
 async fn step_auth_refused(a: &Args, au: &AuthArgs) -> Result<(), String> {
     let wrong = DhchapSecret::generate(32, au.key.transform()).map_err(|e| e.to_string())?;
-    let cases: [(&str, Option<&DhchapSecret>, Option<&DhchapSecret>, fn(&AuthError) -> bool); 3] = [
+    /// What is given, host and controller secrets, and the error it must get.
+    type Case<'a> = (&'a str, Option<&'a DhchapSecret>, Option<&'a DhchapSecret>, fn(&AuthError) -> bool);
+    let cases: [Case<'_>; 3] = [
         ("no secret", None, None, |r| matches!(r, AuthError::NoKey)),
         ("a wrong secret", Some(&wrong), None, |r| matches!(r, AuthError::Refused(_))),
         ("a wrong controller secret", Some(&au.key), Some(&wrong), |r| {
