@@ -2,10 +2,13 @@
 //! log pages, discovery log, namespace lists): the first byte picks one, the
 //! rest is its data. Whatever a controller sends must decode or fail with an
 //! error, never panic or allocate by a count the data cannot back; what
-//! decodes must encode again where the structure has an encoder.
+//! decodes must encode again where the structure has an encoder. Also the
+//! DH-HMAC-CHAP messages a controller sends (and a target receives), which
+//! must round-trip.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
+use nvmeof_common::auth::AuthMessage;
 use nvmeof_common::spec::discovery::{DiscoveryLog, DiscoveryLogHeader};
 use nvmeof_common::spec::dsm::decode_ranges;
 use nvmeof_common::spec::identify::{decode_ns_desc_list, decode_ns_list};
@@ -14,7 +17,7 @@ use nvmeof_common::spec::{IdentifyController, IdentifyNamespace};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&sel, b)) = data.split_first() else { return };
-    match sel % 9 {
+    match sel % 10 {
         0 => {
             if let Ok(id) = IdentifyController::decode(b) {
                 let _ = IdentifyController::decode(&id.encode());
@@ -47,6 +50,11 @@ fuzz_target!(|data: &[u8]| {
         }
         7 => {
             assert!(decode_ns_list(b).len() <= 1024);
+        }
+        8 => {
+            if let Ok(m) = AuthMessage::decode(b) {
+                assert_eq!(AuthMessage::decode(&m.encode()), Ok(m), "an encoded auth message decodes");
+            }
         }
         _ => {
             let count = b.first().map_or(0, |&c| c as usize + 1);

@@ -11,7 +11,10 @@
 //!   its controller (the fuzz bytes go to B). Bit 2 HDGST, bit 3 DDGST asked
 //!   in the harness's ICReq; bits 5:4 the PDUs handled per call before the
 //!   output is taken (0 all, as `handle_bytes`; 1, 2 or 16, as the transport's
-//!   `handle_pdus` with `FLUSH_EVERY`); bit 7 rewrites HDGST/DDGST of the fuzz
+//!   `handle_pdus` with `FLUSH_EVERY`); bit 6 (setups 0 to 2) gives the host
+//!   DH-HMAC-CHAP keys, so Connect asks it to authenticate and the fuzz bytes
+//!   meet the Authentication Send/Receive state machine, with every other
+//!   command refused until it is done; bit 7 rewrites HDGST/DDGST of the fuzz
 //!   PDUs that carry the digest flags to their correct values.
 //! - byte 1: bit 0 disables SQ flow control in Connect, bit 1 a 4-entry I/O
 //!   queue, bit 2 Connect to the discovery subsystem (setup 2), bit 3 enable
@@ -43,6 +46,8 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use libfuzzer_sys::fuzz_target;
+use nvmeof_common::auth::message::Negotiate;
+use nvmeof_common::auth::{AuthCmd, AuthMessage, DhGroup, DhchapSecret, HashId};
 use nvmeof_common::decoder::{DecoderConfig, PduDecoder, Role};
 use nvmeof_common::pdu::{CapsuleCmd, DigestFlags, EncodeConfig, H2cData, IcReq, Pdu};
 use nvmeof_common::spec::{
@@ -52,6 +57,7 @@ use nvmeof_common::{Cqe, SglDescriptor, Sqe};
 use nvmeof_fuzz::{chunk_len, chunked, fix_digests, trace, write_seeds_if_asked};
 use nvmeof_target::backend::{Backend, DeferredMemBackend, IoCompletion, MemBackend};
 use nvmeof_target::cmd::QueueCtx;
+use nvmeof_target::config::HostKeys;
 use nvmeof_target::core::controller::Teardown;
 use nvmeof_target::core::{Limits, Namespace, Subsystem, Target};
 use nvmeof_target::queue::{Phase, QueueState};
@@ -69,9 +75,17 @@ fn ram_namespace(nsid: u32, deferred: bool) -> Arc<Namespace> {
     Arc::new(Namespace::new(NQN, nsid, backend))
 }
 
-fn target(deferred: bool) -> (Arc<Target>, Arc<Subsystem>) {
+fn target(deferred: bool, auth: bool) -> (Arc<Target>, Arc<Subsystem>) {
     let t = Target::new(Limits::default());
-    let s = Arc::new(Subsystem::new(NQN, "fuzz", None, false));
+    let mut keys = std::collections::BTreeMap::new();
+    if auth {
+        let key = DhchapSecret::new((1u8..=32).collect(), HashId::SHA256).expect("a 32-byte key");
+        let ctrl_key = DhchapSecret::new((7u8..=54).collect(), HashId::SHA384).expect("a 48-byte key");
+        // ffdhe2048 offered first: a fuzzed Reply's DH value reaches the exponentiation.
+        let k = HostKeys { ctrl_key: Some(ctrl_key), dhgroup: DhGroup::FFDHE2048, ..HostKeys::new(key) };
+        keys.insert(HOSTNQN.to_string(), k);
+    }
+    let s = Arc::new(Subsystem::new(NQN, "fuzz", None, false).with_host_keys(&keys));
     s.add_namespace(ram_namespace(1, deferred));
     t.add_subsystem(s.clone());
     (t, s)
@@ -310,7 +324,7 @@ fn run(data: &[u8]) {
     let setup = sel & 3;
     let dgst = (sel >> 2) & 3;
     let sqflow_off = opt & 1 != 0;
-    let (t, sub) = target(opt & 0x20 != 0);
+    let (t, sub) = target(opt & 0x20 != 0, sel & 0x40 != 0 && setup != 3);
 
     let mut a = None;
     let mut b = Conn::new(&t);
@@ -454,8 +468,28 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     let aen = vec![cmd(aec, &[]), cmd(aer, &[])];
     let mut raw = vec![icreq(0).encode_to_vec(&EncodeConfig::default())];
     raw.push(connect(ConnectCmd::admin(0), NQN, CNTLID_DYNAMIC).encode_to_vec(&EncodeConfig::default()));
+    // DH-HMAC-CHAP: a negotiation, the challenge read, a (wrong) Reply, Success1 read.
+    let neg = AuthMessage::Negotiate(Negotiate::new(1, &HashId::ALL, &DhGroup::ALL)).encode();
+    let mut send = AuthCmd::dhchap(neg.len() as u32).to_sqe(true, 1);
+    send.set_sgl(SglDescriptor::in_capsule(neg.len() as u32));
+    let mut recv = AuthCmd::dhchap(4096).to_sqe(false, 2);
+    recv.set_sgl(SglDescriptor::transport(4096));
+    let reply = AuthMessage::Reply(nvmeof_common::auth::Reply {
+        t_id: 1,
+        seqnum: 5,
+        response: vec![0x11; 32],
+        challenge: Some(vec![0x22; 32]),
+        dh_value: vec![0x33; 256],
+    })
+    .encode();
+    let mut send_reply = AuthCmd::dhchap(reply.len() as u32).to_sqe(true, 3);
+    send_reply.set_sgl(SglDescriptor::in_capsule(reply.len() as u32));
+    let mut recv2 = recv;
+    recv2.set_cid(4);
+    let auth = vec![cmd(send, &neg), cmd(recv, &[]), cmd(send_reply, &reply), cmd(recv2, &[]), cmd(Sqe::new(0x18), &[])];
     vec![
         ("raw-icreq-connect", input([0, 0], &raw)),
+        ("auth", input([0x42, 0], &auth)),
         ("admin-enabled", input([2, 8], &admin)),
         ("discovery", input([2, 0x0C], &admin)),
         ("io", input([3, 0], &io)),
