@@ -14,6 +14,7 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 
 use bytes::Bytes;
+use nvmeof_common::auth::{AuthCmd, AuthMessage, DhGroup, HashId, Negotiate};
 use nvmeof_common::opcode::{AdminOpcode, IoOpcode};
 use nvmeof_common::spec::connect::{data_off, invalid_param_dw0};
 use nvmeof_common::spec::dsm::{DsmCmd, DsmRange, DSM_RANGE_LEN};
@@ -373,6 +374,29 @@ impl Conformance {
         g.attrib = 1;
         let c = admin.submit(g.to_sqe(0), None).await;
         self.both("property get: CC as 8 bytes", &c, LOGGED(Status::INVALID_FIELD));
+
+        // Authentication Send/Receive fields, checked before anything else
+        // (nvmet_execute_auth_send / _receive; the error log row compares the
+        // byte each names: SECP, SPSP0, SPSP1, then TL/AL).
+        let neg =
+            Bytes::from(AuthMessage::Negotiate(Negotiate::new(1, &HashId::ALL, &DhGroup::ALL)).encode());
+        let field = LOGGED(Status::INVALID_FIELD);
+        for (name, off, v) in
+            [("auth send: SECP other than E9h", 43, 0xEA), ("auth send: SPSP0 other than 01h", 41, 0)]
+        {
+            let mut sqe = AuthCmd::dhchap(neg.len() as u32).to_sqe(true, 0);
+            sqe.set_byte(off, v);
+            let c = admin.submit(sqe, Some(neg.clone())).await;
+            self.both(name, &c, field);
+        }
+        let mut sqe = AuthCmd::dhchap(512).to_sqe(false, 0);
+        sqe.set_byte(42, 2).set_sgl(SglDescriptor::transport(512));
+        let c = admin.submit(sqe, None).await;
+        self.both("auth receive: SPSP1 other than 01h", &c, field);
+        let mut sqe = AuthCmd::dhchap(0).to_sqe(false, 0);
+        sqe.set_sgl(SglDescriptor::transport(0));
+        let c = admin.submit(sqe, None).await;
+        self.both("auth receive: AL 0", &c, field);
 
         let c = admin.submit_no_data(Sqe::new(0xC4)).await;
         self.both("admin opcode C4h (vendor, unknown)", &c, LOGGED(Status::INVALID_OPCODE));
