@@ -310,3 +310,20 @@ async fn malformed_and_out_of_sequence_messages() {
     a.enable().await;
     a.identify(Cns::CTRL, 0).await.ok();
 }
+
+/// A host that connects but does not authenticate holds its connection no
+/// longer than a host that never connects (the ICReq/Connect limit); an
+/// authenticated one is not timed.
+#[tokio::test]
+async fn a_queue_that_does_not_authenticate_in_time_is_closed() {
+    let mut cfg = config(HostKeys::new(host_key()));
+    cfg.limits.icreq_timeout_ms = 300;
+    let (_server, addr) = start(&cfg).await;
+    let mut idle = admin(addr).await;
+    let mut done = admin(addr).await;
+    authenticate(&mut done, &Host::new()).await.unwrap();
+    idle.expect_closed_within(Duration::from_secs(3)).await;
+    assert!(done.is_open_for(Duration::from_millis(500)).await, "an authenticated queue was closed");
+    done.enable().await;
+    done.identify(Cns::CTRL, 0).await.ok();
+}

@@ -44,7 +44,8 @@ pub struct Limits {
     /// Most simultaneous TCP connections on all ports.
     pub max_connections: usize,
     /// How long a new connection gets, from accept, to send ICReq and then a
-    /// successful Connect; it is closed when the time is up.
+    /// successful Connect (and to authenticate, when its host must); it is
+    /// closed when the time is up.
     pub icreq_timeout_ms: u64,
 }
 

@@ -337,7 +337,11 @@ pub async fn run_connection(
         // a host that sent ICReq (128 bytes) and nothing more otherwise held its
         // connection and its slot in the connection limit forever, as no
         // keep-alive timer runs before Connect (nvmet has no timer here at all).
-        let ic_wait = (q.ctx.ctrl.is_none() && q.phase() != Phase::Closing).then_some(icreq_deadline);
+        // A queue that must authenticate gets the same time for DH-HMAC-CHAP
+        // (nvmet only restarts the exchange after KATO or 120 s, and keeps the
+        // queue): an unauthenticated host holds nothing for longer.
+        let ic_wait = ((q.ctx.ctrl.is_none() || !q.ctx.auth.authenticated) && q.phase() != Phase::Closing)
+            .then_some(icreq_deadline);
         let want_write = !q.out.is_empty();
         // Polling gave up: how long this sleep lasts until work arrives tunes the window.
         let slept = (poll.enabled() && !draining).then(Instant::now);
@@ -406,7 +410,13 @@ pub async fn run_connection(
             }
             _ = sleep_until_opt(closing_deadline) => {}
             _ = sleep_until_opt(ic_wait) => {
-                let missing = if q.phase() == Phase::AwaitIcReq { "ICReq" } else { "successful Connect" };
+                let missing = if q.phase() == Phase::AwaitIcReq {
+                    "ICReq"
+                } else if q.ctx.ctrl.is_none() {
+                    "successful Connect"
+                } else {
+                    "DH-HMAC-CHAP authentication"
+                };
                 warn!(limit_ms = target.limits.icreq_timeout_ms, "no {missing} within the limit after accept; closing");
                 break;
             }
