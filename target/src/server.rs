@@ -12,7 +12,7 @@ use tracing::{info, warn};
 
 use crate::backend::{Backend, BlockBackend, FileBackend, MemBackend, UringBackend};
 use crate::config::{
-    assign_nsids, HostKeys, IoEngine, NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig,
+    assign_nsids, IoEngine, NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig,
 };
 use crate::core::ana::ana_state_name;
 use crate::core::{Namespace, Subsystem, Target};
@@ -200,14 +200,6 @@ fn apply_port_ana(target: &Target, cfg: &TargetConfig) {
     }
 }
 
-/// Whether a running subsystem's keys are those of a configuration.
-fn same_keys(
-    running: &std::collections::BTreeMap<String, Arc<HostKeys>>,
-    cfg: &std::collections::BTreeMap<String, HostKeys>,
-) -> bool {
-    running.len() == cfg.len() && running.iter().all(|(h, k)| cfg.get(h) == Some(k.as_ref()))
-}
-
 /// Builds a subsystem with its namespaces and no host keys.
 pub fn build_subsystem(
     nqn: &str,
@@ -307,11 +299,12 @@ impl Server {
                     new_subsystems.insert(sc.nqn.clone(), s);
                 }
                 Some(s) => {
-                    if s.allowed_hosts != sc.allowed_hosts
-                        || s.model != sc.model
-                        || !same_keys(&s.host_keys, &sc.host_keys)
-                    {
-                        warn!(subnqn = %sc.nqn, "reload: allowed_hosts (and their keys) and model of a running subsystem are not changed (restart the target to apply them)");
+                    if s.allowed_hosts != sc.allowed_hosts || s.model != sc.model {
+                        warn!(subnqn = %sc.nqn, "reload: allowed_hosts and model of a running subsystem are not changed (restart the target to apply them)");
+                    }
+                    // Keys rotate on reload (nvmet applies dhchap_key writes at once).
+                    if s.set_host_keys(&sc.host_keys) {
+                        info!(subnqn = %sc.nqn, hosts = sc.host_keys.len(), "reload: DH-HMAC-CHAP keys replaced; new associations use them");
                     }
                     for (nsid, n) in assign_nsids(&sc.namespaces) {
                         let key = (sc.nqn.clone(), nsid);

@@ -327,3 +327,28 @@ async fn a_queue_that_does_not_authenticate_in_time_is_closed() {
     done.enable().await;
     done.identify(Cns::CTRL, 0).await.ok();
 }
+
+/// SIGHUP (a reload) rotates the keys: new associations need the new secret,
+/// one made before keeps working, and a host whose key is removed connects
+/// without authenticating.
+#[tokio::test]
+async fn a_reload_rotates_the_keys() {
+    let (server, addr) = start(&config(HostKeys::new(host_key()))).await;
+    let mut before = admin(addr).await;
+    authenticate(&mut before, &Host::new()).await.unwrap();
+    before.enable().await;
+    let new_key = DhchapSecret::new(vec![0x42; 48], HashId::SHA384).unwrap();
+    server.reload(&config(HostKeys::new(new_key.clone()))).unwrap();
+    let mut a = admin(addr).await;
+    assert_eq!(authenticate(&mut a, &Host::new()).await, Err(Failure::new(7, FailureReason::FAILED)));
+    let mut a = admin(addr).await;
+    authenticate(&mut a, &Host { key: new_key, ..Host::new() }).await.unwrap();
+    before.identify(Cns::CTRL, 0).await.ok();
+    // Without keys for the host: no ATR any more.
+    let mut cfg = config(HostKeys::new(host_key()));
+    cfg.subsystems[0].host_keys.clear();
+    server.reload(&cfg).unwrap();
+    let mut a = RawClient::connect(addr).await;
+    let cqe = a.admin_connect(SUBNQN, HOSTNQN).await;
+    assert!(cqe.status.is_success() && cqe.dw0() & CONNECT_AUTHREQ_ATR == 0, "{cqe:?}");
+}

@@ -23,8 +23,9 @@ pub struct Subsystem {
     pub discovery: bool,
     /// Hosts allowed to connect; `None` allows any host.
     pub allowed_hosts: Option<Vec<String>>,
-    /// DH-HMAC-CHAP keys of the hosts that must authenticate.
-    pub host_keys: BTreeMap<String, Arc<HostKeys>>,
+    /// DH-HMAC-CHAP keys of the hosts that must authenticate; replaced whole
+    /// by a reload (new associations use the new ones).
+    host_keys: ArcSwap<BTreeMap<String, Arc<HostKeys>>>,
     namespaces: ArcSwap<NamespaceMap>,
     controllers: Mutex<Vec<Weak<Controller>>>,
 }
@@ -40,16 +41,28 @@ impl Subsystem {
             model: model.to_string(),
             discovery,
             allowed_hosts,
-            host_keys: BTreeMap::new(),
+            host_keys: ArcSwap::from_pointee(BTreeMap::new()),
             namespaces: ArcSwap::from_pointee(BTreeMap::new()),
             controllers: Mutex::new(Vec::new()),
         }
     }
 
     /// With these hosts' DH-HMAC-CHAP keys (each must also be allowed).
-    pub fn with_host_keys(mut self, keys: &BTreeMap<String, HostKeys>) -> Self {
-        self.host_keys = keys.iter().map(|(h, k)| (h.clone(), Arc::new(k.clone()))).collect();
+    pub fn with_host_keys(self, keys: &BTreeMap<String, HostKeys>) -> Self {
+        self.set_host_keys(keys);
         self
+    }
+
+    /// Replaces the hosts' DH-HMAC-CHAP keys; returns whether they changed.
+    /// Associations made before keep the keys they authenticated with, as
+    /// nvmet's controllers keep theirs until they re-authenticate.
+    pub fn set_host_keys(&self, keys: &BTreeMap<String, HostKeys>) -> bool {
+        let cur = self.host_keys.load();
+        if cur.len() == keys.len() && cur.iter().all(|(h, k)| keys.get(h) == Some(k.as_ref())) {
+            return false;
+        }
+        self.host_keys.store(Arc::new(keys.iter().map(|(h, k)| (h.clone(), Arc::new(k.clone()))).collect()));
+        true
     }
 
     /// The keys `hostnqn` authenticates with, if it must (nvmet_setup_auth:
@@ -58,7 +71,7 @@ impl Subsystem {
         if self.discovery {
             return None;
         }
-        self.host_keys.get(hostnqn).cloned()
+        self.host_keys.load().get(hostnqn).cloned()
     }
 
     /// Whether `hostnqn` may connect (nvmet `nvmet_host_allowed`).
