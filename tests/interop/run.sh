@@ -307,7 +307,7 @@ client_cmd() {
         # DH-HMAC-CHAP against a subsystem the guest set up with host keys
         # (the hook passes them on: NVME_AUTH_NQN, NVME_AUTH_HOSTNQN,
         # NVME_DHCHAP_KEY, NVME_DHCHAP_CTRL_KEY).
-        auth) printf '%q --rounds auth' "$INTEROP_INITIATOR_BIN" ;;
+        auth) printf 'RUST_LOG=warn,nvmeof_initiator::auth=info %q --rounds auth' "$INTEROP_INITIATOR_BIN" ;;
         # Commands a host can get wrong, each against the status nvmet
         # answers with (tests/src/conformance.rs; the same rows run against
         # our target in tests/tests/target_conformance.rs).

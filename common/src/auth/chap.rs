@@ -26,7 +26,7 @@ pub fn hmac(hash: HashId, key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
     }
 }
 
-/// The hash of `data`. Panics on an unknown hash, as [`hmac`].
+/// The hash of `data`. Panics on an unknown hash, as [`hmac()`].
 pub fn digest(hash: HashId, data: &[u8]) -> Vec<u8> {
     match hash {
         HashId::SHA256 => Sha256::digest(data).to_vec(),
