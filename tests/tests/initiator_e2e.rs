@@ -26,29 +26,12 @@ use nvmeof_initiator::{
     HostIdentity, IoFlags, Namespace, Payload, ReconnectPolicy,
 };
 use nvmeof_target::config::{NamespaceConfig, TargetConfig};
-use nvmeof_target::server::Server;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 /// Target defaults: in-capsule data on I/O queues, MDTS (8 → 1 MiB).
 const TARGET_INLINE: usize = 128 << 10;
 const TARGET_MDTS_BYTES: u64 = 1 << 20;
-
-/// Starts `cfg` on exactly the address it names, retrying while the port is
-/// still held by the previous instance.
-async fn restart(cfg: &TargetConfig) -> Server {
-    let until = Instant::now() + Duration::from_secs(5);
-    loop {
-        match Server::start(cfg).await {
-            Ok(s) => return s,
-            Err(e) if Instant::now() < until => {
-                eprintln!("restart: {e}; retrying");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            Err(e) => panic!("target does not restart: {e}"),
-        }
-    }
-}
 
 /// NVMe statuses without DNR that were retried (see [`retrying!`]).
 static RETRIED: AtomicU64 = AtomicU64::new(0);
@@ -499,14 +482,6 @@ fn watch_states(ctrl: &Controller) -> Arc<std::sync::Mutex<Vec<ControllerState>>
         }
     });
     seen
-}
-
-async fn wait_state(ctrl: &Controller, want: ControllerState, within: Duration) {
-    let mut rx = ctrl.subscribe_state();
-    tokio::time::timeout(within, rx.wait_for(|s| *s == want))
-        .await
-        .unwrap_or_else(|_| panic!("controller not {want:?} within {within:?} (now {:?})", ctrl.state()))
-        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -38,14 +38,6 @@ fn add_slow_ns(server: &Server, nsid: u32, size: u64, delay: Duration) {
         .add_namespace(Arc::new(TargetNamespace::new(SUBNQN, nsid, slow)));
 }
 
-async fn wait_state(ctrl: &Controller, want: ControllerState, within: Duration) {
-    let mut rx = ctrl.subscribe_state();
-    tokio::time::timeout(within, rx.wait_for(|s| *s == want))
-        .await
-        .unwrap_or_else(|_| panic!("controller not {want:?} within {within:?} (now {:?})", ctrl.state()))
-        .unwrap();
-}
-
 /// One I/O queue with `depth − 1` commands outstanding at most.
 fn one_queue(depth: u16) -> ConnectOptions {
     ConnectOptions { io_queues: 1, queue_depth: depth, ..opts() }
@@ -599,17 +591,7 @@ async fn target_stopped_mid_io_then_restarted() {
         assert!(!newer.is_finished());
         let mut cfg2 = cfg.clone();
         cfg2.listen = vec![addr];
-        let until = Instant::now() + Duration::from_secs(5);
-        let server2 = loop {
-            match Server::start(&cfg2).await {
-                Ok(s) => break s,
-                Err(e) if Instant::now() < until => {
-                    eprintln!("restart: {e}; retrying");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => panic!("target does not restart: {e}"),
-            }
-        };
+        let server2 = restart(&cfg2).await;
         newer.await.unwrap().unwrap();
         wait_state(&ctrl, ControllerState::Live, Duration::from_secs(10)).await;
         ns1.read(0, &mut [0u8; 4096]).await.unwrap();

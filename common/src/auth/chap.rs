@@ -65,25 +65,18 @@ pub struct Exchange<'a> {
 /// The host's response R1 = HMAC(Kh, C1 ‖ S1 ‖ T_ID ‖ SC_C ‖ "HostHost" ‖
 /// NQNh ‖ 00h ‖ NQNc), `key` being the transformed host key.
 pub fn host_response(key: &[u8], x: &Exchange<'_>) -> Vec<u8> {
-    hmac(
-        x.hash,
-        key,
-        &[
-            x.challenge,
-            &x.seqnum.to_le_bytes(),
-            &x.t_id.to_le_bytes(),
-            &[x.sc_c],
-            b"HostHost",
-            x.hostnqn.as_bytes(),
-            &[0],
-            x.subnqn.as_bytes(),
-        ],
-    )
+    response(key, x, b"HostHost", x.hostnqn, x.subnqn)
 }
 
 /// The controller's response R2 = HMAC(Kc, C2 ‖ S2 ‖ T_ID ‖ SC_C ‖
 /// "Controller" ‖ NQNc ‖ 00h ‖ NQNh), `key` being the transformed controller key.
 pub fn ctrl_response(key: &[u8], x: &Exchange<'_>) -> Vec<u8> {
+    response(key, x, b"Controller", x.subnqn, x.hostnqn)
+}
+
+/// HMAC(key, C ‖ S ‖ T_ID ‖ SC_C ‖ `label` ‖ `own` NQN ‖ 00h ‖ `peer` NQN):
+/// each side names itself first.
+fn response(key: &[u8], x: &Exchange<'_>, label: &[u8], own: &str, peer: &str) -> Vec<u8> {
     hmac(
         x.hash,
         key,
@@ -92,10 +85,10 @@ pub fn ctrl_response(key: &[u8], x: &Exchange<'_>) -> Vec<u8> {
             &x.seqnum.to_le_bytes(),
             &x.t_id.to_le_bytes(),
             &[x.sc_c],
-            b"Controller",
-            x.subnqn.as_bytes(),
+            label,
+            own.as_bytes(),
             &[0],
-            x.hostnqn.as_bytes(),
+            peer.as_bytes(),
         ],
     )
 }

@@ -6,9 +6,9 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use nvmeof_initiator::{ConnectOptions, HostIdentity, ReconnectPolicy};
+use nvmeof_initiator::{ConnectOptions, Controller, ControllerState, HostIdentity, ReconnectPolicy};
 use nvmeof_target::config::{IoEngine, NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig};
 use nvmeof_target::core::Limits;
 use nvmeof_target::server::Server;
@@ -258,4 +258,29 @@ async fn pump(mut r: tokio::net::tcp::OwnedReadHalf, mut w: tokio::net::tcp::Own
             }
         }
     }
+}
+
+/// Starts `cfg` on exactly the address it names, retrying while the port is
+/// still held by the previous instance.
+pub async fn restart(cfg: &TargetConfig) -> Server {
+    let until = Instant::now() + Duration::from_secs(5);
+    loop {
+        match Server::start(cfg).await {
+            Ok(s) => return s,
+            Err(e) if Instant::now() < until => {
+                eprintln!("restart: {e}; retrying");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("target does not restart: {e}"),
+        }
+    }
+}
+
+/// Waits until `ctrl` is in state `want`; panics after `within`.
+pub async fn wait_state(ctrl: &Controller, want: ControllerState, within: Duration) {
+    let mut rx = ctrl.subscribe_state();
+    tokio::time::timeout(within, rx.wait_for(|s| *s == want))
+        .await
+        .unwrap_or_else(|_| panic!("controller not {want:?} within {within:?} (now {:?})", ctrl.state()))
+        .unwrap();
 }
