@@ -284,16 +284,22 @@ impl HostExchange {
         }
     }
 
-    /// The negotiated hash and DH group names and whether the controller was
-    /// authenticated too, once the reply is built.
-    fn summary(&self) -> (&'static str, &'static str, bool) {
-        let n = self.negotiated.as_ref();
-        (
-            n.and_then(|n| n.hash.name()).unwrap_or("?"),
-            n.and_then(|n| n.dhgroup.name()).unwrap_or("?"),
-            n.is_some_and(|n| n.ctrl_challenge.is_some()),
-        )
+    /// What was negotiated, once the reply is built.
+    fn summary(&self) -> Authentication {
+        let n = self.negotiated.as_ref().expect("the reply was built");
+        Authentication { hash: n.hash, dhgroup: n.dhgroup, bidirectional: n.ctrl_challenge.is_some() }
     }
+}
+
+/// What a DH-HMAC-CHAP exchange used ([`ControllerInfo::authentication`](crate::ControllerInfo::authentication)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Authentication {
+    /// The hash function.
+    pub hash: HashId,
+    /// The Diffie-Hellman group (NULL: none).
+    pub dhgroup: DhGroup,
+    /// The controller authenticated itself too (a controller secret was given).
+    pub bidirectional: bool,
 }
 
 /// Runs the exchange on queue `q`, whose Connect asked for it, with setup
@@ -301,7 +307,11 @@ impl HostExchange {
 /// may take `timeout`. Errors: [`Error::Auth`] when either side refuses or a
 /// command fails with an NVMe status; transport errors and timeouts as they
 /// come (a reconnect may help with those).
-pub(crate) async fn authenticate(q: &QueueShared, ex: HostExchange, timeout: Duration) -> Result<()> {
+pub(crate) async fn authenticate(
+    q: &QueueShared,
+    ex: HostExchange,
+    timeout: Duration,
+) -> Result<Authentication> {
     let qid = ex.qid;
     let r = run(q, ex, timeout).await;
     if let Err(e) = &r {
@@ -310,7 +320,7 @@ pub(crate) async fn authenticate(q: &QueueShared, ex: HostExchange, timeout: Dur
     r
 }
 
-async fn run(q: &QueueShared, mut ex: HostExchange, timeout: Duration) -> Result<()> {
+async fn run(q: &QueueShared, mut ex: HostExchange, timeout: Duration) -> Result<Authentication> {
     let qid = ex.qid;
     debug!(qid, t_id = ex.t_id, "authentication: sending AUTH_Negotiate");
     send(q, qid, &ex.negotiate(), timeout, "Authentication Send (AUTH_Negotiate)").await?;
@@ -351,9 +361,15 @@ async fn run(q: &QueueShared, mut ex: HostExchange, timeout: Duration) -> Result
         }
         Ok(None) => {}
     }
-    let (hash, dhgroup, bidirectional) = ex.summary();
-    info!(qid, hash, dhgroup, bidirectional, "authenticated");
-    Ok(())
+    let a = ex.summary();
+    info!(
+        qid,
+        hash = a.hash.name(),
+        dhgroup = a.dhgroup.name(),
+        bidirectional = a.bidirectional,
+        "authenticated"
+    );
+    Ok(a)
 }
 
 /// Maps an NVMe status of an Authentication Send or Receive to [`AuthError::Status`].
@@ -386,7 +402,7 @@ async fn receive(q: &QueueShared, qid: u16, timeout: Duration, step: &'static st
 /// Ends the exchange: sends AUTH_Failure2 where `f` says so (its outcome
 /// does not matter: the queue is closed next either way, as Linux only
 /// keeps the first error) and returns the failure.
-async fn fail(q: &QueueShared, ex: &HostExchange, f: Fail, timeout: Duration) -> Result<()> {
+async fn fail<T>(q: &QueueShared, ex: &HostExchange, f: Fail, timeout: Duration) -> Result<T> {
     if let Some(why) = f.failure2 {
         debug!(qid = ex.qid, %why, "authentication: sending AUTH_Failure2");
         if let Err(e) =
@@ -516,7 +532,8 @@ mod tests {
         // No Success2 without bidirectional authentication.
         let s1 = ctrl.success1(&r, None, &secret(0x22, HashId(0)));
         assert_eq!(h.success1(&s1), Ok(None));
-        assert_eq!(h.summary(), ("sha256", "null", false));
+        let want = Authentication { hash: HashId::SHA256, dhgroup: DhGroup::NULL, bidirectional: false };
+        assert_eq!(h.summary(), want);
     }
 
     #[test]
@@ -533,7 +550,8 @@ mod tests {
         let s1 = ctrl.success1(&r, session.as_deref(), &ctrl_key);
         let s2 = h.success1(&s1).unwrap().expect("Success2 after bidirectional authentication");
         assert_eq!(AuthMessage::decode(&s2), Ok(AuthMessage::Success2(T_ID)));
-        assert_eq!(h.summary(), ("sha384", "ffdhe2048", true));
+        let want = Authentication { hash: HashId::SHA384, dhgroup: DhGroup::FFDHE2048, bidirectional: true };
+        assert_eq!(h.summary(), want);
         // Each reply takes a new S2 and C2.
         let mut h2 = host(Some(ctrl_key));
         let reply2 = h2.reply(&h2.challenge(&ctrl.challenge()).unwrap()).unwrap();

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use nvmeof_common::auth::{CONNECT_AUTHREQ_ASCR, CONNECT_AUTHREQ_ATR};
+use nvmeof_common::auth::{DhchapSecret, CONNECT_AUTHREQ_ASCR, CONNECT_AUTHREQ_ATR};
 use nvmeof_common::opcode::AdminOpcode;
 use nvmeof_common::spec::discovery::{DiscoveryLog, DiscoveryLogHeader, DISC_RECORD_LEN};
 use nvmeof_common::spec::features::{FeatureId, GetFeaturesCmd, NumQueues, SetFeaturesCmd};
@@ -23,7 +23,7 @@ use tokio::sync::{broadcast, mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, info, info_span, warn, Instrument};
 
-use crate::auth::{self, HostExchange};
+use crate::auth::{self, Authentication, HostExchange};
 use crate::driver::{spawn_driver, DriverCtrl, DriverParams, Payload, QueueShared, RxStats, SupMsg};
 use crate::error::{AuthError, Error, Result};
 use crate::events::{self, ControllerEvent};
@@ -78,6 +78,9 @@ pub struct ControllerInfo {
     /// value set): those of OAES the host reads logs for, 0 where none or
     /// [`ConnectOptions::async_events`] is off.
     pub async_events: u32,
+    /// What the admin queue's DH-HMAC-CHAP used, when the controller asked
+    /// for authentication (every queue of the association authenticates).
+    pub authentication: Option<Authentication>,
 }
 
 /// Shared state behind every handle, also held by the supervisor task.
@@ -97,6 +100,16 @@ pub(crate) struct Core {
     pub(crate) events: broadcast::Sender<ControllerEvent>,
     /// Next DH-HMAC-CHAP transaction identifier ([`Setup::t_ids`]).
     t_ids: AtomicU16,
+    /// The DH-HMAC-CHAP secrets the next authentication uses
+    /// ([`Controller::set_dhchap_secrets`]).
+    secrets: RwLock<Secrets>,
+}
+
+/// DH-HMAC-CHAP secrets: the host's, and the controller's for bidirectional authentication.
+#[derive(Clone, Default)]
+struct Secrets {
+    key: Option<DhchapSecret>,
+    ctrl_key: Option<DhchapSecret>,
 }
 
 pub(crate) struct Handle {
@@ -170,6 +183,8 @@ struct Setup<'a> {
     /// Linux's `ctrl->transaction++` (any value is valid; distinct ones let
     /// the controller tell a late message of an earlier exchange apart).
     t_ids: &'a AtomicU16,
+    /// The secrets this (re)connect authenticates with.
+    secrets: Secrets,
 }
 
 struct AdminSetup {
@@ -179,6 +194,7 @@ struct AdminSetup {
     cc: Cc,
     identify: IdentifyController,
     discovery: bool,
+    authentication: Option<Authentication>,
 }
 
 impl Setup<'_> {
@@ -224,32 +240,38 @@ impl Setup<'_> {
         connect: Command,
         epoch: u64,
         release: bool,
-    ) -> Result<Cqe> {
+    ) -> Result<(Cqe, Option<Authentication>)> {
         let stream = tcp_connect(self.addr, self.opts).await?;
         let qid = cfg.qid;
         let (tx, rx) = oneshot::channel();
         q.send_ctrl(DriverCtrl::Attach { stream, cfg, connect, epoch, release, reply: tx });
         let cqe = rx.await.map_err(|_| Error::Shutdown)??;
         // The driver kept the queue closed to other commands (see `DriverCtrl::Attach`).
-        if self.authenticate(q, qid, cqe.dw0()).await? && release {
+        let auth = self.authenticate(q, qid, cqe.dw0()).await?;
+        if auth.is_some() && release {
             q.send_ctrl(DriverCtrl::Release);
         }
-        Ok(cqe)
+        Ok((cqe, auth))
     }
 
     /// Runs DH-HMAC-CHAP on a queue whose Connect response (`dw0`) asks for
     /// it, as Linux's `nvmf_connect_admin_queue` / `nvmf_connect_io_queue`
     /// do: ASCR is refused (secure channel concatenation needs TLS), ATR
-    /// without a host key fails ("qid N: no key"). Returns whether it ran.
-    async fn authenticate(&self, q: &QueueShared, qid: u16, dw0: u32) -> Result<bool> {
+    /// without a host key fails ("qid N: no key"). Returns what it used, if it ran.
+    async fn authenticate(&self, q: &QueueShared, qid: u16, dw0: u32) -> Result<Option<Authentication>> {
         if dw0 & CONNECT_AUTHREQ_ASCR != 0 {
             warn!(qid, "secure channel concatenation required; not supported");
             return Err(Error::Auth { qid, reason: AuthError::ConcatenationRequired });
         }
         if dw0 & CONNECT_AUTHREQ_ATR == 0 {
-            return Ok(false);
+            return Ok(None);
         }
-        let Some(key) = &self.opts.dhchap_secret else {
+        self.exchange(q, qid).await.map(Some)
+    }
+
+    /// One DH-HMAC-CHAP exchange on queue `qid` with the current secrets.
+    async fn exchange(&self, q: &QueueShared, qid: u16) -> Result<Authentication> {
+        let Some(key) = &self.secrets.key else {
             warn!(qid, "authentication required but no key");
             return Err(Error::Auth { qid, reason: AuthError::NoKey });
         };
@@ -260,17 +282,16 @@ impl Setup<'_> {
             &self.host.nqn,
             self.subnqn,
             key.clone(),
-            self.opts.dhchap_ctrl_secret.clone(),
+            self.secrets.ctrl_key.clone(),
         );
-        auth::authenticate(q, ex, self.opts.connect_timeout).await?;
-        Ok(true)
+        auth::authenticate(q, ex, self.opts.connect_timeout).await
     }
 
     /// Admin queue: connect, enable, identify (reference §4.5 steps 1–7).
     async fn admin(&self, admin: &QueueShared, epoch: u64) -> Result<AdminSetup> {
         let kato_ms = kato_ms(self.opts.kato);
         let cfg = self.queue_config(0, ADMIN_ENTRIES, ADMIN_INLINE_LIMIT);
-        let cqe = self
+        let (cqe, authentication) = self
             .attach(admin, cfg, self.connect_cmd(0, ADMIN_ENTRIES, kato_ms, CNTLID_DYNAMIC), epoch, false)
             .await?;
         let cntlid = cqe.dw0() as u16;
@@ -297,7 +318,7 @@ impl Setup<'_> {
             // Linux `nvme_tcp_alloc_admin_queue` refuses such a controller; we only warn.
             warn!(sgls = identify.sgls, "controller reports no SGL support");
         }
-        Ok(AdminSetup { cntlid, cap, vs, cc, identify, discovery })
+        Ok(AdminSetup { cntlid, cap, vs, cc, identify, discovery, authentication })
     }
 
     /// Set Features Number of Queues; returns the pairs granted (capped by `want`).
@@ -384,6 +405,7 @@ impl Setup<'_> {
             queue_depth: entries,
             inline_data: inline,
             discovery: a.discovery,
+            authentication: a.authentication,
         }
     }
 }
@@ -500,6 +522,7 @@ impl Core {
             host: &self.host,
             opts: &self.opts,
             t_ids: &self.t_ids,
+            secrets: self.secrets.read().unwrap_or_else(|e| e.into_inner()).clone(),
         }
     }
 
@@ -713,7 +736,8 @@ impl Controller {
         // its own (ICResp or command timeout, the target's keep-alive timeout).
         let mut spawned = SpawnedDrivers(vec![admin.clone()]);
         let t_ids = AtomicU16::new(0);
-        let setup = Setup { addr, subnqn, host: &host, opts: &opts, t_ids: &t_ids };
+        let secrets = Secrets { key: opts.dhchap_secret.clone(), ctrl_key: opts.dhchap_ctrl_secret.clone() };
+        let setup = Setup { addr, subnqn, host: &host, opts: &opts, t_ids: &t_ids, secrets: secrets.clone() };
         let epoch = 1;
         let mut io = Vec::new();
         let r: Result<ControllerInfo> = async {
@@ -756,6 +780,7 @@ impl Controller {
             rr: AtomicUsize::new(0),
             events: events::channel(),
             t_ids: AtomicU16::new(t_ids.into_inner()),
+            secrets: RwLock::new(secrets),
         });
         let sup = tokio::spawn(supervise(core.clone(), sup_rx).instrument(ctrl_span.clone()));
         let handle = Arc::new(Handle {
@@ -780,6 +805,52 @@ impl Controller {
     /// Controller data of the current association.
     pub fn info(&self) -> Arc<ControllerInfo> {
         self.core().info()
+    }
+
+    /// Replaces the DH-HMAC-CHAP secrets for the authentications that follow:
+    /// every reconnect, and [`Self::reauthenticate`]. As writing Linux's sysfs
+    /// `dhchap_secret` / `dhchap_ctrl_secret`, minus the immediate
+    /// re-authentication: after the target rotates a host's key, a
+    /// reconnect with the old one would be refused for good.
+    pub fn set_dhchap_secrets(
+        &self,
+        key: Option<DhchapSecret>,
+        ctrl_key: Option<DhchapSecret>,
+    ) -> Result<()> {
+        if ctrl_key.is_some() && key.is_none() {
+            return Err(Error::InvalidArgument("dhchap_ctrl_secret needs dhchap_secret".into()));
+        }
+        *self.core().secrets.write().unwrap_or_else(|e| e.into_inner()) = Secrets { key, ctrl_key };
+        Ok(())
+    }
+
+    /// Runs DH-HMAC-CHAP again, with the current secrets, on the admin queue
+    /// and then on each I/O queue of the live association, as Linux does when
+    /// a secret is written to sysfs (`nvme_ctrl_auth_work`). Commands keep
+    /// running meanwhile. Fails with [`Error::InvalidArgument`] when the
+    /// controller did not ask for authentication, or with the first queue's
+    /// error (a controller that refuses closes that queue, and the reconnect
+    /// policy takes over).
+    pub async fn reauthenticate(&self) -> Result<Authentication> {
+        let core = self.core();
+        if core.info().authentication.is_none() {
+            return Err(Error::InvalidArgument("the controller did not ask for authentication".into()));
+        }
+        if self.state() != ControllerState::Live {
+            return Err(Error::ConnectionLost);
+        }
+        let setup = core.setup();
+        let mut admin = None;
+        for q in core.all_queues() {
+            let a = setup.exchange(q, q.qid).await?;
+            admin.get_or_insert(a);
+        }
+        let a = admin.expect("the admin queue comes first");
+        let mut info = core.info.write().unwrap_or_else(|e| e.into_inner());
+        let mut i = (**info).clone();
+        i.authentication = Some(a);
+        *info = Arc::new(i);
+        Ok(a)
     }
 
     /// Current association state.

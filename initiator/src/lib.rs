@@ -73,6 +73,7 @@ mod namespace;
 mod options;
 pub mod queue;
 
+pub use auth::Authentication;
 pub use controller::{Controller, ControllerInfo, ControllerState};
 pub use discovery::{connect_entry, discover, nvme_subsystems};
 pub use driver::{Payload, RxStats};

@@ -19,7 +19,6 @@ use nvmeof_initiator::{
     AuthError, ConnectOptions, Controller, ControllerState, Error, Payload, ReconnectPolicy,
 };
 use nvmeof_target::config::{HostKeys, TargetConfig};
-use nvmeof_target::server::Server;
 
 /// A secret of 32 `byte`s, transformed with `transform` before use, through
 /// its `DHHC-1` text as `nvme connect --dhchap-secret` takes it.
@@ -43,14 +42,6 @@ fn with_secrets(
     ctrl_key: Option<DhchapSecret>,
 ) -> ConnectOptions {
     ConnectOptions { dhchap_secret: key, dhchap_ctrl_secret: ctrl_key, ..o }
-}
-
-async fn wait_state(ctrl: &Controller, want: ControllerState, within: Duration) {
-    let mut rx = ctrl.subscribe_state();
-    tokio::time::timeout(within, rx.wait_for(|s| *s == want))
-        .await
-        .unwrap_or_else(|_| panic!("controller not {want:?} within {within:?} (now {:?})", ctrl.state()))
-        .unwrap();
 }
 
 /// Admin and I/O commands on every queue: a Flush on each I/O queue by
@@ -265,17 +256,7 @@ async fn refused_reconnect_loses_the_controller_at_once() {
         wait_state(&ctrl, ControllerState::Reconnecting, Duration::from_secs(5)).await;
         cfg.listen = vec![addr];
         cfg.subsystems[0].host_keys = [(host().nqn, HostKeys::new(secret(0x82, HashId(0))))].into();
-        let until = Instant::now() + Duration::from_secs(5);
-        let server2 = loop {
-            match Server::start(&cfg).await {
-                Ok(s) => break s,
-                Err(e) if Instant::now() < until => {
-                    eprintln!("restart: {e}; retrying");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-                Err(e) => panic!("target does not restart: {e}"),
-            }
-        };
+        let server2 = restart(&cfg).await;
         let t0 = Instant::now();
         wait_state(&ctrl, ControllerState::Failed, Duration::from_secs(5)).await;
         assert!(t0.elapsed() < Duration::from_secs(3), "lost after {:?}", t0.elapsed());
@@ -295,4 +276,61 @@ fn read_sqe() -> Sqe {
     let mut sqe = Sqe::new(IoOpcode::READ.0);
     sqe.set_nsid(1);
     sqe
+}
+
+/// Key rotation without losing the controller: the target's reload swaps the
+/// host's key; the application gives the controller the new secret and
+/// re-authenticates every queue of the live association (as writing Linux's
+/// sysfs `dhchap_secret`); the next reconnect uses it too. Re-authenticating
+/// with the old secret after the rotation is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn secrets_rotate_with_reauthentication_and_reconnect() {
+    bounded(60, async {
+        let (k1, k2) = (secret(0x91, HashId::SHA256), secret(0x92, HashId::SHA384));
+        let keys = |k: &DhchapSecret| HostKeys { dhgroup: DhGroup::FFDHE2048, ..HostKeys::new(k.clone()) };
+        let (server, addr) = start(&auth_config(Some(keys(&k1)))).await;
+        let proxy = Proxy::start(addr).await;
+        let ctrl = Controller::connect(proxy.addr, SUBNQN, with_secrets(opts(), Some(k1.clone()), None))
+            .await
+            .unwrap();
+        let a = ctrl.info().authentication.expect("the target asked for authentication");
+        assert_eq!((a.hash, a.dhgroup, a.bidirectional), (HashId::SHA256, DhGroup::FFDHE2048, false));
+        assert_eq!(ctrl.reauthenticate().await.unwrap(), a, "the same secret again");
+        io_on_every_queue(&ctrl, 9).await;
+
+        server.reload(&auth_config(Some(keys(&k2)))).unwrap();
+        ctrl.set_dhchap_secrets(Some(k2.clone()), None).unwrap();
+        ctrl.reauthenticate().await.expect("re-authentication with the rotated secret");
+        io_on_every_queue(&ctrl, 10).await;
+        // The next association authenticates with it as well.
+        proxy.kill_all();
+        wait_state(&ctrl, ControllerState::Reconnecting, Duration::from_secs(5)).await;
+        wait_state(&ctrl, ControllerState::Live, Duration::from_secs(10)).await;
+        io_on_every_queue(&ctrl, 11).await;
+
+        // A secret without the host key is refused; the old key no longer works.
+        assert!(matches!(ctrl.set_dhchap_secrets(None, Some(k1.clone())), Err(Error::InvalidArgument(_))));
+        ctrl.set_dhchap_secrets(Some(k1), None).unwrap();
+        match ctrl.reauthenticate().await {
+            Err(Error::Auth { qid: 0, reason: AuthError::Refused(FailureReason::FAILED) }) => {}
+            r => panic!("re-authentication with the old secret: {r:?}"),
+        }
+        ctrl.shutdown().await.ok();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
+
+/// Without authentication there is nothing to redo.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reauthentication_needs_a_controller_that_asked_for_it() {
+    bounded(30, async {
+        let (server, addr) = start(&auth_config(None)).await;
+        let ctrl = Controller::connect(addr, SUBNQN, opts()).await.unwrap();
+        assert!(ctrl.info().authentication.is_none());
+        assert!(matches!(ctrl.reauthenticate().await, Err(Error::InvalidArgument(_))));
+        ctrl.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
 }

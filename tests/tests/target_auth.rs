@@ -329,8 +329,8 @@ async fn a_queue_that_does_not_authenticate_in_time_is_closed() {
 }
 
 /// SIGHUP (a reload) rotates the keys: new associations need the new secret,
-/// one made before keeps working, and a host whose key is removed connects
-/// without authenticating.
+/// one made before keeps working and re-authenticates with the new one, and
+/// a host whose key is removed connects without authenticating.
 #[tokio::test]
 async fn a_reload_rotates_the_keys() {
     let (server, addr) = start(&config(HostKeys::new(host_key()))).await;
@@ -342,7 +342,12 @@ async fn a_reload_rotates_the_keys() {
     let mut a = admin(addr).await;
     assert_eq!(authenticate(&mut a, &Host::new()).await, Err(Failure::new(7, FailureReason::FAILED)));
     let mut a = admin(addr).await;
-    authenticate(&mut a, &Host { key: new_key, ..Host::new() }).await.unwrap();
+    authenticate(&mut a, &Host { key: new_key.clone(), ..Host::new() }).await.unwrap();
+    before.identify(Cns::CTRL, 0).await.ok();
+    // The association made before re-authenticates with the new key: a
+    // Negotiate on its admin queue takes the subsystem's current keys
+    // (nvmet_setup_auth).
+    authenticate(&mut before, &Host { key: new_key, t_id: 11, ..Host::new() }).await.unwrap();
     before.identify(Cns::CTRL, 0).await.ok();
     // Without keys for the host: no ATR any more.
     let mut cfg = config(HostKeys::new(host_key()));

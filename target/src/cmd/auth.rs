@@ -162,7 +162,11 @@ fn negotiate(ctx: &mut QueueCtx, n: &Negotiate) -> Result<Box<Transaction>, Fail
     if n.auth_id != AUTH_ID_DHCHAP {
         return Err(FailureReason::INCORRECT_PAYLOAD);
     }
-    let keys = ctx.ctrl.as_ref().and_then(|c| c.host_keys.clone());
+    let ctrl = ctx.ctrl.as_ref().expect("authentication runs on connected queues");
+    if ctx.qid == Some(0) {
+        ctrl.refresh_host_keys();
+    }
+    let keys = ctrl.host_keys();
     let (hash, dhgroup) = choose(keys.as_deref(), n)?;
     debug!(hash = hash.name(), dhgroup = dhgroup.name(), t_id = n.t_id, "authentication: negotiated");
     Ok(Box::new(Transaction {
@@ -190,7 +194,7 @@ fn reply(ctx: &mut QueueCtx, r: &a::Reply) -> Result<(), FailureReason> {
         })?;
         tx.session_key = Some(s);
     }
-    let Some(keys) = ctrl.host_keys.clone() else {
+    let Some(keys) = ctrl.host_keys() else {
         warn!("authentication: no host key for this host");
         return Err(FailureReason::FAILED);
     };
@@ -333,7 +337,8 @@ pub fn receive(ctx: &mut QueueCtx, sqe: &Sqe) -> Response {
             let response = match &tx.c2 {
                 None => None,
                 Some(c2) => {
-                    let Some(key) = ctrl.host_keys.as_ref().and_then(|k| k.ctrl_key.as_ref()) else {
+                    let keys = ctrl.host_keys();
+                    let Some(key) = keys.as_ref().and_then(|k| k.ctrl_key.as_ref()) else {
                         warn!("authentication: the host asked the controller to authenticate, but it has no controller key");
                         ctx.auth.step = Step::Failure1(FailureReason::FAILED);
                         return receive(ctx, sqe);

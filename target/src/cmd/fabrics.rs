@@ -137,14 +137,12 @@ fn connect(ctx: &mut QueueCtx, sqe: &Sqe, data: &[u8]) -> Response {
         let (hostnqn, hostid, port) = (d.hostnqn.clone(), d.hostid, ctx.port_id);
         let keys = subsys.host_keys(&d.hostnqn);
         let Some(ctrl) = target.create_controller(|id| {
-            let mut c = Controller::new(id, subsys.clone(), hostnqn, hostid, port, kato, max_qid);
-            c.host_keys = keys;
-            c
+            Controller::new(id, subsys.clone(), hostnqn, hostid, port, kato, max_qid).with_host_keys(keys)
         }) else {
             warn!("controller ID space exhausted");
             return Status::CONNECT_CTRL_BUSY.with_dnr().into();
         };
-        let auth = ctrl.host_keys.is_some();
+        let auth = ctrl.host_keys().is_some();
         info!(cntlid = ctrl.cntlid, subnqn = %subsys.nqn, hostnqn = %d.hostnqn, kato_ms = kato, auth, "controller created");
         let cntlid = ctrl.cntlid;
         ctx.ctrl = Some(ctrl);
@@ -181,7 +179,7 @@ fn connect(ctx: &mut QueueCtx, sqe: &Sqe, data: &[u8]) -> Response {
         return invalid_param(false, fabrics_off::SQSIZE);
     }
     info!(cntlid = ctrl.cntlid, qid = cmd.qid, entries = cmd.queue_entries(), "I/O queue connected");
-    let (cntlid, auth) = (ctrl.cntlid, ctrl.host_keys.is_some());
+    let (cntlid, auth) = (ctrl.cntlid, ctrl.host_keys().is_some());
     ctx.ctrl = Some(ctrl);
     ctx.qid = Some(cmd.qid);
     ctx.sqsize = cmd.sqsize;

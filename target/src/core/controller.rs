@@ -71,8 +71,10 @@ pub struct Controller {
     pub port_id: u16,
     /// Highest I/O queue ID allowed.
     pub max_qid: u16,
-    /// The host's DH-HMAC-CHAP keys when it must authenticate on every queue.
-    pub host_keys: Option<Arc<crate::config::HostKeys>>,
+    /// The host's DH-HMAC-CHAP keys when it must authenticate on every
+    /// queue: fixed at admin Connect, refreshed by a re-authentication of the
+    /// admin queue ([`Self::refresh_host_keys`]).
+    host_keys: Mutex<Option<Arc<crate::config::HostKeys>>>,
     regs: Mutex<Regs>,
     /// CC.EN && CSTS.RDY, kept beside `regs` by [`Self::set_cc`]: every I/O
     /// command checks it, and a load keeps the line shared between the
@@ -115,7 +117,7 @@ impl Controller {
             hostid,
             port_id,
             max_qid,
-            host_keys: None,
+            host_keys: Mutex::new(None),
             regs: Mutex::new(Regs::default()),
             ready: AtomicBool::new(false),
             kato_ms: AtomicU32::new(kato_ms),
@@ -127,6 +129,28 @@ impl Controller {
             io_qids: Mutex::new(BTreeSet::new()),
             errors: Mutex::new(ErrorLog::default()),
             teardown: watch::channel(Teardown::Alive).0,
+        }
+    }
+
+    /// With the host's DH-HMAC-CHAP keys (the host must authenticate).
+    pub fn with_host_keys(self, keys: Option<Arc<crate::config::HostKeys>>) -> Self {
+        *self.host_keys.lock().unwrap() = keys;
+        self
+    }
+
+    /// The host's DH-HMAC-CHAP keys, if it must authenticate.
+    pub fn host_keys(&self) -> Option<Arc<crate::config::HostKeys>> {
+        self.host_keys.lock().unwrap().clone()
+    }
+
+    /// Takes the subsystem's current keys for this host, as nvmet's
+    /// `nvmet_setup_auth` does when the admin queue negotiates again: a key
+    /// rotated by a reload then applies to this association's
+    /// re-authentications. A host whose keys were removed keeps the ones it
+    /// had (nvmet keeps `host_key` then too).
+    pub fn refresh_host_keys(&self) {
+        if let Some(k) = self.subsys.host_keys(&self.hostnqn) {
+            *self.host_keys.lock().unwrap() = Some(k);
         }
     }
 

@@ -41,7 +41,8 @@
 //!     secret each fail the connect with the authentication error they should;
 //!   * `auth-unidirectional`, `auth-bidirectional`: connect with 2 I/O
 //!     queues (each authenticates), write 1 MiB through each queue and read
-//!     it back, shut down.
+//!     it back, re-authenticate every queue of the live association, read
+//!     again, shut down.
 //!
 //! Configuration (environment, each also as `--flag value`):
 //!
@@ -1094,13 +1095,30 @@ async fn step_auth_io(a: &Args, au: &AuthArgs, bidirectional: bool) -> Result<()
             }
         }
         let i = c.info();
+        let a = i.authentication.ok_or("no authentication recorded")?;
         info(
             name,
             format!(
-                "cntlid {}, {} I/O queues authenticated, 2 MiB written and verified",
-                i.cntlid, i.io_queues
+                "cntlid {}, {} I/O queues, {} / {}{}, 2 MiB written and verified",
+                i.cntlid,
+                i.io_queues,
+                a.hash.name().unwrap_or("?"),
+                a.dhgroup.name().unwrap_or("?"),
+                if a.bidirectional { ", bidirectional" } else { "" }
             ),
         );
+        if a.bidirectional != bidirectional {
+            return Err(format!("bidirectional {} after asking {bidirectional}", a.bidirectional));
+        }
+        // Re-authentication of every queue of the live association (nvmet
+        // re-reads the host's keys on the admin queue's new Negotiate).
+        let again = c.reauthenticate().await.map_err(|e| format!("re-authentication: {e}"))?;
+        if again != a {
+            return Err(format!("re-authentication negotiated {again:?}, first {a:?}"));
+        }
+        let mut back = vec![0u8; 1 << 20];
+        ns.read(0, &mut back).await.map_err(|e| format!("read after re-authentication: {e}"))?;
+        info(name, "re-authenticated every queue; reads go on");
         Ok(())
     }
     .await;
