@@ -829,8 +829,10 @@ impl Controller {
     /// a secret is written to sysfs (`nvme_ctrl_auth_work`). Commands keep
     /// running meanwhile. Fails with [`Error::InvalidArgument`] when the
     /// controller did not ask for authentication, or with the first queue's
-    /// error (a controller that refuses closes that queue, and the reconnect
-    /// policy takes over).
+    /// error. A controller that refuses tears the association down: the
+    /// error is then its refusal, or [`Error::ConnectionLost`] when the other
+    /// queues' closing started the reconnect first, and the reconnect policy
+    /// takes over (a reconnect with the refused secrets fails for good).
     pub async fn reauthenticate(&self) -> Result<Authentication> {
         let core = self.core();
         if core.info().authentication.is_none() {

@@ -311,10 +311,17 @@ async fn secrets_rotate_with_reauthentication_and_reconnect() {
         // A secret without the host key is refused; the old key no longer works.
         assert!(matches!(ctrl.set_dhchap_secrets(None, Some(k1.clone())), Err(Error::InvalidArgument(_))));
         ctrl.set_dhchap_secrets(Some(k1), None).unwrap();
+        // The target answers AUTH_Failure1 and tears the association down; the
+        // I/O queues' closing may reach the initiator first, whose reconnect
+        // then cuts the admin queue before it reads the answer: a refusal or
+        // a lost connection. Either way the reconnect with this secret is
+        // refused, and the controller is lost for good (not retried).
         match ctrl.reauthenticate().await {
-            Err(Error::Auth { qid: 0, reason: AuthError::Refused(FailureReason::FAILED) }) => {}
+            Err(Error::Auth { qid: 0, reason: AuthError::Refused(FailureReason::FAILED) })
+            | Err(Error::ConnectionLost) => {}
             r => panic!("re-authentication with the old secret: {r:?}"),
         }
+        wait_state(&ctrl, ControllerState::Failed, Duration::from_secs(5)).await;
         ctrl.shutdown().await.ok();
         server.shutdown(Duration::from_secs(1)).await;
     })
