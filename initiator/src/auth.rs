@@ -18,7 +18,7 @@
 use std::time::Duration;
 
 use nvmeof_common::auth::chap::{
-    augmented_challenge, ctrl_response, host_response, responses_equal, Exchange,
+    ctrl_response, host_response, response_challenge, responses_equal, Exchange,
 };
 use nvmeof_common::auth::message::{Challenge, Failure, Negotiate, Reply};
 use nvmeof_common::auth::{
@@ -209,10 +209,7 @@ impl HostExchange {
                 (pair.public().to_vec(), Some(s))
             }
         };
-        let c1 = match &session_key {
-            Some(k) => augmented_challenge(hash, k, &c.challenge),
-            None => c.challenge.clone(),
-        };
+        let c1 = response_challenge(hash, session_key.as_deref(), &c.challenge);
         let x = self.exchange(hash, &c1, c.seqnum);
         let response = host_response(&self.key.transformed(&self.hostnqn), &x);
         let ctrl_challenge = self.ctrl_key.as_ref().map(|_| (next_seqnum(), random_bytes(hash.len())));
@@ -258,10 +255,7 @@ impl HostExchange {
         };
         // C2 augmented with the same session key as C1 (`nvme_auth_dhchap_setup_ctrl_response`),
         // the controller key transformed with the subsystem NQN.
-        let c2 = match &n.session_key {
-            Some(k) => augmented_challenge(n.hash, k, c2),
-            None => c2.clone(),
-        };
+        let c2 = response_challenge(n.hash, n.session_key.as_deref(), c2);
         let want = ctrl_response(&ctrl_key.transformed(&self.subnqn), &self.exchange(n.hash, &c2, *s2));
         if !responses_equal(&want, r2) {
             return Err(Fail {
@@ -416,6 +410,7 @@ async fn fail<T>(q: &QueueShared, ex: &HostExchange, f: Fail, timeout: Duration)
 
 #[cfg(test)]
 mod tests {
+    use nvmeof_common::auth::chap::augmented_challenge;
     use nvmeof_common::auth::message::Success1;
 
     use super::*;

@@ -622,7 +622,9 @@ impl TargetConfig {
         for (i, s) in raw.subsystem.into_iter().enumerate() {
             let key = format!("subsystem[{i}]");
             check_subsystem_nqn(&s.nqn).map_err(|e| invalid(format!("{key}.nqn"), e))?;
-            let mut allowed_hosts = s.allowed_hosts.as_ref().map(|_| Vec::new());
+            // `allowed_hosts = []` allows no host; leaving it out allows any.
+            let listed = s.allowed_hosts.is_some();
+            let mut allowed = Vec::new();
             let mut keys = BTreeMap::new();
             for (h, host) in s.allowed_hosts.into_iter().flatten().enumerate() {
                 let hkey = format!("{key}.allowed_hosts[{h}]");
@@ -643,7 +645,7 @@ impl TargetConfig {
                     }
                 };
                 check_host_nqn(&nqn).map_err(|e| invalid(hkey.clone(), e))?;
-                allowed_hosts.get_or_insert_with(Vec::new).push(nqn);
+                allowed.push(nqn);
             }
             if let Some(m) = &s.model {
                 // Identify Controller MN: 40 bytes of printable ASCII, space
@@ -733,7 +735,7 @@ impl TargetConfig {
             subsystems.push(SubsystemConfig {
                 nqn: s.nqn,
                 model: s.model.unwrap_or_else(|| DEFAULT_MODEL.to_string()),
-                allowed_hosts,
+                allowed_hosts: listed.then_some(allowed),
                 host_keys: keys,
                 namespaces,
             });

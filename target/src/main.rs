@@ -180,10 +180,15 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
         a.dhchap_dhgroup.as_deref(),
     )
     .map_err(|(key, e)| {
-        format!(
-            "--{}: {e}",
-            key.replace('_', "-").replace("dhchap-key", "dhchap-secret").replace("ctrl-key", "ctrl-secret")
-        )
+        // The configuration keys' flags (the secrets are "secret" on the
+        // command line, as nvme-cli's).
+        let flag = match key {
+            "dhchap_key" => "--dhchap-secret",
+            "dhchap_ctrl_key" => "--dhchap-ctrl-secret",
+            "dhchap_hash" => "--dhchap-hash",
+            _ => "--dhchap-dhgroup",
+        };
+        format!("{flag}: {e}")
     })?;
     let host_keys =
         keys.map(|k| a.allow_host.iter().map(|h| (h.clone(), k.clone())).collect()).unwrap_or_default();

@@ -42,6 +42,15 @@ pub fn augmented_challenge(hash: HashId, session_key: &[u8], challenge: &[u8]) -
     hmac(hash, &digest(hash, session_key), &[challenge])
 }
 
+/// The challenge a response covers: augmented with the Diffie-Hellman
+/// shared secret when the group is not NULL, else as it is.
+pub fn response_challenge(hash: HashId, session_key: Option<&[u8]>, challenge: &[u8]) -> Vec<u8> {
+    match session_key {
+        Some(k) => augmented_challenge(hash, k, challenge),
+        None => challenge.to_vec(),
+    }
+}
+
 /// The exchange a response covers.
 #[derive(Clone, Copy, Debug)]
 pub struct Exchange<'a> {

@@ -49,7 +49,6 @@ enum Step {
 /// One transaction's values.
 #[derive(Debug)]
 struct Transaction {
-    t_id: u16,
     hash: HashId,
     dhgroup: DhGroup,
     s1: u32,
@@ -63,13 +62,12 @@ struct Transaction {
 /// A queue's authentication state.
 #[derive(Debug)]
 pub struct QueueAuth {
-    /// Whether Connect asked this queue to authenticate (ATR).
-    pub required: bool,
     /// Whether commands other than Fabrics ones may run.
     pub authenticated: bool,
     step: Step,
-    /// The transaction's ID, kept for a Failure1 after a refused negotiation
-    /// (nvmet stores `dhchap_tid` before it checks the message).
+    /// The transaction's ID, from the last AUTH_Negotiate: kept even when the
+    /// negotiation is refused, for the Failure1 (nvmet stores `dhchap_tid`
+    /// before it checks the message).
     t_id: u16,
     tx: Option<Box<Transaction>>,
 }
@@ -77,14 +75,14 @@ pub struct QueueAuth {
 impl Default for QueueAuth {
     /// A queue that needs no authentication.
     fn default() -> Self {
-        Self { required: false, authenticated: true, step: Step::Negotiate, t_id: 0, tx: None }
+        Self { authenticated: true, step: Step::Negotiate, t_id: 0, tx: None }
     }
 }
 
 impl QueueAuth {
     /// The state after Connect: authentication is required when the host has keys.
     pub fn after_connect(required: bool) -> Self {
-        Self { required, authenticated: !required, step: Step::Negotiate, t_id: 0, tx: None }
+        Self { authenticated: !required, step: Step::Negotiate, t_id: 0, tx: None }
     }
 }
 
@@ -170,7 +168,6 @@ fn negotiate(ctx: &mut QueueCtx, n: &Negotiate) -> Result<Box<Transaction>, Fail
     let (hash, dhgroup) = choose(keys.as_deref(), n)?;
     debug!(hash = hash.name(), dhgroup = dhgroup.name(), t_id = n.t_id, "authentication: negotiated");
     Ok(Box::new(Transaction {
-        t_id: n.t_id,
         hash,
         dhgroup,
         s1: 0,
@@ -185,6 +182,7 @@ fn negotiate(ctx: &mut QueueCtx, n: &Negotiate) -> Result<Box<Transaction>, Fail
 /// Checks the host's Reply (nvmet_auth_reply).
 fn reply(ctx: &mut QueueCtx, r: &a::Reply) -> Result<(), FailureReason> {
     let ctrl = ctx.ctrl.clone().expect("authentication runs on connected queues");
+    let t_id = ctx.auth.t_id;
     let tx = ctx.auth.tx.as_mut().expect("a transaction in the Reply step");
     if !r.dh_value.is_empty() {
         let dh = tx.dh.as_ref().ok_or(FailureReason::INCORRECT_PAYLOAD)?;
@@ -201,15 +199,12 @@ fn reply(ctx: &mut QueueCtx, r: &a::Reply) -> Result<(), FailureReason> {
     if r.response.len() != tx.hash.len() || (tx.dhgroup != DhGroup::NULL && tx.session_key.is_none()) {
         return Err(FailureReason::FAILED);
     }
-    let c1 = match &tx.session_key {
-        Some(k) => chap::augmented_challenge(tx.hash, k, &tx.c1),
-        None => tx.c1.clone(),
-    };
+    let c1 = chap::response_challenge(tx.hash, tx.session_key.as_deref(), &tx.c1);
     let x = Exchange {
         hash: tx.hash,
         challenge: &c1,
         seqnum: tx.s1,
-        t_id: tx.t_id,
+        t_id,
         sc_c: 0,
         hostnqn: &ctrl.hostnqn,
         subnqn: &ctrl.subsys.nqn,
@@ -271,9 +266,8 @@ pub fn send(ctx: &mut QueueCtx, data: &Bytes) -> Response {
             if m.id() != expected {
                 return fatal(ctx, "message out of sequence");
             }
-            let t_id = ctx.auth.tx.as_ref().map(|t| t.t_id);
-            if Some(m.t_id()) != t_id {
-                debug!(got = m.t_id(), want = ?t_id, "authentication: wrong transaction");
+            if m.t_id() != ctx.auth.t_id {
+                debug!(got = m.t_id(), want = ctx.auth.t_id, "authentication: wrong transaction");
                 fail(&mut ctx.auth, FailureReason::INCORRECT_PAYLOAD);
                 return Response::status(Status::SUCCESS);
             }
@@ -299,17 +293,22 @@ pub fn send(ctx: &mut QueueCtx, data: &Bytes) -> Response {
     }
 }
 
-/// The message data, `al` bytes long (zero-filled; nvmet copies AL bytes).
-fn data(msg: &AuthMessage, al: usize) -> Response {
+/// The encoded message as data `al` bytes long (zero-filled; nvmet copies AL
+/// bytes), or `None` when it does not fit.
+fn data(msg: &AuthMessage, al: usize) -> Option<Response> {
     let mut b = msg.encode();
+    if b.len() > al {
+        return None;
+    }
     b.resize(al, 0);
-    Response::data(b)
+    Some(Response::data(b))
 }
 
 /// Execute step of Authentication Receive: the controller's next message.
 pub fn receive(ctx: &mut QueueCtx, sqe: &Sqe) -> Response {
     let al = AuthCmd::from_sqe(sqe).len as usize;
     let ctrl = ctx.ctrl.clone().expect("authentication runs on connected queues");
+    let t_id = ctx.auth.t_id;
     match ctx.auth.step {
         Step::Challenge => {
             let tx = ctx.auth.tx.as_mut().expect("a transaction in the Challenge step");
@@ -317,20 +316,20 @@ pub fn receive(ctx: &mut QueueCtx, sqe: &Sqe) -> Response {
             tx.c1 = a::random_bytes(tx.hash.len());
             tx.dh = DhKeyPair::generate(tx.dhgroup);
             let msg = AuthMessage::Challenge(Challenge {
-                t_id: tx.t_id,
+                t_id,
                 hash: tx.hash,
                 dhgroup: tx.dhgroup,
                 seqnum: tx.s1,
                 challenge: tx.c1.clone(),
                 dh_value: tx.dh.as_ref().map(|d| d.public().to_vec()).unwrap_or_default(),
             });
-            if msg.encode().len() > al {
+            let Some(r) = data(&msg, al) else {
                 // nvmet_auth_challenge: "buffer too small" is an internal error.
                 warn!(al, "authentication: Receive too short for the challenge");
                 return Response::status(Status::INTERNAL);
-            }
+            };
             ctx.auth.step = Step::Reply;
-            data(&msg, al)
+            r
         }
         Step::Success1 => {
             let tx = ctx.auth.tx.as_ref().expect("a transaction in the Success1 step");
@@ -343,15 +342,12 @@ pub fn receive(ctx: &mut QueueCtx, sqe: &Sqe) -> Response {
                         ctx.auth.step = Step::Failure1(FailureReason::FAILED);
                         return receive(ctx, sqe);
                     };
-                    let c2 = match &tx.session_key {
-                        Some(k) => chap::augmented_challenge(tx.hash, k, c2),
-                        None => c2.clone(),
-                    };
+                    let c2 = chap::response_challenge(tx.hash, tx.session_key.as_deref(), c2);
                     let x = Exchange {
                         hash: tx.hash,
                         challenge: &c2,
                         seqnum: tx.s2,
-                        t_id: tx.t_id,
+                        t_id,
                         sc_c: 0,
                         hostnqn: &ctrl.hostnqn,
                         subnqn: &ctrl.subsys.nqn,
@@ -359,17 +355,17 @@ pub fn receive(ctx: &mut QueueCtx, sqe: &Sqe) -> Response {
                     Some(chap::ctrl_response(&key.transformed(&ctrl.subsys.nqn), &x))
                 }
             };
-            let msg = AuthMessage::Success1(Success1 { t_id: tx.t_id, hl: tx.hash.len() as u8, response });
-            if msg.encode().len() > al {
+            let msg = AuthMessage::Success1(Success1 { t_id, hl: tx.hash.len() as u8, response });
+            let Some(r) = data(&msg, al) else {
                 return Status::SGL_INVALID_DATA.with_dnr().into();
-            }
+            };
             if tx.c2.is_some() {
                 ctx.auth.step = Step::Success2;
             } else {
                 ctx.auth.step = Step::Done;
                 ctx.auth.tx = None;
             }
-            data(&msg, al)
+            r
         }
         step => {
             // Failure1, or a Receive where none is due (nvmet's default case).
@@ -377,16 +373,12 @@ pub fn receive(ctx: &mut QueueCtx, sqe: &Sqe) -> Response {
                 Step::Failure1(r) => r,
                 _ => FailureReason::FAILED,
             };
-            let t_id = ctx.auth.t_id;
             let msg = AuthMessage::Failure1(Failure::new(t_id, reason));
             warn!(%reason, hostnqn = %ctrl.hostnqn, "authentication failed: AUTH_Failure1 sent, closing the queue");
             ctx.auth.authenticated = false;
             ctx.auth.tx = None;
             ctx.close_requested = true;
-            if al < a::message::FAILURE_LEN {
-                return Status::SGL_INVALID_DATA.with_dnr().into();
-            }
-            data(&msg, al)
+            data(&msg, al).unwrap_or_else(|| Status::SGL_INVALID_DATA.with_dnr().into())
         }
     }
 }
