@@ -22,7 +22,7 @@
 //! [[subsystem]]
 //! nqn = "nqn.2026-11.io.nvmeof:disk"
 //! model = "nvmeof"                       # optional
-//! allowed_hosts = ["nqn.2014-08.org.nvmexpress:uuid:..."]   # omit: any host
+//! allowed_hosts = ["nqn.2014-08.org.nvmexpress:uuid:..."]   # omit: any host; SIGHUP applies changes
 //! # An entry may instead be a table that also sets DH-HMAC-CHAP keys for the host:
 //! # { nqn = "...", dhchap_key = "DHHC-1:00:...:", dhchap_ctrl_key = "DHHC-1:...",
 //! #   dhchap_hash = "sha256", dhchap_dhgroup = "null" }

@@ -273,8 +273,10 @@ impl Server {
     /// namespace whose store changed (path, device, engine, block size)
     /// replaced, and one whose configured size changed resized. Connected
     /// hosts get the Namespace Attribute Changed AEN. Ports, limits,
-    /// `poll_us`, `send_buffer`, `congestion_control`, models and allowed hosts of running subsystems are not
-    /// changed (a warning says so when the configuration changes them).
+    /// `poll_us`, `send_buffer`, `congestion_control` and the models of running
+    /// subsystems are not changed (a warning says so when the configuration
+    /// changes them). Allowed hosts and DH-HMAC-CHAP keys are replaced; hosts
+    /// already connected keep their associations, as with nvmet.
     ///
     /// "Changed" is against the configuration applied before, not the
     /// namespace's capacity: a file larger than its `size` keeps its length at
@@ -299,12 +301,8 @@ impl Server {
                     new_subsystems.insert(sc.nqn.clone(), s);
                 }
                 Some(s) => {
-                    if s.allowed_hosts != sc.allowed_hosts || s.model != sc.model {
-                        warn!(subnqn = %sc.nqn, "reload: allowed_hosts and model of a running subsystem are not changed (restart the target to apply them)");
-                    }
-                    // Keys rotate on reload (nvmet applies dhchap_key writes at once).
-                    if s.set_host_keys(&sc.host_keys) {
-                        info!(subnqn = %sc.nqn, hosts = sc.host_keys.len(), "reload: DH-HMAC-CHAP keys replaced; new associations use them");
+                    if s.model != sc.model {
+                        warn!(subnqn = %sc.nqn, "reload: the model of a running subsystem is not changed (restart the target to apply it)");
                     }
                     for (nsid, n) in assign_nsids(&sc.namespaces) {
                         let key = (sc.nqn.clone(), nsid);
@@ -322,7 +320,7 @@ impl Server {
                 }
             }
         }
-        // Like allowed_hosts and model below: applied only by a restart, which
+        // Like a subsystem's model above: applied only by a restart, which
         // the log says (the reload reported success while the new port or
         // limit silently did not apply).
         let (listen, limits, conn) = &self.started;
@@ -348,6 +346,17 @@ impl Server {
                 }
                 continue;
             };
+            // Hosts and keys change at once, as nvmet's allowed_hosts links
+            // and dhchap_key writes do; connected hosts keep their associations.
+            let change = self.target.set_subsystem_hosts(&s, sc.allowed_hosts.clone(), &sc.host_keys);
+            if change.allowed {
+                let hosts =
+                    sc.allowed_hosts.as_ref().map_or_else(|| "any host".to_string(), |h| h.join(", "));
+                info!(subnqn = %sc.nqn, allowed = %hosts, "reload: allowed hosts replaced; new connects use them, connected hosts stay");
+            }
+            if change.keys {
+                info!(subnqn = %sc.nqn, hosts = sc.host_keys.len(), "reload: DH-HMAC-CHAP keys replaced; new associations use them");
+            }
             let mut wanted = Vec::new();
             for (nsid, n) in assign_nsids(&sc.namespaces) {
                 wanted.push(nsid);

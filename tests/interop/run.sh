@@ -169,6 +169,8 @@ write_target_config() {
         # or ("NQN ro FILE") a read-only file namespace
         # or ("NQN auth HOSTNQN KEY CTRLKEY DHGROUP") one open to HOSTNQN only,
         # with DH-HMAC-CHAP keys ("-" for none)
+        # or ("NQN acl HOSTS") one open to HOSTS only (NQNs joined by commas;
+        # "any": every host)
         if [ -f "$DIR/subsys.list" ]; then while read -r nqn kind file key ckey group; do
             [ -n "$nqn" ] || continue
             echo
@@ -179,6 +181,8 @@ write_target_config() {
                 [ "$ckey" = - ] || printf ', dhchap_ctrl_key = "%s"' "$ckey"
                 [ "$group" = - ] || printf ', dhchap_dhgroup = "%s"' "$group"
                 echo ' }]'
+            elif [ "$kind" = acl ]; then
+                [ "$file" = any ] || echo "allowed_hosts = [\"${file//,/\", \"}\"]"
             else
                 [ -n "$INTEROP_ALLOW_HOST" ] && echo "allowed_hosts = [\"$INTEROP_ALLOW_HOST\"]"
             fi
@@ -506,10 +510,11 @@ hook_ana_state() { # ana-state STATE1 STATE2: the ANA state of every group throu
 hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespace, or
     # (ro) with a read-only 16 MiB file of random bytes (the reply gives its md5), or
     # (auth HOSTNQN KEY CTRLKEY|- DHGROUP|-) open to HOSTNQN only, which must
-    # authenticate with DH-HMAC-CHAP; SIGHUP
+    # authenticate with DH-HMAC-CHAP, or (acl HOSTS|any) open to the hosts
+    # HOSTS (NQNs joined by commas) only; SIGHUP
     kh_host_target || { echo "not applicable"; return 2; }
     local nqn=$1 kind=${2:-} file="" sum="" extra=""
-    [[ $nqn =~ ^nqn\.[[:alnum:].:-]+$ ]] && [[ $kind =~ ^(ro|auth)?$ ]] || { echo "usage: add-subsystem NQN [ro|auth ...]"; return 2; }
+    [[ $nqn =~ ^nqn\.[[:alnum:].:-]+$ ]] && [[ $kind =~ ^(ro|auth|acl)?$ ]] || { echo "usage: add-subsystem NQN [ro|auth ...|acl HOSTS]"; return 2; }
     awk -v n="$nqn" '$1==n{f=1} END{exit !f}' "$DIR/subsys.list" 2>/dev/null && { echo "$nqn already configured"; return 1; }
     if [ "$kind" = ro ]; then
         file=$DIR/ro-$(printf '%s' "$nqn" | md5sum | cut -c1-8).img
@@ -520,10 +525,28 @@ hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespac
             && ${5:-} =~ ^(-|DHHC-1:[0-9]{2}:[A-Za-z0-9+/=]+:)$ && ${6:-} =~ ^(-|null|ffdhe[0-9]+)$ ]] \
             || { echo "usage: add-subsystem NQN auth HOSTNQN KEY CTRLKEY|- DHGROUP|-"; return 2; }
         file=$3 extra="$4 $5 $6"
+    elif [ "$kind" = acl ]; then
+        acl_hosts_ok "${3:-}" || { echo "usage: add-subsystem NQN acl HOSTS|any"; return 2; }
+        file=$3
     fi
     echo "$nqn $kind $file $extra" >>"$DIR/subsys.list"
     reload_target || return 1
     echo "subsystem $nqn added, target reloaded${sum:+ md5=$sum}"
+}
+
+# acl_hosts_ok HOSTS: "any" or NQNs joined by commas
+acl_hosts_ok() { [[ $1 =~ ^(any|nqn\.[[:alnum:].:-]+(,nqn\.[[:alnum:].:-]+)*)$ ]]; }
+
+hook_allow_hosts() { # allow-hosts NQN HOSTS|any: the hosts a subsystem added with "acl" is open to; SIGHUP
+    kh_host_target || { echo "not applicable"; return 2; }
+    local nqn=$1 hosts=${2:-}
+    acl_hosts_ok "$hosts" || { echo "usage: allow-hosts NQN HOSTS|any"; return 2; }
+    awk -v n="$nqn" '$1==n && $2=="acl"{f=1} END{exit !f}' "$DIR/subsys.list" 2>/dev/null \
+        || { echo "$nqn not configured with acl"; return 1; }
+    awk -v n="$nqn" -v h="$hosts" '$1==n{$3=h} {print}' "$DIR/subsys.list" >"$DIR/subsys.list.new" \
+        && mv "$DIR/subsys.list.new" "$DIR/subsys.list"
+    reload_target || return 1
+    echo "$nqn open to $hosts, target reloaded"
 }
 
 hook_remove_subsystem() { # remove-subsystem NQN, SIGHUP

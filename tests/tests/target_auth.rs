@@ -95,16 +95,18 @@ async fn authenticate(c: &mut RawClient, h: &Host) -> Result<(HashId, DhGroup), 
         None => c.to_vec(),
     };
     let c1 = aug(&ch.challenge);
+    // The NQN this queue connected with (R1 covers it).
+    let hostnqn = c.hostnqn.clone();
     let x = Exchange {
         hash: ch.hash,
         challenge: &c1,
         seqnum: ch.seqnum,
         t_id: h.t_id,
         sc_c: 0,
-        hostnqn: HOSTNQN,
+        hostnqn: &hostnqn,
         subnqn: &h.subnqn,
     };
-    let response = chap::host_response(&h.key.transformed(HOSTNQN), &x);
+    let response = chap::host_response(&h.key.transformed(&hostnqn), &x);
     let c2 = nvmeof_common::auth::random_bytes(ch.hash.len());
     let s2 = 0x5eed;
     let reply = Reply {
@@ -356,4 +358,35 @@ async fn a_reload_rotates_the_keys() {
     let mut a = RawClient::connect(addr).await;
     let cqe = a.admin_connect(SUBNQN, HOSTNQN).await;
     assert!(cqe.status.is_success() && cqe.dw0() & CONNECT_AUTHREQ_ATR == 0, "{cqe:?}");
+}
+
+/// A reload that allows another host with keys makes it authenticate from
+/// its first Connect (hosts and keys change together), and one that drops a
+/// keyed host refuses its new Connects while its association stays.
+#[tokio::test]
+async fn a_reload_adds_and_removes_hosts_with_keys() {
+    const THIRD: &str = "nqn.2014-08.org.nvmexpress:uuid:33333333-3333-3333-3333-333333333333";
+    let mut cfg = config(HostKeys::new(host_key()));
+    let (server, addr) = start(&cfg).await;
+    let mut before = admin(addr).await;
+    authenticate(&mut before, &Host::new()).await.unwrap();
+    before.enable().await;
+    let cqe = RawClient::connect(addr).await.admin_connect(SUBNQN, THIRD).await;
+    assert_eq!(cqe.status, Status::CONNECT_INVALID_HOST.with_dnr());
+
+    cfg.subsystems[0].allowed_hosts = Some(vec![OTHER_HOST.into(), THIRD.into()]);
+    cfg.subsystems[0].host_keys.clear();
+    cfg.subsystems[0].host_keys.insert(THIRD.into(), HostKeys::new(host_key()));
+    server.reload(&cfg).unwrap();
+    let mut third = RawClient::connect(addr).await;
+    let cqe = third.admin_connect(SUBNQN, THIRD).await;
+    assert!(cqe.status.is_success() && cqe.dw0() & CONNECT_AUTHREQ_ATR != 0, "{cqe:?}");
+    third.enable().await;
+    third.identify(Cns::CTRL, 0).await.expect_status(auth_required());
+    authenticate(&mut third, &Host::new()).await.unwrap();
+    third.identify(Cns::CTRL, 0).await.ok();
+    // HOSTNQN is no longer allowed: its association stays, new ones are refused.
+    let cqe = RawClient::connect(addr).await.admin_connect(SUBNQN, HOSTNQN).await;
+    assert_eq!(cqe.status, Status::CONNECT_INVALID_HOST.with_dnr());
+    before.identify(Cns::CTRL, 0).await.ok();
 }

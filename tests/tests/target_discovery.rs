@@ -23,6 +23,17 @@ const OTHER_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:99999999-8888-7777-666
 const RESTRICTED: &str = "nqn.2024-01.io.nvmeof.test:restricted";
 const OPEN2: &str = "nqn.2024-01.io.nvmeof.test:open2";
 
+/// A subsystem with a 1 MiB RAM namespace, open to `allowed_hosts`.
+fn restricted_config(nqn: &str, allowed_hosts: Option<Vec<String>>) -> SubsystemConfig {
+    SubsystemConfig {
+        nqn: nqn.into(),
+        model: "m".into(),
+        allowed_hosts,
+        host_keys: Default::default(),
+        namespaces: vec![ram_ns(1, 1 << 20, 512)],
+    }
+}
+
 /// Connects and enables a discovery controller for `hostnqn` (KATO 0).
 async fn discovery_queue(addr: std::net::SocketAddr, hostnqn: &str) -> RawClient {
     let mut d = RawClient::connect(addr).await;
@@ -276,22 +287,10 @@ async fn reload_notifies_only_hosts_that_see_the_change() {
         let (server, addr) = start(&cfg).await;
         let mut d = discovery_queue(addr, HOSTNQN).await;
         let aer = arm_aen(&mut d).await;
-        cfg.subsystems.push(SubsystemConfig {
-            nqn: RESTRICTED.into(),
-            model: "m".into(),
-            allowed_hosts: Some(vec![OTHER_HOST.into()]),
-            host_keys: Default::default(),
-            namespaces: vec![ram_ns(1, 1 << 20, 512)],
-        });
+        cfg.subsystems.push(restricted_config(RESTRICTED, Some(vec![OTHER_HOST.into()])));
         server.reload(&cfg).unwrap();
         assert!(!aen_fired(&mut d, aer).await, "notice for a subsystem this host cannot see");
-        cfg.subsystems.push(SubsystemConfig {
-            nqn: OPEN2.into(),
-            model: "m".into(),
-            allowed_hosts: None,
-            host_keys: Default::default(),
-            namespaces: vec![ram_ns(1, 1 << 20, 512)],
-        });
+        cfg.subsystems.push(restricted_config(OPEN2, None));
         server.reload(&cfg).unwrap();
         assert!(aen_fired(&mut d, aer).await);
         // An unchanged configuration changes nothing: same GENCTR, no notice.
@@ -302,6 +301,78 @@ async fn reload_notifies_only_hosts_that_see_the_change() {
         server.reload(&cfg).unwrap();
         assert!(!aen_fired(&mut d, aer).await);
         assert_eq!(DiscoveryLog::decode(&log_bytes(&mut d, 0, 20).await).unwrap().header.genctr, g);
+    })
+    .await;
+}
+
+/// A reload replaces a running subsystem's allowed hosts, as nvmet's
+/// `allowed_hosts` links and `attr_allow_any_host` do while it runs: new
+/// Connects use the new list (a host left out gets Connect Invalid Host), a
+/// host already connected keeps its controller, I/O queues included
+/// (nvmet checks the host in `nvmet_alloc_ctrl` only), and the discovery
+/// controllers of exactly the hosts that gain or lose the subsystem get the
+/// notice (`nvmet_subsys_disc_changed`), with the log changed for them.
+#[tokio::test]
+async fn reload_replaces_allowed_hosts_and_keeps_connected_hosts() {
+    bounded(30, async {
+        let mut cfg = default_config();
+        cfg.subsystems.push(restricted_config(RESTRICTED, Some(vec![OTHER_HOST.into()])));
+        let (server, addr) = start(&cfg).await;
+        let lists =
+            |log: Vec<u8>| DiscoveryLog::decode(&log).unwrap().entries.iter().any(|e| e.subnqn == RESTRICTED);
+        let refused = |cqe: nvmeof_common::Cqe| {
+            assert_eq!(cqe.status, Status::CONNECT_INVALID_HOST.with_dnr());
+            assert_eq!(cqe.dw0(), invalid_param_dw0(true, data_off::HOSTNQN as u16));
+        };
+        let mut d = discovery_queue(addr, HOSTNQN).await;
+        let mut other = discovery_queue(addr, OTHER_HOST).await;
+        assert!(!lists(log_bytes(&mut d, 0, 4096).await));
+        refused(RawClient::connect(addr).await.admin_connect(RESTRICTED, HOSTNQN).await);
+        // OTHER_HOST connects while it may: an admin queue and I/O queue 1.
+        let mut o = RawClient::connect(addr).await;
+        let cqe = o.admin_connect(RESTRICTED, OTHER_HOST).await;
+        assert!(cqe.status.is_success(), "{}", cqe.status);
+        let cntlid = cqe.dw0() as u16;
+        o.enable().await;
+        let mut oio = RawClient::connect(addr).await;
+        assert!(oio.io_connect(1, cntlid, RESTRICTED, OTHER_HOST).await.status.is_success());
+        let aer = arm_aen(&mut d).await;
+        let aer_other = arm_aen(&mut other).await;
+
+        // Now only HOSTNQN: both hosts' logs change, both get the notice.
+        cfg.subsystems[1].allowed_hosts = Some(vec![HOSTNQN.into()]);
+        server.reload(&cfg).unwrap();
+        assert!(aen_fired(&mut d, aer).await, "no notice for the host that gained the subsystem");
+        assert!(aen_fired(&mut other, aer_other).await, "no notice for the host that lost it");
+        assert!(lists(log_bytes(&mut d, 0, 4096).await));
+        assert!(!lists(log_bytes(&mut other, 0, 4096).await));
+        let mut h = RawClient::connect(addr).await;
+        let cqe = h.admin_connect(RESTRICTED, HOSTNQN).await;
+        assert!(cqe.status.is_success(), "the added host: {}", cqe.status);
+        refused(RawClient::connect(addr).await.admin_connect(RESTRICTED, OTHER_HOST).await);
+        // The removed host's controller stays: admin commands, I/O on its
+        // queue, and another I/O queue of it.
+        let id = IdentifyController::decode(&o.identify(Cns::CTRL, 0).await.ok().data).unwrap();
+        assert_eq!(id.cntlid, cntlid);
+        oio.write(1, 0, &[0x5A; 512], 512).await.ok();
+        assert_eq!(oio.read(1, 0, 1, 512).await.ok().data, vec![0x5A; 512]);
+        let mut oio2 = RawClient::connect(addr).await;
+        let cqe = oio2.io_connect(2, cntlid, RESTRICTED, OTHER_HOST).await;
+        assert!(cqe.status.is_success(), "I/O queue of the removed host's controller: {}", cqe.status);
+
+        // Any host: only OTHER_HOST's log changes, so only it hears of it
+        // (both re-arm: a log read with RAE clear unmasks the notice).
+        d.get_log_page(LogPageId::DISCOVERY, 0, 0, 20, false).await.ok();
+        other.get_log_page(LogPageId::DISCOVERY, 0, 0, 20, false).await.ok();
+        let aer = arm_aen(&mut d).await;
+        let aer_other = arm_aen(&mut other).await;
+        cfg.subsystems[1].allowed_hosts = None;
+        server.reload(&cfg).unwrap();
+        assert!(aen_fired(&mut other, aer_other).await, "no notice for the host that gained the subsystem");
+        assert!(!aen_fired(&mut d, aer).await, "notice for a host whose log did not change");
+        assert!(lists(log_bytes(&mut other, 0, 4096).await));
+        let cqe = RawClient::connect(addr).await.admin_connect(RESTRICTED, OTHER_HOST).await;
+        assert!(cqe.status.is_success(), "any host: {}", cqe.status);
     })
     .await;
 }

@@ -110,7 +110,10 @@ fn connect(ctx: &mut QueueCtx, sqe: &Sqe, data: &[u8]) -> Response {
         warn!(subnqn = %d.subnqn, "Connect to unknown subsystem");
         return invalid_param(true, data_off::SUBNQN);
     };
-    if !subsys.host_allowed(&d.hostnqn) {
+    // Only a new association is checked (nvmet_alloc_ctrl; an I/O queue's
+    // nvmet_ctrl_find_get is not): a host a reload removed keeps the
+    // controller it has, I/O queues included, until it disconnects.
+    if cmd.qid == 0 && !subsys.host_allowed(&d.hostnqn) {
         warn!(hostnqn = %d.hostnqn, subnqn = %d.subnqn, "host not allowed for subsystem");
         return Response {
             status: Status::CONNECT_INVALID_HOST.with_dnr(),

@@ -11,6 +11,32 @@ use crate::config::HostKeys;
 /// Namespaces by NSID; replaced whole on change so the I/O path reads it lock-free.
 pub type NamespaceMap = BTreeMap<u32, Arc<Namespace>>;
 
+/// The hosts allowed to connect and the DH-HMAC-CHAP keys of those that
+/// must authenticate, swapped as one: a reload that adds a host with its key
+/// (or removes one) never shows the host allowed without the key it must
+/// authenticate with.
+#[derive(Default)]
+struct HostAccess {
+    /// `None` allows any host (nvmet `attr_allow_any_host`).
+    allowed: Option<Vec<String>>,
+    keys: BTreeMap<String, Arc<HostKeys>>,
+}
+
+impl HostAccess {
+    fn allows(&self, hostnqn: &str) -> bool {
+        self.allowed.as_ref().is_none_or(|h| h.iter().any(|a| a == hostnqn))
+    }
+}
+
+/// What [`Subsystem::set_hosts`] changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HostsChange {
+    /// The allowed hosts changed.
+    pub allowed: bool,
+    /// Some host's keys changed (or were added or removed).
+    pub keys: bool,
+}
+
 /// An NVM subsystem (or the discovery subsystem).
 pub struct Subsystem {
     /// Subsystem NQN.
@@ -21,11 +47,8 @@ pub struct Subsystem {
     pub model: String,
     /// Whether this is the discovery subsystem.
     pub discovery: bool,
-    /// Hosts allowed to connect; `None` allows any host.
-    pub allowed_hosts: Option<Vec<String>>,
-    /// DH-HMAC-CHAP keys of the hosts that must authenticate; replaced whole
-    /// by a reload (new associations use the new ones).
-    host_keys: ArcSwap<BTreeMap<String, Arc<HostKeys>>>,
+    /// Who may connect and with which keys; replaced whole by a reload.
+    hosts: ArcSwap<HostAccess>,
     namespaces: ArcSwap<NamespaceMap>,
     controllers: Mutex<Vec<Weak<Controller>>>,
 }
@@ -40,8 +63,7 @@ impl Subsystem {
             serial,
             model: model.to_string(),
             discovery,
-            allowed_hosts,
-            host_keys: ArcSwap::from_pointee(BTreeMap::new()),
+            hosts: ArcSwap::from_pointee(HostAccess { allowed: allowed_hosts, keys: BTreeMap::new() }),
             namespaces: ArcSwap::from_pointee(BTreeMap::new()),
             controllers: Mutex::new(Vec::new()),
         }
@@ -49,20 +71,36 @@ impl Subsystem {
 
     /// With these hosts' DH-HMAC-CHAP keys (each must also be allowed).
     pub fn with_host_keys(self, keys: &BTreeMap<String, HostKeys>) -> Self {
-        self.set_host_keys(keys);
+        let allowed = self.allowed_hosts();
+        self.set_hosts(allowed, keys);
         self
     }
 
-    /// Replaces the hosts' DH-HMAC-CHAP keys; returns whether they changed.
-    /// Associations made before keep the keys they authenticated with, as
-    /// nvmet's controllers keep theirs until they re-authenticate.
-    pub fn set_host_keys(&self, keys: &BTreeMap<String, HostKeys>) -> bool {
-        let cur = self.host_keys.load();
-        if cur.len() == keys.len() && cur.iter().all(|(h, k)| keys.get(h) == Some(k.as_ref())) {
-            return false;
+    /// Replaces the allowed hosts and their DH-HMAC-CHAP keys together.
+    /// Connected hosts are not touched, as nvmet's `allowed_hosts` link
+    /// removal leaves their controllers: a host no longer allowed keeps its
+    /// association (its I/O queues and reconnects of them included) until it
+    /// disconnects, and associations made before keep the keys they
+    /// authenticated with until they re-authenticate. New Connects see the
+    /// new lists. Use [`crate::core::Target::set_subsystem_hosts`] for a
+    /// subsystem the target exports, so that discovery hears of it.
+    pub fn set_hosts(&self, allowed: Option<Vec<String>>, keys: &BTreeMap<String, HostKeys>) -> HostsChange {
+        let cur = self.hosts.load();
+        let change = HostsChange {
+            allowed: cur.allowed != allowed,
+            keys: cur.keys.len() != keys.len()
+                || !cur.keys.iter().all(|(h, k)| keys.get(h) == Some(k.as_ref())),
+        };
+        if change != HostsChange::default() {
+            let keys = keys.iter().map(|(h, k)| (h.clone(), Arc::new(k.clone()))).collect();
+            self.hosts.store(Arc::new(HostAccess { allowed, keys }));
         }
-        self.host_keys.store(Arc::new(keys.iter().map(|(h, k)| (h.clone(), Arc::new(k.clone()))).collect()));
-        true
+        change
+    }
+
+    /// The hosts allowed to connect; `None` allows any host.
+    pub fn allowed_hosts(&self) -> Option<Vec<String>> {
+        self.hosts.load().allowed.clone()
     }
 
     /// The keys `hostnqn` authenticates with, if it must (nvmet_setup_auth:
@@ -71,12 +109,12 @@ impl Subsystem {
         if self.discovery {
             return None;
         }
-        self.host_keys.load().get(hostnqn).cloned()
+        self.hosts.load().keys.get(hostnqn).cloned()
     }
 
     /// Whether `hostnqn` may connect (nvmet `nvmet_host_allowed`).
     pub fn host_allowed(&self, hostnqn: &str) -> bool {
-        self.allowed_hosts.as_ref().is_none_or(|h| h.iter().any(|a| a == hostnqn))
+        self.hosts.load().allows(hostnqn)
     }
 
     /// Current namespaces (lock-free snapshot).

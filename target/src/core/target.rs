@@ -11,7 +11,9 @@ use nvmeof_common::spec::DISCOVERY_NQN;
 use crate::cmd::admin::MAX_NAMESPACES;
 
 use super::ana::MAX_ANA_GROUPS;
+use super::subsystem::HostsChange;
 use super::{Controller, PortAna, Subsystem};
+use crate::config::HostKeys;
 
 /// ANA log header, group descriptor and NSID sizes (Linux `struct nvme_ana_rsp_hdr`, `nvme_ana_group_desc`).
 const ANA_LOG_HEADER: u32 = 16;
@@ -178,6 +180,35 @@ impl Target {
             self.notify_discovery(|host| s.host_allowed(host));
         }
         s
+    }
+
+    /// Replaces the allowed hosts and DH-HMAC-CHAP keys of subsystem `s`
+    /// (see [`Subsystem::set_hosts`]: connected hosts keep their
+    /// associations). When the allowed hosts of an exported subsystem
+    /// change, GENCTR moves and the discovery controllers of the hosts that
+    /// gain or lose it get the discovery log change notice, as nvmet's
+    /// `allowed_hosts` link changes and `attr_allow_any_host` writes call
+    /// `nvmet_subsys_disc_changed`.
+    pub fn set_subsystem_hosts(
+        &self,
+        s: &Arc<Subsystem>,
+        allowed: Option<Vec<String>>,
+        keys: &BTreeMap<String, HostKeys>,
+    ) -> HostsChange {
+        // Under the lock the discovery log is read with (see `discovery_snapshot`).
+        let map = self.subsystems.write().unwrap();
+        let exported = map.get(&s.nqn).is_some_and(|m| Arc::ptr_eq(m, s));
+        let before = s.allowed_hosts();
+        let change = s.set_hosts(allowed, keys);
+        if change.allowed && exported {
+            self.bump_genctr();
+        }
+        drop(map);
+        if change.allowed && exported {
+            let was = |host: &str| before.as_ref().is_none_or(|l| l.iter().any(|a| a == host));
+            self.notify_discovery(|host| was(host) != s.host_allowed(host));
+        }
+        change
     }
 
     /// Looks a subsystem up by NQN (the discovery NQN included).

@@ -96,6 +96,19 @@
 #                     connect (bidirectional, ffdhe2048); our target's log
 #                     shows each way with the group.
 #
+# Access control while running:
+#   - allowed-hosts:  a subsystem NQN-acl open to another host NQN only
+#                     (hook "add-subsystem NQN-acl acl OTHER"; nvmet:
+#                     attr_allow_any_host 0, hosts/OTHER linked): not in this
+#                     host's discovery log, nvme connect refused, no
+#                     controller left. Hook "allow-hosts NQN-acl HOSTNQN"
+#                     (config + SIGHUP; nvmet: allowed_hosts links) -> listed,
+#                     connects, dd verify. "allow-hosts NQN-acl OTHER" ->
+#                     gone from the log, but the connected controller stays
+#                     live and does I/O (nvmet checks the host only for a new
+#                     association); after a disconnect, connect refused.
+#                     "allow-hosts NQN-acl any" -> connects again.
+#
 # PLACEHOLDERS (not implemented yet):
 #   - TLS:               nvme connect --tls when supported.
 
@@ -328,6 +341,97 @@ kh_read_only_ns() {
     t 30 nvme disconnect -n "$NQN_RO" >/dev/null 2>&1
     wait_no_ctrl "$NQN_RO" 10 || info "a controller of $NQN_RO is still present after disconnect"
     _out=$(kh_subsys remove "$NQN_RO") || fail "remove $NQN_RO: $_out"
+    [ $_rc = 0 ] || exit 1
+}
+
+NQN_ACL=$NQN-acl
+ACL_OTHER=nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000ac100
+# acl_set HOSTS|any: who may connect to NQN_ACL (NQNs joined by commas)
+acl_set() {
+    if [ "$TARGET" = kernel-guest ]; then
+        _s=$NVMET/subsystems/$NQN_ACL
+        # nvmet refuses allow_any_host while hosts are linked, and links
+        # while it is set: links out first, then the flag, then links in
+        for _l in "$_s"/allowed_hosts/*; do
+            [ -L "$_l" ] || continue
+            rm -f "$_l" || { echo "unlink $_l"; return 1; }
+        done
+        if [ "$1" = any ]; then
+            echo 1 >"$_s/attr_allow_any_host" || { echo "attr_allow_any_host 1"; return 1; }
+            return 0
+        fi
+        echo 0 >"$_s/attr_allow_any_host" || { echo "attr_allow_any_host 0"; return 1; }
+        for _h in $(echo "$1" | tr ',' ' '); do
+            mkdir -p "$NVMET/hosts/$_h" && ln -s "$NVMET/hosts/$_h" "$_s/allowed_hosts/$_h" \
+                || { echo "link host $_h"; return 1; }
+        done
+    else
+        hook_call allow-hosts 60 "$NQN_ACL" "$1" >/dev/null || { echo "hook allow-hosts: ${HOOK_REPLY:-no reply}"; return 1; }
+    fi
+}
+# acl_listed: this host's discovery log lists NQN_ACL
+acl_listed() {
+    t 30 nvme discover -t tcp -a "$NVME_ADDR" -s "$NVME_PORT" >/tmp/acl-disc.txt 2>&1 \
+        || fail "nvme discover: $(tail -n 1 /tmp/acl-disc.txt)"
+    grep -q "subnqn: *$NQN_ACL\$" /tmp/acl-disc.txt
+}
+acl_connect() { t 60 nvme connect -t tcp -a "$NVME_ADDR" -s "$NVME_PORT" -n "$NQN_ACL" >/tmp/acl.txt 2>&1; }
+acl_refused() { # acl_refused WHEN
+    acl_connect && fail "connect to $NQN_ACL succeeded $1"
+    wait_no_ctrl "$NQN_ACL" 15 || fail "a controller of $NQN_ACL is left after the refused connect ($1)"
+    info "refused $1: $(tail -n 1 /tmp/acl.txt)"
+}
+acl_disconnect() {
+    t 30 nvme disconnect -n "$NQN_ACL" >/dev/null 2>&1
+    wait_no_ctrl "$NQN_ACL" 15 || fail "a controller of $NQN_ACL is left after disconnect"
+}
+acl_checks() {
+    acl_listed && fail "$NQN_ACL listed while only $ACL_OTHER may use it"
+    acl_refused "while only $ACL_OTHER may connect"
+    acl_set "$HOSTNQN" || fail "allow $HOSTNQN"
+    acl_listed || fail "$NQN_ACL not listed after $HOSTNQN was allowed"
+    acl_connect || fail "connect after $HOSTNQN was allowed: $(tail -n 2 /tmp/acl.txt | tr '\n' ' ')"
+    _d=$(wait_ns_dev "$NQN_ACL" 30) || fail "no namespace block device for $NQN_ACL"
+    _c=$(ctrls_for_nqn "$NQN_ACL" | head -n 1)
+    dd_verify "$_d" 1 4 acl-allowed
+    acl_set "$ACL_OTHER" || fail "allow $ACL_OTHER only"
+    acl_listed && fail "$NQN_ACL still listed after $HOSTNQN was removed"
+    _st=$(cat "/sys/class/nvme/$_c/state")
+    [ "$_st" = live ] || fail "$_c is $_st after $HOSTNQN was removed from the allowed hosts"
+    dd_verify "$_d" 5 4 acl-removed-connected
+    info "$HOSTNQN removed: $NQN_ACL gone from the log, $_c still live and doing I/O"
+    acl_disconnect
+    acl_refused "after $HOSTNQN was removed"
+    acl_set any || fail "allow any host"
+    acl_listed || fail "$NQN_ACL not listed while any host may use it"
+    acl_connect || fail "connect while any host may: $(tail -n 2 /tmp/acl.txt | tr '\n' ' ')"
+    _d=$(wait_ns_dev "$NQN_ACL" 30) || fail "no namespace block device for $NQN_ACL (any host)"
+    dd_verify "$_d" 1 4 acl-any
+    acl_disconnect
+}
+kh_allowed_hosts() {
+    HOSTNQN=$(cat /etc/nvme/hostnqn)
+    if [ "$TARGET" = kernel-guest ]; then
+        _s=$NVMET/subsystems/$NQN_ACL
+        mkdir "$_s" || fail "mkdir $_s"
+        nvmet_add_file_ns "$NQN_ACL" 1 /srv/acl.img 16777216
+        acl_set "$ACL_OTHER" || fail "nvmet: allow $ACL_OTHER"
+        ln -s "$_s" "$NVMET/ports/1/subsystems/$NQN_ACL" || fail "link $NQN_ACL to port 1"
+    else
+        hook_call add-subsystem 60 "$NQN_ACL" acl "$ACL_OTHER" || fail "add $NQN_ACL: ${HOOK_REPLY:-no reply}"
+    fi
+    ( acl_checks )
+    _rc=$?
+    t 30 nvme disconnect -n "$NQN_ACL" >/dev/null 2>&1
+    wait_no_ctrl "$NQN_ACL" 10 || info "a controller of $NQN_ACL is still present"
+    if [ "$TARGET" = kernel-guest ]; then
+        rm -f "$NVMET/ports/1/subsystems/$NQN_ACL" "$_s"/allowed_hosts/*
+        echo 0 >"$_s/namespaces/1/enable"; rmdir "$_s/namespaces/1" "$_s"
+        for _h in "$ACL_OTHER" "$HOSTNQN"; do rmdir "$NVMET/hosts/$_h" 2>/dev/null; done
+        rm -f /srv/acl.img
+    else
+        _out=$(kh_subsys remove "$NQN_ACL") || fail "remove $NQN_ACL: $_out"
+    fi
     [ $_rc = 0 ] || exit 1
 }
 
@@ -920,6 +1024,7 @@ scenario_main() {
     else
         info "reconfiguration steps (connect-reconf ... disconnect-reconf) left out: KH_RECONF=$KH_RECONF"
     fi
+    run_step allowed-hosts 240 kh_allowed_hosts
     run_step auth 300 kh_auth
     # PLACEHOLDERS (see the header): TLS.
     run_step final-clean 60 kh_final_clean
