@@ -5,9 +5,10 @@
 //! - a path is usable while its controller is live and its ANA state,
 //!   the state of the namespace's group through that controller's port, is
 //!   optimized or non-optimized (`nvme_path_is_disabled`, `__nvme_find_path`);
-//!   optimized paths are used first, in turn (the `round-robin` iopolicy) or
-//!   the first of them ([`PathPolicy::First`]), non-optimized ones only when
-//!   no optimized path is usable;
+//!   optimized paths are used first, in turn (the `round-robin` iopolicy),
+//!   the one with the fewest commands outstanding (`queue-depth`) or the
+//!   first of them ([`PathPolicy::First`]), non-optimized ones only when no
+//!   optimized path is usable;
 //! - a command that fails with a path error is retried on another path
 //!   (`nvme_failover_req`): a status of type 3h (path related) without DNR
 //!   (`nvme_is_path_error`), or the loss of the connection or controller.
@@ -46,6 +47,13 @@ pub enum PathPolicy {
     /// The first in the order given (what Linux's default `numa` policy
     /// does on one node): the others are standbys.
     First,
+    /// The one with the fewest commands outstanding (Linux's `queue-depth`,
+    /// `nvme_queue_depth_path`): a path whose port or link is slower or
+    /// busier gets less, where round-robin gives each the same share. Linux
+    /// counts a controller's commands; this counts those of this handle
+    /// (and its clones), so that the count costs nothing on the
+    /// controller's queues. Ties are taken in turn.
+    QueueDepth,
 }
 
 /// Options of a [`MultipathNamespace`].
@@ -80,6 +88,9 @@ pub struct PathStatus {
     pub ana: AnaState,
     /// Commands (calls of this handle) sent through this path.
     pub commands: u64,
+    /// Commands of this handle outstanding on this path now (what
+    /// [`PathPolicy::QueueDepth`] compares).
+    pub outstanding: u64,
 }
 
 struct Path {
@@ -92,6 +103,58 @@ struct Path {
     /// Asks the path's watcher to re-read the ANA log.
     reread: Notify,
     commands: AtomicU64,
+    /// Commands of this handle outstanding on the path.
+    outstanding: AtomicU64,
+}
+
+/// One command outstanding on a path: counted from the attempt's start until
+/// it completes, fails or is dropped (a caller's timeout or cancellation).
+struct Outstanding<'a>(&'a AtomicU64);
+
+impl<'a> Outstanding<'a> {
+    fn new(count: &'a AtomicU64) -> Self {
+        count.fetch_add(1, Ordering::Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for Outstanding<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// What path choice knows of one path.
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    ana: AnaState,
+    usable: bool,
+    outstanding: u64,
+}
+
+/// The index of the path a command takes: a usable optimized path, else a
+/// usable non-optimized one, by `policy`, looking from `start` on (the
+/// turn); `avoid`, the path a command just failed on, only when nothing else
+/// is usable. Sans-IO, so that the policies are tested without controllers.
+fn choose(paths: &[Candidate], policy: PathPolicy, start: usize, avoid: Option<usize>) -> Option<usize> {
+    let n = paths.len();
+    for want in [AnaState::OPTIMIZED, AnaState::NON_OPTIMIZED] {
+        let mut eligible = (0..n)
+            .map(|i| (start + i) % n)
+            .filter(|&i| paths[i].ana == want && paths[i].usable && Some(i) != avoid);
+        let found = match policy {
+            PathPolicy::RoundRobin | PathPolicy::First => eligible.next(),
+            // The first of the least loaded (`min_by_key` keeps the last).
+            PathPolicy::QueueDepth => eligible.fold(None, |best: Option<usize>, i| match best {
+                Some(b) if paths[b].outstanding <= paths[i].outstanding => Some(b),
+                _ => Some(i),
+            }),
+        };
+        if found.is_some() {
+            return found;
+        }
+    }
+    avoid.filter(|&i| paths[i].usable)
 }
 
 impl Path {
@@ -245,7 +308,10 @@ macro_rules! on_a_path {
         loop {
             let path = attempts.next().await?;
             let $ns = &path.ns;
-            match $op.await {
+            let outstanding = Outstanding::new(&path.outstanding);
+            let r = $op.await;
+            drop(outstanding);
+            match r {
                 Ok(v) => break Ok(v),
                 Err(e) => attempts.failed(&path, e)?,
             }
@@ -294,6 +360,7 @@ impl MultipathNamespace {
                 chgcnt: AtomicU64::new(0),
                 reread: Notify::new(),
                 commands: AtomicU64::new(0),
+                outstanding: AtomicU64::new(0),
             });
             if path.has_ana() {
                 let log = path.ctrl.ana_log().await?;
@@ -360,6 +427,7 @@ impl MultipathNamespace {
                 state: p.ctrl.state(),
                 ana: p.ana(),
                 commands: p.commands.load(Ordering::Relaxed),
+                outstanding: p.outstanding.load(Ordering::Relaxed),
             })
             .collect()
     }
@@ -376,19 +444,26 @@ impl MultipathNamespace {
     fn pick(&self, avoid: Option<&Arc<Path>>) -> Option<Arc<Path>> {
         let paths = &self.inner.paths;
         let start = match self.inner.opts.policy {
-            PathPolicy::RoundRobin => self.inner.rr.fetch_add(1, Ordering::Relaxed),
+            PathPolicy::RoundRobin | PathPolicy::QueueDepth => self.inner.rr.fetch_add(1, Ordering::Relaxed),
             PathPolicy::First => 0,
         };
-        let avoided = |p: &Arc<Path>| avoid.is_some_and(|a| Arc::ptr_eq(a, p));
-        for want in [AnaState::OPTIMIZED, AnaState::NON_OPTIMIZED] {
-            let found = (0..paths.len())
-                .map(|i| &paths[(start + i) % paths.len()])
-                .find(|p| p.ana() == want && p.usable() && !avoided(p));
-            if let Some(p) = found {
-                return Some(p.clone());
-            }
+        let mut seen = [Candidate { ana: AnaState::OPTIMIZED, usable: false, outstanding: 0 }; 8];
+        let mut more = Vec::new();
+        let candidates: &mut [Candidate] = if paths.len() <= seen.len() {
+            &mut seen[..paths.len()]
+        } else {
+            more.resize(paths.len(), seen[0]);
+            &mut more
+        };
+        for (c, p) in candidates.iter_mut().zip(paths) {
+            *c = Candidate {
+                ana: p.ana(),
+                usable: p.usable(),
+                outstanding: p.outstanding.load(Ordering::Relaxed),
+            };
         }
-        avoid.filter(|p| p.usable()).cloned()
+        let avoid = avoid.and_then(|a| paths.iter().position(|p| Arc::ptr_eq(a, p)));
+        choose(candidates, self.inner.opts.policy, start, avoid).map(|i| paths[i].clone())
     }
 
     /// Waits (bounded by the no-path timeout from `since`) for a usable path.
@@ -533,6 +608,44 @@ mod tests {
             result: 0,
             command: crate::error::CommandInfo { qid: 1, opcode: 2, fctype: None, nsid: 1 },
         }
+    }
+
+    fn cand(ana: AnaState, usable: bool, outstanding: u64) -> Candidate {
+        Candidate { ana, usable, outstanding }
+    }
+
+    /// Path choice as Linux's `__nvme_find_path` / `nvme_round_robin_path` /
+    /// `nvme_queue_depth_path`: optimized before non-optimized, unusable
+    /// paths never, the failed path only when nothing else is usable.
+    #[test]
+    fn path_choice_by_policy() {
+        use PathPolicy::*;
+        let (opt, non) = (AnaState::OPTIMIZED, AnaState::NON_OPTIMIZED);
+        let three = [cand(opt, true, 5), cand(opt, true, 2), cand(opt, true, 2)];
+        // Round-robin and first: the turn decides; queue depth: the least
+        // loaded, the first of them from the turn on.
+        assert_eq!(choose(&three, RoundRobin, 0, None), Some(0));
+        assert_eq!(choose(&three, RoundRobin, 4, None), Some(1));
+        assert_eq!(choose(&three, First, 0, None), Some(0));
+        assert_eq!(choose(&three, QueueDepth, 0, None), Some(1));
+        assert_eq!(choose(&three, QueueDepth, 2, None), Some(2));
+        assert_eq!(choose(&three, QueueDepth, 3, None), Some(1));
+        // Optimized first, even when busier.
+        let mixed = [cand(non, true, 0), cand(opt, true, 9)];
+        for policy in [RoundRobin, First, QueueDepth] {
+            assert_eq!(choose(&mixed, policy, 0, None), Some(1), "{policy:?}");
+            // The failed path only when no other is usable; non-optimized before it.
+            assert_eq!(choose(&mixed, policy, 0, Some(1)), Some(0), "{policy:?}");
+            let one = [cand(non, false, 0), cand(opt, true, 9)];
+            assert_eq!(choose(&one, policy, 0, Some(1)), Some(1), "{policy:?}");
+            // Unusable (controller not live, or inaccessible): never.
+            let none = [cand(opt, false, 0), cand(AnaState::INACCESSIBLE, false, 0)];
+            assert_eq!(choose(&none, policy, 0, None), None, "{policy:?}");
+            assert_eq!(choose(&none, policy, 0, Some(0)), None, "{policy:?}");
+        }
+        let busy_opt = [cand(opt, true, 7), cand(non, true, 0), cand(opt, false, 0)];
+        assert_eq!(choose(&busy_opt, QueueDepth, 1, None), Some(0), "the only usable optimized path");
+        assert_eq!(choose(&[], QueueDepth, 0, None), None);
     }
 
     #[test]

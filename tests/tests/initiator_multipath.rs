@@ -1,4 +1,5 @@
 //! `MultipathNamespace` against our target with two ports: path choice by
+//! policy (round-robin, first, queue depth) and by
 //! ANA state (optimized first, non-optimized only without one), failover on
 //! an ANA status before any notice arrives, states following notices, a
 //! command waiting for a path to come back (bounded), failover after a lost
@@ -64,6 +65,12 @@ async fn two_paths(server: &Server, o: ConnectOptions, no_path: Duration) -> Mul
     MultipathNamespace::connect(&server.local_addrs[..2], SUBNQN, 1, o, mp_opts(no_path)).await.unwrap()
 }
 
+/// Both ports, with `policy`.
+async fn with_policy(server: &Server, policy: PathPolicy) -> MultipathNamespace {
+    let mp = MultipathOptions { policy, ..mp_opts(Duration::from_secs(5)) };
+    MultipathNamespace::connect(&server.local_addrs[..2], SUBNQN, 1, opts(), mp).await.unwrap()
+}
+
 #[tokio::test]
 async fn paths_by_ana_state_and_notices() {
     bounded(60, async {
@@ -97,15 +104,7 @@ async fn paths_by_ana_state_and_notices() {
 async fn first_path_policy_keeps_the_others_standing_by() {
     bounded(60, async {
         let (server, _) = start(&cfg("optimized", "optimized")).await;
-        let mp = MultipathNamespace::connect(
-            &server.local_addrs[..2],
-            SUBNQN,
-            1,
-            opts(),
-            MultipathOptions { policy: PathPolicy::First, ..mp_opts(Duration::from_secs(5)) },
-        )
-        .await
-        .unwrap();
+        let mp = with_policy(&server, PathPolicy::First).await;
         io(&mp, 8, 7).await;
         assert_eq!(commands(&mp), vec![16, 0]);
         // The first path turns non-optimized: the optimized standby takes over.
@@ -113,6 +112,56 @@ async fn first_path_policy_keeps_the_others_standing_by() {
         wait_ana(&mp, &[AnaState::NON_OPTIMIZED, AnaState::OPTIMIZED]).await;
         io(&mp, 8, 8).await;
         assert_eq!(commands(&mp), vec![16, 16]);
+        mp.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await
+}
+
+fn outstanding(mp: &MultipathNamespace) -> Vec<u64> {
+    mp.paths().iter().map(|p| p.outstanding).collect()
+}
+
+/// Polls `f` once: whether it is still pending.
+async fn poll_once<F: std::future::Future + Unpin>(f: &mut F) -> bool {
+    std::future::poll_fn(|cx| std::task::Poll::Ready(std::pin::Pin::new(&mut *f).poll(cx).is_pending())).await
+}
+
+#[tokio::test]
+async fn queue_depth_policy_prefers_the_path_with_fewer_commands_outstanding() {
+    bounded(60, async {
+        let (server, _) = start(&cfg("optimized", "optimized")).await;
+        let mp = with_policy(&server, PathPolicy::QueueDepth).await;
+        // One command at a time: always a tie, taken in turn.
+        io(&mp, 8, 1).await;
+        assert_eq!(commands(&mp), vec![8, 8]);
+        assert_eq!(outstanding(&mp), vec![0, 0]);
+        // A read held outstanding on one path (polled once, then left):
+        // every other command goes to the other path.
+        let mut buf = vec![0u8; BS];
+        let mut held = Box::pin(mp.read(0, &mut buf));
+        assert!(poll_once(&mut held).await, "the held read completed in its first poll");
+        let out = outstanding(&mp);
+        let busy = out.iter().position(|&o| o == 1).unwrap_or_else(|| panic!("outstanding {out:?}"));
+        assert_eq!(out.iter().sum::<u64>(), 1, "{out:?}");
+        let before = commands(&mp);
+        io(&mp, 4, 2).await;
+        let after = commands(&mp);
+        assert_eq!(after[busy], before[busy], "{before:?} -> {after:?}");
+        assert_eq!(after[1 - busy], before[1 - busy] + 8, "{before:?} -> {after:?}");
+        // Round-robin would have split them: the count is what decided.
+        held.await.unwrap();
+        // Block 0 as it was before the writes (1) or after (2): it ran
+        // concurrently with them.
+        assert!(buf == vec![1u8; BS] || buf == vec![2u8; BS], "held read: {:?}", &buf[..8]);
+        assert_eq!(outstanding(&mp), vec![0, 0]);
+        // A command dropped while outstanding (a caller's timeout) stops counting.
+        let mut buf = vec![0u8; BS];
+        let mut dropped = Box::pin(mp.read(1, &mut buf));
+        assert!(poll_once(&mut dropped).await);
+        assert_eq!(outstanding(&mp).iter().sum::<u64>(), 1);
+        drop(dropped);
+        assert_eq!(outstanding(&mp), vec![0, 0]);
         mp.shutdown().await.unwrap();
         server.shutdown(Duration::from_secs(1)).await;
     })
