@@ -561,6 +561,15 @@ hook_remove_subsystem() { # remove-subsystem NQN, SIGHUP
     echo "subsystem $nqn removed, target reloaded"
 }
 
+hook_ns_usage() { # ns-usage NSID: bytes the file of namespace NSID has allocated (st_blocks x 512)
+    kh_host_target || { echo "not applicable"; return 2; }
+    local nsid=${1:-} file
+    [[ $nsid =~ ^[0-9]+$ ]] || { echo "usage: ns-usage NSID"; return 2; }
+    file=$(awk -v n="$nsid" '$1==n{print $3}' "$DIR/ns.list")
+    [ -n "$file" ] && [ -f "$file" ] || { echo "nsid $nsid has no file"; return 1; }
+    echo "allocated=$(( $(stat -c %b "$file") * $(stat -c %B "$file") ))"
+}
+
 hook_log_count() { # log-count WORDS...: how many lines of the target's log contain WORDS, and the last
     kh_host_target || { echo "not applicable"; return 2; }
     local pat="$*" log n

@@ -41,6 +41,9 @@ async fn identify_controller_namespace_lists() {
     assert_eq!(n1.nsze, NS1_SIZE / NS1_BS as u64);
     assert_eq!(n1.ncap, n1.nsze);
     assert_eq!(n1.block_size(), Some(NS1_BS));
+    // DLFEAT: deallocated blocks read as zeroes, Write Zeroes honours DEAC
+    // (target_io's Write Zeroes and DSM checks hold the promise).
+    assert_eq!(n1.dlfeat, 0x09);
     let n3 = IdentifyNamespace::decode(&a.identify(Cns::NS, 3).await.ok().data).unwrap();
     assert_eq!(n3.nsze, (4 << 20) / 4096);
     assert_eq!(n3.block_size(), Some(4096));

@@ -84,6 +84,16 @@ const LPA_DISC: u8 = 1 << 2;
 const FRMW: u8 = 0x03;
 /// Identify Namespace NMIC bit 0: may be shared by controllers (nvmet sets it).
 const NMIC_SHARED: u8 = 1 << 0;
+/// Identify Namespace DLFEAT: deallocated blocks read as zeroes (bits 2:0 =
+/// 001b) and Write Zeroes may deallocate (bit 3, DEAC honoured). Every
+/// backend keeps both promises: RAM drops the chunk, files and block devices
+/// punch a hole, and where they cannot, zero the range (`backend::file`,
+/// `backend::block`). nvmet 6.12 reports 0; later nvmet reports these bits
+/// for block devices that unmap on Write Zeroes. With both set the Linux host
+/// sets DEAC on its Write Zeroes (`NVME_NS_DEAC`), so zeroing a range of an
+/// exported sparse file (mkfs, `blkdiscard -z`) punches holes instead of
+/// allocating blocks of zeroes.
+const DLFEAT_DEALLOCATED_ZEROES_WZ_DEAC: u8 = 0x08 | 0x01;
 /// CNS 08h NSFEAT bit 5 (VWCNP): no volatile write cache behind this
 /// namespace (Linux `NVME_NS_VWC_NOT_PRESENT`, which nvmet sets for block
 /// devices without one). Bit 3 is UIDREUSE.
@@ -335,6 +345,7 @@ pub fn identify_ns(ns: &Namespace, ana: AnaState) -> IdentifyNamespace {
         ncap: blocks,
         nuse,
         nmic: NMIC_SHARED,
+        dlfeat: DLFEAT_DEALLOCATED_ZEROES_WZ_DEAC,
         anagrpid: ns.ana_group(),
         nsattr: nsattr(ns),
         nguid: ns.nguid,
