@@ -543,6 +543,25 @@ impl MultipathNamespace {
         on_a_path!(self, |ns| ns.flush())
     }
 
+    /// Compares `buf` with the blocks at `lba` ([`Namespace::compare`]):
+    /// `Ok(false)` on a miscompare.
+    pub async fn compare(&self, lba: u64, buf: &[u8]) -> Result<bool> {
+        on_a_path!(self, |ns| ns.compare(lba, buf))
+    }
+
+    /// Write Zeroes over `blocks` blocks from `lba`
+    /// ([`Namespace::write_zeroes`]); after a path error the whole range is
+    /// zeroed again on the next path (zeroing is idempotent).
+    pub async fn write_zeroes(&self, lba: u64, blocks: u64, deallocate: bool, flags: IoFlags) -> Result<()> {
+        on_a_path!(self, |ns| ns.write_zeroes(lba, blocks, deallocate, flags))
+    }
+
+    /// Deallocates the `(lba, blocks)` ranges ([`Namespace::deallocate`]);
+    /// after a path error, all of them again on the next path.
+    pub async fn deallocate(&self, ranges: &[(u64, u32)]) -> Result<()> {
+        on_a_path!(self, |ns| ns.deallocate(ranges))
+    }
+
     /// Shuts every path's controller down ([`Controller::shutdown`]); the
     /// first error, if any, after trying them all.
     pub async fn shutdown(&self) -> Result<()> {

@@ -187,6 +187,14 @@ async fn an_ana_status_fails_over_before_any_notice() {
         let c = commands(&mp);
         assert_eq!(c[0], 1, "one refused command on port 1: {c:?}");
         assert_eq!(c[1], 16, "{c:?}");
+        // Compare, Write Zeroes and Deallocate go the same way (port 1 stays
+        // marked inaccessible: nothing more is sent there).
+        assert!(mp.compare(7, &data).await.unwrap());
+        assert!(!mp.compare(7, &[0u8; 2 * BS]).await.unwrap(), "a miscompare is Ok(false), not a path error");
+        mp.write_zeroes(7, 1, true, Default::default()).await.unwrap();
+        mp.deallocate(&[(8, 1)]).await.unwrap();
+        assert_eq!(mp.read_bytes(7, 2 * BS).await.unwrap(), vec![0u8; 2 * BS]);
+        assert_eq!(commands(&mp), vec![1, 21]);
         mp.shutdown().await.unwrap();
         server.shutdown(Duration::from_secs(1)).await;
     })
