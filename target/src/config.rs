@@ -36,6 +36,7 @@
 //! buffered_io = true                     # optional (file only): false = O_DIRECT (io_uring)
 //! read_only = false                      # optional (file/block only): export read-only
 //! ana_group = 1                          # optional: ANA group (1..=128)
+//! uuid = "0b1d8c4e-..."                  # optional: identifiers (also nguid, eui64); see NamespaceIds
 //! ```
 //!
 //! `io_engine` chooses how file and block namespaces execute I/O: `threads` (a
@@ -254,6 +255,58 @@ pub struct NamespaceConfig {
     pub read_only: bool,
     /// ANA group (1..=[`crate::core::ana::MAX_ANA_GROUPS`]).
     pub ana_group: u32,
+    /// Identifiers given by the configuration (the rest are derived).
+    pub ids: NamespaceIds,
+}
+
+/// Namespace identifiers a configuration gives (nvmet's `device_uuid` and
+/// `device_nguid`, and the EUI-64). Unset, all three derive from the
+/// subsystem NQN, the NSID and the store (the file or device path). With
+/// any of them set, the unset ones derive from the NQN, the NSID and the
+/// given ones instead of the path: two targets exporting one replicated
+/// store under the same NQN and NSID with the same `uuid` present the same
+/// three identifiers, so a Linux host with native multipath sees one
+/// namespace through both (it joins paths only when all identifiers match,
+/// `nvme_ns_ids_equal`), whatever the paths on each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NamespaceIds {
+    /// UUID (Identify descriptor type 3).
+    pub uuid: Option<[u8; 16]>,
+    /// NGUID (Identify Namespace bytes 104..120).
+    pub nguid: Option<[u8; 16]>,
+    /// IEEE EUI-64 (Identify Namespace bytes 120..128).
+    pub eui64: Option<[u8; 8]>,
+}
+
+impl NamespaceIds {
+    /// Whether the configuration gives any identifier.
+    pub fn any(&self) -> bool {
+        self.uuid.is_some() || self.nguid.is_some() || self.eui64.is_some()
+    }
+}
+
+/// Parses `N` bytes written as 2N hex digits, optionally grouped with `-`
+/// or `:` (a UUID as `uuidgen` prints it, an NGUID or EUI-64 as `nvme id-ns`
+/// does). All zeroes means "not reported" in Identify, so it is refused.
+fn parse_id<const N: usize>(text: &str) -> Result<[u8; N], String> {
+    let digits: Vec<u8> = text.bytes().filter(|&c| c != b'-' && c != b':').collect();
+    if digits.len() != 2 * N {
+        return Err(format!("{text:?}: want {} hex digits (optionally grouped with '-' or ':')", 2 * N));
+    }
+    // (`from_str_radix` alone takes a sign: "+1" is 1.)
+    if !digits.iter().all(u8::is_ascii_hexdigit) {
+        return Err(format!("{text:?}: not hexadecimal"));
+    }
+    let mut out = [0u8; N];
+    for (o, pair) in out.iter_mut().zip(digits.chunks(2)) {
+        let hi = (pair[0] as char).to_digit(16).unwrap_or(0) as u8;
+        let lo = (pair[1] as char).to_digit(16).unwrap_or(0) as u8;
+        *o = hi << 4 | lo;
+    }
+    if out == [0; N] {
+        return Err(format!("{text:?}: all zeroes means \"no identifier\""));
+    }
+    Ok(out)
 }
 
 impl NamespaceConfig {
@@ -533,6 +586,9 @@ struct RawNamespace {
     buffered_io: Option<bool>,
     read_only: Option<bool>,
     ana_group: Option<u32>,
+    uuid: Option<String>,
+    nguid: Option<String>,
+    eui64: Option<String>,
 }
 
 /// Default model string.
@@ -694,6 +750,26 @@ impl TargetConfig {
                     _ => return Err(invalid(nkey, "exactly one of file, ram or block is required")),
                 };
                 let block_size = n.block_size.unwrap_or(512);
+                let ids = NamespaceIds {
+                    uuid: n
+                        .uuid
+                        .as_deref()
+                        .map(parse_id)
+                        .transpose()
+                        .map_err(|e| invalid(format!("{nkey}.uuid"), e))?,
+                    nguid: n
+                        .nguid
+                        .as_deref()
+                        .map(parse_id)
+                        .transpose()
+                        .map_err(|e| invalid(format!("{nkey}.nguid"), e))?,
+                    eui64: n
+                        .eui64
+                        .as_deref()
+                        .map(parse_id)
+                        .transpose()
+                        .map_err(|e| invalid(format!("{nkey}.eui64"), e))?,
+                };
                 if n.nsid == Some(0) || n.nsid.is_some_and(|x| x >= 0xFFFF_FFFE) {
                     return Err(invalid(format!("{nkey}.nsid"), "must be 1..=0xFFFFFFFD"));
                 }
@@ -708,6 +784,7 @@ impl TargetConfig {
                         .transpose()
                         .map_err(|e| invalid(format!("{nkey}.ana_group"), e))?
                         .unwrap_or(DEFAULT_ANA_GROUP),
+                    ids,
                 };
                 ns.check_size().map_err(|(key, e)| invalid(format!("{nkey}.{key}"), e))?;
                 ns.check_read_only().map_err(|(key, e)| invalid(format!("{nkey}.{key}"), e))?;
@@ -727,6 +804,26 @@ impl TargetConfig {
                         format!("{key}.namespace[{j}].nsid"),
                         format!("NSID {nsid} is used twice"),
                     ));
+                }
+            }
+            // A Linux host refuses a namespace whose identifier another one
+            // already has (`nvme_global_check_duplicate_ids`, "ignoring nsid").
+            for (j, n) in namespaces.iter().enumerate() {
+                let earlier =
+                    subsystems.iter().flat_map(|o: &SubsystemConfig| &o.namespaces).chain(&namespaces[..j]);
+                for o in earlier {
+                    for (field, dup) in [
+                        ("uuid", n.ids.uuid.is_some() && n.ids.uuid == o.ids.uuid),
+                        ("nguid", n.ids.nguid.is_some() && n.ids.nguid == o.ids.nguid),
+                        ("eui64", n.ids.eui64.is_some() && n.ids.eui64 == o.ids.eui64),
+                    ] {
+                        if dup {
+                            return Err(invalid(
+                                format!("{key}.namespace[{j}].{field}"),
+                                "another namespace has it (hosts ignore namespaces with duplicate identifiers)",
+                            ));
+                        }
+                    }
                 }
             }
             if subsystems.iter().any(|o: &SubsystemConfig| o.nqn == s.nqn) {
@@ -1098,5 +1195,61 @@ mod tests {
         assert_eq!("URING".parse::<IoEngine>(), Ok(IoEngine::Uring));
         assert_eq!(IoEngine::Auto.to_string(), "auto");
         assert!("x".parse::<IoEngine>().is_err());
+    }
+
+    /// `uuid`, `nguid` and `eui64` take hex digits grouped or not; wrong
+    /// lengths, non-hex, all zeroes and an identifier two namespaces share
+    /// are refused, naming the key.
+    #[test]
+    fn namespace_identifiers() {
+        let one = |ns: &str| {
+            TargetConfig::from_toml(&format!(
+                "[[subsystem]]\nnqn = \"nqn.2026-11.x:a\"\n[[subsystem.namespace]]\nram = \"1M\"\n{ns}\n"
+            ))
+        };
+        let c = one("uuid = \"0b1d8c4e-7f2a-4c3e-9a61-3d2b5e8f9a10\"\nnguid = \"00112233445566778899AABBCCDDEEFF\"\neui64 = \"01:23:45:67:89:ab:cd:ef\"")
+            .unwrap();
+        let ids = c.subsystems[0].namespaces[0].ids;
+        assert_eq!(
+            ids.uuid,
+            Some([
+                0x0b, 0x1d, 0x8c, 0x4e, 0x7f, 0x2a, 0x4c, 0x3e, 0x9a, 0x61, 0x3d, 0x2b, 0x5e, 0x8f, 0x9a,
+                0x10
+            ])
+        );
+        assert_eq!(
+            ids.nguid,
+            Some([
+                0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xAA, 0xBB, 0xCC, 0xDD, 0xEE,
+                0xFF
+            ])
+        );
+        assert_eq!(ids.eui64, Some([0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef]));
+        assert!(!one("").unwrap().subsystems[0].namespaces[0].ids.any());
+        for (ns, key, why) in [
+            ("uuid = \"0b1d8c4e-7f2a-4c3e-9a61\"", "namespace[0].uuid", "32 hex digits"),
+            ("nguid = \"00112233445566778899AABBCCDDEEFG\"", "namespace[0].nguid", "not hexadecimal"),
+            ("eui64 = \"0000000000000000\"", "namespace[0].eui64", "all zeroes"),
+            ("eui64 = \"+1234567890abcde\"", "namespace[0].eui64", "not hexadecimal"),
+            ("eui64 = \"é1234567890abcd\"", "namespace[0].eui64", "not hexadecimal"),
+        ] {
+            let e = one(ns).unwrap_err().to_string();
+            assert!(e.contains(key) && e.contains(why), "{ns}: {e}");
+        }
+        // Shared between two namespaces, in one subsystem or two.
+        let two = |a: &str, b: &str| {
+            TargetConfig::from_toml(&format!(
+                "[[subsystem]]\nnqn = \"nqn.2026-11.x:a\"\n[[subsystem.namespace]]\nram = \"1M\"\n{a}\n\
+                 [[subsystem]]\nnqn = \"nqn.2026-11.x:b\"\n[[subsystem.namespace]]\nram = \"1M\"\n{b}\n"
+            ))
+        };
+        let u = "uuid = \"0b1d8c4e-7f2a-4c3e-9a61-3d2b5e8f9a10\"";
+        let e = two(u, u).unwrap_err().to_string();
+        assert!(e.contains("subsystem[1].namespace[0].uuid") && e.contains("another namespace"), "{e}");
+        assert!(two(u, "uuid = \"1b1d8c4e-7f2a-4c3e-9a61-3d2b5e8f9a10\"").is_ok());
+        let e = one("eui64 = \"0123456789abcdef\"\n[[subsystem.namespace]]\nram = \"1M\"\neui64 = \"0123456789ABCDEF\"")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("subsystem[0].namespace[1].eui64"), "{e}");
     }
 }

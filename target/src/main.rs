@@ -137,6 +137,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             block_size: a.block_size,
             read_only: a.read_only,
             ana_group: DEFAULT_ANA_GROUP,
+            ids: Default::default(),
         });
     }
     for r in &a.ram {
@@ -146,6 +147,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             block_size: a.block_size,
             read_only: false,
             ana_group: DEFAULT_ANA_GROUP,
+            ids: Default::default(),
         });
     }
     for b in &a.block {
@@ -159,6 +161,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             block_size: 512,
             read_only: a.read_only,
             ana_group: DEFAULT_ANA_GROUP,
+            ids: Default::default(),
         });
     }
     if nss.is_empty() {

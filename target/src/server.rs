@@ -50,6 +50,8 @@ fn same_store(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
     use NamespaceSource::{Block, File, Ram};
     a.block_size == b.block_size
         && a.read_only == b.read_only
+        // New identifiers make hosts drop the namespace and add it again.
+        && a.ids == b.ids
         && match (&a.source, &b.source) {
             (
                 File { path: p, io_engine: e, buffered_io: bu, .. },
@@ -67,6 +69,19 @@ fn same_store(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
 /// after a restart it is another namespace, and a host must not keep the old
 /// one's cached pages for it).
 fn store_identity(n: &NamespaceConfig) -> Vec<u8> {
+    // Given identifiers stand for the store (`NamespaceIds`): the others then
+    // agree between targets that are given the same ones.
+    if n.ids.any() {
+        let opt = |id: Option<&[u8]>| id.map_or_else(|| vec![0], |b| [&[1u8][..], b].concat());
+        let ids = &n.ids;
+        return [
+            &b"ids:"[..],
+            &opt(ids.uuid.as_ref().map(|b| &b[..])),
+            &opt(ids.nguid.as_ref().map(|b| &b[..])),
+            &opt(ids.eui64.as_ref().map(|b| &b[..])),
+        ]
+        .concat();
+    }
     static RAM_STORES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     static START: std::sync::OnceLock<u128> = std::sync::OnceLock::new();
     let (kind, id) = match &n.source {
@@ -183,9 +198,14 @@ fn check_subsystem_nqn(nqn: &str) -> std::io::Result<()> {
 /// Identifiers follow the store: the same file reopened (engine, buffering
 /// or block size changed) keeps them, another file or a new RAM store gets others.
 fn new_namespace(nqn: &str, nsid: u32, n: &NamespaceConfig, b: Arc<dyn Backend>) -> Namespace {
-    Namespace::for_store(nqn, nsid, &store_identity(n), b)
+    let mut ns = Namespace::for_store(nqn, nsid, &store_identity(n), b)
         .with_read_only(n.read_only)
-        .with_ana_group(n.ana_group)
+        .with_ana_group(n.ana_group);
+    // As given (a given UUID keeps its own version bits).
+    ns.uuid = n.ids.uuid.unwrap_or(ns.uuid);
+    ns.nguid = n.ids.nguid.unwrap_or(ns.nguid);
+    ns.eui64 = n.ids.eui64.unwrap_or(ns.eui64);
+    ns
 }
 
 /// Applies the configured ANA states to the target's ports (port IDs follow

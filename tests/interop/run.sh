@@ -130,6 +130,8 @@ trap 'cleanup_pids; exit 130' INT TERM
 # $DIR/target.pid so that hooks (run in the console monitor, a subshell) can
 # signal and restart it.
 TARGET_PORT=""
+# namespace 1's configured UUID (`uuid`); the guest's id-ns step finds it in sysfs
+NS1_UUID=6e766d65-6f66-4100-8000-0000000000a1
 TARGET_PORT2=""                          # a second port of the same subsystem (ANA multipath)
 SCEN_TARGET_ARGS=""                      # per-scenario target flags (kernel-host-*)
 # ana_state_line N: the ana_state key of port N from $DIR/ana.list ("PORT STATE"
@@ -162,6 +164,7 @@ write_target_config() {
             echo
             echo "[[subsystem.namespace]]"
             echo "nsid = $nsid"
+            [ "$nsid" = 1 ] && echo "uuid = \"$NS1_UUID\""
             echo "file = \"$file\""
             echo "size = \"$size\""
         done <"$DIR/ns.list"
@@ -666,7 +669,7 @@ run_scenario() {
                 fwd=",guestfwd=tcp:10.0.2.100:4420-cmd:socat -lf $DIR/socat.log - TCP:127.0.0.1:$TARGET_PORT"
                 # the second port: another path to the subsystem (ana-multipath)
                 fwd="$fwd,guestfwd=tcp:10.0.2.101:4420-cmd:socat -lf $DIR/socat2.log - TCP:127.0.0.1:$TARGET_PORT2"
-                env="$env NVME_ADDR=10.0.2.100 NVME_PORT=4420 NVME_ADDR2=10.0.2.101 NVME_PORT2=4420"
+                env="$env NVME_ADDR=10.0.2.100 NVME_PORT=4420 NVME_ADDR2=10.0.2.101 NVME_PORT2=4420 NS1_UUID=$NS1_UUID"
             elif [ "$TARGET" = kernel-guest ]; then
                 fwd=""
             else

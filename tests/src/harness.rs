@@ -42,6 +42,7 @@ pub fn ram_ns(nsid: u32, size: u64, block_size: u32) -> NamespaceConfig {
         block_size,
         read_only: false,
         ana_group: nvmeof_target::core::ana::DEFAULT_ANA_GROUP,
+        ids: Default::default(),
     }
 }
 

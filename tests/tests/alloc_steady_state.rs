@@ -118,6 +118,7 @@ async fn steady_state_allocations_per_io() {
                 block_size: 512,
                 read_only: false,
                 ana_group: 1,
+                ids: Default::default(),
             }]
             .into_iter()
             .chain(uring_file.as_ref().map(|path| NamespaceConfig {
@@ -131,6 +132,7 @@ async fn steady_state_allocations_per_io() {
                 block_size: 512,
                 read_only: false,
                 ana_group: 1,
+                ids: Default::default(),
             }))
             .collect(),
         }],

@@ -367,6 +367,7 @@ async fn random_io_verified_on_io_uring_files() {
             block_size: BS as u32,
             read_only: false,
             ana_group: 1,
+            ids: Default::default(),
         };
         bounded(60, random_io_on(ns, ran == 1, Duration::from_secs(2))).await;
         let _ = std::fs::remove_file(&path);

@@ -319,3 +319,60 @@ async fn paths_must_be_one_namespace() {
     })
     .await
 }
+
+/// One port, one subsystem whose namespace 1 is a 4 MiB RAM
+/// namespace with the identifier lines `ids` (TOML).
+fn single(ids: &str) -> TargetConfig {
+    TargetConfig::from_toml(&format!(
+        "[[port]]\nlisten = \"127.0.0.1:0\"\n\n\
+         [[subsystem]]\nnqn = \"{SUBNQN}\"\n[[subsystem.namespace]]\nnsid = 1\nram = \"4M\"\n{ids}\n"
+    ))
+    .unwrap()
+}
+
+/// Two targets (two stores) with the same configured UUID are one namespace
+/// to a multipath host: the NGUID and EUI-64 derive from the UUID, not from
+/// the store, so they agree too (Linux joins paths only when every
+/// identifier matches). Without it, or with different UUIDs, the host keeps
+/// them apart. A reload that changes the UUID replaces the namespace.
+#[tokio::test]
+async fn targets_given_the_same_uuid_export_one_namespace() {
+    bounded(60, async {
+        const UUID: &str = "uuid = \"0b1d8c4e-7f2a-4c3e-9a61-3d2b5e8f9a10\"";
+        let (a, _) = start(&single(UUID)).await;
+        let (b, _) = start(&single(UUID)).await;
+        let ids = |s: &Server| {
+            let n = s.target.subsystem(SUBNQN).unwrap().namespace(1).unwrap();
+            (n.uuid, n.nguid, n.eui64)
+        };
+        assert_eq!(ids(&a), ids(&b));
+        assert_eq!(ids(&a).0[..4], [0x0b, 0x1d, 0x8c, 0x4e], "the UUID as given");
+        let ctrl = |s: &Server| Controller::connect(s.local_addrs[0], SUBNQN, opts());
+        let paths = vec![ctrl(&a).await.unwrap(), ctrl(&b).await.unwrap()];
+        let mp = MultipathNamespace::new(paths, 1, mp_opts(Duration::from_secs(5))).await.unwrap();
+        assert_eq!(mp.paths().len(), 2);
+        // (Two RAM stores: each path reads back only what went through it;
+        // over one replicated store both would see every write.)
+        mp.shutdown().await.unwrap();
+
+        // Unconfigured, or configured differently: two namespaces.
+        let (c, _) = start(&single("")).await;
+        let (d, _) = start(&single("")).await;
+        let (e, _) = start(&single("uuid = \"1b1d8c4e-7f2a-4c3e-9a61-3d2b5e8f9a10\"")).await;
+        for (x, y) in [(&c, &d), (&a, &e)] {
+            assert_ne!(ids(x), ids(y));
+            let paths = vec![ctrl(x).await.unwrap(), ctrl(y).await.unwrap()];
+            let r = MultipathNamespace::new(paths, 1, mp_opts(Duration::from_secs(5))).await;
+            assert!(matches!(&r, Err(Error::Controller(m)) if m.contains("differs")), "{r:?}");
+        }
+        // A reload with another UUID: new identifiers, a new namespace.
+        let before = ids(&a);
+        a.reload(&single("uuid = \"2b1d8c4e-7f2a-4c3e-9a61-3d2b5e8f9a10\"")).unwrap();
+        let after = ids(&a);
+        assert!(after.0 != before.0 && after.1 != before.1 && after.2 != before.2, "{before:?} -> {after:?}");
+        for s in [a, b, c, d, e] {
+            s.shutdown(Duration::from_secs(1)).await;
+        }
+    })
+    .await
+}

@@ -2299,6 +2299,7 @@ mod tests {
             block_size: 512,
             read_only: false,
             ana_group: 1,
+            ids: Default::default(),
         };
         let threads = crate::server::open_backend(&ns(IoEngine::Threads, true)).unwrap();
         assert!(!threads.describe().contains("io_uring"), "{}", threads.describe());
@@ -2398,6 +2399,7 @@ mod tests {
             block_size: 512,
             read_only: false,
             ana_group: 1,
+            ids: Default::default(),
         };
         let d = crate::server::open_backend(&default_ns).unwrap();
         assert!(d.describe().contains("(io_uring, O_DIRECT)"), "{}", d.describe());

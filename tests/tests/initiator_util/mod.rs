@@ -55,6 +55,7 @@ pub fn ram_ns(nsid: u32, size: u64) -> NamespaceConfig {
         block_size: BS as u32,
         read_only: false,
         ana_group: 1,
+        ids: Default::default(),
     }
 }
 
@@ -66,6 +67,7 @@ pub fn file_ns(nsid: u32, path: &std::path::Path, size: Option<u64>, engine: IoE
         block_size: BS as u32,
         read_only: false,
         ana_group: 1,
+        ids: Default::default(),
     }
 }
 

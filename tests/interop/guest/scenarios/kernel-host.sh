@@ -8,7 +8,8 @@
 #               kernel-guest  : Linux nvmet inside this same guest on
 #                               127.0.0.1:4420 (validates the harness itself)
 #   NVME_ADDR, NVME_PORT, NQN, NS_SIZE (bytes), FIO_RUNTIME (s), BACKEND,
-#   NS2_SIZE, NS_GROW (bytes), RESTART_DOWN_S, DISCONNECT_MAX_MS,
+#   NS2_SIZE, NS_GROW (bytes), RESTART_DOWN_S, DISCONNECT_MAX_MS, NS1_UUID
+#   (TARGET=host: the UUID our target is configured with for namespace 1),
 #   KH_RECONF (1; 0 leaves out connect-reconf ... disconnect-reconf)
 #
 # Step list.  To add a step: write a kh_<name> function below and add a
@@ -217,6 +218,12 @@ kh_id_ns() {
     [ "$_bytes" = "$NS_SIZE" ] || fail "namespace size $_bytes != $NS_SIZE"
     [ "$_bd" = "$NS_SIZE" ] || fail "block device size $_bd != $NS_SIZE"
     [ $((_ncap)) -le $((_nsze)) ] && [ $((_ncap)) -gt 0 ] || fail "ncap $_ncap out of range"
+    _sys=/sys/block/${DEV#/dev/}
+    info "identifiers: uuid $(cat "$_sys/uuid" 2>/dev/null) nguid $(cat "$_sys/nguid" 2>/dev/null) eui $(cat "$_sys/eui" 2>/dev/null)"
+    # our target: namespace 1 has a configured UUID (run.sh NS1_UUID)
+    if [ -n "${NS1_UUID:-}" ]; then
+        [ "$(cat "$_sys/uuid")" = "$NS1_UUID" ] || fail "uuid $(cat "$_sys/uuid"), configured $NS1_UUID"
+    fi
 }
 
 kh_dd_verify() { # kh_dd_verify TAG: 16 MiB at the start and 16 MiB at the end
