@@ -23,6 +23,8 @@
 //! nqn = "nqn.2026-11.io.nvmeof:disk"
 //! model = "nvmeof"                       # optional
 //! allowed_hosts = ["nqn.2014-08.org.nvmexpress:uuid:..."]   # omit: any host; SIGHUP applies changes
+//! cntlid_min = 1                         # optional: controller IDs (to 0xFFEF); disjoint ranges
+//! cntlid_max = 65519                     #   for targets exporting one subsystem (multipath)
 //! # An entry may instead be a table that also sets DH-HMAC-CHAP keys for the host:
 //! # { nqn = "...", dhchap_key = "DHHC-1:00:...:", dhchap_ctrl_key = "DHHC-1:...",
 //! #   dhchap_hash = "sha256", dhchap_dhgroup = "null" }
@@ -406,6 +408,9 @@ pub struct SubsystemConfig {
     pub host_keys: BTreeMap<String, HostKeys>,
     /// Namespaces.
     pub namespaces: Vec<NamespaceConfig>,
+    /// Controller IDs (`cntlid_min`, `cntlid_max`; nvmet's attributes of
+    /// those names): disjoint ranges for targets that export one subsystem.
+    pub cntlids: std::ops::RangeInclusive<u16>,
 }
 
 /// The NSID of each namespace of a subsystem's configuration: its `nsid`, or
@@ -516,6 +521,8 @@ struct RawSubsystem {
     nqn: String,
     model: Option<String>,
     allowed_hosts: Option<Vec<RawHost>>,
+    cntlid_min: Option<u16>,
+    cntlid_max: Option<u16>,
     #[serde(default)]
     namespace: Vec<RawNamespace>,
 }
@@ -714,6 +721,17 @@ impl TargetConfig {
                     ));
                 }
             }
+            // nvmet: NVME_CNTLID_MIN <= cntlid_min <= cntlid_max <= NVME_CNTLID_MAX.
+            let all = crate::core::target::CNTLID_RANGE;
+            let cntlids = s.cntlid_min.unwrap_or(*all.start())..=s.cntlid_max.unwrap_or(*all.end());
+            for (field, v) in [("cntlid_min", s.cntlid_min), ("cntlid_max", s.cntlid_max)] {
+                if v.is_some_and(|v| !all.contains(&v)) {
+                    return Err(invalid(format!("{key}.{field}"), "must be 1..=65519 (0xFFEF)"));
+                }
+            }
+            if cntlids.is_empty() {
+                return Err(invalid(format!("{key}.cntlid_max"), "is below cntlid_min"));
+            }
             let mut namespaces = Vec::new();
             for (j, n) in s.namespace.into_iter().enumerate() {
                 let nkey = format!("{key}.namespace[{j}]");
@@ -835,6 +853,7 @@ impl TargetConfig {
                 allowed_hosts: listed.then_some(allowed),
                 host_keys: keys,
                 namespaces,
+                cntlids,
             });
         }
         let send_buffer = l.send_buffer.unwrap_or_else(nvmeof_net::default_send_buffer);
@@ -1251,5 +1270,27 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("subsystem[0].namespace[1].eui64"), "{e}");
+    }
+
+    /// `cntlid_min` / `cntlid_max` bound a subsystem's controller IDs as
+    /// nvmet's attributes do (1..=0xFFEF, min <= max).
+    #[test]
+    fn controller_id_range() {
+        let sub = |extra: &str| {
+            TargetConfig::from_toml(&format!(
+                "[[subsystem]]\nnqn = \"nqn.2026-11.x:a\"\n{extra}\n[[subsystem.namespace]]\nram = \"1M\"\n"
+            ))
+        };
+        assert_eq!(sub("").unwrap().subsystems[0].cntlids, 1..=0xFFEF);
+        assert_eq!(sub("cntlid_min = 100").unwrap().subsystems[0].cntlids, 100..=0xFFEF);
+        assert_eq!(sub("cntlid_min = 5\ncntlid_max = 5").unwrap().subsystems[0].cntlids, 5..=5);
+        for (extra, key) in [
+            ("cntlid_min = 0", "subsystem[0].cntlid_min"),
+            ("cntlid_max = 65520", "subsystem[0].cntlid_max"),
+            ("cntlid_min = 10\ncntlid_max = 9", "subsystem[0].cntlid_max"),
+        ] {
+            let e = sub(extra).unwrap_err().to_string();
+            assert!(e.contains(key), "{extra}: {e}");
+        }
     }
 }

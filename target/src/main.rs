@@ -205,6 +205,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             allowed_hosts: (!a.allow_host.is_empty()).then(|| a.allow_host.clone()),
             host_keys,
             namespaces: nss,
+            cntlids: nvmeof_target::core::target::CNTLID_RANGE,
         }],
         limits: Limits::default(),
         poll_us: a.poll_us.unwrap_or(0),

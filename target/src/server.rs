@@ -233,6 +233,7 @@ pub fn build_subsystem(
         allowed_hosts: hosts,
         host_keys: Default::default(),
         namespaces: nss.to_vec(),
+        cntlids: crate::core::target::CNTLID_RANGE,
     })
 }
 
@@ -241,7 +242,9 @@ pub fn subsystem_from_config(cfg: &SubsystemConfig) -> std::io::Result<Arc<Subsy
     let (nqn, nss) = (cfg.nqn.as_str(), &cfg.namespaces);
     check_subsystem_nqn(nqn)?;
     let s = Arc::new(
-        Subsystem::new(nqn, &cfg.model, cfg.allowed_hosts.clone(), false).with_host_keys(&cfg.host_keys),
+        Subsystem::new(nqn, &cfg.model, cfg.allowed_hosts.clone(), false)
+            .with_host_keys(&cfg.host_keys)
+            .with_cntlids(cfg.cntlids.clone()),
     );
     for (nsid, n) in assign_nsids(nss) {
         let b =
@@ -321,8 +324,8 @@ impl Server {
                     new_subsystems.insert(sc.nqn.clone(), s);
                 }
                 Some(s) => {
-                    if s.model != sc.model {
-                        warn!(subnqn = %sc.nqn, "reload: the model of a running subsystem is not changed (restart the target to apply it)");
+                    if s.model != sc.model || s.cntlids != sc.cntlids {
+                        warn!(subnqn = %sc.nqn, "reload: the model and controller ID range of a running subsystem are not changed (restart the target to apply them)");
                     }
                     for (nsid, n) in assign_nsids(&sc.namespaces) {
                         let key = (sc.nqn.clone(), nsid);

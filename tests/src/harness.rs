@@ -58,6 +58,7 @@ pub fn default_config() -> TargetConfig {
             allowed_hosts: None,
             host_keys: Default::default(),
             namespaces: vec![ram_ns(1, NS1_SIZE, NS1_BS)],
+            cntlids: nvmeof_target::core::target::CNTLID_RANGE,
         }],
         limits: Limits::default(),
         poll_us: 0,

@@ -135,6 +135,7 @@ async fn steady_state_allocations_per_io() {
                 ids: Default::default(),
             }))
             .collect(),
+            cntlids: nvmeof_target::core::target::CNTLID_RANGE,
         }],
         limits: Limits::default(),
         poll_us: 0,

@@ -320,17 +320,18 @@ async fn paths_must_be_one_namespace() {
     .await
 }
 
-/// One port, one subsystem whose namespace 1 is a 4 MiB RAM
-/// namespace with the identifier lines `ids` (TOML).
-fn single(ids: &str) -> TargetConfig {
+/// One port, one subsystem (with the lines `sub`) whose namespace 1 is a
+/// 4 MiB RAM namespace with the identifier lines `ids` (TOML).
+fn single(sub: &str, ids: &str) -> TargetConfig {
     TargetConfig::from_toml(&format!(
         "[[port]]\nlisten = \"127.0.0.1:0\"\n\n\
-         [[subsystem]]\nnqn = \"{SUBNQN}\"\n[[subsystem.namespace]]\nnsid = 1\nram = \"4M\"\n{ids}\n"
+         [[subsystem]]\nnqn = \"{SUBNQN}\"\n{sub}\n[[subsystem.namespace]]\nnsid = 1\nram = \"4M\"\n{ids}\n"
     ))
     .unwrap()
 }
 
-/// Two targets (two stores) with the same configured UUID are one namespace
+/// Two targets (two stores) with the same configured UUID and disjoint
+/// controller ID ranges are one namespace
 /// to a multipath host: the NGUID and EUI-64 derive from the UUID, not from
 /// the store, so they agree too (Linux joins paths only when every
 /// identifier matches). Without it, or with different UUIDs, the host keeps
@@ -339,8 +340,10 @@ fn single(ids: &str) -> TargetConfig {
 async fn targets_given_the_same_uuid_export_one_namespace() {
     bounded(60, async {
         const UUID: &str = "uuid = \"0b1d8c4e-7f2a-4c3e-9a61-3d2b5e8f9a10\"";
-        let (a, _) = start(&single(UUID)).await;
-        let (b, _) = start(&single(UUID)).await;
+        // Disjoint controller ID ranges, as a Linux host needs (it refuses a
+        // second controller of a subsystem with an ID it already has).
+        let (a, _) = start(&single("cntlid_max = 99", UUID)).await;
+        let (b, _) = start(&single("cntlid_min = 100", UUID)).await;
         let ids = |s: &Server| {
             let n = s.target.subsystem(SUBNQN).unwrap().namespace(1).unwrap();
             (n.uuid, n.nguid, n.eui64)
@@ -350,15 +353,16 @@ async fn targets_given_the_same_uuid_export_one_namespace() {
         let ctrl = |s: &Server| Controller::connect(s.local_addrs[0], SUBNQN, opts());
         let paths = vec![ctrl(&a).await.unwrap(), ctrl(&b).await.unwrap()];
         let mp = MultipathNamespace::new(paths, 1, mp_opts(Duration::from_secs(5))).await.unwrap();
-        assert_eq!(mp.paths().len(), 2);
+        let cntlids: Vec<u16> = mp.paths().iter().map(|p| p.cntlid).collect();
+        assert!(cntlids[0] < 100 && cntlids[1] >= 100, "{cntlids:?}");
         // (Two RAM stores: each path reads back only what went through it;
         // over one replicated store both would see every write.)
         mp.shutdown().await.unwrap();
 
         // Unconfigured, or configured differently: two namespaces.
-        let (c, _) = start(&single("")).await;
-        let (d, _) = start(&single("")).await;
-        let (e, _) = start(&single("uuid = \"1b1d8c4e-7f2a-4c3e-9a61-3d2b5e8f9a10\"")).await;
+        let (c, _) = start(&single("", "")).await;
+        let (d, _) = start(&single("", "")).await;
+        let (e, _) = start(&single("", "uuid = \"1b1d8c4e-7f2a-4c3e-9a61-3d2b5e8f9a10\"")).await;
         for (x, y) in [(&c, &d), (&a, &e)] {
             assert_ne!(ids(x), ids(y));
             let paths = vec![ctrl(x).await.unwrap(), ctrl(y).await.unwrap()];
@@ -367,7 +371,7 @@ async fn targets_given_the_same_uuid_export_one_namespace() {
         }
         // A reload with another UUID: new identifiers, a new namespace.
         let before = ids(&a);
-        a.reload(&single("uuid = \"2b1d8c4e-7f2a-4c3e-9a61-3d2b5e8f9a10\"")).unwrap();
+        a.reload(&single("cntlid_max = 99", "uuid = \"2b1d8c4e-7f2a-4c3e-9a61-3d2b5e8f9a10\"")).unwrap();
         let after = ids(&a);
         assert!(after.0 != before.0 && after.1 != before.1 && after.2 != before.2, "{before:?} -> {after:?}");
         for s in [a, b, c, d, e] {

@@ -31,6 +31,7 @@ fn restricted_config(nqn: &str, allowed_hosts: Option<Vec<String>>) -> Subsystem
         allowed_hosts,
         host_keys: Default::default(),
         namespaces: vec![ram_ns(1, 1 << 20, 512)],
+        cntlids: nvmeof_target::core::target::CNTLID_RANGE,
     }
 }
 

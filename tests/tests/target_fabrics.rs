@@ -113,6 +113,7 @@ async fn connect_errors() {
         allowed_hosts: Some(vec![OTHER_HOST.to_string()]),
         host_keys: Default::default(),
         namespaces: vec![ram_ns(1, 1 << 20, 512)],
+        cntlids: nvmeof_target::core::target::CNTLID_RANGE,
     });
     let (_server, addr) = start(&cfg).await;
 
@@ -450,4 +451,45 @@ async fn property_attrib_reserved_bits_are_ignored() {
     // An 8-byte Set is refused, whatever the reserved bits.
     let set8 = PropertySet { attrib: 0x03, offset: PropertyOffset::CC, value: cc.0 as u64 };
     a.submit(set8.to_sqe(0), None).await.expect_status(Status::INVALID_FIELD);
+}
+
+/// A subsystem's `cntlid_min..=cntlid_max` (nvmet's attributes): its
+/// controllers get IDs from that range only, in turn; with none free, an
+/// admin Connect gets Controller Busy with DNR (nvmet_alloc_ctrl when its ida
+/// range is used up), and an ID comes back once its controller is gone.
+#[tokio::test]
+async fn controller_ids_come_from_the_subsystems_range() {
+    bounded(30, async {
+        let mut cfg = default_config();
+        cfg.subsystems[0].cntlids = 10..=11;
+        let (_server, addr) = start(&cfg).await;
+        let admin = || async {
+            let mut a = RawClient::connect(addr).await;
+            let cqe = a.admin_connect(SUBNQN, HOSTNQN).await;
+            (a, cqe)
+        };
+        let (a, first) = admin().await;
+        let (b, second) = admin().await;
+        let mut ids = [first.dw0() as u16, second.dw0() as u16];
+        ids.sort();
+        assert_eq!(ids, [10, 11], "{first:?} {second:?}");
+        let (_c, third) = admin().await;
+        assert_eq!(third.status, Status::CONNECT_CTRL_BUSY.with_dnr(), "{third:?}");
+        // One closes: its ID is free again (bounded wait for the close to land).
+        let freed = first.dw0() as u16;
+        drop(a);
+        let t0 = std::time::Instant::now();
+        loop {
+            let (_d, again) = admin().await;
+            if again.status.is_success() {
+                assert_eq!(again.dw0() as u16, freed);
+                break;
+            }
+            assert_eq!(again.status, Status::CONNECT_CTRL_BUSY.with_dnr());
+            assert!(t0.elapsed() < Duration::from_secs(5), "the closed controller's ID never came back");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        drop(b);
+    })
+    .await;
 }

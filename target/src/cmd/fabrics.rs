@@ -139,10 +139,11 @@ fn connect(ctx: &mut QueueCtx, sqe: &Sqe, data: &[u8]) -> Response {
         let max_qid = if subsys.discovery { 0 } else { limits.max_io_queues };
         let (hostnqn, hostid, port) = (d.hostnqn.clone(), d.hostid, ctx.port_id);
         let keys = subsys.host_keys(&d.hostnqn);
-        let Some(ctrl) = target.create_controller(|id| {
+        let Some(ctrl) = target.create_controller_in(subsys.cntlids.clone(), |id| {
             Controller::new(id, subsys.clone(), hostnqn, hostid, port, kato, max_qid).with_host_keys(keys)
         }) else {
-            warn!("controller ID space exhausted");
+            // nvmet_alloc_ctrl: Controller Busy when its ida range is used up.
+            warn!(subnqn = %subsys.nqn, cntlids = ?subsys.cntlids, "no free controller ID in the subsystem's range");
             return Status::CONNECT_CTRL_BUSY.with_dnr().into();
         };
         let auth = ctrl.host_keys().is_some();

@@ -47,6 +47,8 @@ pub struct Subsystem {
     pub model: String,
     /// Whether this is the discovery subsystem.
     pub discovery: bool,
+    /// Controller IDs its controllers get (nvmet `attr_cntlid_min/max`).
+    pub cntlids: std::ops::RangeInclusive<u16>,
     /// Who may connect and with which keys; replaced whole by a reload.
     hosts: ArcSwap<HostAccess>,
     namespaces: ArcSwap<NamespaceMap>,
@@ -63,10 +65,20 @@ impl Subsystem {
             serial,
             model: model.to_string(),
             discovery,
+            cntlids: super::target::CNTLID_RANGE,
             hosts: ArcSwap::from_pointee(HostAccess { allowed: allowed_hosts, keys: BTreeMap::new() }),
             namespaces: ArcSwap::from_pointee(BTreeMap::new()),
             controllers: Mutex::new(Vec::new()),
         }
+    }
+
+    /// With controller IDs from `cntlids` only. Two targets that export one
+    /// subsystem (the same NQN, for multipath across them) need disjoint
+    /// ranges: a Linux host refuses a second controller whose ID another
+    /// controller of the subsystem already has (`nvme_validate_cntlid`).
+    pub fn with_cntlids(mut self, cntlids: std::ops::RangeInclusive<u16>) -> Self {
+        self.cntlids = cntlids;
+        self
     }
 
     /// With these hosts' DH-HMAC-CHAP keys (each must also be allowed).

@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
@@ -14,6 +15,10 @@ use super::ana::MAX_ANA_GROUPS;
 use super::subsystem::HostsChange;
 use super::{Controller, PortAna, Subsystem};
 use crate::config::HostKeys;
+
+/// Controller IDs a subsystem may use unless configured otherwise (nvmet's
+/// `NVME_CNTLID_MIN..=NVME_CNTLID_MAX`; FFF0h and up are reserved).
+pub const CNTLID_RANGE: RangeInclusive<u16> = 1..=0xFFEF;
 
 /// ANA log header, group descriptor and NSID sizes (Linux `struct nvme_ana_rsp_hdr`, `nvme_ana_group_desc`).
 const ANA_LOG_HEADER: u32 = 16;
@@ -334,13 +339,32 @@ impl Target {
     /// Allocates a controller ID (1..=0xFFEF, skipping live ones) and registers
     /// the controller built by `make`. `None` when the ID space is exhausted.
     pub fn create_controller(&self, make: impl FnOnce(u16) -> Controller) -> Option<Arc<Controller>> {
+        self.create_controller_in(CNTLID_RANGE, make)
+    }
+
+    /// [`Self::create_controller`] with an ID from `range` (a subsystem's
+    /// `cntlid_min..=cntlid_max`, nvmet's `attr_cntlid_min/max`): the IDs of
+    /// all subsystems come from one space, as nvmet's `cntlid_ida`, and each
+    /// takes them in turn from where the last one left off (an ID comes back
+    /// only after the others of its range). `None` when the range has no free ID.
+    pub fn create_controller_in(
+        &self,
+        range: RangeInclusive<u16>,
+        make: impl FnOnce(u16) -> Controller,
+    ) -> Option<Arc<Controller>> {
+        let (lo, hi) = (*range.start(), *range.end());
+        if lo == 0 || lo > hi || hi > *CNTLID_RANGE.end() {
+            return None;
+        }
         let mut ctrls = self.controllers.lock().unwrap();
         ctrls.retain(|_, w| w.strong_count() > 0);
         let mut next = self.next_cntlid.lock().unwrap();
-        for _ in 0..0xFFEF {
-            let id = *next;
-            *next = if *next >= 0xFFEF { 1 } else { *next + 1 };
+        let span = u32::from(hi - lo) + 1;
+        let start = u32::from((*next).clamp(lo, hi) - lo);
+        for k in 0..span {
+            let id = lo + ((start + k) % span) as u16;
             if let std::collections::btree_map::Entry::Vacant(e) = ctrls.entry(id) {
+                *next = if id >= *CNTLID_RANGE.end() { 1 } else { id + 1 };
                 let c = Arc::new(make(id));
                 e.insert(Arc::downgrade(&c));
                 c.subsys.attach_controller(&c);

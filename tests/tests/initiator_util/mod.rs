@@ -39,6 +39,7 @@ pub fn config(namespaces: Vec<NamespaceConfig>) -> TargetConfig {
             allowed_hosts: None,
             host_keys: Default::default(),
             namespaces,
+            cntlids: nvmeof_target::core::target::CNTLID_RANGE,
         }],
         limits: Limits::default(),
         poll_us: 0,
