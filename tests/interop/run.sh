@@ -118,6 +118,7 @@ cleanup_pids() {
     local p
     for p in $QEMU_PID $MON_PID; do kill "$p" 2>/dev/null; done
     stop_target
+    stop_target "${DIR:-}/twin.pid"
     QEMU_PID=""; MON_PID=""
 }
 trap 'cleanup_pids' EXIT
@@ -133,6 +134,7 @@ TARGET_PORT=""
 # namespace 1's configured UUID (`uuid`); the guest's id-ns step finds it in sysfs
 NS1_UUID=6e766d65-6f66-4100-8000-0000000000a1
 TARGET_PORT2=""                          # a second port of the same subsystem (ANA multipath)
+TWIN_PORT=""                             # a second target process exporting the same subsystem (hook start-twin)
 SCEN_TARGET_ARGS=""                      # per-scenario target flags (kernel-host-*)
 # ana_state_line N: the ana_state key of port N from $DIR/ana.list ("PORT STATE"
 # per line, written by hook ana-state), if any
@@ -158,6 +160,8 @@ write_target_config() {
         echo
         echo "[[subsystem]]"
         echo "nqn = \"$NQN\""
+        # controller IDs below the twin's (hook start-twin)
+        echo "cntlid_max = 999"
         [ -n "$INTEROP_ALLOW_HOST" ] && echo "allowed_hosts = [\"$INTEROP_ALLOW_HOST\"]"
         while read -r nsid size file; do
             [ -n "$nsid" ] || continue
@@ -213,6 +217,10 @@ start_target() {
     if [ -z "$TARGET_PORT2" ]; then
         TARGET_PORT2=$(free_port)
         [ "$TARGET_PORT2" != "$TARGET_PORT" ] || TARGET_PORT2=$(free_port)
+    fi
+    if [ -z "$TWIN_PORT" ]; then
+        TWIN_PORT=$(free_port)
+        while [ "$TWIN_PORT" = "$TARGET_PORT" ] || [ "$TWIN_PORT" = "$TARGET_PORT2" ]; do TWIN_PORT=$(free_port); done
     fi
     [ -f "$DIR/ns.list" ] || echo "1 $NS_SIZE $DIR/ns1.img" >"$DIR/ns.list"
     write_target_config
@@ -277,10 +285,11 @@ while True:
     return 1
 }
 
-stop_target() {
-    [ -n "${DIR:-}" ] && [ -f "$DIR/target.pid" ] || return 0
+stop_target() { # stop_target [PIDFILE]: the target (or the twin, twin.pid)
+    local pidfile=${1:-${DIR:-}/target.pid}
+    [ -n "${DIR:-}" ] && [ -f "$pidfile" ] || return 0
     local pid i
-    pid=$(cat "$DIR/target.pid"); rm -f "$DIR/target.pid"
+    pid=$(cat "$pidfile"); rm -f "$pidfile"
     # $pid leads its own process group (setsid above): signal the group
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null
     for i in $(seq 1 50); do kill -0 -- "-$pid" 2>/dev/null || return 0; sleep 0.1; done
@@ -573,6 +582,38 @@ hook_ns_usage() { # ns-usage NSID: bytes the file of namespace NSID has allocate
     echo "allocated=$(( $(stat -c %b "$file") * $(stat -c %B "$file") ))"
 }
 
+hook_start_twin() { # start-twin: a second target process exporting NQN's namespace 1 (the
+    # same file, the same configured UUID) with controller IDs from 1000 on, on TWIN_PORT
+    # (the guest's 10.0.2.102): to a multipath host the two are one subsystem
+    kh_host_target || { echo "not applicable"; return 2; }
+    local bin=$NVMEOF_TARGET_BIN file i
+    [ -f "$DIR/twin.pid" ] && { echo "twin already running"; return 1; }
+    file=$(awk '$1==1{print $3}' "$DIR/ns.list")
+    [ -f "$file" ] || { echo "no file for namespace 1"; return 1; }
+    printf '[[port]]\nlisten = "127.0.0.1:%s"\n\n[[subsystem]]\nnqn = "%s"\ncntlid_min = 1000\n%s\n[[subsystem.namespace]]\nnsid = 1\nuuid = "%s"\nfile = "%s"\n' \
+        "$TWIN_PORT" "$NQN" "${INTEROP_ALLOW_HOST:+allowed_hosts = [\"$INTEROP_ALLOW_HOST\"]}" "$NS1_UUID" "$file" >"$DIR/twin.toml"
+    # shellcheck disable=SC2086
+    setsid "$bin" serve --config "$DIR/twin.toml" $NVMEOF_TARGET_ARGS $SCEN_TARGET_ARGS >>"$DIR/twin.log" 2>&1 </dev/null &
+    echo $! >"$DIR/twin.pid"; disown $!
+    for i in $(seq 1 150); do
+        port_listening "$TWIN_PORT" && { echo "twin pid $(cat "$DIR/twin.pid") on 127.0.0.1:$TWIN_PORT"; return 0; }
+        kill -0 "$(cat "$DIR/twin.pid")" 2>/dev/null || break
+        sleep 0.2
+    done
+    echo "twin did not start: $(tail -n 1 "$DIR/twin.log" | sed 's/\x1b\[[0-9;]*m//g' | cut -c1-200)"
+    return 1
+}
+
+hook_stop_twin() { # stop-twin: stop the twin (SIGTERM); its log must show no error or panic
+    kh_host_target || { echo "not applicable"; return 2; }
+    [ -f "$DIR/twin.pid" ] || { echo "no twin running"; return 1; }
+    stop_target "$DIR/twin.pid"
+    local bad
+    bad=$(sed 's/\x1b\[[0-9;]*m//g' "$DIR/twin.log" | grep -E 'panicked|ERROR' | head -n 1 | cut -c1-200)
+    [ -z "$bad" ] || { echo "twin.log: $bad"; return 1; }
+    echo "twin stopped"
+}
+
 hook_log_count() { # log-count WORDS...: how many lines of the target's log contain WORDS, and the last
     kh_host_target || { echo "not applicable"; return 2; }
     local pat="$*" log n
@@ -646,6 +687,7 @@ run_scenario() {
     HOST_PORT2=""
     TARGET_PORT=""
     TARGET_PORT2=""
+    TWIN_PORT=""
     SCEN_TARGET_ARGS=""
     case $SCEN in
         kernel-host|kernel-host-direct|kernel-host-threads)
@@ -669,7 +711,9 @@ run_scenario() {
                 fwd=",guestfwd=tcp:10.0.2.100:4420-cmd:socat -lf $DIR/socat.log - TCP:127.0.0.1:$TARGET_PORT"
                 # the second port: another path to the subsystem (ana-multipath)
                 fwd="$fwd,guestfwd=tcp:10.0.2.101:4420-cmd:socat -lf $DIR/socat2.log - TCP:127.0.0.1:$TARGET_PORT2"
-                env="$env NVME_ADDR=10.0.2.100 NVME_PORT=4420 NVME_ADDR2=10.0.2.101 NVME_PORT2=4420 NS1_UUID=$NS1_UUID"
+                # the twin target (hook start-twin), listening only once started
+                fwd="$fwd,guestfwd=tcp:10.0.2.102:4420-cmd:socat -lf $DIR/socat3.log - TCP:127.0.0.1:$TWIN_PORT"
+                env="$env NVME_ADDR=10.0.2.100 NVME_PORT=4420 NVME_ADDR2=10.0.2.101 NVME_PORT2=4420 NVME_ADDR3=10.0.2.102 NS1_UUID=$NS1_UUID"
             elif [ "$TARGET" = kernel-guest ]; then
                 fwd=""
             else
@@ -734,6 +778,7 @@ run_scenario() {
     kill "$MON_PID" 2>/dev/null; wait "$MON_PID" 2>/dev/null
     MON_PID=""
     stop_target
+    stop_target "$DIR/twin.pid"
     [ -s "$DIR/qemu.log" ] && sed "s/^/[$SCEN] qemu: /" "$DIR/qemu.log"
     rm -rf "$DIR/initrd.img" "$DIR/overlay" "$DIR"/ns*.img   # big; keep the logs
 

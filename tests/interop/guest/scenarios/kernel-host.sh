@@ -84,6 +84,18 @@
 #                     then the other way round, `nvme ana-log` on each
 #                     controller agreeing; both optimized again, path 2 gone.
 #
+# Two targets, one subsystem (our target only):
+#   - twin-target:    hook "start-twin": a second nvmeof-target process
+#                     exporting NQN's namespace 1 (the same file, the same
+#                     configured uuid, controller IDs from 1000; the first
+#                     has cntlid_max 999) at NVME_ADDR3. Connected through
+#                     both, the host joins them: one block device, two
+#                     controllers with cntlids on each side of 1000, no
+#                     "Duplicate cntlid" or duplicate-identifier complaint;
+#                     iopolicy round-robin, dd verify with I/O through both
+#                     processes; disconnect, hook "stop-twin" (no error
+#                     logged).
+#
 # In-band authentication (DH-HMAC-CHAP):
 #   - auth:           keys from `nvme gen-dhchap-key` (host key with the
 #                     SHA-256 transform, a 48-byte controller key with the
@@ -774,6 +786,52 @@ kh_discovery_aen() {
     wait_no_ctrl "$DISC_NQN" 10 || fail "discovery controller $_dc still present after disconnect"
 }
 
+# ---------------------------------------------------------------- twin target
+
+twin_checks() { # twin_checks C1: C1 is the first target's controller
+    t 60 nvme connect -t tcp -a "$NVME_ADDR3" -s 4420 -n "$NQN" >/tmp/twin.txt 2>&1 \
+        || fail "nvme connect to the twin failed: $(tail -n 2 /tmp/twin.txt | tr '\n' ' ')"
+    _c2=""
+    for _i in $(seq 1 100); do
+        _c2=$(ctrls_for_nqn "$NQN" | grep -vx "$1" | head -n 1)
+        [ -n "$_c2" ] && [ -n "$(ana_path "$_c2")" ] && break
+        sleep 0.2
+    done
+    _dups=$(dmesg | grep -ciE "duplicate cntlid|duplicate IDs|ignoring nsid")
+    [ "$_dups" = "$_dups0" ] || fail "the host refused the twin: $(dmesg | grep -iE 'duplicate|ignoring' | tail -n 1)"
+    [ -n "$_c2" ] && [ -n "$(ana_path "$_c2")" ] || fail "no second controller with a path to namespace 1: $(ctrls_for_nqn "$NQN" | tr '\n' ' ')"
+    _k1=$(cat "/sys/class/nvme/$1/cntlid"); _k2=$(cat "/sys/class/nvme/$_c2/cntlid")
+    [ "$_k1" -lt 1000 ] && [ "$_k2" -ge 1000 ] || fail "cntlids $_k1 and $_k2, want < 1000 and >= 1000"
+    [ "$(ns_dev_for_nqn "$NQN")" = "$DEV" ] || fail "a second block device: $(ns_dev_for_nqn "$NQN"), not $DEV"
+    _sub=$(basename "$(readlink -f "/sys/class/nvme/$1/device/subsystem" 2>/dev/null || true)")
+    for _s in /sys/class/nvme-subsystem/*; do
+        [ -e "$_s/$1" ] && [ -e "$_s/$_c2" ] && _sub=${_s##*/}
+    done
+    [ -e "/sys/class/nvme-subsystem/$_sub/iopolicy" ] || fail "no subsystem holding both $1 and $_c2"
+    echo round-robin >"/sys/class/nvme-subsystem/$_sub/iopolicy" || fail "iopolicy round-robin"
+    _a=$(path_ios "$1"); _b=$(path_ios "$_c2")
+    dd_verify "$DEV" 16 8 twin
+    _da=$(( $(path_ios "$1") - _a )); _db=$(( $(path_ios "$_c2") - _b ))
+    [ "$_da" -gt 0 ] && [ "$_db" -gt 0 ] || fail "I/Os: $_da through $1, $_db through the twin's $_c2 (round-robin)"
+    info "one subsystem $_sub: $1 (cntlid $_k1, first target) and $_c2 (cntlid $_k2, twin), one device $DEV; round-robin dd verify: $_da I/Os through the first, $_db through the twin"
+}
+
+kh_twin_target() {
+    [ "$TARGET" = host ] || { info "left out: needs our target twice (TARGET=host)"; return 0; }
+    [ -n "${NVME_ADDR3:-}" ] || fail "no twin address (NVME_ADDR3)"
+    [ "$(cat /sys/module/nvme_core/parameters/multipath 2>/dev/null)" = Y ] || fail "nvme_core.multipath is off"
+    _dups0=$(dmesg | grep -ciE "duplicate cntlid|duplicate IDs|ignoring nsid")
+    hook_call start-twin 60 || fail "start-twin: ${HOOK_REPLY:-no reply}"
+    kh_connect
+    need_dev
+    ( twin_checks "$CTRL" )
+    _rc=$?
+    t 30 nvme disconnect -n "$NQN" >/dev/null 2>&1
+    wait_no_ctrl "$NQN" 15 || info "a controller of $NQN is still present"
+    hook_call stop-twin 60 || fail "stop-twin: ${HOOK_REPLY:-no reply}"
+    [ $_rc = 0 ] || exit 1
+}
+
 # ---------------------------------------------------------------- ANA multipath
 
 # ana_path CTRL: sysfs directory of CTRL's path to namespace 1 (nvmeXcYn1)
@@ -1078,6 +1136,7 @@ scenario_main() {
     run_step connect-mp 90 kh_connect
     run_step ana-multipath 240 kh_ana_multipath
     run_step disconnect-mp 60 kh_disconnect
+    run_step twin-target 180 kh_twin_target
     # keep-alive and persistent discovery
     run_step keep-alive 90 kh_keep_alive
     run_step discovery-aen 180 kh_discovery_aen
