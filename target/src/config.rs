@@ -269,7 +269,9 @@ pub struct NamespaceConfig {
 /// store under the same NQN and NSID with the same `uuid` present the same
 /// three identifiers, so a Linux host with native multipath sees one
 /// namespace through both (it joins paths only when all identifiers match,
-/// `nvme_ns_ids_equal`), whatever the paths on each.
+/// `nvme_ns_ids_equal`), whatever the paths on each. A RAM namespace given
+/// identifiers keeps them across restarts, though not its data: a host that
+/// reconnects after a restart takes it for the same namespace.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NamespaceIds {
     /// UUID (Identify descriptor type 3).

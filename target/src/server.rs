@@ -296,9 +296,9 @@ impl Server {
     /// namespace whose store changed (path, device, engine, block size)
     /// replaced, and one whose configured size changed resized. Connected
     /// hosts get the Namespace Attribute Changed AEN. Ports, limits,
-    /// `poll_us`, `send_buffer`, `congestion_control` and the models of running
-    /// subsystems are not changed (a warning says so when the configuration
-    /// changes them). Allowed hosts and DH-HMAC-CHAP keys are replaced; hosts
+    /// `poll_us`, `send_buffer`, `congestion_control` and the models and
+    /// controller ID ranges of running subsystems are not changed (a warning
+    /// says so when the configuration changes them). Allowed hosts and DH-HMAC-CHAP keys are replaced; hosts
     /// already connected keep their associations, as with nvmet.
     ///
     /// "Changed" is against the configuration applied before, not the

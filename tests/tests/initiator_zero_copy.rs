@@ -303,6 +303,13 @@ async fn timeout_mid_payload_discards_the_rest() {
             let b = ns.read_bytes(lba, MIB).await.unwrap();
             same(&b, &disk[lba as usize * BS..lba as usize * BS + MIB], "read after a timeout");
         }
+        // The reset's reconnect releases the queues before it marks the
+        // controller live, so the reads can finish first (a clean-clone CI
+        // saw `Reconnecting` here once): wait, bounded.
+        let t1 = Instant::now();
+        while ctrl.state() != ControllerState::Live && t1.elapsed() < Duration::from_secs(5) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         assert_eq!(ctrl.state(), ControllerState::Live);
         ctrl.shutdown().await.unwrap();
         server.shutdown(Duration::from_secs(1)).await;
