@@ -88,8 +88,8 @@ const NMIC_SHARED: u8 = 1 << 0;
 /// 001b) and Write Zeroes may deallocate (bit 3, DEAC honoured). Every
 /// backend keeps both promises: RAM drops the chunk, files and block devices
 /// punch a hole, and where they cannot, zero the range (`backend::file`,
-/// `backend::block`). nvmet 6.12 reports 0; later nvmet reports these bits
-/// for block devices that unmap on Write Zeroes. With both set the Linux host
+/// `backend::block`). nvmet 6.12 reports 0 (a 2025 nvmet patch series sets
+/// these bits for block devices that unmap on Write Zeroes). With both set the Linux host
 /// sets DEAC on its Write Zeroes (`NVME_NS_DEAC`), so zeroing a range of an
 /// exported sparse file (mkfs, `blkdiscard -z`) punches holes instead of
 /// allocating blocks of zeroes.
