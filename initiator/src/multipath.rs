@@ -136,25 +136,34 @@ struct Candidate {
 /// usable non-optimized one, by `policy`, looking from `start` on (the
 /// turn); `avoid`, the path a command just failed on, only when nothing else
 /// is usable. Sans-IO, so that the policies are tested without controllers.
-fn choose(paths: &[Candidate], policy: PathPolicy, start: usize, avoid: Option<usize>) -> Option<usize> {
-    let n = paths.len();
+fn choose(
+    n: usize,
+    path: impl Fn(usize) -> Candidate,
+    policy: PathPolicy,
+    start: usize,
+    avoid: Option<usize>,
+) -> Option<usize> {
     for want in [AnaState::OPTIMIZED, AnaState::NON_OPTIMIZED] {
         let mut eligible = (0..n)
-            .map(|i| (start + i) % n)
-            .filter(|&i| paths[i].ana == want && paths[i].usable && Some(i) != avoid);
+            .map(|k| (start + k) % n)
+            .filter(|&i| Some(i) != avoid)
+            .map(|i| (i, path(i)))
+            .filter(|(_, c)| c.ana == want && c.usable);
         let found = match policy {
-            PathPolicy::RoundRobin | PathPolicy::First => eligible.next(),
+            PathPolicy::RoundRobin | PathPolicy::First => eligible.next().map(|(i, _)| i),
             // The first of the least loaded (`min_by_key` keeps the last).
-            PathPolicy::QueueDepth => eligible.fold(None, |best: Option<usize>, i| match best {
-                Some(b) if paths[b].outstanding <= paths[i].outstanding => Some(b),
-                _ => Some(i),
-            }),
+            PathPolicy::QueueDepth => eligible
+                .fold(None, |best: Option<(usize, u64)>, (i, c)| match best {
+                    Some(b) if b.1 <= c.outstanding => Some(b),
+                    _ => Some((i, c.outstanding)),
+                })
+                .map(|(i, _)| i),
         };
         if found.is_some() {
             return found;
         }
     }
-    avoid.filter(|&i| paths[i].usable)
+    avoid.filter(|&i| path(i).usable)
 }
 
 impl Path {
@@ -447,23 +456,12 @@ impl MultipathNamespace {
             PathPolicy::RoundRobin | PathPolicy::QueueDepth => self.inner.rr.fetch_add(1, Ordering::Relaxed),
             PathPolicy::First => 0,
         };
-        let mut seen = [Candidate { ana: AnaState::OPTIMIZED, usable: false, outstanding: 0 }; 8];
-        let mut more = Vec::new();
-        let candidates: &mut [Candidate] = if paths.len() <= seen.len() {
-            &mut seen[..paths.len()]
-        } else {
-            more.resize(paths.len(), seen[0]);
-            &mut more
+        let candidate = |i: usize| {
+            let p = &paths[i];
+            Candidate { ana: p.ana(), usable: p.usable(), outstanding: p.outstanding.load(Ordering::Relaxed) }
         };
-        for (c, p) in candidates.iter_mut().zip(paths) {
-            *c = Candidate {
-                ana: p.ana(),
-                usable: p.usable(),
-                outstanding: p.outstanding.load(Ordering::Relaxed),
-            };
-        }
         let avoid = avoid.and_then(|a| paths.iter().position(|p| Arc::ptr_eq(a, p)));
-        choose(candidates, self.inner.opts.policy, start, avoid).map(|i| paths[i].clone())
+        choose(paths.len(), candidate, self.inner.opts.policy, start, avoid).map(|i| paths[i].clone())
     }
 
     /// Waits (bounded by the no-path timeout from `since`) for a usable path.
@@ -633,6 +631,10 @@ mod tests {
         Candidate { ana, usable, outstanding }
     }
 
+    fn choose_in(c: &[Candidate], policy: PathPolicy, start: usize, avoid: Option<usize>) -> Option<usize> {
+        choose(c.len(), |i| c[i], policy, start, avoid)
+    }
+
     /// Path choice as Linux's `__nvme_find_path` / `nvme_round_robin_path` /
     /// `nvme_queue_depth_path`: optimized before non-optimized, unusable
     /// paths never, the failed path only when nothing else is usable.
@@ -643,28 +645,28 @@ mod tests {
         let three = [cand(opt, true, 5), cand(opt, true, 2), cand(opt, true, 2)];
         // Round-robin and first: the turn decides; queue depth: the least
         // loaded, the first of them from the turn on.
-        assert_eq!(choose(&three, RoundRobin, 0, None), Some(0));
-        assert_eq!(choose(&three, RoundRobin, 4, None), Some(1));
-        assert_eq!(choose(&three, First, 0, None), Some(0));
-        assert_eq!(choose(&three, QueueDepth, 0, None), Some(1));
-        assert_eq!(choose(&three, QueueDepth, 2, None), Some(2));
-        assert_eq!(choose(&three, QueueDepth, 3, None), Some(1));
+        assert_eq!(choose_in(&three, RoundRobin, 0, None), Some(0));
+        assert_eq!(choose_in(&three, RoundRobin, 4, None), Some(1));
+        assert_eq!(choose_in(&three, First, 0, None), Some(0));
+        assert_eq!(choose_in(&three, QueueDepth, 0, None), Some(1));
+        assert_eq!(choose_in(&three, QueueDepth, 2, None), Some(2));
+        assert_eq!(choose_in(&three, QueueDepth, 3, None), Some(1));
         // Optimized first, even when busier.
         let mixed = [cand(non, true, 0), cand(opt, true, 9)];
         for policy in [RoundRobin, First, QueueDepth] {
-            assert_eq!(choose(&mixed, policy, 0, None), Some(1), "{policy:?}");
+            assert_eq!(choose_in(&mixed, policy, 0, None), Some(1), "{policy:?}");
             // The failed path only when no other is usable; non-optimized before it.
-            assert_eq!(choose(&mixed, policy, 0, Some(1)), Some(0), "{policy:?}");
+            assert_eq!(choose_in(&mixed, policy, 0, Some(1)), Some(0), "{policy:?}");
             let one = [cand(non, false, 0), cand(opt, true, 9)];
-            assert_eq!(choose(&one, policy, 0, Some(1)), Some(1), "{policy:?}");
+            assert_eq!(choose_in(&one, policy, 0, Some(1)), Some(1), "{policy:?}");
             // Unusable (controller not live, or inaccessible): never.
             let none = [cand(opt, false, 0), cand(AnaState::INACCESSIBLE, false, 0)];
-            assert_eq!(choose(&none, policy, 0, None), None, "{policy:?}");
-            assert_eq!(choose(&none, policy, 0, Some(0)), None, "{policy:?}");
+            assert_eq!(choose_in(&none, policy, 0, None), None, "{policy:?}");
+            assert_eq!(choose_in(&none, policy, 0, Some(0)), None, "{policy:?}");
         }
         let busy_opt = [cand(opt, true, 7), cand(non, true, 0), cand(opt, false, 0)];
-        assert_eq!(choose(&busy_opt, QueueDepth, 1, None), Some(0), "the only usable optimized path");
-        assert_eq!(choose(&[], QueueDepth, 0, None), None);
+        assert_eq!(choose_in(&busy_opt, QueueDepth, 1, None), Some(0), "the only usable optimized path");
+        assert_eq!(choose_in(&[], QueueDepth, 0, None), None);
     }
 
     #[test]

@@ -313,6 +313,14 @@ fn parse_id<const N: usize>(text: &str) -> Result<[u8; N], String> {
     Ok(out)
 }
 
+/// [`parse_id`] of an optional key; the error names `key()`.
+fn optional_id<const N: usize>(
+    text: Option<&str>,
+    key: impl FnOnce() -> String,
+) -> Result<Option<[u8; N]>, ConfigError> {
+    text.map(parse_id).transpose().map_err(|e| invalid(key(), e))
+}
+
 impl NamespaceConfig {
     /// Logical block sizes a file or RAM namespace can have: powers of two
     /// (Identify Namespace gives LBADS as log2), from 512 (the smallest the
@@ -771,24 +779,9 @@ impl TargetConfig {
                 };
                 let block_size = n.block_size.unwrap_or(512);
                 let ids = NamespaceIds {
-                    uuid: n
-                        .uuid
-                        .as_deref()
-                        .map(parse_id)
-                        .transpose()
-                        .map_err(|e| invalid(format!("{nkey}.uuid"), e))?,
-                    nguid: n
-                        .nguid
-                        .as_deref()
-                        .map(parse_id)
-                        .transpose()
-                        .map_err(|e| invalid(format!("{nkey}.nguid"), e))?,
-                    eui64: n
-                        .eui64
-                        .as_deref()
-                        .map(parse_id)
-                        .transpose()
-                        .map_err(|e| invalid(format!("{nkey}.eui64"), e))?,
+                    uuid: optional_id(n.uuid.as_deref(), || format!("{nkey}.uuid"))?,
+                    nguid: optional_id(n.nguid.as_deref(), || format!("{nkey}.nguid"))?,
+                    eui64: optional_id(n.eui64.as_deref(), || format!("{nkey}.eui64"))?,
                 };
                 if n.nsid == Some(0) || n.nsid.is_some_and(|x| x >= 0xFFFF_FFFE) {
                     return Err(invalid(format!("{nkey}.nsid"), "must be 1..=0xFFFFFFFD"));

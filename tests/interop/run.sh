@@ -205,6 +205,22 @@ write_target_config() {
     } >"$DIR/target.toml.new" && mv "$DIR/target.toml.new" "$DIR/target.toml"
 }
 
+# wait_listening PIDFILE PORT...: up to 30 s for every PORT to listen, while
+# the process of PIDFILE lives
+wait_listening() {
+    local pid i p up
+    pid=$(cat "$1")
+    shift
+    for i in $(seq 1 150); do
+        up=1
+        for p in "$@"; do port_listening "$p" || up=0; done
+        [ $up = 1 ] && return 0
+        kill -0 "$pid" 2>/dev/null || return 1
+        sleep 0.2
+    done
+    return 1
+}
+
 start_target() {
     local bin=$NVMEOF_TARGET_BIN
     if [ ! -x "$bin" ] && [ "$bin" = "$REPO/build/release/nvmeof-target" ]; then
@@ -228,12 +244,10 @@ start_target() {
     # own session/process group, so stop_target can stop anything it forks
     setsid "$bin" serve --config "$DIR/target.toml" $NVMEOF_TARGET_ARGS $SCEN_TARGET_ARGS >>"$DIR/target.log" 2>&1 </dev/null &
     echo $! >"$DIR/target.pid"; disown $!
-    local i
-    for i in $(seq 1 150); do
-        port_listening "$TARGET_PORT" && port_listening "$TARGET_PORT2" && { say "[$SCEN] target pid $(cat "$DIR/target.pid") listening on 127.0.0.1:$TARGET_PORT"; return 0; }
-        kill -0 "$(cat "$DIR/target.pid")" 2>/dev/null || break
-        sleep 0.2
-    done
+    if wait_listening "$DIR/target.pid" "$TARGET_PORT" "$TARGET_PORT2"; then
+        say "[$SCEN] target pid $(cat "$DIR/target.pid") listening on 127.0.0.1:$TARGET_PORT"
+        return 0
+    fi
     say "[$SCEN] target did not start listening on 127.0.0.1:$TARGET_PORT; target.log:"
     tail -n 20 "$DIR/target.log" | sed 's/^/    /'
     return 1
@@ -586,7 +600,7 @@ hook_start_twin() { # start-twin: a second target process exporting NQN's namesp
     # same file, the same configured UUID) with controller IDs from 1000 on, on TWIN_PORT
     # (the guest's 10.0.2.102): to a multipath host the two are one subsystem
     kh_host_target || { echo "not applicable"; return 2; }
-    local bin=$NVMEOF_TARGET_BIN file i
+    local bin=$NVMEOF_TARGET_BIN file
     [ -f "$DIR/twin.pid" ] && { echo "twin already running"; return 1; }
     file=$(awk '$1==1{print $3}' "$DIR/ns.list")
     [ -f "$file" ] || { echo "no file for namespace 1"; return 1; }
@@ -595,11 +609,7 @@ hook_start_twin() { # start-twin: a second target process exporting NQN's namesp
     # shellcheck disable=SC2086
     setsid "$bin" serve --config "$DIR/twin.toml" $NVMEOF_TARGET_ARGS $SCEN_TARGET_ARGS >>"$DIR/twin.log" 2>&1 </dev/null &
     echo $! >"$DIR/twin.pid"; disown $!
-    for i in $(seq 1 150); do
-        port_listening "$TWIN_PORT" && { echo "twin pid $(cat "$DIR/twin.pid") on 127.0.0.1:$TWIN_PORT"; return 0; }
-        kill -0 "$(cat "$DIR/twin.pid")" 2>/dev/null || break
-        sleep 0.2
-    done
+    wait_listening "$DIR/twin.pid" "$TWIN_PORT" && { echo "twin pid $(cat "$DIR/twin.pid") on 127.0.0.1:$TWIN_PORT"; return 0; }
     echo "twin did not start: $(tail -n 1 "$DIR/twin.log" | sed 's/\x1b\[[0-9;]*m//g' | cut -c1-200)"
     return 1
 }

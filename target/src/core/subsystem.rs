@@ -24,8 +24,13 @@ struct HostAccess {
 
 impl HostAccess {
     fn allows(&self, hostnqn: &str) -> bool {
-        self.allowed.as_ref().is_none_or(|h| h.iter().any(|a| a == hostnqn))
+        host_listed(self.allowed.as_deref(), hostnqn)
     }
+}
+
+/// Whether `allowed` (`None`: any host) lets `hostnqn` in (nvmet `nvmet_host_allowed`).
+pub(crate) fn host_listed(allowed: Option<&[String]>, hostnqn: &str) -> bool {
+    allowed.is_none_or(|h| h.iter().any(|a| a == hostnqn))
 }
 
 /// What [`Subsystem::set_hosts`] changed.

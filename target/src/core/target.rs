@@ -12,7 +12,7 @@ use nvmeof_common::spec::DISCOVERY_NQN;
 use crate::cmd::admin::MAX_NAMESPACES;
 
 use super::ana::MAX_ANA_GROUPS;
-use super::subsystem::HostsChange;
+use super::subsystem::{host_listed, HostsChange};
 use super::{Controller, PortAna, Subsystem};
 use crate::config::HostKeys;
 
@@ -210,8 +210,7 @@ impl Target {
         }
         drop(map);
         if change.allowed && exported {
-            let was = |host: &str| before.as_ref().is_none_or(|l| l.iter().any(|a| a == host));
-            self.notify_discovery(|host| was(host) != s.host_allowed(host));
+            self.notify_discovery(|host| host_listed(before.as_deref(), host) != s.host_allowed(host));
         }
         change
     }

@@ -791,19 +791,14 @@ kh_discovery_aen() {
 twin_checks() { # twin_checks C1: C1 is the first target's controller
     t 60 nvme connect -t tcp -a "$NVME_ADDR3" -s 4420 -n "$NQN" >/tmp/twin.txt 2>&1 \
         || fail "nvme connect to the twin failed: $(tail -n 2 /tmp/twin.txt | tr '\n' ' ')"
-    _c2=""
-    for _i in $(seq 1 100); do
-        _c2=$(ctrls_for_nqn "$NQN" | grep -vx "$1" | head -n 1)
-        [ -n "$_c2" ] && [ -n "$(ana_path "$_c2")" ] && break
-        sleep 0.2
-    done
+    second_path "$1"; _found=$?
     _dups=$(dmesg | grep -ciE "duplicate cntlid|duplicate IDs|ignoring nsid")
     [ "$_dups" = "$_dups0" ] || fail "the host refused the twin: $(dmesg | grep -iE 'duplicate|ignoring' | tail -n 1)"
-    [ -n "$_c2" ] && [ -n "$(ana_path "$_c2")" ] || fail "no second controller with a path to namespace 1: $(ctrls_for_nqn "$NQN" | tr '\n' ' ')"
+    [ $_found = 0 ] || fail "no second controller with a path to namespace 1: $(ctrls_for_nqn "$NQN" | tr '\n' ' ')"
     _k1=$(cat "/sys/class/nvme/$1/cntlid"); _k2=$(cat "/sys/class/nvme/$_c2/cntlid")
     [ "$_k1" -lt 1000 ] && [ "$_k2" -ge 1000 ] || fail "cntlids $_k1 and $_k2, want < 1000 and >= 1000"
     [ "$(ns_dev_for_nqn "$NQN")" = "$DEV" ] || fail "a second block device: $(ns_dev_for_nqn "$NQN"), not $DEV"
-    _sub=$(basename "$(readlink -f "/sys/class/nvme/$1/device/subsystem" 2>/dev/null || true)")
+    _sub=""
     for _s in /sys/class/nvme-subsystem/*; do
         [ -e "$_s/$1" ] && [ -e "$_s/$_c2" ] && _sub=${_s##*/}
     done
@@ -836,6 +831,17 @@ kh_twin_target() {
 
 # ana_path CTRL: sysfs directory of CTRL's path to namespace 1 (nvmeXcYn1)
 ana_path() { ls -d /sys/class/nvme/"$1"/nvme*c*n1 2>/dev/null | head -n 1; }
+# second_path C1: sets _c2 to another controller of NQN than C1 once it has
+# a path to namespace 1 (up to 20 s); fails if none
+second_path() {
+    _c2=""
+    for _i in $(seq 1 100); do
+        _c2=$(ctrls_for_nqn "$NQN" | grep -vx "$1" | head -n 1)
+        [ -n "$_c2" ] && [ -n "$(ana_path "$_c2")" ] && return 0
+        sleep 0.2
+    done
+    return 1
+}
 ana_state_of() { cat "$(ana_path "$1")/ana_state" 2>/dev/null; }
 wait_ana() { # wait_ana CTRL STATE SECS
     _dl=$(( $(date +%s) + $3 ))
@@ -927,13 +933,7 @@ kh_ana_multipath() {
     fi
     [ -n "${NVME_ADDR2:-}" ] || fail "no second path (NVME_ADDR2)"
     t 60 nvme connect -t tcp -a "$NVME_ADDR2" -s "$NVME_PORT2" -n "$NQN" || fail "nvme connect $NVME_ADDR2:$NVME_PORT2 failed"
-    _c2=""
-    for _i in $(seq 1 100); do
-        _c2=$(ctrls_for_nqn "$NQN" | grep -vx "$CTRL" | head -n 1)
-        [ -n "$_c2" ] && [ -n "$(ana_path "$_c2")" ] && break
-        sleep 0.2
-    done
-    [ -n "$_c2" ] && [ -n "$(ana_path "$_c2")" ] || fail "no second controller with a path to namespace 1"
+    second_path "$CTRL" || fail "no second controller with a path to namespace 1"
     [ "$(ns_dev_for_nqn "$NQN")" = "$DEV" ] || fail "a second block device: $(ns_dev_for_nqn "$NQN"), not $DEV"
     ( ana_checks "$CTRL" "$_c2" "$DEV" )
     _rc=$?
