@@ -86,6 +86,8 @@ impl Status {
     pub const CAP_EXCEEDED: Self = st(0, 0x81);
     /// Namespace Not Ready.
     pub const NS_NOT_READY: Self = st(0, 0x82);
+    /// Reservation Conflict.
+    pub const RESERVATION_CONFLICT: Self = st(0, 0x83);
 
     /// Completion Queue Invalid.
     pub const CQ_INVALID: Self = st(1, 0x00);

@@ -1,5 +1,5 @@
 //! Decoders of the data structures a host reads from a controller (Identify,
-//! log pages, discovery log, namespace lists): the first byte picks one, the
+//! log pages, discovery log, namespace lists, reservation status): the first byte picks one, the
 //! rest is its data. Whatever a controller sends must decode or fail with an
 //! error, never panic or allocate by a count the data cannot back; what
 //! decodes must encode again where the structure has an encoder. Also the
@@ -13,11 +13,12 @@ use nvmeof_common::spec::discovery::{DiscoveryLog, DiscoveryLogHeader};
 use nvmeof_common::spec::dsm::decode_ranges;
 use nvmeof_common::spec::identify::{decode_ns_desc_list, decode_ns_list};
 use nvmeof_common::spec::log::{decode_error_log, AnaLog};
+use nvmeof_common::spec::reservation::{ReservationNotification, ReservationStatus};
 use nvmeof_common::spec::{IdentifyController, IdentifyNamespace};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&sel, b)) = data.split_first() else { return };
-    match sel % 10 {
+    match sel % 11 {
         0 => {
             if let Ok(id) = IdentifyController::decode(b) {
                 let _ = IdentifyController::decode(&id.encode());
@@ -55,6 +56,13 @@ fuzz_target!(|data: &[u8]| {
             if let Ok(m) = AuthMessage::decode(b) {
                 assert_eq!(AuthMessage::decode(&m.encode()), Ok(m), "an encoded auth message decodes");
             }
+        }
+        9 => {
+            if let Ok(s) = ReservationStatus::decode(b) {
+                let again = ReservationStatus::decode(&s.encode(b.len())).expect("an encoded report decodes");
+                assert_eq!(again, s);
+            }
+            let _ = ReservationNotification::decode(b);
         }
         _ => {
             let count = b.first().map_or(0, |&c| c as usize + 1);

@@ -72,7 +72,8 @@ const MAX_COMPLETIONS: usize = 64;
 fn ram_namespace(nsid: u32, deferred: bool) -> Arc<Namespace> {
     let ram = MemBackend::new(64 << 10, 512);
     let backend: Arc<dyn Backend> = if deferred { Arc::new(DeferredMemBackend(ram)) } else { Arc::new(ram) };
-    Arc::new(Namespace::new(NQN, nsid, backend))
+    // With reservations: fuzzed reservation commands reach their state machine.
+    Arc::new(Namespace::new(NQN, nsid, backend).with_reservations(true))
 }
 
 fn target(deferred: bool, auth: bool) -> (Arc<Target>, Arc<Subsystem>) {

@@ -5,6 +5,10 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use nvmeof_common::opcode::IoOpcode;
 use nvmeof_common::spec::dsm::{DsmCmd, DsmRange, DSM_MAX_RANGES};
+use nvmeof_common::spec::reservation::{
+    AcquireAction, RegisterAction, ReleaseAction, ReservationCmd, ReservationKeys, ReservationStatus,
+    ReservationType, REGISTRANT_EXT_LEN, RELEASE_DATA_LEN, STATUS_EXT_HEADER_LEN,
+};
 use nvmeof_common::spec::IdentifyNamespace;
 use nvmeof_common::{Cqe, Sqe, Status};
 
@@ -366,6 +370,73 @@ impl Namespace {
             .map(|b| (DsmCmd::deallocate(self.nsid, b.len() / 16).to_sqe(0), Payload::Write(b)))
             .collect();
         self.run(ops).await
+    }
+
+    /// Reservation Register (NVMe Base §8.19): `action` registers
+    /// `new_key` for this host, replaces its key with `new_key`, or
+    /// unregisters it; Replace and Unregister need `current_key` unless
+    /// `ignore_existing_key`. Registrations belong to the host identifier
+    /// ([`crate::HostIdentity`]), shared by every controller of this host.
+    /// A refused action is [`Error::Nvme`] with Reservation Conflict.
+    pub async fn reservation_register(
+        &self,
+        action: RegisterAction,
+        current_key: u64,
+        new_key: u64,
+        ignore_existing_key: bool,
+    ) -> Result<()> {
+        let cmd = ReservationCmd::register(self.nsid, action, ignore_existing_key);
+        let data = ReservationKeys { current: current_key, other: new_key }.encode();
+        self.ctrl.io_command(cmd.to_sqe(0), Payload::Write(&data)).await.map(drop)
+    }
+
+    /// Reservation Acquire: takes a reservation of type `rtype` (Acquire),
+    /// or preempts the hosts registered with `preempt_key` (Preempt,
+    /// Preempt and Abort), as a host registered with `current_key`.
+    pub async fn reservation_acquire(
+        &self,
+        action: AcquireAction,
+        rtype: ReservationType,
+        current_key: u64,
+        preempt_key: u64,
+    ) -> Result<()> {
+        let cmd = ReservationCmd::acquire(self.nsid, action, rtype);
+        let data = ReservationKeys { current: current_key, other: preempt_key }.encode();
+        self.ctrl.io_command(cmd.to_sqe(0), Payload::Write(&data)).await.map(drop)
+    }
+
+    /// Reservation Release: releases the reservation of type `rtype` this
+    /// host holds (Release), or drops the reservation and every
+    /// registration (Clear), as a host registered with `current_key`.
+    pub async fn reservation_release(
+        &self,
+        action: ReleaseAction,
+        rtype: ReservationType,
+        current_key: u64,
+    ) -> Result<()> {
+        let cmd = ReservationCmd::release(self.nsid, action, rtype);
+        let data = ReservationKeys { current: current_key, other: 0 }.encode();
+        self.ctrl.io_command(cmd.to_sqe(0), Payload::Write(&data[..RELEASE_DATA_LEN])).await.map(drop)
+    }
+
+    /// Reservation Report with the extended data structure (128-bit host
+    /// identifiers, which fabrics use): the reservation held and every
+    /// registrant. Asks for room for 63 registrants, then once more for all
+    /// of them if there are more (bounded by the maximum transfer size).
+    pub async fn reservation_report(&self) -> Result<ReservationStatus> {
+        let mut len = 4096usize;
+        for _ in 0..2 {
+            let mut buf = vec![0u8; len];
+            let cmd = ReservationCmd::report(self.nsid, len as u32);
+            self.ctrl.io_command(cmd.to_sqe(0), Payload::Read(&mut buf)).await?;
+            let status = ReservationStatus::decode(&buf)?;
+            let need = STATUS_EXT_HEADER_LEN + status.regctl as usize * REGISTRANT_EXT_LEN;
+            if need <= len || need as u64 > self.max_transfer() {
+                return Ok(status);
+            }
+            len = need.next_multiple_of(4);
+        }
+        Err(Error::Controller("reservation report: the registrants kept growing while being read".into()))
     }
 
     /// Starts a batch of requests submitted together.

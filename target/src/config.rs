@@ -38,6 +38,7 @@
 //! buffered_io = true                     # optional (file only): false = O_DIRECT (io_uring)
 //! read_only = false                      # optional (file/block only): export read-only
 //! ana_group = 1                          # optional: ANA group (1..=128)
+//! reservations = false                  # optional: persistent reservations (nvmet resv_enable)
 //! uuid = "0b1d8c4e-..."                  # optional: identifiers (also nguid, eui64); see NamespaceIds
 //! ```
 //!
@@ -57,6 +58,14 @@
 //! hosts cannot lift): the Linux host marks the block device read-only, and
 //! commands other than Read and Flush fail with Namespace is Write Protected.
 //! A read-only file must exist (no `size`).
+//!
+//! `reservations = true` enables reservations on the namespace (nvmet's
+//! `resv_enable`, off by default there too): hosts register keys and take
+//! Write Exclusive or Exclusive Access reservations (Linux `blkpr`
+//! ioctls, `nvme resv-register`, `resv-acquire`, ...), which other hosts'
+//! reads and writes then meet as Reservation Conflict. Registrations last
+//! until the target stops or a reload replaces the namespace (changing the
+//! key does); they do not persist through power loss.
 //!
 //! `ana_state` and `ana_groups` set what each port reports for Asymmetric
 //! Namespace Access (nvmet's `ports/N/ana_groups/G/ana_state`): every group
@@ -259,6 +268,8 @@ pub struct NamespaceConfig {
     pub ana_group: u32,
     /// Identifiers given by the configuration (the rest are derived).
     pub ids: NamespaceIds,
+    /// Reservations enabled (nvmet `resv_enable`; [`crate::core::reservation`]).
+    pub reservations: bool,
 }
 
 /// Namespace identifiers a configuration gives (nvmet's `device_uuid` and
@@ -603,6 +614,7 @@ struct RawNamespace {
     buffered_io: Option<bool>,
     read_only: Option<bool>,
     ana_group: Option<u32>,
+    reservations: Option<bool>,
     uuid: Option<String>,
     nguid: Option<String>,
     eui64: Option<String>,
@@ -798,6 +810,7 @@ impl TargetConfig {
                         .map_err(|e| invalid(format!("{nkey}.ana_group"), e))?
                         .unwrap_or(DEFAULT_ANA_GROUP),
                     ids,
+                    reservations: n.reservations.unwrap_or(false),
                 };
                 ns.check_size().map_err(|(key, e)| invalid(format!("{nkey}.{key}"), e))?;
                 ns.check_read_only().map_err(|(key, e)| invalid(format!("{nkey}.{key}"), e))?;
@@ -938,6 +951,20 @@ mod tests {
         assert!(e.contains("port[0].listen"), "{e}");
         let e = TargetConfig::from_toml("[bogus]\n").unwrap_err().to_string();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn reservations_key() {
+        let ns = |extra: &str| {
+            let c = TargetConfig::from_toml(&format!(
+                "[[subsystem]]\nnqn = \"nqn.2026-12.x:y\"\n[[subsystem.namespace]]\nram = \"1M\"\n{extra}"
+            ));
+            c.map(|c| c.subsystems[0].namespaces[0].reservations)
+        };
+        assert!(!ns("").unwrap(), "off by default, as nvmet's resv_enable");
+        assert!(ns("reservations = true\n").unwrap());
+        let e = ns("reservations = 1\n").unwrap_err().to_string();
+        assert!(e.contains("reservations"), "{e}");
     }
 
     /// The model is Identify Controller MN: 40 printable ASCII bytes. Longer

@@ -35,7 +35,7 @@ enum Cmd {
 #[derive(clap::Args)]
 struct ServeArgs {
     /// TOML configuration (ports, subsystems, namespaces, allowed hosts); excludes the other export flags.
-    #[arg(long, conflicts_with_all = ["file", "size", "ram", "block", "listen", "nqn", "allow_host", "dhchap_secret", "block_size", "read_only"])]
+    #[arg(long, conflicts_with_all = ["file", "size", "ram", "block", "listen", "nqn", "allow_host", "dhchap_secret", "block_size", "read_only", "reservations"])]
     config: Option<PathBuf>,
     /// Export this regular file (repeat for several namespaces).
     #[arg(long)]
@@ -54,6 +54,10 @@ struct ServeArgs {
     /// fail with Namespace is Write Protected). Not with --ram or --size.
     #[arg(long, conflicts_with_all = ["ram", "size"])]
     read_only: bool,
+    /// Enable persistent reservations on every namespace (Reservation
+    /// Register/Acquire/Release/Report; Linux blkpr ioctls, `nvme resv-*`).
+    #[arg(long)]
+    reservations: bool,
     /// Listen address (repeatable); default 0.0.0.0:4420.
     #[arg(long)]
     listen: Vec<SocketAddr>,
@@ -138,6 +142,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             read_only: a.read_only,
             ana_group: DEFAULT_ANA_GROUP,
             ids: Default::default(),
+            reservations: a.reservations,
         });
     }
     for r in &a.ram {
@@ -148,6 +153,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             read_only: false,
             ana_group: DEFAULT_ANA_GROUP,
             ids: Default::default(),
+            reservations: a.reservations,
         });
     }
     for b in &a.block {
@@ -162,6 +168,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             read_only: a.read_only,
             ana_group: DEFAULT_ANA_GROUP,
             ids: Default::default(),
+            reservations: a.reservations,
         });
     }
     if nss.is_empty() {
@@ -441,6 +448,14 @@ mod tests {
 
     /// `--read-only` marks the file and block namespaces; RAM and `--size`
     /// (which creates or grows the file) are refused with it.
+    #[test]
+    fn reservations_flag() {
+        let c = flags(&["--file", "/x.img", "--ram", "1M", "--reservations"]).unwrap();
+        assert!(c.subsystems[0].namespaces.iter().all(|n| n.reservations));
+        assert!(flags(&["--ram", "1M"]).unwrap().subsystems[0].namespaces.iter().all(|n| !n.reservations));
+        assert!(args(&["--config", "/x.toml", "--reservations"]).is_err());
+    }
+
     #[test]
     fn read_only_flag() {
         let c = flags(&["--file", "/x.img", "--block", "/dev/x", "--read-only"]).unwrap();

@@ -50,6 +50,9 @@ fn same_store(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
     use NamespaceSource::{Block, File, Ram};
     a.block_size == b.block_size
         && a.read_only == b.read_only
+        // Reservations come and go with a namespace object (nvmet changes
+        // `resv_enable` only while the namespace is disabled).
+        && a.reservations == b.reservations
         // New identifiers make hosts drop the namespace and add it again.
         && a.ids == b.ids
         && match (&a.source, &b.source) {
@@ -200,7 +203,8 @@ fn check_subsystem_nqn(nqn: &str) -> std::io::Result<()> {
 fn new_namespace(nqn: &str, nsid: u32, n: &NamespaceConfig, b: Arc<dyn Backend>) -> Namespace {
     let mut ns = Namespace::for_store(nqn, nsid, &store_identity(n), b)
         .with_read_only(n.read_only)
-        .with_ana_group(n.ana_group);
+        .with_ana_group(n.ana_group)
+        .with_reservations(n.reservations);
     // As given (a given UUID keeps its own version bits).
     ns.uuid = n.ids.uuid.unwrap_or(ns.uuid);
     ns.nguid = n.ids.nguid.unwrap_or(ns.nguid);

@@ -42,6 +42,7 @@ ALL_SCENARIOS=(kernel-host kernel-target kernel-target-file kernel-host-direct k
 : "${INTEROP_INITIATOR_BIN:=$REPO/build/release/interop_initiator}"
 : "${INTEROP_STATUSES_BIN:=$REPO/build/release/interop_statuses}"
 : "${NVMEOF_PROBE_BIN:=$REPO/build/release/nvmeof-probe}"
+: "${NVMEOF_CLI_BIN:=$REPO/build/release/nvmeof}"
 : "${INTEROP_IO_SECS:=5}"                # interop_initiator: verified I/O per round
 : "${NS2_SIZE_MB:=64}"                   # kernel-host ns-add-aen: namespace 2
 : "${NS_GROW_MB:=64}"                    # kernel-host ns-resize-aen: growth of namespace 1
@@ -169,6 +170,8 @@ write_target_config() {
             echo "[[subsystem.namespace]]"
             echo "nsid = $nsid"
             [ "$nsid" = 1 ] && echo "uuid = \"$NS1_UUID\""
+            # kernel-host step reservations
+            [ "$nsid" = 1 ] && echo "reservations = true"
             echo "file = \"$file\""
             echo "size = \"$size\""
         done <"$DIR/ns.list"
@@ -622,6 +625,25 @@ hook_stop_twin() { # stop-twin: stop the twin (SIGTERM); its log must show no er
     bad=$(sed 's/\x1b\[[0-9;]*m//g' "$DIR/twin.log" | grep -E 'panicked|ERROR' | head -n 1 | cut -c1-200)
     [ -z "$bad" ] || { echo "twin.log: $bad"; return 1; }
     echo "twin stopped"
+}
+
+hook_resv_write() { # resv-write conflict|ok: another host (this machine's host ID, the
+    # guest's NQN where only that one is allowed) writes one block of NQN's namespace 1 at
+    # LBA 122880 (60 MiB) with the nvmeof CLI: refused with Reservation Conflict, or written
+    kh_host_target || { echo "not applicable"; return 2; }
+    local want=${1:-} out rc
+    [ -x "$NVMEOF_CLI_BIN" ] || { echo "no CLI at $NVMEOF_CLI_BIN"; return 1; }
+    # shellcheck disable=SC2086
+    out=$(head -c 512 /dev/urandom | timeout 30 "$NVMEOF_CLI_BIN" ${INTEROP_ALLOW_HOST:+--hostnqn "$INTEROP_ALLOW_HOST"} \
+        write "127.0.0.1:$TARGET_PORT" --nqn "$NQN" --nsid 1 --lba 122880 2>&1); rc=$?
+    out=$(tr '\n' ' ' <<<"$out" | sed 's/\x1b\[[0-9;]*m//g' | cut -c1-300)
+    case $want in
+        conflict) [ $rc -ne 0 ] && grep -qi "reservation conflict" <<<"$out" && { echo "refused: $out"; return 0; } ;;
+        ok) [ $rc -eq 0 ] && { echo "written: $out"; return 0; } ;;
+        *) echo "usage: resv-write conflict|ok"; return 2 ;;
+    esac
+    echo "want $want, rc $rc: $out"
+    return 1
 }
 
 hook_log_count() { # log-count WORDS...: how many lines of the target's log contain WORDS, and the last

@@ -119,6 +119,7 @@ async fn steady_state_allocations_per_io() {
                 read_only: false,
                 ana_group: 1,
                 ids: Default::default(),
+                reservations: false,
             }]
             .into_iter()
             .chain(uring_file.as_ref().map(|path| NamespaceConfig {
@@ -133,6 +134,7 @@ async fn steady_state_allocations_per_io() {
                 read_only: false,
                 ana_group: 1,
                 ids: Default::default(),
+                reservations: false,
             }))
             .collect(),
             cntlids: nvmeof_target::core::target::CNTLID_RANGE,

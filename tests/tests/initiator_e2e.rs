@@ -368,6 +368,7 @@ async fn random_io_verified_on_io_uring_files() {
             read_only: false,
             ana_group: 1,
             ids: Default::default(),
+            reservations: false,
         };
         bounded(60, random_io_on(ns, ran == 1, Duration::from_secs(2))).await;
         let _ = std::fs::remove_file(&path);

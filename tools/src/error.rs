@@ -209,6 +209,7 @@ pub fn status_meaning(s: Status) -> String {
         Status::LBA_RANGE => "LBA out of range",
         Status::CAP_EXCEEDED => "capacity exceeded",
         Status::NS_NOT_READY => "namespace not ready",
+        Status::RESERVATION_CONFLICT => "reservation conflict",
         Status::KEEP_ALIVE_EXPIRED => "keep alive timer expired",
         Status::TRANSIENT_TRANSPORT => "transient transport error",
         Status::INVALID_LOG_PAGE => "invalid log page",

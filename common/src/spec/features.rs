@@ -313,6 +313,9 @@ impl AsyncEvent {
     pub const ANA_CHANGE: Self = Self { ty: AerType::NOTICE, info: aer_notice::ANA, lid: 0x0C };
     /// Discovery log change: notice, info F0h, log page 70h.
     pub const DISC_CHANGED: Self = Self { ty: AerType::NOTICE, info: aer_notice::DISC_CHANGED, lid: 0x70 };
+    /// Reservation log page available: I/O command set specific, info 00h,
+    /// log page 80h (nvmet `NVME_AEN_RESV_LOG_PAGE_AVALIABLE`).
+    pub const RESERVATION_LOG: Self = Self { ty: AerType::IO_CMD_SET, info: 0x00, lid: 0x80 };
 
     /// Completion DW0 for this event (Linux `nvme_aer_type`/`nvme_aer_subtype` decode it).
     pub const fn to_dw0(self) -> u32 {

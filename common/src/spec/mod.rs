@@ -15,6 +15,7 @@
 //! - [`features`]: Set/Get Features, Number of Queues, AER completion, Abort.
 //! - [`dsm`]: Dataset Management command and ranges.
 //! - [`nqn`]: NQN validation and UUID-form NQNs.
+//! - [`reservation`]: reservation commands, keys, status data and notification log.
 
 pub mod connect;
 pub mod discovery;
@@ -24,6 +25,7 @@ pub mod identify;
 pub mod log;
 pub mod nqn;
 pub mod property;
+pub mod reservation;
 
 pub use connect::{ConnectCmd, ConnectData, CNTLID_DYNAMIC};
 pub use discovery::{DiscoveryLog, DiscoveryLogEntry, DiscoveryLogHeader};
@@ -33,6 +35,7 @@ pub use identify::{Cns, IdentifyCmd, IdentifyController, IdentifyNamespace, NsId
 pub use log::{GetLogPageCmd, LogPageId};
 pub use nqn::{NqnError, DISCOVERY_NQN};
 pub use property::{Cap, Cc, Csts, PropertyGet, PropertyOffset, PropertySet, Vs};
+pub use reservation::{ReservationCmd, ReservationKeys, ReservationStatus, ReservationType};
 
 /// Errors decoding an admin/fabrics data structure.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

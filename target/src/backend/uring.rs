@@ -2300,6 +2300,7 @@ mod tests {
             read_only: false,
             ana_group: 1,
             ids: Default::default(),
+            reservations: false,
         };
         let threads = crate::server::open_backend(&ns(IoEngine::Threads, true)).unwrap();
         assert!(!threads.describe().contains("io_uring"), "{}", threads.describe());
@@ -2400,6 +2401,7 @@ mod tests {
             read_only: false,
             ana_group: 1,
             ids: Default::default(),
+            reservations: false,
         };
         let d = crate::server::open_backend(&default_ns).unwrap();
         assert!(d.describe().contains("(io_uring, O_DIRECT)"), "{}", d.describe());

@@ -9,8 +9,8 @@
 //! builds the reply.
 //!
 //! Supported: Identify (CNS 00h/01h/02h/03h/05h/06h/07h/08h; discovery: 01h),
-//! Get Log Page (00h/01h/02h/03h/04h/05h/0Ch; discovery: 70h) honouring LPO and
-//! NUMD, Set/Get Features (07h, 0Bh, 0Fh, 84h, 06h Get, 81h Get; discovery: 0Bh, 0Fh),
+//! Get Log Page (00h/01h/02h/03h/04h/05h/0Ch/80h; discovery: 70h) honouring LPO and
+//! NUMD, Set/Get Features (07h, 0Bh, 0Fh, 82h, 84h, 06h Get, 81h Get; discovery: 0Bh, 0Fh),
 //! Keep Alive, Asynchronous Event Request and Abort ("not aborted").
 
 use std::sync::Arc;
@@ -29,6 +29,7 @@ use nvmeof_common::spec::log::{
     CommandEffectsLog, FwSlotLog, SmartLog, ANA_LSP_RGO, LOG_4K,
 };
 use nvmeof_common::spec::property::{Csts, Vs};
+use nvmeof_common::spec::reservation::rescap;
 use nvmeof_common::spec::{
     Cns, GetLogPageCmd, IdentifyCmd, IdentifyController, IdentifyNamespace, LogPageId,
 };
@@ -70,8 +71,13 @@ const CMIC_MULTI_PORT_CTRL_ANA: u8 = 0x0B;
 const ANACAP: u8 = 0x1F;
 /// ANATT: seconds a group may stay in the change state (nvmet: 10).
 const ANATT: u8 = 10;
-/// ONCS: Compare (bit 0), Dataset Management (bit 2), Write Zeroes (bit 3).
-const ONCS: u16 = (1 << 0) | (1 << 2) | (1 << 3);
+/// ONCS: Compare (bit 0), Dataset Management (bit 2), Write Zeroes (bit 3),
+/// Reservations (bit 5; nvmet sets it whether or not a namespace has them
+/// enabled, and RESCAP says which do).
+const ONCS: u16 = (1 << 0) | (1 << 2) | (1 << 3) | (1 << 5);
+/// RESCAP of a namespace with reservations: every type, IEKEY as NVMe 1.3
+/// defines it, no Persist Through Power Loss (nvmet).
+const RESCAP: u8 = rescap::ALL_TYPES | rescap::IEKEY_1_3;
 /// SGLS bits 1:0 = 01b: SGLs supported, byte aligned.
 const SGLS_SUPPORTED: u32 = 1 << 0;
 /// SGLS bit 20: SGL address used as an offset (in-capsule data).
@@ -250,6 +256,7 @@ fn identify(target: &Target, ctrl: &Controller, sqe: &Sqe) -> Result<Response, S
             IdentifyNsIndep {
                 nsfeat,
                 nmic: NMIC_SHARED,
+                rescap: rescap_of(&ns),
                 nsattr: nsattr(&ns),
                 nstat: NSTAT_NRDY,
                 ..Default::default()
@@ -345,6 +352,7 @@ pub fn identify_ns(ns: &Namespace, ana: AnaState) -> IdentifyNamespace {
         ncap: blocks,
         nuse,
         nmic: NMIC_SHARED,
+        rescap: rescap_of(ns),
         dlfeat: DLFEAT_DEALLOCATED_ZEROES_WZ_DEAC,
         anagrpid: ns.ana_group(),
         nsattr: nsattr(ns),
@@ -352,6 +360,15 @@ pub fn identify_ns(ns: &Namespace, ana: AnaState) -> IdentifyNamespace {
         eui64: ns.eui64,
         lbaf: vec![LbaFormat::new(ns.block_shift as u8)],
         ..Default::default()
+    }
+}
+
+/// RESCAP (CNS 00h and 08h): [`RESCAP`] where reservations are enabled, else 0.
+fn rescap_of(ns: &Namespace) -> u8 {
+    if ns.reservations.is_some() {
+        RESCAP
+    } else {
+        0
     }
 }
 
@@ -381,7 +398,7 @@ fn ns_descriptors(ns: &Namespace) -> Vec<NsIdDescriptor> {
 // ---------------------------------------------------------------- Get Log Page
 
 /// Log pages an I/O controller serves (Supported Log Pages content).
-const IO_LOGS: [LogPageId; 7] = [
+const IO_LOGS: [LogPageId; 8] = [
     LogPageId::SUPPORTED,
     LogPageId::ERROR,
     LogPageId::SMART,
@@ -389,6 +406,7 @@ const IO_LOGS: [LogPageId; 7] = [
     LogPageId::CHANGED_NS,
     LogPageId::CMD_EFFECTS,
     LogPageId::ANA,
+    LogPageId::RESERVATION,
 ];
 
 fn get_log_page(
@@ -436,6 +454,10 @@ fn get_log_page(
                 log.resize(log.len().max(target.limits.ana_log_len() as usize), 0);
                 log
             }
+            // nvmet_execute_get_log_page_resv: one notification per read,
+            // taken whatever RAE says; a read that will fail takes none.
+            LogPageId::RESERVATION if cmd.lpo >= 64 => return Err(invalid_field()),
+            LogPageId::RESERVATION => ctrl.reservation_log().encode(),
             _ => return Err(invalid_field()),
         }
     };
@@ -522,7 +544,15 @@ fn command_effects_log() -> Vec<u8> {
     ] {
         log.acs[op.0 as usize] = effects::CSUPP;
     }
-    for op in [IoOpcode::FLUSH, IoOpcode::READ, IoOpcode::COMPARE] {
+    for op in [
+        IoOpcode::FLUSH,
+        IoOpcode::READ,
+        IoOpcode::COMPARE,
+        IoOpcode::RESV_REGISTER,
+        IoOpcode::RESV_REPORT,
+        IoOpcode::RESV_ACQUIRE,
+        IoOpcode::RESV_RELEASE,
+    ] {
         log.iocs[op.0 as usize] = effects::CSUPP;
     }
     for op in [IoOpcode::WRITE, IoOpcode::WRITE_ZEROES, IoOpcode::DSM] {
@@ -577,8 +607,32 @@ fn set_features(ctrl: &Controller, sqe: &Sqe) -> Result<Response, Status> {
         }
         // The host identifier comes from Connect on fabrics.
         FeatureId::HOST_ID if !disc => Err(Status::CMD_SEQ_ERROR.with_dnr()),
+        FeatureId::RESV_MASK if !disc => set_resv_mask(ctrl, sqe.nsid(), cmd.cdw11),
         _ => Err(invalid_field()),
     }
+}
+
+/// Set Features Reservation Notification Mask (82h), after nvmet's
+/// `nvmet_set_feat_resv_notif_mask`: undefined bits are Invalid Field; one
+/// namespace (Invalid Namespace if inactive, Invalid Field without
+/// reservations) or, for NSID FFFFFFFFh, every namespace with
+/// reservations. The mask belongs to the namespace, shared by all hosts, as
+/// in nvmet.
+fn set_resv_mask(ctrl: &Controller, nsid: u32, mask: u32) -> Result<Response, Status> {
+    if mask & !nvmeof_common::spec::reservation::NOTIFY_MASK_ALL != 0 {
+        return Err(invalid_field());
+    }
+    if nsid == 0xFFFF_FFFF {
+        for ns in ctrl.subsys.namespaces().values() {
+            if let Some(r) = &ns.reservations {
+                r.set_notify_mask(mask)?;
+            }
+        }
+    } else {
+        let ns = ctrl.subsys.namespace(nsid).ok_or_else(invalid_ns)?;
+        ns.reservations.as_ref().ok_or_else(invalid_field)?.set_notify_mask(mask)?;
+    }
+    Ok(Response::result(mask as u64))
 }
 
 /// Set Features Namespace Write Protection Config (84h), after nvmet
@@ -641,6 +695,12 @@ fn get_features(ctrl: &Controller, sqe: &Sqe) -> Result<Response, Status> {
                 return Err(invalid_field());
             }
             Ok(Response::data(ctrl.hostid.to_vec()))
+        }
+        // nvmet_get_feat_resv_notif_mask: per namespace.
+        FeatureId::RESV_MASK if !disc => {
+            let ns = ctrl.subsys.namespace(sqe.nsid()).ok_or_else(invalid_ns)?;
+            let r = ns.reservations.as_ref().ok_or_else(invalid_field)?;
+            Ok(Response::result(r.notify_mask() as u64))
         }
         _ => Err(invalid_field()),
     }
@@ -786,7 +846,7 @@ mod tests {
         assert_eq!(u16_at(&b, o::MAXCMD), 1024);
         assert_eq!(u32_at(&b, o::NN), 1024);
         assert_eq!(u32_at(&b, o::MNAN), 1024);
-        assert_eq!(u16_at(&b, o::ONCS), 0x0D);
+        assert_eq!(u16_at(&b, o::ONCS), 0x2D);
         // Present even with only RAM namespaces: one added later may have a cache.
         assert_eq!(b[o::VWC], 1);
         assert_eq!(b[o::ACL], 3);

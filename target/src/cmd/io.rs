@@ -1,16 +1,21 @@
 //! NVM I/O commands (nvmet `io-cmd-file.c` / `io-cmd-bdev.c`; reference §6):
 //! Read, Write (+FUA), Compare, Flush, Write Zeroes (+deallocate), Dataset
-//! Management (deallocate).
+//! Management (deallocate); Reservation Register, Report, Acquire and
+//! Release on namespaces with reservations (nvmet `pr.c`, [`crate::core::reservation`]).
 
 use bytes::Bytes;
 use nvmeof_common::opcode::IoOpcode;
 use nvmeof_common::spec::dsm::DSM_RANGE_LEN;
+use nvmeof_common::spec::reservation::{
+    AcquireAction, RegisterAction, ReleaseAction, ReservationCmd, ReservationKeys, STATUS_EXT_HEADER_LEN,
+};
 use nvmeof_common::spec::DsmRange;
 use nvmeof_common::{Sqe, Status};
 use tracing::warn;
 
 use super::{complete, expect_len, Exec, Pending, QueueCtx, Response};
 use crate::backend::IoOp;
+use crate::core::reservation::Access;
 use crate::core::{Controller, Namespace};
 
 /// DSM CDW11 bit 2: Attribute - Deallocate.
@@ -33,7 +38,7 @@ fn lba_range(ns: &Namespace, sqe: &Sqe) -> Result<(u64, u64), Status> {
 /// Invalid), LBA range, transfer size against MDTS.
 pub fn parse(ctx: &QueueCtx, ctrl: &Controller, sqe: &Sqe) -> Result<(), Status> {
     ctrl.subsys
-        .with_namespace(sqe.nsid(), |ns| parse_on(ctx, ns, sqe))
+        .with_namespace(sqe.nsid(), |ns| parse_on(ctx, ctrl, ns, sqe))
         .unwrap_or(Err(Status::INVALID_NS.with_dnr()))
 }
 
@@ -49,14 +54,70 @@ fn check_access(ns: &Namespace, sqe: &Sqe) -> Result<(), Status> {
     }
 }
 
-fn parse_on(ctx: &QueueCtx, ns: &Namespace, sqe: &Sqe) -> Result<(), Status> {
+/// nvmet `nvmet_pr_check_cmd_access`, which `nvmet_parse_io_cmd` runs once
+/// the opcode is known and before the execute step looks at lengths and
+/// ranges: a reservation another host holds may refuse the command.
+fn check_reservation(ctrl: &Controller, ns: &Namespace, access: Access) -> Result<(), Status> {
+    match &ns.reservations {
+        Some(r) => r.check_access(&ctrl.hostid, access),
+        None => Ok(()),
+    }
+}
+
+fn is_reservation_cmd(op: IoOpcode) -> bool {
+    matches!(
+        op,
+        IoOpcode::RESV_REGISTER | IoOpcode::RESV_REPORT | IoOpcode::RESV_ACQUIRE | IoOpcode::RESV_RELEASE
+    )
+}
+
+/// Parse step of the reservation commands, in nvmet's order: Acquire with
+/// IEKEY or an undefined type and Release with IEKEY are Invalid Field;
+/// Report without the extended data structure is Host Identifier
+/// Inconsistent Format (host identifiers are 128 bits on fabrics), and
+/// shorter than its 64-byte header Invalid Field. The data must hold what
+/// the command carries or asks for (Data SGL Length Invalid, as nvmet's
+/// `nvmet_copy_{from,to}_sgl` fail) and fit MDTS (Invalid Field); longer
+/// is allowed, as nvmet reads or fills only the start.
+fn parse_reservation(ctx: &QueueCtx, sqe: &Sqe) -> Result<(), Status> {
+    let cmd = ReservationCmd::from_sqe(sqe);
+    let invalid_field = Status::INVALID_FIELD.with_dnr();
+    match cmd.opcode {
+        IoOpcode::RESV_ACQUIRE if cmd.iekey() || !cmd.rtype().is_valid() => return Err(invalid_field),
+        IoOpcode::RESV_RELEASE if cmd.iekey() => return Err(invalid_field),
+        IoOpcode::RESV_REPORT if !cmd.eds() => return Err(Status::HOST_ID_INCONSIST.with_dnr()),
+        IoOpcode::RESV_REPORT if cmd.report_len() < STATUS_EXT_HEADER_LEN as u64 => {
+            return Err(invalid_field)
+        }
+        _ => {}
+    }
+    let sgl_len = sqe.sgl().length as u64;
+    if sgl_len < cmd.data_len() {
+        return Err(Status::SGL_INVALID_DATA.with_dnr());
+    }
+    let max = ctx.target.limits.max_transfer() as u64;
+    if sgl_len > max {
+        warn!(len = sgl_len, max, "reservation command data larger than MDTS");
+        return Err(invalid_field);
+    }
+    Ok(())
+}
+
+fn parse_on(ctx: &QueueCtx, ctrl: &Controller, ns: &Namespace, sqe: &Sqe) -> Result<(), Status> {
     // nvmet_parse_io_cmd: the namespace, then its ANA state through this
-    // port, then write protection, then the opcode.
+    // port, then write protection, then the opcode (reservation commands
+    // first, where enabled), then the reservation.
     ctx.ana.check_io(ns.ana_group())?;
     check_access(ns, sqe)?;
+    let op = IoOpcode(sqe.opcode());
+    if ns.reservations.is_some() && is_reservation_cmd(op) {
+        return parse_reservation(ctx, sqe);
+    }
     let sgl_len = sqe.sgl().length as u64;
-    match IoOpcode(sqe.opcode()) {
+    match op {
         IoOpcode::READ | IoOpcode::WRITE | IoOpcode::COMPARE => {
+            let access = if op == IoOpcode::WRITE { Access::Write } else { Access::Read };
+            check_reservation(ctrl, ns, access)?;
             // The SGL length first, as nvmet_{file,bdev}_execute_rw call
             // nvmet_check_transfer_len before anything looks at the range.
             let len = (sqe.nlb() as u64 + 1) << ns.block_shift;
@@ -73,9 +134,20 @@ fn parse_on(ctx: &QueueCtx, ns: &Namespace, sqe: &Sqe) -> Result<(), Status> {
         }
         // nvmet_{bdev,file}_execute_flush / _write_zeroes: nvmet_check_transfer_len(req, 0)
         // comes first.
+        IoOpcode::FLUSH | IoOpcode::WRITE_ZEROES | IoOpcode::DSM => {
+            check_reservation(ctrl, ns, Access::Write)?;
+            parse_write_group(ns, sqe, sgl_len)
+        }
+        _ => Err(Status::INVALID_OPCODE.with_dnr()),
+    }
+}
+
+/// Flush, Write Zeroes and Dataset Management past their reservation check.
+fn parse_write_group(ns: &Namespace, sqe: &Sqe, sgl_len: u64) -> Result<(), Status> {
+    match IoOpcode(sqe.opcode()) {
         IoOpcode::FLUSH => expect_len(sqe, 0),
         IoOpcode::WRITE_ZEROES => expect_len(sqe, 0).and_then(|()| lba_range(ns, sqe).map(|_| ())),
-        IoOpcode::DSM => {
+        _ => {
             // The SGL may be longer than the range list (Linux always sends 4 KiB).
             let nr = (sqe.cdw(10) & 0xFF) as u64 + 1;
             if sgl_len < nr * DSM_RANGE_LEN as u64 {
@@ -83,21 +155,30 @@ fn parse_on(ctx: &QueueCtx, ns: &Namespace, sqe: &Sqe) -> Result<(), Status> {
             }
             Ok(())
         }
-        _ => Err(Status::INVALID_OPCODE.with_dnr()),
     }
 }
 
 /// Execute step: hands the operation to the namespace's backend.
 pub fn execute(ctx: &mut QueueCtx, ctrl: &Controller, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
     ctrl.subsys
-        .with_namespace(sqe.nsid(), |ns| execute_on(ctx, ns, sqe, data, tag))
+        .with_namespace(sqe.nsid(), |ns| execute_on(ctx, ctrl, ns, sqe, data, tag))
         .unwrap_or_else(|| Status::INVALID_NS.with_dnr().into())
 }
 
-fn execute_on(ctx: &mut QueueCtx, ns: &Namespace, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
+fn execute_on(
+    ctx: &mut QueueCtx,
+    ctrl: &Controller,
+    ns: &Namespace,
+    sqe: &Sqe,
+    data: Bytes,
+    tag: u32,
+) -> Exec {
     // Again: protection may have been set while the data was in flight.
     if let Err(s) = check_access(ns, sqe) {
         return s.into();
+    }
+    if ns.reservations.is_some() && is_reservation_cmd(IoOpcode(sqe.opcode())) {
+        return execute_reservation(ctrl, ns, sqe, &data).into();
     }
     let (op, pending) = match IoOpcode(sqe.opcode()) {
         IoOpcode::READ | IoOpcode::WRITE | IoOpcode::COMPARE | IoOpcode::WRITE_ZEROES => {
@@ -163,5 +244,41 @@ fn execute_on(ctx: &mut QueueCtx, ns: &Namespace, sqe: &Sqe, data: Bytes, tag: u
     match ns.backend.submit(tag, op, &ctx.io) {
         Some(c) => Exec::Done(complete(pending, c)),
         None => Exec::Pending(pending),
+    }
+}
+
+/// Execute step of a reservation command accepted by [`parse_reservation`]
+/// on a namespace with reservations: the action on its state as the
+/// connecting host (Connect HOSTID), then the notices it owes other hosts.
+/// Report answers the whole SGL length, the structure zero padded.
+fn execute_reservation(ctrl: &Controller, ns: &Namespace, sqe: &Sqe, data: &[u8]) -> Response {
+    let Some(r) = &ns.reservations else {
+        return Status::INVALID_OPCODE.with_dnr().into();
+    };
+    let cmd = ReservationCmd::from_sqe(sqe);
+    let host = &ctrl.hostid;
+    let short = || Status::SGL_INVALID_DATA.with_dnr();
+    let outcome = match cmd.opcode {
+        IoOpcode::RESV_REPORT => {
+            let mut b = r.report().encode(cmd.report_len() as usize);
+            b.resize(sqe.sgl().length as usize, 0);
+            return Response::data(b);
+        }
+        IoOpcode::RESV_REGISTER => ReservationKeys::decode(data)
+            .map_err(|_| short())
+            .and_then(|k| r.register(host, RegisterAction(cmd.action()), cmd.iekey(), k.current, k.other)),
+        IoOpcode::RESV_ACQUIRE => ReservationKeys::decode(data)
+            .map_err(|_| short())
+            .and_then(|k| r.acquire(host, AcquireAction(cmd.action()), cmd.rtype(), k.current, k.other)),
+        _ => ReservationKeys::decode_release(data)
+            .map_err(|_| short())
+            .and_then(|k| r.release(host, ReleaseAction(cmd.action()), cmd.rtype(), k.current)),
+    };
+    match outcome {
+        Ok(notices) => {
+            ctrl.subsys.reservation_notices(ns.nsid, &notices);
+            Response::status(Status::SUCCESS)
+        }
+        Err(s) => s.into(),
     }
 }

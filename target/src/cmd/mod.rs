@@ -283,9 +283,17 @@ pub fn error_entry(sqid: u16, sqe: &Sqe, status: Status) -> ErrorLogEntry {
             .contains(&IoOpcode(opc));
     let slba = sqe.cdw(10) as u64 | (sqe.cdw(11) as u64) << 32;
     let code = status.code();
+    let reservation_cmd = matches!(
+        IoOpcode(opc),
+        IoOpcode::RESV_REGISTER | IoOpcode::RESV_REPORT | IoOpcode::RESV_ACQUIRE | IoOpcode::RESV_RELEASE
+    );
     let location = if code == Status::INVALID_FIELD && (sqe.fuse() != 0 || sqe.psdt() != 1) {
         FLAGS
-    } else if code == Status::INVALID_OPCODE {
+    } else if code == Status::INVALID_OPCODE
+        || (code == Status::RESERVATION_CONFLICT && sqid != 0 && !fabrics && !reservation_cmd)
+    {
+        // A reservation refusing a read or write names OPC too (nvmet
+        // `nvmet_pr_check_cmd_access`).
         if fabrics {
             FCTYPE
         } else {
@@ -456,6 +464,12 @@ mod tests {
         assert_eq!(location(1, &sqe, Status::ANA_INACCESSIBLE), (4, 0, 1));
         assert_eq!(location(1, &sqe, Status::SGL_INVALID_DATA.with_dnr()), (24, 0, 1));
         assert_eq!(location(1, &sqe, Status::INVALID_OPCODE.with_dnr()), (0, 0, 1));
+        assert_eq!(location(1, &sqe, Status::RESERVATION_CONFLICT.with_dnr()), (0, 0, 1));
+        let register = nvmeof_common::spec::ReservationCmd::register(1, Default::default(), false).to_sqe(3);
+        assert_eq!(
+            location(1, &register, Status::RESERVATION_CONFLICT.with_dnr()),
+            (NO_ERROR_LOCATION, 0, 1)
+        );
         // Fused: the FLAGS byte, whatever the opcode.
         sqe.set_flags(0x41);
         assert_eq!(location(1, &sqe, field), (1, 0, 1));

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use nvmeof_common::spec::features::AsyncEvent;
 use nvmeof_common::spec::log::ErrorLogEntry;
 use nvmeof_common::spec::property::{Cc, Csts};
+use nvmeof_common::spec::reservation::{NotificationType, ReservationNotification};
 use nvmeof_common::Status;
 use tokio::sync::watch;
 
@@ -25,6 +26,18 @@ pub const AEC_NS_ATTR: u32 = 1 << 8;
 pub const AEC_ANA_CHANGE: u32 = 1 << 11;
 /// AEC bit 31: Discovery Log Page Change Notices.
 pub const AEC_DISC_CHANGE: u32 = 1 << 31;
+/// Reservation notifications kept per controller until read (nvmet
+/// `NVMET_PR_LOG_QUEUE_SIZE`); later ones are counted as lost.
+pub const RESV_LOG_QUEUE: usize = 64;
+
+/// Reservation Notification log (LID 80h) of one controller, after nvmet's
+/// `nvmet_pr_log_mgr`: a queue read one entry at a time, with a count
+/// that moves per notification (lost ones included) and skips 0.
+#[derive(Default)]
+struct ResvLog {
+    queue: VecDeque<ReservationNotification>,
+    counter: u64,
+}
 
 /// Controller register state.
 #[derive(Clone, Copy, Debug, Default)]
@@ -88,6 +101,7 @@ pub struct Controller {
     activity: AtomicBool,
     aec: AtomicU32,
     aen: Mutex<AenState>,
+    resv_log: Mutex<ResvLog>,
     io_qids: Mutex<BTreeSet<u16>>,
     /// Error Information log; locked only when a command fails.
     errors: Mutex<ErrorLog>,
@@ -126,6 +140,7 @@ impl Controller {
             activity: AtomicBool::new(false),
             aec: AtomicU32::new(aec),
             aen: Mutex::new(AenState::default()),
+            resv_log: Mutex::new(ResvLog::default()),
             io_qids: Mutex::new(BTreeSet::new()),
             errors: Mutex::new(ErrorLog::default()),
             teardown: watch::channel(Teardown::Alive).0,
@@ -350,6 +365,47 @@ impl Controller {
     pub fn ana_changed(&self) {
         let mut a = self.aen.lock().unwrap();
         self.notice(&mut a, AEC_ANA_CHANGE, AsyncEvent::ANA_CHANGE);
+    }
+
+    /// Logs a reservation notification for namespace `nsid` and raises the
+    /// Reservation Log Page Available event (nvmet `nvmet_pr_add_resv_log`
+    /// and `nvmet_add_async_event`, which no AEC bit gates). Past
+    /// [`RESV_LOG_QUEUE`] waiting entries the notification is lost: the
+    /// count still moves, so the host sees the gap.
+    pub fn reservation_notice(&self, kind: NotificationType, nsid: u32) {
+        {
+            let mut l = self.resv_log.lock().unwrap();
+            l.counter = l.counter.wrapping_add(1).max(1);
+            if l.queue.len() < RESV_LOG_QUEUE {
+                let count = l.counter;
+                l.queue.push_back(ReservationNotification { count, kind, nsid, available: 0 });
+            } else {
+                tracing::info!(
+                    cntlid = self.cntlid,
+                    nsid,
+                    kind = kind.0,
+                    "reservation notification lost: log full"
+                );
+            }
+        }
+        // One undelivered event stands for any number of entries, so a host
+        // that posts no AER does not grow the queue.
+        let dw0 = AsyncEvent::RESERVATION_LOG.to_dw0();
+        let mut a = self.aen.lock().unwrap();
+        if !a.pending.contains(&dw0) {
+            a.pending.push_back(dw0);
+            Self::deliver(&mut a);
+        }
+    }
+
+    /// Takes the oldest reservation notification (log page 80h): its count
+    /// and the number still waiting after it, or an empty page.
+    pub fn reservation_log(&self) -> ReservationNotification {
+        let mut l = self.resv_log.lock().unwrap();
+        match l.queue.pop_front() {
+            Some(n) => ReservationNotification { available: l.queue.len().min(255) as u8, ..n },
+            None => ReservationNotification::default(),
+        }
     }
 
     /// Queues notice `event` when its AEC bit is enabled and not masked,

@@ -7,6 +7,7 @@ pub mod ana;
 pub mod controller;
 pub mod error_log;
 pub mod namespace;
+pub mod reservation;
 pub mod subsystem;
 pub mod target;
 
@@ -14,6 +15,7 @@ pub use ana::PortAna;
 pub use controller::Controller;
 pub use error_log::ErrorLog;
 pub use namespace::Namespace;
+pub use reservation::Reservations;
 pub use subsystem::Subsystem;
 pub use target::{Limits, Target};
 

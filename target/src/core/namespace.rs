@@ -3,6 +3,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
+use super::Reservations;
 use crate::backend::Backend;
 
 /// One namespace of a subsystem.
@@ -27,6 +28,10 @@ pub struct Namespace {
     write_protected: AtomicBool,
     /// ANA group ([`super::ana`]); a reload may move the namespace to another.
     ana_group: AtomicU32,
+    /// Reservations, when enabled (configuration `reservations`, nvmet's
+    /// `resv_enable`, off by default as there): without them the
+    /// reservation commands are Invalid Opcode and RESCAP is 0.
+    pub reservations: Option<Reservations>,
 }
 
 impl Namespace {
@@ -79,6 +84,7 @@ impl Namespace {
             read_only: false,
             write_protected: AtomicBool::new(false),
             ana_group: AtomicU32::new(super::ana::DEFAULT_ANA_GROUP),
+            reservations: None,
         }
     }
 
@@ -87,6 +93,12 @@ impl Namespace {
     pub fn with_read_only(mut self, read_only: bool) -> Self {
         self.read_only = read_only;
         self.write_protected = AtomicBool::new(read_only);
+        self
+    }
+
+    /// This namespace with reservations enabled (`on`) or not.
+    pub fn with_reservations(mut self, on: bool) -> Self {
+        self.reservations = on.then(Reservations::new);
         self
     }
 

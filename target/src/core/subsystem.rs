@@ -206,4 +206,17 @@ impl Subsystem {
             c.ns_changed(nsid);
         }
     }
+
+    /// Delivers reservation notices for namespace `nsid` to every
+    /// controller of each notified host (nvmet `nvmet_pr_send_event_to_host`).
+    pub fn reservation_notices(&self, nsid: u32, notices: &[super::reservation::Notice]) {
+        if notices.is_empty() {
+            return;
+        }
+        for c in self.controllers() {
+            for n in notices.iter().filter(|n| n.hostid == c.hostid) {
+                c.reservation_notice(n.kind, nsid);
+            }
+        }
+    }
 }

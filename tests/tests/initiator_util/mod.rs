@@ -57,6 +57,7 @@ pub fn ram_ns(nsid: u32, size: u64) -> NamespaceConfig {
         read_only: false,
         ana_group: 1,
         ids: Default::default(),
+        reservations: false,
     }
 }
 
@@ -69,6 +70,7 @@ pub fn file_ns(nsid: u32, path: &std::path::Path, size: Option<u64>, engine: IoE
         read_only: false,
         ana_group: 1,
         ids: Default::default(),
+        reservations: false,
     }
 }
 

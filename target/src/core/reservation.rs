@@ -1,0 +1,628 @@
+//! Reservations of one namespace (NVMe Base 2.0 §8.19), after nvmet's `pr.c`
+//! (Linux 6.13): registrants keyed by the 128-bit host identifier from
+//! Connect, at most one reservation, a generation counter and the
+//! notifications each action owes other hosts. Sans-IO: the I/O command
+//! layer ([`crate::cmd::io`]) decodes the commands, calls these methods and
+//! delivers the returned [`Notice`]s to the hosts' controllers.
+//!
+//! Registrations belong to hosts, not controllers: they outlive
+//! disconnects and are shared by every controller (every path) of one host,
+//! and they last as long as the namespace (no Persist Through Power Loss,
+//! RESCAP bit 0 clear, as nvmet).
+//!
+//! Where nvmet and the specification differ, this follows the specification
+//! in two places, both about the All Registrants types, under which every
+//! registrant holds the reservation: any registrant (nvmet: the first one
+//! only) may release it or acquire it again with the same type; and
+//! Compare belongs to the read command group (nvmet checks Read only).
+//! Preempt and Abort preempts like Preempt; commands of the preempted hosts
+//! already past their checks finish (nvmet waits for them instead).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use nvmeof_common::spec::reservation::{
+    AcquireAction, NotificationType, RegisterAction, Registrant, ReleaseAction, ReservationStatus,
+    ReservationType, NOTIFY_MASK_ALL,
+};
+use nvmeof_common::Status;
+
+/// Host identifier (Connect data HOSTID).
+pub type HostId = [u8; 16];
+
+/// Controller ID reported for every registrant (dynamic controller model,
+/// as nvmet: registrations belong to hosts, not controllers).
+const CNTLID_DYNAMIC: u16 = 0xFFFF;
+
+fn conflict() -> Status {
+    Status::RESERVATION_CONFLICT.with_dnr()
+}
+
+/// A notification one host's controllers owe it (Reservation Notification
+/// log page and an asynchronous event).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Notice {
+    /// Host to notify.
+    pub hostid: HostId,
+    /// What happened.
+    pub kind: NotificationType,
+}
+
+/// The command groups a reservation restricts (NVMe Base 2.0 Figure 515).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Access {
+    /// Read command group: Read, Compare.
+    Read,
+    /// Write command group: Write, Write Zeroes, Dataset Management, Flush.
+    Write,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Reg {
+    hostid: HostId,
+    rkey: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Holder {
+    /// The registrant that acquired it (All Registrants types: the first
+    /// registrant, nvmet's holder pointer, which moves on when it leaves).
+    hostid: HostId,
+    rtype: ReservationType,
+}
+
+#[derive(Default, Debug)]
+struct State {
+    /// In order of registration.
+    regs: Vec<Reg>,
+    holder: Option<Holder>,
+    generation: u32,
+    /// Reservation Notification Mask (Features 82h): masked types are not
+    /// reported. Per namespace, as nvmet keeps it.
+    notify_mask: u32,
+}
+
+impl State {
+    fn reg(&self, host: &HostId) -> Option<usize> {
+        self.regs.iter().position(|r| &r.hostid == host)
+    }
+
+    /// Acquire and Release act only for a host registered with key `crkey`
+    /// (nvmet looks the pair up before anything else).
+    fn registered_with(&self, host: &HostId, crkey: u64) -> Result<(), Status> {
+        match self.reg(host) {
+            Some(i) if self.regs[i].rkey == crkey => Ok(()),
+            _ => Err(conflict()),
+        }
+    }
+
+    /// Whether `host` holds the reservation: its acquirer or, under the All
+    /// Registrants types, any registrant.
+    fn holds(&self, host: &HostId) -> bool {
+        match self.holder {
+            None => false,
+            Some(h) => &h.hostid == host || (h.rtype.all_registrants() && self.reg(host).is_some()),
+        }
+    }
+
+    fn notify(&self, out: &mut Vec<Notice>, hostid: HostId, kind: NotificationType) {
+        if self.notify_mask & kind.mask_bit() == 0 {
+            out.push(Notice { hostid, kind });
+        }
+    }
+
+    /// Reservation Released to every registrant but `except` (nvmet `nvmet_pr_resv_released`).
+    fn released(&self, out: &mut Vec<Notice>, except: &HostId) {
+        for r in self.regs.iter().filter(|r| &r.hostid != except) {
+            self.notify(out, r.hostid, NotificationType::RESERVATION_RELEASED);
+        }
+    }
+
+    /// Removes registrant `i` (nvmet `nvmet_pr_unregister_one`): a holder
+    /// leaving an All Registrants reservation passes it to the first
+    /// registrant left; leaving any other releases it, and the Registrants
+    /// Only types tell the registrants.
+    fn unregister(&mut self, i: usize, out: &mut Vec<Notice>) {
+        let gone = self.regs.remove(i);
+        let Some(h) = self.holder else { return };
+        if h.hostid != gone.hostid {
+            return;
+        }
+        if h.rtype.all_registrants() {
+            self.holder = self.regs.first().map(|r| Holder { hostid: r.hostid, rtype: h.rtype });
+        } else {
+            self.holder = None;
+            if h.rtype.registrants_only() {
+                self.released(out, &gone.hostid);
+            }
+        }
+    }
+
+    /// Unregisters every registrant with key `prkey` (but `keep`, when
+    /// given), telling each but `sender` its registration was preempted;
+    /// whether any matched.
+    fn unregister_by_key(
+        &mut self,
+        prkey: Option<u64>,
+        keep: Option<&HostId>,
+        sender: &HostId,
+        out: &mut Vec<Notice>,
+    ) -> bool {
+        let mut any = false;
+        let mut i = 0;
+        while i < self.regs.len() {
+            let r = self.regs[i];
+            if prkey.is_none_or(|k| r.rkey == k) && keep != Some(&r.hostid) {
+                any = true;
+                self.unregister(i, out);
+                if &r.hostid != sender {
+                    self.notify(out, r.hostid, NotificationType::REGISTRATION_PREEMPTED);
+                }
+            } else {
+                i += 1;
+            }
+        }
+        any
+    }
+}
+
+/// Reservation state of one namespace.
+#[derive(Debug, Default)]
+pub struct Reservations {
+    state: Mutex<State>,
+    /// A reservation is held: only then do reads and writes look at the
+    /// state (and take its lock).
+    held: AtomicBool,
+}
+
+impl Reservations {
+    /// No registrants, no reservation.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let r = f(&mut s);
+        self.held.store(s.holder.is_some(), Ordering::Release);
+        r
+    }
+
+    /// nvmet `nvmet_pr_check_cmd_access`: whether `host` may run a command
+    /// of group `access` under the current reservation. The holder may do
+    /// anything; Write Exclusive refuses others' writes, Exclusive Access
+    /// their reads and writes; the Registrants Only and All Registrants
+    /// types refuse them to hosts that are not registered. Reservation
+    /// Conflict (with DNR) otherwise.
+    pub fn check_access(&self, host: &HostId, access: Access) -> Result<(), Status> {
+        if !self.held.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(h) = s.holder else { return Ok(()) };
+        if s.holds(host) {
+            return Ok(());
+        }
+        let restricted = access == Access::Write || h.rtype.exclusive_access();
+        let allowed = match h.rtype {
+            ReservationType::WRITE_EXCLUSIVE | ReservationType::EXCLUSIVE_ACCESS => false,
+            _ => s.reg(host).is_some(),
+        };
+        if restricted && !allowed {
+            Err(conflict())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Reservation Register (nvmet `nvmet_execute_pr_register`). Register:
+    /// a host already registered succeeds only with the same key. Unregister
+    /// and Replace need the current key unless `iekey`. An unknown action is
+    /// Invalid Opcode, as nvmet answers. Success moves the generation.
+    pub fn register(
+        &self,
+        host: &HostId,
+        action: RegisterAction,
+        iekey: bool,
+        crkey: u64,
+        nrkey: u64,
+    ) -> Result<Vec<Notice>, Status> {
+        self.with(|s| {
+            let mut out = Vec::new();
+            let found = s.reg(host);
+            match action {
+                RegisterAction::REGISTER => match found {
+                    Some(i) if s.regs[i].rkey != nrkey => return Err(conflict()),
+                    Some(_) => {}
+                    None => s.regs.push(Reg { hostid: *host, rkey: nrkey }),
+                },
+                RegisterAction::UNREGISTER => match found {
+                    Some(i) if iekey || s.regs[i].rkey == crkey => s.unregister(i, &mut out),
+                    _ => return Err(conflict()),
+                },
+                RegisterAction::REPLACE => match found {
+                    Some(i) if iekey || s.regs[i].rkey == crkey => s.regs[i].rkey = nrkey,
+                    _ => return Err(conflict()),
+                },
+                _ => return Err(Status::INVALID_OPCODE.with_dnr()),
+            }
+            s.generation = s.generation.wrapping_add(1);
+            Ok(out)
+        })
+    }
+
+    /// Reservation Acquire (nvmet `nvmet_execute_pr_acquire`): the host must
+    /// be registered with key `crkey` (Reservation Conflict otherwise).
+    /// Acquire takes a free reservation, or succeeds again for its holder
+    /// with the same type. Preempt (and Preempt and Abort) follows nvmet's
+    /// `nvmet_pr_preempt`: without a reservation it unregisters the hosts
+    /// with key `prkey`; under an All Registrants type, `prkey` 0 takes the
+    /// reservation and unregisters every other host, another key
+    /// unregisters its hosts; the holder preempting itself changes the type;
+    /// `prkey` equal to the holder's key takes the reservation and
+    /// unregisters the other hosts with that key; any other non-zero key
+    /// unregisters its hosts, and 0 is Invalid Field. Unregistering no host
+    /// is Reservation Conflict. `rtype` must be valid and `iekey` clear
+    /// (Invalid Field; the caller checks both before the data arrives).
+    pub fn acquire(
+        &self,
+        host: &HostId,
+        action: AcquireAction,
+        rtype: ReservationType,
+        crkey: u64,
+        prkey: u64,
+    ) -> Result<Vec<Notice>, Status> {
+        self.with(|s| {
+            let mut out = Vec::new();
+            s.registered_with(host, crkey)?;
+            match action {
+                AcquireAction::ACQUIRE => {
+                    return match s.holder {
+                        None => {
+                            s.holder = Some(Holder { hostid: *host, rtype });
+                            Ok(out)
+                        }
+                        Some(h) if s.holds(host) && h.rtype == rtype => Ok(out),
+                        Some(_) => Err(conflict()),
+                    };
+                }
+                AcquireAction::PREEMPT | AcquireAction::PREEMPT_AND_ABORT => {}
+                _ => return Err(Status::INVALID_OPCODE.with_dnr()),
+            }
+            let ok = match s.holder {
+                None => s.unregister_by_key(Some(prkey), None, host, &mut out),
+                Some(h) if h.rtype.all_registrants() => {
+                    if prkey == 0 {
+                        // The new holder first, so that no other host's
+                        // command slips in between (nvmet does the same).
+                        s.holder = Some(Holder { hostid: *host, rtype });
+                        s.unregister_by_key(None, Some(host), host, &mut out);
+                        true
+                    } else {
+                        s.unregister_by_key(Some(prkey), None, host, &mut out)
+                    }
+                }
+                Some(h) if &h.hostid == host => {
+                    s.holder = Some(Holder { hostid: *host, rtype });
+                    if h.rtype != rtype {
+                        s.released(&mut out, host);
+                    }
+                    true
+                }
+                Some(h) => {
+                    let holder_key = s.reg(&h.hostid).map(|i| s.regs[i].rkey);
+                    if holder_key == Some(prkey) {
+                        s.holder = Some(Holder { hostid: *host, rtype });
+                        s.unregister_by_key(Some(prkey), Some(host), host, &mut out);
+                        if h.rtype != rtype {
+                            s.released(&mut out, host);
+                        }
+                        true
+                    } else if prkey != 0 {
+                        s.unregister_by_key(Some(prkey), None, host, &mut out)
+                    } else {
+                        return Err(Status::INVALID_FIELD.with_dnr());
+                    }
+                }
+            };
+            if !ok {
+                return Err(conflict());
+            }
+            s.generation = s.generation.wrapping_add(1);
+            Ok(out)
+        })
+    }
+
+    /// Reservation Release (nvmet `nvmet_execute_pr_release`): the host must
+    /// be registered with key `crkey`. Release by a host that holds no
+    /// reservation succeeds without effect; by the holder, `rtype` must be
+    /// the reservation's (Reservation Conflict otherwise), and releasing a
+    /// Registrants Only or All Registrants reservation tells the other
+    /// registrants. Clear drops the reservation and every registration,
+    /// telling the other hosts theirs were preempted, and moves the
+    /// generation.
+    pub fn release(
+        &self,
+        host: &HostId,
+        action: ReleaseAction,
+        rtype: ReservationType,
+        crkey: u64,
+    ) -> Result<Vec<Notice>, Status> {
+        self.with(|s| {
+            let mut out = Vec::new();
+            s.registered_with(host, crkey)?;
+            match action {
+                ReleaseAction::RELEASE => {
+                    let Some(h) = s.holder else { return Ok(out) };
+                    if !s.holds(host) {
+                        return Ok(out);
+                    }
+                    if h.rtype != rtype {
+                        return Err(conflict());
+                    }
+                    s.holder = None;
+                    if h.rtype != ReservationType::WRITE_EXCLUSIVE
+                        && h.rtype != ReservationType::EXCLUSIVE_ACCESS
+                    {
+                        s.released(&mut out, host);
+                    }
+                }
+                ReleaseAction::CLEAR => {
+                    s.holder = None;
+                    for r in std::mem::take(&mut s.regs) {
+                        if &r.hostid != host {
+                            s.notify(&mut out, r.hostid, NotificationType::RESERVATION_PREEMPTED);
+                        }
+                    }
+                    s.generation = s.generation.wrapping_add(1);
+                }
+                _ => return Err(Status::INVALID_OPCODE.with_dnr()),
+            }
+            Ok(out)
+        })
+    }
+
+    /// Reservation Report content (nvmet `nvmet_execute_pr_report`): every
+    /// registrant with controller ID FFFFh, holders marked (all of them
+    /// under the All Registrants types).
+    pub fn report(&self) -> ReservationStatus {
+        self.with(|s| ReservationStatus {
+            generation: s.generation,
+            rtype: s.holder.map_or(ReservationType::NONE, |h| h.rtype),
+            regctl: s.regs.len().min(u16::MAX as usize) as u16,
+            ptpls: false,
+            registrants: s
+                .regs
+                .iter()
+                .map(|r| Registrant {
+                    cntlid: CNTLID_DYNAMIC,
+                    holds: s.holds(&r.hostid),
+                    rkey: r.rkey,
+                    hostid: r.hostid,
+                })
+                .collect(),
+        })
+    }
+
+    /// Reservation Notification Mask (Features 82h).
+    pub fn notify_mask(&self) -> u32 {
+        self.with(|s| s.notify_mask)
+    }
+
+    /// Sets the Reservation Notification Mask; bits other than the three
+    /// notification types are Invalid Field (nvmet `nvmet_set_feat_resv_notif_mask`).
+    pub fn set_notify_mask(&self, mask: u32) -> Result<(), Status> {
+        if mask & !NOTIFY_MASK_ALL != 0 {
+            return Err(Status::INVALID_FIELD.with_dnr());
+        }
+        self.with(|s| s.notify_mask = mask);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: HostId = [0xA; 16];
+    const B: HostId = [0xB; 16];
+    const C: HostId = [0xC; 16];
+
+    fn reg(r: &Reservations, h: &HostId, key: u64) {
+        r.register(h, RegisterAction::REGISTER, false, 0, key).unwrap();
+    }
+
+    fn acquire(r: &Reservations, h: &HostId, key: u64, t: ReservationType) -> Result<Vec<Notice>, Status> {
+        r.acquire(h, AcquireAction::ACQUIRE, t, key, 0)
+    }
+
+    fn may(r: &Reservations, h: &HostId) -> (bool, bool) {
+        (r.check_access(h, Access::Read).is_ok(), r.check_access(h, Access::Write).is_ok())
+    }
+
+    #[test]
+    fn register_replace_unregister_and_generation() {
+        let r = Reservations::new();
+        reg(&r, &A, 1);
+        // Registering again: the same key succeeds, another conflicts.
+        assert!(r.register(&A, RegisterAction::REGISTER, false, 0, 1).is_ok());
+        assert_eq!(r.register(&A, RegisterAction::REGISTER, false, 0, 2), Err(conflict()));
+        assert_eq!(r.register(&A, RegisterAction::REPLACE, false, 9, 2), Err(conflict()));
+        r.register(&A, RegisterAction::REPLACE, false, 1, 2).unwrap();
+        r.register(&A, RegisterAction::REPLACE, true, 0, 3).unwrap();
+        assert_eq!(r.register(&B, RegisterAction::UNREGISTER, false, 0, 0), Err(conflict()));
+        assert_eq!(r.register(&A, RegisterAction(3), false, 3, 0), Err(Status::INVALID_OPCODE.with_dnr()));
+        let rep = r.report();
+        assert_eq!((rep.generation, rep.regctl, rep.registrants[0].rkey), (4, 1, 3));
+        r.register(&A, RegisterAction::UNREGISTER, false, 3, 0).unwrap();
+        assert_eq!((r.report().generation, r.report().regctl), (5, 0));
+    }
+
+    #[test]
+    fn access_by_type() {
+        use ReservationType as T;
+        // (type, non-holder registrant (read, write), non-registrant (read, write))
+        let table = [
+            (T::WRITE_EXCLUSIVE, (true, false), (true, false)),
+            (T::EXCLUSIVE_ACCESS, (false, false), (false, false)),
+            (T::WRITE_EXCLUSIVE_REG_ONLY, (true, true), (true, false)),
+            (T::EXCLUSIVE_ACCESS_REG_ONLY, (true, true), (false, false)),
+            (T::WRITE_EXCLUSIVE_ALL_REGS, (true, true), (true, false)),
+            (T::EXCLUSIVE_ACCESS_ALL_REGS, (true, true), (false, false)),
+        ];
+        for (t, registrant, other) in table {
+            let r = Reservations::new();
+            reg(&r, &A, 1);
+            reg(&r, &B, 2);
+            assert_eq!(may(&r, &C), (true, true), "no reservation yet");
+            acquire(&r, &A, 1, t).unwrap();
+            assert_eq!(may(&r, &A), (true, true), "{t:?} holder");
+            assert_eq!(may(&r, &B), registrant, "{t:?} registrant");
+            assert_eq!(may(&r, &C), other, "{t:?} non-registrant");
+            assert_eq!(r.report().rtype, t);
+            // Another host cannot acquire; under All Registrants B holds it too.
+            let b = acquire(&r, &B, 2, t);
+            assert_eq!(b.is_ok(), t.all_registrants(), "{t:?}");
+            assert_eq!(acquire(&r, &C, 0, t), Err(conflict()), "unregistered");
+        }
+    }
+
+    #[test]
+    fn acquire_needs_the_current_key_and_the_same_type() {
+        let r = Reservations::new();
+        reg(&r, &A, 1);
+        assert_eq!(acquire(&r, &A, 2, ReservationType::WRITE_EXCLUSIVE), Err(conflict()));
+        acquire(&r, &A, 1, ReservationType::WRITE_EXCLUSIVE).unwrap();
+        acquire(&r, &A, 1, ReservationType::WRITE_EXCLUSIVE).unwrap();
+        assert_eq!(acquire(&r, &A, 1, ReservationType::EXCLUSIVE_ACCESS), Err(conflict()));
+        // Acquire does not move the generation.
+        assert_eq!(r.report().generation, 1);
+    }
+
+    #[test]
+    fn release_and_its_notices() {
+        let r = Reservations::new();
+        reg(&r, &A, 1);
+        reg(&r, &B, 2);
+        // Nothing held: success without effect.
+        assert_eq!(r.release(&B, ReleaseAction::RELEASE, ReservationType(1), 2), Ok(vec![]));
+        acquire(&r, &A, 1, ReservationType::WRITE_EXCLUSIVE_REG_ONLY).unwrap();
+        // Not the holder: no effect; wrong key: conflict; wrong type: conflict.
+        assert_eq!(r.release(&B, ReleaseAction::RELEASE, ReservationType(3), 2), Ok(vec![]));
+        assert_eq!(r.release(&A, ReleaseAction::RELEASE, ReservationType(3), 9), Err(conflict()));
+        assert_eq!(r.release(&A, ReleaseAction::RELEASE, ReservationType(1), 1), Err(conflict()));
+        let n = r.release(&A, ReleaseAction::RELEASE, ReservationType(3), 1).unwrap();
+        assert_eq!(n, vec![Notice { hostid: B, kind: NotificationType::RESERVATION_RELEASED }]);
+        assert_eq!(r.report().rtype, ReservationType::NONE);
+        assert_eq!(may(&r, &C), (true, true));
+        // Write Exclusive releases tell no one.
+        acquire(&r, &A, 1, ReservationType::WRITE_EXCLUSIVE).unwrap();
+        assert_eq!(r.release(&A, ReleaseAction::RELEASE, ReservationType(1), 1), Ok(vec![]));
+        // A masked type is not reported.
+        r.set_notify_mask(NotificationType::RESERVATION_RELEASED.mask_bit()).unwrap();
+        acquire(&r, &A, 1, ReservationType::WRITE_EXCLUSIVE_REG_ONLY).unwrap();
+        assert_eq!(r.release(&A, ReleaseAction::RELEASE, ReservationType(3), 1), Ok(vec![]));
+        assert_eq!(r.set_notify_mask(1), Err(Status::INVALID_FIELD.with_dnr()));
+    }
+
+    #[test]
+    fn all_registrants_any_registrant_releases_and_holder_passes_on() {
+        let r = Reservations::new();
+        reg(&r, &A, 1);
+        reg(&r, &B, 2);
+        acquire(&r, &A, 1, ReservationType::EXCLUSIVE_ACCESS_ALL_REGS).unwrap();
+        assert!(r.report().registrants.iter().all(|g| g.holds));
+        // The acquirer leaves: the reservation stays, B holds it.
+        r.register(&A, RegisterAction::UNREGISTER, false, 1, 0).unwrap();
+        assert_eq!(r.report().rtype, ReservationType::EXCLUSIVE_ACCESS_ALL_REGS);
+        assert_eq!(may(&r, &B), (true, true));
+        assert_eq!(may(&r, &A), (false, false));
+        // The last registrant leaves: released.
+        r.register(&B, RegisterAction::UNREGISTER, false, 2, 0).unwrap();
+        assert_eq!(r.report().rtype, ReservationType::NONE);
+        // Any registrant may release.
+        reg(&r, &A, 1);
+        reg(&r, &B, 2);
+        acquire(&r, &A, 1, ReservationType::WRITE_EXCLUSIVE_ALL_REGS).unwrap();
+        let n = r.release(&B, ReleaseAction::RELEASE, ReservationType(5), 2).unwrap();
+        assert_eq!(n, vec![Notice { hostid: A, kind: NotificationType::RESERVATION_RELEASED }]);
+        assert_eq!(r.report().rtype, ReservationType::NONE);
+    }
+
+    #[test]
+    fn unregistering_a_registrants_only_holder_releases() {
+        let r = Reservations::new();
+        reg(&r, &A, 1);
+        reg(&r, &B, 2);
+        acquire(&r, &A, 1, ReservationType::EXCLUSIVE_ACCESS_REG_ONLY).unwrap();
+        let n = r.register(&A, RegisterAction::UNREGISTER, true, 0, 0).unwrap();
+        assert_eq!(n, vec![Notice { hostid: B, kind: NotificationType::RESERVATION_RELEASED }]);
+        assert_eq!(r.report().rtype, ReservationType::NONE);
+    }
+
+    #[test]
+    fn preempt() {
+        let t = ReservationType::WRITE_EXCLUSIVE;
+        let r = Reservations::new();
+        reg(&r, &A, 1);
+        reg(&r, &B, 2);
+        reg(&r, &C, 2);
+        acquire(&r, &A, 1, t).unwrap();
+        let gen = r.report().generation;
+        // B preempts A's reservation with A's key: B holds it, A is unregistered.
+        let n = r.acquire(&B, AcquireAction::PREEMPT, ReservationType::EXCLUSIVE_ACCESS, 2, 1).unwrap();
+        assert!(n.contains(&Notice { hostid: A, kind: NotificationType::REGISTRATION_PREEMPTED }));
+        assert!(n.contains(&Notice { hostid: C, kind: NotificationType::RESERVATION_RELEASED }), "{n:?}");
+        let rep = r.report();
+        assert_eq!((rep.rtype, rep.regctl, rep.generation), (ReservationType::EXCLUSIVE_ACCESS, 2, gen + 1));
+        assert_eq!(may(&r, &A), (false, false));
+        // Preempting with the holder's key removes the other hosts with that key (C), not the preemptor.
+        reg(&r, &A, 1);
+        let n = r.acquire(&A, AcquireAction::PREEMPT_AND_ABORT, t, 1, 2).unwrap();
+        assert!(n.contains(&Notice { hostid: B, kind: NotificationType::REGISTRATION_PREEMPTED }));
+        assert!(n.contains(&Notice { hostid: C, kind: NotificationType::REGISTRATION_PREEMPTED }));
+        assert_eq!(r.report().regctl, 1);
+        // A key no one has: conflict; key 0 against a single holder: Invalid Field.
+        reg(&r, &B, 2);
+        assert_eq!(r.acquire(&B, AcquireAction::PREEMPT, t, 2, 77), Err(conflict()));
+        assert_eq!(r.acquire(&B, AcquireAction::PREEMPT, t, 2, 0), Err(Status::INVALID_FIELD.with_dnr()));
+        // The holder preempting itself changes the type.
+        r.acquire(&A, AcquireAction::PREEMPT, ReservationType::EXCLUSIVE_ACCESS, 1, 1).unwrap();
+        assert_eq!(r.report().rtype, ReservationType::EXCLUSIVE_ACCESS);
+        // No reservation: preempt unregisters the hosts with that key.
+        r.release(&A, ReleaseAction::RELEASE, ReservationType::EXCLUSIVE_ACCESS, 1).unwrap();
+        r.acquire(&A, AcquireAction::PREEMPT, t, 1, 2).unwrap();
+        assert_eq!(r.report().regctl, 1);
+        assert_eq!(r.acquire(&A, AcquireAction(3), t, 1, 2), Err(Status::INVALID_OPCODE.with_dnr()));
+    }
+
+    #[test]
+    fn preempt_all_registrants_with_key_zero_takes_it_alone() {
+        let r = Reservations::new();
+        reg(&r, &A, 1);
+        reg(&r, &B, 2);
+        reg(&r, &C, 3);
+        acquire(&r, &A, 1, ReservationType::WRITE_EXCLUSIVE_ALL_REGS).unwrap();
+        let n = r.acquire(&C, AcquireAction::PREEMPT, ReservationType::WRITE_EXCLUSIVE, 3, 0).unwrap();
+        assert_eq!(n.len(), 2);
+        let rep = r.report();
+        assert_eq!((rep.rtype, rep.regctl), (ReservationType::WRITE_EXCLUSIVE, 1));
+        assert_eq!(rep.registrants[0].hostid, C);
+        assert_eq!(may(&r, &A), (true, false));
+    }
+
+    #[test]
+    fn clear_drops_everything() {
+        let r = Reservations::new();
+        reg(&r, &A, 1);
+        reg(&r, &B, 2);
+        acquire(&r, &A, 1, ReservationType::EXCLUSIVE_ACCESS).unwrap();
+        assert_eq!(r.release(&B, ReleaseAction::CLEAR, ReservationType(0), 9), Err(conflict()));
+        let n = r.release(&B, ReleaseAction::CLEAR, ReservationType(0), 2).unwrap();
+        assert_eq!(n, vec![Notice { hostid: A, kind: NotificationType::RESERVATION_PREEMPTED }]);
+        let rep = r.report();
+        assert_eq!((rep.rtype, rep.regctl, rep.generation), (ReservationType::NONE, 0, 3));
+        assert_eq!(may(&r, &C), (true, true));
+        assert_eq!(r.release(&B, ReleaseAction(2), ReservationType(0), 2), Err(conflict()));
+    }
+}

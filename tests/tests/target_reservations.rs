@@ -1,0 +1,248 @@
+//! Reservations (`reservations = true`) between hosts, through the
+//! initiator library: registration per host identifier (shared by the
+//! controllers of one host), Write Exclusive and Exclusive Access refusing
+//! other hosts' I/O with Reservation Conflict, Report, Preempt with its
+//! Registration Preempted notification (asynchronous event and log page
+//! 80h), Clear, the notification mask, and the statuses nvmet gives a
+//! malformed command. A namespace without reservations answers the commands
+//! with Invalid Opcode and reports RESCAP 0.
+
+mod initiator_util;
+
+use std::time::Duration;
+
+use initiator_util::*;
+use nvmeof_initiator::common::opcode::IoOpcode;
+use nvmeof_initiator::common::spec::features::{AerType, FeatureId, GetFeaturesCmd, SetFeaturesCmd};
+use nvmeof_initiator::common::spec::log::{GetLogPageCmd, LogPageId};
+use nvmeof_initiator::common::spec::reservation::{
+    AcquireAction, NotificationType, RegisterAction, ReleaseAction, ReservationCmd, ReservationNotification,
+    ReservationType,
+};
+use nvmeof_initiator::common::Status;
+use nvmeof_initiator::{ConnectOptions, Controller, ControllerEvent, Error, HostIdentity, IoFlags, Payload};
+
+const SIZE: u64 = 1 << 20;
+const KEY_A: u64 = 0xAAAA;
+const KEY_B: u64 = 0xBBBB;
+
+fn host_opts(id: &[u8; 16]) -> ConnectOptions {
+    ConnectOptions { host: Some(HostIdentity::from_id(*id)), io_queues: 1, ..opts() }
+}
+
+/// The status of a failed command (without the More bit, which the error
+/// log entry sets), or SUCCESS.
+fn status_of<T>(r: Result<T, Error>) -> Status {
+    match r {
+        Ok(_) => Status::SUCCESS,
+        Err(Error::Nvme { status, .. }) => status.without_more(),
+        Err(e) => panic!("not an NVMe status: {e}"),
+    }
+}
+
+async fn reservation_log(ctrl: &Controller) -> ReservationNotification {
+    let mut buf = [0u8; 64];
+    ctrl.get_log_page(GetLogPageCmd::new(LogPageId::RESERVATION, 0xFFFF_FFFF, 0, 64), &mut buf)
+        .await
+        .unwrap();
+    ReservationNotification::decode(&buf).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reservations_between_hosts() {
+    bounded(60, async {
+        let cfg = |on: bool| {
+            let ns2 =
+                if on { NamespaceConfigExt::with_reservations(ram_ns(2, SIZE)) } else { ram_ns(2, SIZE) };
+            config(vec![ram_ns(1, SIZE), ns2])
+        };
+        let (server, addr) = start(&cfg(true)).await;
+        let a = Controller::connect(addr, SUBNQN, host_opts(b"reservation-hstA")).await.unwrap();
+        let b = Controller::connect(addr, SUBNQN, host_opts(b"reservation-hstB")).await.unwrap();
+        // A second controller of host B: another path of the same host.
+        let b2 = Controller::connect(addr, SUBNQN, host_opts(b"reservation-hstB")).await.unwrap();
+        let c = Controller::connect(addr, SUBNQN, host_opts(b"reservation-hstC")).await.unwrap();
+        let mut a_events = a.events();
+
+        // Identify: ONCS bit 5; RESCAP every type and IEKEY only where enabled.
+        assert_ne!(a.identify_controller().await.unwrap().oncs & (1 << 5), 0);
+        assert_eq!(a.identify_namespace(1).await.unwrap().rescap, 0);
+        assert_eq!(a.identify_namespace(2).await.unwrap().rescap, 0xFE);
+
+        let (a1, a2) = (a.namespace(1).await.unwrap(), a.namespace(2).await.unwrap());
+        let (b_ns, b2_ns, c_ns) =
+            (b.namespace(2).await.unwrap(), b2.namespace(2).await.unwrap(), c.namespace(2).await.unwrap());
+        let block = vec![0x5Au8; BS];
+        let mut rbuf = vec![0u8; BS];
+
+        // No reservations on NSID 1: the commands are unknown there.
+        let r = a1.reservation_register(RegisterAction::REGISTER, 0, KEY_A, false).await;
+        assert_eq!(status_of(r), Status::INVALID_OPCODE.with_dnr());
+
+        a2.reservation_register(RegisterAction::REGISTER, 0, KEY_A, false).await.unwrap();
+        b_ns.reservation_register(RegisterAction::REGISTER, 0, KEY_B, false).await.unwrap();
+        // Host B is registered through both of its controllers.
+        let r = b2_ns.reservation_register(RegisterAction::REGISTER, 0, KEY_A, false).await;
+        assert_eq!(status_of(r), Status::RESERVATION_CONFLICT.with_dnr(), "B registered with another key");
+
+        // A takes Write Exclusive: the others may read, not write.
+        a2.reservation_acquire(AcquireAction::ACQUIRE, ReservationType::WRITE_EXCLUSIVE, KEY_A, 0)
+            .await
+            .unwrap();
+        a2.write(0, &block).await.unwrap();
+        for ns in [&b_ns, &b2_ns, &c_ns] {
+            assert_eq!(status_of(ns.write(0, &block).await), Status::RESERVATION_CONFLICT.with_dnr());
+            assert_eq!(status_of(ns.flush().await), Status::RESERVATION_CONFLICT.with_dnr());
+            ns.read(0, &mut rbuf).await.unwrap();
+            assert_eq!(rbuf, block);
+        }
+        // NSID 1 is not reserved.
+        b.namespace(1).await.unwrap().write(0, &block).await.unwrap();
+
+        let report = b_ns.reservation_report().await.unwrap();
+        assert_eq!(
+            (report.rtype, report.regctl, report.generation),
+            (ReservationType::WRITE_EXCLUSIVE, 2, 2)
+        );
+        let holders: Vec<_> =
+            report.registrants.iter().map(|r| (r.hostid, r.rkey, r.holds, r.cntlid)).collect();
+        assert_eq!(
+            holders,
+            vec![(*b"reservation-hstA", KEY_A, true, 0xFFFF), (*b"reservation-hstB", KEY_B, false, 0xFFFF)]
+        );
+
+        // A turns it into Exclusive Access (preempting itself): now B cannot read either.
+        a2.reservation_acquire(AcquireAction::PREEMPT, ReservationType::EXCLUSIVE_ACCESS, KEY_A, KEY_A)
+            .await
+            .unwrap();
+        assert_eq!(status_of(b_ns.read(0, &mut rbuf).await), Status::RESERVATION_CONFLICT.with_dnr());
+        assert_eq!(status_of(c_ns.read(0, &mut rbuf).await), Status::RESERVATION_CONFLICT.with_dnr());
+        // Acquiring a reservation someone else holds conflicts.
+        let r = b_ns
+            .reservation_acquire(AcquireAction::ACQUIRE, ReservationType::EXCLUSIVE_ACCESS, KEY_B, 0)
+            .await;
+        assert_eq!(status_of(r), Status::RESERVATION_CONFLICT.with_dnr());
+
+        // B preempts A with A's key: B holds it, A is unregistered and told
+        // so (asynchronous event, then log page 80h, one entry per read).
+        b_ns.reservation_acquire(
+            AcquireAction::PREEMPT,
+            ReservationType::WRITE_EXCLUSIVE_REG_ONLY,
+            KEY_B,
+            KEY_A,
+        )
+        .await
+        .unwrap();
+        let ev = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match a_events.recv().await.unwrap() {
+                    ControllerEvent::Other(e) => break e,
+                    _ => continue,
+                }
+            }
+        })
+        .await
+        .expect("reservation event");
+        assert_eq!((ev.ty, ev.info, ev.lid), (AerType::IO_CMD_SET, 0, 0x80));
+        let n = reservation_log(&a).await;
+        assert_eq!(
+            (n.count, n.kind, n.nsid, n.available),
+            (1, NotificationType::REGISTRATION_PREEMPTED, 2, 0)
+        );
+        assert_eq!(reservation_log(&a).await, ReservationNotification::default(), "read once");
+        // B's other controller holds it as well; A, now unregistered, may not write.
+        b2_ns.write(8, &block).await.unwrap();
+        assert_eq!(status_of(a2.write(0, &block).await), Status::RESERVATION_CONFLICT.with_dnr());
+        let report = c_ns.reservation_report().await.unwrap();
+        assert_eq!((report.rtype, report.regctl), (ReservationType::WRITE_EXCLUSIVE_REG_ONLY, 1));
+
+        // Registrants Only: a registrant may write once registered.
+        let r = c_ns.write_with(0, &block, IoFlags { fua: true, ..Default::default() }).await;
+        assert_eq!(status_of(r), Status::RESERVATION_CONFLICT.with_dnr());
+        // As the Linux host's pr_ops register (`nvme_pr_register`): CPTPL
+        // 11b (persist through power loss), which nvmet ignores, as here.
+        let mut linux_register = ReservationCmd::register(2, RegisterAction::REGISTER, false).to_sqe(0);
+        linux_register.set_cdw(10, linux_register.cdw(10) | 3 << 30);
+        let keys = nvmeof_initiator::common::spec::ReservationKeys { current: 0, other: 7 }.encode();
+        c.io_command(linux_register, Payload::Write(&keys)).await.unwrap();
+        c_ns.write(0, &block).await.unwrap();
+
+        // The notification mask (Features 82h) is per namespace.
+        let mut set = SetFeaturesCmd::new(FeatureId::RESV_MASK, 1 << 2).to_sqe(0);
+        set.set_nsid(2);
+        c.admin_command(set, Payload::None).await.unwrap();
+        let mut get = GetFeaturesCmd::new(FeatureId::RESV_MASK).to_sqe(0);
+        get.set_nsid(2);
+        assert_eq!(a.admin_command(get, Payload::None).await.unwrap().dw0(), 1 << 2);
+        get.set_nsid(1);
+        assert_eq!(status_of(a.admin_command(get, Payload::None).await), Status::INVALID_FIELD.with_dnr());
+        let mut bad = SetFeaturesCmd::new(FeatureId::RESV_MASK, 1).to_sqe(0);
+        bad.set_nsid(2);
+        assert_eq!(status_of(a.admin_command(bad, Payload::None).await), Status::INVALID_FIELD.with_dnr());
+
+        // Malformed commands get nvmet's statuses.
+        let mut no_eds = ReservationCmd::report(2, 4096).to_sqe(0);
+        no_eds.set_cdw(11, 0);
+        let mut buf = vec![0u8; 4096];
+        let r = c.io_command(no_eds, Payload::Read(&mut buf)).await;
+        assert_eq!(status_of(r), Status::HOST_ID_INCONSIST.with_dnr());
+        let mut short = vec![0u8; 32];
+        let r = c.io_command(ReservationCmd::report(2, 32).to_sqe(0), Payload::Read(&mut short)).await;
+        assert_eq!(status_of(r), Status::INVALID_FIELD.with_dnr());
+        let bad_type = ReservationCmd::acquire(2, AcquireAction::ACQUIRE, ReservationType(7)).to_sqe(0);
+        let r = c.io_command(bad_type, Payload::Write(&[0u8; 16])).await;
+        assert_eq!(status_of(r), Status::INVALID_FIELD.with_dnr());
+        let mut short_keys = ReservationCmd::register(2, RegisterAction::REGISTER, false).to_sqe(0);
+        short_keys.set_sgl(nvmeof_initiator::common::SglDescriptor::transport(8));
+        let r = c.io_command(short_keys, Payload::Write(&[0u8; 8])).await;
+        assert_eq!(status_of(r), Status::SGL_INVALID_DATA.with_dnr());
+        assert_eq!(IoOpcode::RESV_REPORT.0, 0x0E);
+
+        // Clear (by any registrant with its key) drops everything; the
+        // holder B hears its reservation was preempted, and A nothing (not
+        // registered any more).
+        c_ns.reservation_release(ReleaseAction::CLEAR, ReservationType::NONE, 7).await.unwrap();
+        let report = a2.reservation_report().await.unwrap();
+        assert_eq!((report.rtype, report.regctl), (ReservationType::NONE, 0));
+        // B's log first holds the release from A's type change (nvmet tells
+        // the other registrants when a holder preempting itself changes the type).
+        let n = reservation_log(&b).await;
+        assert_eq!((n.count, n.kind, n.available), (1, NotificationType::RESERVATION_RELEASED, 1));
+        let n = reservation_log(&b).await;
+        assert_eq!(
+            (n.count, n.kind, n.nsid, n.available),
+            (2, NotificationType::RESERVATION_PREEMPTED, 2, 0)
+        );
+        assert_eq!(reservation_log(&a).await.kind, NotificationType::EMPTY);
+        a2.write(0, &block).await.unwrap();
+        b_ns.read(0, &mut rbuf).await.unwrap();
+
+        // A reload that turns reservations off replaces the namespace: RESCAP
+        // 0 and the commands unknown; on again, it starts without registrants.
+        a2.reservation_register(RegisterAction::REGISTER, 0, KEY_A, false).await.unwrap();
+        server.reload(&cfg(false)).unwrap();
+        assert_eq!(a.identify_namespace(2).await.unwrap().rescap, 0);
+        let r = a2.reservation_register(RegisterAction::REGISTER, 0, KEY_A, false).await;
+        assert_eq!(status_of(r), Status::INVALID_OPCODE.with_dnr());
+        server.reload(&cfg(true)).unwrap();
+        assert_eq!(a.identify_namespace(2).await.unwrap().rescap, 0xFE);
+        assert_eq!(a2.reservation_report().await.unwrap().regctl, 0);
+
+        for ctrl in [a, b, b2, c] {
+            ctrl.shutdown().await.unwrap();
+        }
+        server.shutdown(Duration::from_secs(5)).await;
+    })
+    .await;
+}
+
+/// `reservations = true` on a test namespace.
+trait NamespaceConfigExt {
+    fn with_reservations(self) -> Self;
+}
+
+impl NamespaceConfigExt for nvmeof_target::config::NamespaceConfig {
+    fn with_reservations(self) -> Self {
+        Self { reservations: true, ..self }
+    }
+}
