@@ -67,6 +67,13 @@ use crate::queue::{
 const CONNECT_UD: u64 = u64::MAX;
 /// `user_data` bit marking a connection-setup command (never parked or resubmitted).
 const SETUP_BIT: u64 = 1 << 32;
+/// `user_data` bit marking a command that fails with
+/// [`Error::ConnectionLost`] when its connection is lost instead of being
+/// resubmitted: one whose second execution would not mean what its first
+/// did (a reservation Replace, Preempt or Clear that already succeeded
+/// fails the second time). The Linux host does not retry such
+/// commands either (passthrough and `pr_ops` requests are `REQ_FAILFAST_DRIVER`).
+const ONCE_BIT: u64 = 1 << 33;
 /// Read at most this much per wake-up before servicing writes.
 const READ_BUDGET: usize = 4 << 20;
 /// Payloads up to this size are copied next to their header (one iovec instead of two).
@@ -440,9 +447,25 @@ impl QueueShared {
         let t = self.acquire().await?;
         let info = command_info(self.qid, &sqe);
         let (data, read) = t.prepare(payload.into(), timeout);
-        t.submit(Command { sqe, data, timeout }, setup)?;
+        t.submit(Command { sqe, data, timeout }, if setup { SETUP_BIT } else { 0 })?;
         let cqe = t.wait().await?;
         let cqe = check_status(cqe, info)?;
+        if let Some(buf) = read {
+            t.copy_into(buf);
+        }
+        Ok(cqe)
+    }
+
+    /// Runs one command that is never resubmitted: if its connection is
+    /// lost before it completes, it fails with [`Error::ConnectionLost`]
+    /// whatever the reconnect policy (see [`ONCE_BIT`]).
+    pub(crate) async fn execute_once(&self, sqe: Sqe, payload: Payload<'_>) -> Result<Cqe> {
+        check_len(payload.len())?;
+        let t = self.acquire().await?;
+        let info = command_info(self.qid, &sqe);
+        let (data, read) = t.prepare(payload.into(), None);
+        t.submit(Command { sqe, data, timeout: None }, ONCE_BIT)?;
+        let cqe = check_status(t.wait().await?, info)?;
         if let Some(buf) = read {
             t.copy_into(buf);
         }
@@ -457,7 +480,7 @@ impl QueueShared {
         let t = self.acquire().await?;
         let info = command_info(self.qid, &sqe);
         let (data, _) = t.prepare(Xfer::ReadOwned(buf, len), None);
-        t.submit(Command { sqe, data, timeout: None }, false)?;
+        t.submit(Command { sqe, data, timeout: None }, 0)?;
         let r = t.wait().await;
         let buf = t.take_owned();
         check_status(r?, info)?;
@@ -672,9 +695,10 @@ impl Ticket<'_> {
         b
     }
 
-    fn submit(&self, cmd: Command, setup: bool) -> Result<()> {
+    /// Submits `cmd` from this slot; `bits` are [`SETUP_BIT`] or [`ONCE_BIT`].
+    fn submit(&self, cmd: Command, bits: u64) -> Result<()> {
         self.state().phase = Phase::InFlight;
-        let user_data = self.idx as u64 | if setup { SETUP_BIT } else { 0 };
+        let user_data = self.idx as u64 | bits;
         if let Err(e) = self.q.push(std::iter::once(Submission { user_data, cmd })) {
             self.state().phase = Phase::Idle;
             return Err(e);
@@ -1370,7 +1394,7 @@ impl Driver {
                 self.shared.finish(ud, Err(e.clone()));
             } else if ud & SETUP_BIT != 0 {
                 self.shared.finish(ud, Err(err.clone()));
-            } else if self.requeue && self.shared.count_requeue(ud) {
+            } else if self.requeue && ud & ONCE_BIT == 0 && self.shared.count_requeue(ud) {
                 requeue.push(Submission { user_data: ud, cmd });
             } else {
                 self.shared.finish(ud, Err(Error::ConnectionLost));

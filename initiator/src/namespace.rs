@@ -378,6 +378,12 @@ impl Namespace {
     /// `ignore_existing_key`. Registrations belong to the host identifier
     /// ([`crate::HostIdentity`]), shared by every controller of this host.
     /// A refused action is [`Error::Nvme`] with Reservation Conflict.
+    ///
+    /// Register, Acquire and Release are never resubmitted after a lost
+    /// connection (whatever [`crate::ReconnectPolicy::requeue`] says): done
+    /// twice, a Replace, Preempt or Clear that succeeded the first time
+    /// fails the second. They fail with [`Error::ConnectionLost`] instead,
+    /// and [`Self::reservation_report`] says what happened.
     pub async fn reservation_register(
         &self,
         action: RegisterAction,
@@ -387,7 +393,7 @@ impl Namespace {
     ) -> Result<()> {
         let cmd = ReservationCmd::register(self.nsid, action, ignore_existing_key);
         let data = ReservationKeys { current: current_key, other: new_key }.encode();
-        self.ctrl.io_command(cmd.to_sqe(0), Payload::Write(&data)).await.map(drop)
+        self.ctrl.core().pick_io()?.execute_once(cmd.to_sqe(0), Payload::Write(&data)).await.map(drop)
     }
 
     /// Reservation Acquire: takes a reservation of type `rtype` (Acquire),
@@ -402,7 +408,7 @@ impl Namespace {
     ) -> Result<()> {
         let cmd = ReservationCmd::acquire(self.nsid, action, rtype);
         let data = ReservationKeys { current: current_key, other: preempt_key }.encode();
-        self.ctrl.io_command(cmd.to_sqe(0), Payload::Write(&data)).await.map(drop)
+        self.ctrl.core().pick_io()?.execute_once(cmd.to_sqe(0), Payload::Write(&data)).await.map(drop)
     }
 
     /// Reservation Release: releases the reservation of type `rtype` this
@@ -416,7 +422,12 @@ impl Namespace {
     ) -> Result<()> {
         let cmd = ReservationCmd::release(self.nsid, action, rtype);
         let data = ReservationKeys { current: current_key, other: 0 }.encode();
-        self.ctrl.io_command(cmd.to_sqe(0), Payload::Write(&data[..RELEASE_DATA_LEN])).await.map(drop)
+        self.ctrl
+            .core()
+            .pick_io()?
+            .execute_once(cmd.to_sqe(0), Payload::Write(&data[..RELEASE_DATA_LEN]))
+            .await
+            .map(drop)
     }
 
     /// Reservation Report with the extended data structure (128-bit host

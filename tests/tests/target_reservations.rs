@@ -246,3 +246,47 @@ impl NamespaceConfigExt for nvmeof_target::config::NamespaceConfig {
         Self { reservations: true, ..self }
     }
 }
+
+/// Register, Acquire and Release are not resubmitted after a lost
+/// connection, as the Linux host does not retry them: they fail with
+/// `ConnectionLost` (a read outstanding with them is resubmitted and
+/// completes), and the report says what the target holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn reservation_commands_are_not_resubmitted_after_a_lost_connection() {
+    bounded(30, async {
+        let (server, addr) =
+            start(&config(vec![NamespaceConfigExt::with_reservations(ram_ns(1, SIZE))])).await;
+        let proxy = Proxy::start(addr).await;
+        let o = ConnectOptions { kato: Duration::from_secs(2), ..host_opts(b"reservation-hstR") };
+        assert!(o.reconnect.requeue, "other commands are resubmitted");
+        let ctrl = Controller::connect(proxy.addr, SUBNQN, o).await.unwrap();
+        let ns = ctrl.namespace(1).await.unwrap();
+        ns.reservation_register(RegisterAction::REGISTER, 0, 1, false).await.unwrap();
+
+        proxy.freeze(true);
+        let (n1, n2) = (ns.clone(), ns.clone());
+        let replace =
+            tokio::spawn(async move { n1.reservation_register(RegisterAction::REPLACE, 1, 2, false).await });
+        let read = tokio::spawn(async move {
+            let mut b = vec![0u8; BS];
+            n2.read(0, &mut b).await
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Cut first: nothing held by the frozen proxy gets through.
+        proxy.kill_all();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        proxy.freeze(false);
+        match replace.await.unwrap() {
+            Err(Error::ConnectionLost) => {}
+            other => panic!("expected ConnectionLost, got {other:?}"),
+        }
+        read.await.unwrap().expect("the read is resubmitted");
+        wait_state(&ctrl, nvmeof_initiator::ControllerState::Live, Duration::from_secs(10)).await;
+        let report = ns.reservation_report().await.unwrap();
+        assert_eq!((report.regctl, report.registrants[0].rkey), (1, 1), "the Replace never arrived");
+        ns.reservation_register(RegisterAction::REPLACE, 1, 2, false).await.unwrap();
+        ctrl.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
