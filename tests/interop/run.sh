@@ -646,6 +646,18 @@ hook_resv_write() { # resv-write conflict|ok: another host (this machine's host 
     return 1
 }
 
+hook_resv_cli() { # resv-cli ARGS...: `nvmeof resv ... ARGS` on NQN's namespace 1 as another host
+    # (this machine's host ID; the guest's NQN where only that one is allowed)
+    kh_host_target || { echo "not applicable"; return 2; }
+    local out rc
+    [ -x "$NVMEOF_CLI_BIN" ] || { echo "no CLI at $NVMEOF_CLI_BIN"; return 1; }
+    # shellcheck disable=SC2086
+    out=$(timeout 30 "$NVMEOF_CLI_BIN" ${INTEROP_ALLOW_HOST:+--hostnqn "$INTEROP_ALLOW_HOST"} \
+        resv "127.0.0.1:$TARGET_PORT" --nqn "$NQN" --nsid 1 "$@" 2>&1 </dev/null); rc=$?
+    echo "$(tr '\n' ' ' <<<"$out" | sed 's/\x1b\[[0-9;]*m//g' | cut -c1-300)"
+    return $rc
+}
+
 hook_log_count() { # log-count WORDS...: how many lines of the target's log contain WORDS, and the last
     kh_host_target || { echo "not applicable"; return 2; }
     local pat="$*" log n

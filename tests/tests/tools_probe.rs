@@ -1094,3 +1094,64 @@ async fn tools_authenticate_with_dhchap_secrets() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_cli_reservations() {
+    bounded(60, async {
+        init_tracing();
+        let t = start_target(512, None).await;
+        // A second namespace with reservations.
+        let sub = t.server.target.subsystem(NQN).expect("the test subsystem");
+        let mem = Arc::new(MemBackend::new(NS_SIZE, 512));
+        sub.add_namespace(Arc::new(Namespace::new(NQN, 2, mem).with_reservations(true)));
+        let a = t.addr.as_str();
+        fn resv<'a>(a: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+            let mut v = vec!["nvmeof", "resv", a, "--nqn", NQN, "--nsid", "2"];
+            v.extend_from_slice(extra);
+            v
+        }
+        let done = admin(&resv(a, &["register", "--new-key", "0xa1"]), b"").await.unwrap();
+        assert_eq!(done, "nsid 2: reservation register done\n");
+        admin(&resv(a, &["acquire", "--key", "161", "--rtype", "write-exclusive"]), b"").await.unwrap();
+        let j: Value = serde_json::from_str(&admin(&resv(a, &["--json"]), b"").await.unwrap()).unwrap();
+        assert_eq!((j["rtype"].as_str(), j["regctl"].as_u64()), (Some("write-exclusive"), Some(1)), "{j}");
+        assert_eq!(
+            (j["registrants"][0]["rkey"].as_u64(), j["registrants"][0]["holds"].as_bool()),
+            (Some(0xa1), Some(true))
+        );
+        let text = admin(&resv(a, &[]), b"").await.unwrap();
+        assert!(
+            text.starts_with("nsid 2: reservation write-exclusive, 1 registrant(s), generation 1\n"),
+            "{text}"
+        );
+        assert!(text.lines().nth(2).unwrap().trim_end().ends_with("0xa1                yes"), "{text}");
+        // Another host (another host ID) may not write; this one may.
+        let other = nvmeof_initiator::ConnectOptions {
+            host: Some(nvmeof_initiator::HostIdentity::from_id(*b"tools-resv-other")),
+            io_queues: 1,
+            ..Default::default()
+        };
+        let ctrl = nvmeof_initiator::Controller::connect(t.server.local_addrs[0], NQN, other).await.unwrap();
+        let e = ctrl.namespace(2).await.unwrap().write(0, &[1u8; 512]).await.unwrap_err();
+        assert_eq!(e.status().map(|s| s.code()), Some(nvmeof_common::Status::RESERVATION_CONFLICT), "{e}");
+        ctrl.shutdown().await.unwrap();
+        admin(&["nvmeof", "write", a, "--nqn", NQN, "--nsid", "2", "--lba", "0"], &[2u8; 512]).await.unwrap();
+        // Usage and status errors exit as such.
+        let e = admin(&resv(a, &["acquire", "--key", "0xa1"]), b"").await.unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
+        let e = admin(&resv(a, &["release", "--key", "0xb2", "--rtype", "write-exclusive"]), b"")
+            .await
+            .unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::NvmeStatus, "{e}");
+        assert!(e.to_string().contains("reservation conflict"), "{e}");
+        assert!(admin::Cli::parse_args(resv(a, &["register", "--new-key", "0xZZ"])).is_err());
+        admin(&resv(a, &["release", "--key", "0xa1", "--rtype", "write-exclusive"]), b"").await.unwrap();
+        admin(&resv(a, &["unregister", "--key", "0xa1"]), b"").await.unwrap();
+        let j: Value = serde_json::from_str(&admin(&resv(a, &["--json"]), b"").await.unwrap()).unwrap();
+        assert_eq!(
+            (j["rtype"].as_str(), j["regctl"].as_u64(), j["generation"].as_u64()),
+            (Some("none"), Some(0), Some(2))
+        );
+    })
+    .await;
+}

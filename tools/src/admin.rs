@@ -1,4 +1,4 @@
-//! The `nvmeof` admin CLI: discover, identify, list, ana-log, events, read, write, gen-dhchap-key.
+//! The `nvmeof` admin CLI: discover, identify, list, ana-log, events, read, write, resv, gen-dhchap-key.
 //!
 //! Output goes to the writer the caller passes (the binary passes stdout),
 //! human-readable by default and JSON with `--json`. Every failure is a
@@ -10,6 +10,9 @@ use std::time::Duration;
 
 use nvmeof_common::spec::discovery::{AdrFam, DiscoveryLog, DiscoveryLogEntry, SecType, SubType, TrType};
 use nvmeof_common::spec::log::{AnaLog, AnaState};
+use nvmeof_common::spec::reservation::{
+    AcquireAction, RegisterAction, ReleaseAction, ReservationStatus, ReservationType,
+};
 use nvmeof_common::spec::DISCOVERY_NQN;
 use nvmeof_common::spec::{IdentifyController, IdentifyNamespace};
 use nvmeof_initiator::{
@@ -168,6 +171,114 @@ pub enum Command {
         #[arg(long)]
         fua: bool,
     },
+    /// Reservations of a namespace, as `nvme resv-report / resv-register / resv-acquire /
+    /// resv-release`: `report` (the default) prints the reservation held and every registrant;
+    /// the other actions act as this host (its host ID, shared by all its connections).
+    Resv {
+        /// Target address.
+        addr: String,
+        /// Subsystem NQN (default: the one NVM subsystem the discovery log lists).
+        #[arg(long)]
+        nqn: Option<String>,
+        /// Namespace ID.
+        #[arg(long, default_value_t = 1)]
+        nsid: u32,
+        /// What to do.
+        #[arg(value_enum, default_value_t = ResvAction::Report)]
+        action: ResvAction,
+        /// This host's current reservation key (CRKEY; decimal or 0x hex).
+        #[arg(long, default_value_t = 0, value_parser = parse_key)]
+        key: u64,
+        /// register, replace: the new key (NRKEY).
+        #[arg(long, default_value_t = 0, value_parser = parse_key)]
+        new_key: u64,
+        /// preempt, preempt-abort: the key whose holders are preempted (PRKEY).
+        #[arg(long, default_value_t = 0, value_parser = parse_key)]
+        preempt_key: u64,
+        /// acquire, preempt, release: the reservation type.
+        #[arg(long, value_enum)]
+        rtype: Option<ResvType>,
+        /// unregister, replace: ignore the current key (IEKEY).
+        #[arg(long)]
+        ignore_key: bool,
+    },
+}
+
+/// `nvmeof resv` actions (the Register, Acquire and Release actions, and Report).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ResvAction {
+    /// Reservation Report.
+    Report,
+    /// Register `--new-key`.
+    Register,
+    /// Unregister (with `--key`, or `--ignore-key`).
+    Unregister,
+    /// Replace `--key` by `--new-key`.
+    Replace,
+    /// Acquire a reservation of `--rtype`.
+    Acquire,
+    /// Preempt the holders of `--preempt-key`, taking a reservation of `--rtype`.
+    Preempt,
+    /// Preempt and abort.
+    PreemptAbort,
+    /// Release the reservation of `--rtype` this host holds.
+    Release,
+    /// Clear the reservation and every registration.
+    Clear,
+}
+
+impl ResvAction {
+    /// The action as the command line spells it.
+    fn name(self) -> String {
+        use clap::ValueEnum;
+        self.to_possible_value().expect("no skipped variants").get_name().into()
+    }
+}
+
+/// Reservation types, as nvme-cli's `--rtype` 1 to 6.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ResvType {
+    /// Write Exclusive (1).
+    WriteExclusive,
+    /// Exclusive Access (2).
+    ExclusiveAccess,
+    /// Write Exclusive - Registrants Only (3).
+    WriteExclusiveRegOnly,
+    /// Exclusive Access - Registrants Only (4).
+    ExclusiveAccessRegOnly,
+    /// Write Exclusive - All Registrants (5).
+    WriteExclusiveAllRegs,
+    /// Exclusive Access - All Registrants (6).
+    ExclusiveAccessAllRegs,
+}
+
+impl ResvType {
+    fn wire(self) -> ReservationType {
+        ReservationType(self as u8 + 1)
+    }
+}
+
+/// The name of a reservation type as `--rtype` spells it (`none` when none is held).
+fn rtype_name(t: ReservationType) -> String {
+    use clap::ValueEnum;
+    match t.0 {
+        0 => "none".into(),
+        n @ 1..=6 => ResvType::value_variants()[n as usize - 1]
+            .to_possible_value()
+            .expect("no skipped variants")
+            .get_name()
+            .into(),
+        n => format!("unknown ({n})"),
+    }
+}
+
+/// A reservation key: decimal or 0x-prefixed hexadecimal.
+fn parse_key(s: &str) -> Result<u64, String> {
+    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    r.map_err(|_| format!("{s:?} is not a 64-bit key (decimal or 0x hex)"))
 }
 
 impl Cli {
@@ -296,7 +407,119 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
             close(ctrl).await;
             r
         }
+        Command::Resv { addr, nqn, nsid, action, key, new_key, preempt_key, rtype, ignore_key } => {
+            let needs_type = matches!(
+                action,
+                ResvAction::Acquire | ResvAction::Preempt | ResvAction::PreemptAbort | ResvAction::Release
+            );
+            if needs_type && rtype.is_none() {
+                return Err(ToolError::usage(format!("resv {}: --rtype is required", action.name())));
+            }
+            let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
+            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(1)).await?;
+            let keys =
+                ResvKeys { key: *key, new_key: *new_key, preempt_key: *preempt_key, ignore_key: *ignore_key };
+            let r = resv(cli, &ctrl, *nsid, *action, keys, rtype.map(ResvType::wire), out).await;
+            close(ctrl).await;
+            r
+        }
     }
+}
+
+/// The keys and flags of `nvmeof resv`.
+#[derive(Clone, Copy)]
+struct ResvKeys {
+    key: u64,
+    new_key: u64,
+    preempt_key: u64,
+    ignore_key: bool,
+}
+
+async fn resv(
+    cli: &Cli,
+    ctrl: &Controller,
+    nsid: u32,
+    action: ResvAction,
+    k: ResvKeys,
+    rtype: Option<ReservationType>,
+    out: &mut dyn Write,
+) -> Result<(), ToolError> {
+    let ns = ctrl
+        .namespace(nsid)
+        .await
+        .map_err(|e| ToolError::from_initiator(&format!("namespace {nsid}"), &e))?;
+    let t = rtype.unwrap_or(ReservationType::NONE);
+    let r = match action {
+        ResvAction::Report => {
+            let status = ns
+                .reservation_report()
+                .await
+                .map_err(|e| ToolError::from_initiator(&format!("reservation report (nsid {nsid})"), &e))?;
+            return if cli.json {
+                emit(out, &resv_report_json(nsid, &status))
+            } else {
+                write!(out, "{}", resv_report_text(nsid, &status)).map_err(out_err)
+            };
+        }
+        ResvAction::Register => {
+            ns.reservation_register(RegisterAction::REGISTER, k.key, k.new_key, false).await
+        }
+        ResvAction::Unregister => {
+            ns.reservation_register(RegisterAction::UNREGISTER, k.key, 0, k.ignore_key).await
+        }
+        ResvAction::Replace => {
+            ns.reservation_register(RegisterAction::REPLACE, k.key, k.new_key, k.ignore_key).await
+        }
+        ResvAction::Acquire => ns.reservation_acquire(AcquireAction::ACQUIRE, t, k.key, 0).await,
+        ResvAction::Preempt => ns.reservation_acquire(AcquireAction::PREEMPT, t, k.key, k.preempt_key).await,
+        ResvAction::PreemptAbort => {
+            ns.reservation_acquire(AcquireAction::PREEMPT_AND_ABORT, t, k.key, k.preempt_key).await
+        }
+        ResvAction::Release => ns.reservation_release(ReleaseAction::RELEASE, t, k.key).await,
+        ResvAction::Clear => ns.reservation_release(ReleaseAction::CLEAR, t, k.key).await,
+    };
+    let name = action.name();
+    r.map_err(|e| ToolError::from_initiator(&format!("reservation {name} (nsid {nsid})"), &e))?;
+    if cli.json {
+        emit(out, &json!({ "nsid": nsid, "action": name, "rtype": rtype.map(rtype_name) }))
+    } else {
+        writeln!(out, "nsid {nsid}: reservation {name} done").map_err(out_err)
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn resv_report_json(nsid: u32, s: &ReservationStatus) -> Value {
+    let regs: Vec<Value> = s
+        .registrants
+        .iter()
+        .map(|r| json!({ "hostid": hex(&r.hostid), "rkey": r.rkey, "holds": r.holds, "cntlid": r.cntlid }))
+        .collect();
+    json!({ "nsid": nsid, "generation": s.generation, "rtype": rtype_name(s.rtype), "regctl": s.regctl,
+            "ptpls": s.ptpls, "registrants": regs })
+}
+
+fn resv_report_text(nsid: u32, s: &ReservationStatus) -> String {
+    let mut t = format!(
+        "nsid {nsid}: reservation {}, {} registrant(s), generation {}\n",
+        rtype_name(s.rtype),
+        s.regctl,
+        s.generation
+    );
+    if !s.registrants.is_empty() {
+        t += &format!("  {:<32}  {:<18}  {}\n", "host ID", "key", "holds");
+    }
+    for r in &s.registrants {
+        t += &format!(
+            "  {:<32}  {:<18}  {}\n",
+            hex(&r.hostid),
+            format!("{:#x}", r.rkey),
+            if r.holds { "yes" } else { "no" }
+        );
+    }
+    t
 }
 
 async fn close(ctrl: Controller) {
@@ -402,10 +625,6 @@ pub fn discovery_text(addr: &str, log: &DiscoveryLog) -> String {
 
 fn version(v: u32) -> String {
     format!("{}.{}.{}", v >> 16, (v >> 8) & 0xFF, v & 0xFF)
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// Identify Controller data (and connection facts) as JSON.

@@ -61,7 +61,13 @@
 #                     Conflict) while dd verify through the holder works; a
 #                     release with a wrong key is refused; release -> hook
 #                     "resv-write ok"; unregister (no registrant, generation
-#                     moved).
+#                     moved). Then Write Exclusive - Registrants Only taken
+#                     again, and another host (hook "resv-cli": the nvmeof
+#                     CLI) registers and preempts it: the Reservation Log
+#                     Page Available event (uevent NVME_AEN=0x800006), log
+#                     80h says registration preempted on namespace 1, the
+#                     report shows the other host holding Write Exclusive,
+#                     and this host's write fails; the other host clears.
 #
 # Keep-alive and discovery:
 #   - keep-alive:     connect with KATO 2 s (-k 2), stay idle 7 s: the
@@ -417,6 +423,49 @@ kh_reservations() {
     resv_report
     [ "$(rr regctl)" = 0 ] && [ "$(rr gen)" -gt "$_gen" ] || fail "after unregister: $(tr '\n' ' ' </tmp/rr.txt)"
     info "reservations: oncs $_oncs, rescap $_rescap; registered, Write Exclusive held (another host's write refused, ours verified), wrong key refused, released (the other host writes), unregistered (generation $_gen -> $(rr gen))"
+    # Preempted by another host: the host hears of it (asynchronous event,
+    # log page 80h) and may not write any more; in a subshell, so that its
+    # `fail` cannot skip the cleanup
+    : >/tmp/uevents
+    uevent sh -c 'echo "${ACTION:-} ${DEVPATH:-} NVME_AEN=${NVME_AEN:-}" >>/tmp/uevents' </dev/null >/dev/null 2>&1 &
+    _uev=$!
+    sleep 0.5
+    ( resv_preempted )
+    _rc=$?
+    kill "$_uev" 2>/dev/null
+    hook_call resv-cli 60 clear --key 0xb2 >/dev/null || info "clearing the other host's reservation: $HOOK_REPLY"
+    [ $_rc = 0 ] || exit 1
+    resv_report
+    [ "$(rr regctl)" = 0 ] || fail "after the other host's clear: $(tr '\n' ' ' </tmp/rr.txt)"
+}
+
+# resv_preempted: another host (hooks resv-cli) preempts this one's Write
+# Exclusive - Registrants Only reservation with its key
+resv_preempted() {
+    resv_cmd resv-register "$DEV" -n 1 --nrkey=0xa1 --rrega=0
+    resv_cmd resv-acquire "$DEV" -n 1 --crkey=0xa1 --rtype=3 --racqa=0
+    hook_call resv-cli 60 register --new-key 0xb2 || fail "the other host's register: $HOOK_REPLY"
+    hook_call resv-cli 60 preempt --key 0xb2 --preempt-key 0xa1 --rtype write-exclusive \
+        || fail "the other host's preempt: $HOOK_REPLY"
+    # Reservation Log Page Available: type 6 (I/O command set), log 80h
+    _dl=$(( $(date +%s) + 10 ))
+    until grep -q "/$CTRL NVME_AEN=0x800006\$" /tmp/uevents; do
+        [ "$(date +%s)" -le $_dl ] || fail "no reservation event (NVME_AEN=0x800006) on $CTRL within 10 s: $(tail -n 3 /tmp/uevents | tr '\n' ';')"
+        sleep 0.1
+    done
+    t 30 nvme get-log "/dev/$CTRL" --log-id=0x80 --log-len=64 --raw-binary >/tmp/rlog.bin 2>/tmp/rlog.err \
+        || fail "nvme get-log 0x80: $(cat /tmp/rlog.err)"
+    # count (8 bytes), type (byte 8: 1 = registration preempted), NSID at 12
+    _type=$(od -An -tu1 -j8 -N1 /tmp/rlog.bin | tr -d ' ')
+    _nsid=$(od -An -tu4 -j12 -N4 /tmp/rlog.bin | tr -d ' ')
+    [ "$_type" = 1 ] && [ "$_nsid" = 1 ] || fail "reservation log: type $_type nsid $_nsid, want 1 (registration preempted) on 1"
+    resv_report
+    [ "$(rr rtype)" = 1 ] && [ "$(rr regctl)" = 1 ] && [ "$(rr rkey)" = b2 ] \
+        || fail "after the preempt: $(tr '\n' ' ' </tmp/rr.txt)"
+    if t 30 dd if=/dev/zero of="$DEV" bs=4k count=1 seek=$((64 << 8)) oflag=direct 2>/tmp/dd.err; then
+        fail "a write of the preempted host succeeded"
+    fi
+    info "preempted by another host: event NVME_AEN=0x800006, log 80h type 1 on nsid 1, its write refused ($(head -n 1 /tmp/dd.err))"
 }
 
 kh_write_protect() {
