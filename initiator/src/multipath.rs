@@ -26,6 +26,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use nvmeof_common::spec::log::{AnaLog, AnaState};
+use nvmeof_common::spec::reservation::{
+    AcquireAction, RegisterAction, ReleaseAction, ReservationStatus, ReservationType,
+};
 use nvmeof_common::status::StatusCodeType;
 use tokio::sync::{broadcast, watch, Notify};
 use tokio::task::JoinHandle;
@@ -312,7 +315,12 @@ async fn watch_path(path: Arc<Path>, changed: watch::Sender<u64>, mut events: Ev
 /// Runs `$op`, an I/O call on the `Namespace` of a usable path, failing
 /// over to another path after a path error ([`Attempts`]); returns its value.
 macro_rules! on_a_path {
-    ($mp:expr, |$ns:ident| $op:expr) => {{
+    ($mp:expr, |$ns:ident| $op:expr) => {
+        on_a_path!($mp, |_: &Error| true, |$ns| $op)
+    };
+    // `$retry`: whether an error may move the command to another path at
+    // all (then `Attempts::failed` decides by the error).
+    ($mp:expr, $retry:expr, |$ns:ident| $op:expr) => {{
         let mut attempts = $mp.attempts();
         loop {
             let path = attempts.next().await?;
@@ -322,10 +330,20 @@ macro_rules! on_a_path {
             drop(outstanding);
             match r {
                 Ok(v) => break Ok(v),
-                Err(e) => attempts.failed(&path, e)?,
+                Err(e) if ($retry)(&e) => attempts.failed(&path, e)?,
+                Err(e) => break Err(e),
             }
         }
     }};
+}
+
+/// For a command that must not run twice (a reservation Register, Acquire
+/// or Release): it moves to another path only when the path refused it
+/// unexecuted (an ANA status); any other error, a lost connection included,
+/// is returned (the Linux host sends `pr_ops` through one path,
+/// `nvme_send_ns_head_pr_command`, and does not retry them).
+fn refused_unexecuted(e: &Error) -> bool {
+    ana_of_status(e).is_some()
 }
 
 impl MultipathNamespace {
@@ -558,6 +576,55 @@ impl MultipathNamespace {
     /// after a path error, all of them again on the next path.
     pub async fn deallocate(&self, ranges: &[(u64, u32)]) -> Result<()> {
         on_a_path!(self, |ns| ns.deallocate(ranges))
+    }
+
+    /// Reservation Register ([`Namespace::reservation_register`]) through
+    /// one path: registrations belong to the host ID, shared by every path.
+    /// Moved to another path only when refused for its ANA state.
+    pub async fn reservation_register(
+        &self,
+        action: RegisterAction,
+        current_key: u64,
+        new_key: u64,
+        ignore_existing_key: bool,
+    ) -> Result<()> {
+        on_a_path!(self, refused_unexecuted, |ns| ns.reservation_register(
+            action,
+            current_key,
+            new_key,
+            ignore_existing_key
+        ))
+    }
+
+    /// Reservation Acquire ([`Namespace::reservation_acquire`]) through one path.
+    pub async fn reservation_acquire(
+        &self,
+        action: AcquireAction,
+        rtype: ReservationType,
+        current_key: u64,
+        preempt_key: u64,
+    ) -> Result<()> {
+        on_a_path!(self, refused_unexecuted, |ns| ns.reservation_acquire(
+            action,
+            rtype,
+            current_key,
+            preempt_key
+        ))
+    }
+
+    /// Reservation Release ([`Namespace::reservation_release`]) through one path.
+    pub async fn reservation_release(
+        &self,
+        action: ReleaseAction,
+        rtype: ReservationType,
+        current_key: u64,
+    ) -> Result<()> {
+        on_a_path!(self, refused_unexecuted, |ns| ns.reservation_release(action, rtype, current_key))
+    }
+
+    /// Reservation Report ([`Namespace::reservation_report`]), failed over like a read.
+    pub async fn reservation_report(&self) -> Result<ReservationStatus> {
+        on_a_path!(self, |ns| ns.reservation_report())
     }
 
     /// Shuts every path's controller down ([`Controller::shutdown`]); the

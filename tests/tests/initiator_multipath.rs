@@ -380,3 +380,55 @@ async fn targets_given_the_same_uuid_export_one_namespace() {
     })
     .await
 }
+
+/// Reservations through a multipath namespace: registrations belong to the
+/// host ID, so a reservation taken through one path covers I/O through both;
+/// another host is refused; with one path inaccessible, the reservation
+/// commands go through the other.
+#[tokio::test]
+async fn reservations_through_either_path() {
+    use nvmeof_initiator::common::spec::reservation::{
+        AcquireAction, RegisterAction, ReleaseAction, ReservationType,
+    };
+    use nvmeof_initiator::common::Status;
+    use nvmeof_initiator::HostIdentity;
+    bounded(60, async {
+        let with_resv = |s1: &str, s2: &str| {
+            let mut c = cfg(s1, s2);
+            c.subsystems[0].namespaces[0].reservations = true;
+            c
+        };
+        let (server, _) = start(&with_resv("optimized", "optimized")).await;
+        let mp = two_paths(&server, opts(), Duration::from_secs(5)).await;
+        mp.reservation_register(RegisterAction::REGISTER, 0, 5, false).await.unwrap();
+        mp.reservation_acquire(AcquireAction::ACQUIRE, ReservationType::WRITE_EXCLUSIVE, 5, 0).await.unwrap();
+        let before = commands(&mp);
+        io(&mp, 8, 3).await;
+        let after = commands(&mp);
+        assert!(
+            after.iter().zip(&before).all(|(a, b)| a > b),
+            "I/O through both paths: {before:?} -> {after:?}"
+        );
+        let r = mp.reservation_report().await.unwrap();
+        assert_eq!(
+            (r.rtype, r.regctl, r.registrants[0].hostid),
+            (ReservationType::WRITE_EXCLUSIVE, 1, host().id)
+        );
+
+        let other = ConnectOptions { host: Some(HostIdentity::from_id(*b"multipath-other!")), ..opts() };
+        let ctrl = Controller::connect(server.local_addrs[1], SUBNQN, other).await.unwrap();
+        match ctrl.namespace(1).await.unwrap().write(0, &[1u8; BS]).await {
+            Err(Error::Nvme { status, .. }) => assert_eq!(status.code(), Status::RESERVATION_CONFLICT),
+            other => panic!("another host's write: {other:?}"),
+        }
+        ctrl.shutdown().await.unwrap();
+
+        server.reload(&with_resv("inaccessible", "optimized")).unwrap();
+        wait_ana(&mp, &[AnaState::INACCESSIBLE, AnaState::OPTIMIZED]).await;
+        mp.reservation_release(ReleaseAction::RELEASE, ReservationType::WRITE_EXCLUSIVE, 5).await.unwrap();
+        mp.reservation_register(RegisterAction::UNREGISTER, 5, 0, false).await.unwrap();
+        assert_eq!(mp.reservation_report().await.unwrap().regctl, 0);
+        mp.shutdown().await.unwrap();
+    })
+    .await;
+}
