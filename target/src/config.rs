@@ -39,6 +39,7 @@
 //! read_only = false                      # optional (file/block only): export read-only
 //! ana_group = 1                          # optional: ANA group (1..=128)
 //! reservations = false                  # optional: persistent reservations (nvmet resv_enable)
+//! reservations_file = "/var/lib/nvmeof/ns1.resv"  # optional: they persist through power loss
 //! uuid = "0b1d8c4e-..."                  # optional: identifiers (also nguid, eui64); see NamespaceIds
 //! ```
 //!
@@ -65,7 +66,12 @@
 //! ioctls, `nvme resv-register`, `resv-acquire`, ...), which other hosts'
 //! reads and writes then meet as Reservation Conflict. Registrations last
 //! until the target stops or a reload replaces the namespace (changing the
-//! key does); they do not persist through power loss.
+//! key does). With `reservations_file` (which implies `reservations`)
+//! they can persist through power loss, as SPDK's `ptpl_file`: once a host
+//! turns Persist Through Power Loss on (Register with CPTPL 11b, as the
+//! Linux host's `pr_ops` always ask, or Set Features 83h), every change is
+//! written to the file before the command completes, and the target
+//! restores the registrations and the reservation when it starts again.
 //!
 //! `ana_state` and `ana_groups` set what each port reports for Asymmetric
 //! Namespace Access (nvmet's `ports/N/ana_groups/G/ana_state`): every group
@@ -270,6 +276,8 @@ pub struct NamespaceConfig {
     pub ids: NamespaceIds,
     /// Reservations enabled (nvmet `resv_enable`; [`crate::core::reservation`]).
     pub reservations: bool,
+    /// Where reservations persist through power loss (implies `reservations`).
+    pub reservations_file: Option<PathBuf>,
 }
 
 /// Namespace identifiers a configuration gives (nvmet's `device_uuid` and
@@ -615,6 +623,7 @@ struct RawNamespace {
     read_only: Option<bool>,
     ana_group: Option<u32>,
     reservations: Option<bool>,
+    reservations_file: Option<PathBuf>,
     uuid: Option<String>,
     nguid: Option<String>,
     eui64: Option<String>,
@@ -810,8 +819,15 @@ impl TargetConfig {
                         .map_err(|e| invalid(format!("{nkey}.ana_group"), e))?
                         .unwrap_or(DEFAULT_ANA_GROUP),
                     ids,
-                    reservations: n.reservations.unwrap_or(false),
+                    reservations: n.reservations.unwrap_or(n.reservations_file.is_some()),
+                    reservations_file: n.reservations_file.clone(),
                 };
+                if !ns.reservations && ns.reservations_file.is_some() {
+                    return Err(invalid(
+                        format!("{nkey}.reservations_file"),
+                        "needs reservations (set false here)",
+                    ));
+                }
                 ns.check_size().map_err(|(key, e)| invalid(format!("{nkey}.{key}"), e))?;
                 ns.check_read_only().map_err(|(key, e)| invalid(format!("{nkey}.{key}"), e))?;
                 ns.check_engine().map_err(|e| invalid(format!("{nkey}.buffered_io"), e))?;
@@ -963,6 +979,9 @@ mod tests {
         };
         assert!(!ns("").unwrap(), "off by default, as nvmet's resv_enable");
         assert!(ns("reservations = true\n").unwrap());
+        assert!(ns("reservations_file = \"/x.resv\"\n").unwrap(), "a file implies reservations");
+        let e = ns("reservations = false\nreservations_file = \"/x.resv\"\n").unwrap_err().to_string();
+        assert!(e.contains("reservations_file"), "{e}");
         let e = ns("reservations = 1\n").unwrap_err().to_string();
         assert!(e.contains("reservations"), "{e}");
     }

@@ -143,6 +143,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             ana_group: DEFAULT_ANA_GROUP,
             ids: Default::default(),
             reservations: a.reservations,
+            reservations_file: None,
         });
     }
     for r in &a.ram {
@@ -154,6 +155,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             ana_group: DEFAULT_ANA_GROUP,
             ids: Default::default(),
             reservations: a.reservations,
+            reservations_file: None,
         });
     }
     for b in &a.block {
@@ -169,6 +171,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             ana_group: DEFAULT_ANA_GROUP,
             ids: Default::default(),
             reservations: a.reservations,
+            reservations_file: None,
         });
     }
     if nss.is_empty() {

@@ -15,7 +15,7 @@ use crate::config::{
     assign_nsids, IoEngine, NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig,
 };
 use crate::core::ana::ana_state_name;
-use crate::core::{Namespace, Subsystem, Target};
+use crate::core::{Namespace, Reservations, Subsystem, Target};
 use crate::transport::tcp::{self, ConnOptions};
 
 /// A running target.
@@ -53,6 +53,7 @@ fn same_store(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
         // Reservations come and go with a namespace object (nvmet changes
         // `resv_enable` only while the namespace is disabled).
         && a.reservations == b.reservations
+        && a.reservations_file == b.reservations_file
         // New identifiers make hosts drop the namespace and add it again.
         && a.ids == b.ids
         && match (&a.source, &b.source) {
@@ -200,16 +201,30 @@ fn check_subsystem_nqn(nqn: &str) -> std::io::Result<()> {
 /// The namespace `n` configures as `nsid` of subsystem `nqn`, on backend `b`.
 /// Identifiers follow the store: the same file reopened (engine, buffering
 /// or block size changed) keeps them, another file or a new RAM store gets others.
-fn new_namespace(nqn: &str, nsid: u32, n: &NamespaceConfig, b: Arc<dyn Backend>) -> Namespace {
+/// Fails when its reservations file cannot be read.
+fn new_namespace(
+    nqn: &str,
+    nsid: u32,
+    n: &NamespaceConfig,
+    b: Arc<dyn Backend>,
+) -> std::io::Result<Namespace> {
     let mut ns = Namespace::for_store(nqn, nsid, &store_identity(n), b)
         .with_read_only(n.read_only)
         .with_ana_group(n.ana_group)
         .with_reservations(n.reservations);
+    if let Some(path) = &n.reservations_file {
+        let r = Reservations::persistent(path.clone())?;
+        let st = r.report();
+        if st.ptpls {
+            info!(subnqn = nqn, nsid, file = %path.display(), registrants = st.regctl, rtype = st.rtype.0, "reservations restored (persist through power loss)");
+        }
+        ns.reservations = Some(r);
+    }
     // As given (a given UUID keeps its own version bits).
     ns.uuid = n.ids.uuid.unwrap_or(ns.uuid);
     ns.nguid = n.ids.nguid.unwrap_or(ns.nguid);
     ns.eui64 = n.ids.eui64.unwrap_or(ns.eui64);
-    ns
+    Ok(ns)
 }
 
 /// Applies the configured ANA states to the target's ports (port IDs follow
@@ -254,7 +269,9 @@ pub fn subsystem_from_config(cfg: &SubsystemConfig) -> std::io::Result<Arc<Subsy
         let b =
             open_backend(n).map_err(|e| std::io::Error::new(e.kind(), format!("namespace {nsid}: {e}")))?;
         info!(subnqn = nqn, nsid, backend = %b.describe(), size = b.size(), block_size = b.block_size(), read_only = n.read_only, "namespace");
-        s.add_namespace(Arc::new(new_namespace(nqn, nsid, n, b)));
+        let ns = new_namespace(nqn, nsid, n, b)
+            .map_err(|e| std::io::Error::new(e.kind(), format!("namespace {nsid}: {e}")))?;
+        s.add_namespace(Arc::new(ns));
     }
     Ok(s)
 }
@@ -390,13 +407,20 @@ impl Server {
                 let key = (sc.nqn.clone(), nsid);
                 match (s.namespace(nsid), new_backends.remove(&key)) {
                     (running, Some(b)) => {
+                        let new = match new_namespace(&sc.nqn, nsid, n, b.clone()) {
+                            Ok(ns) => ns,
+                            Err(e) => {
+                                failed.push(format!("{} namespace {nsid}: {e}", sc.nqn));
+                                continue;
+                            }
+                        };
                         if running.is_some() {
                             info!(subnqn = %sc.nqn, nsid, backend = %b.describe(), "reload: replacing namespace (its store changed)");
                             s.remove_namespace(nsid);
                         } else {
                             info!(subnqn = %sc.nqn, nsid, backend = %b.describe(), "reload: adding namespace");
                         }
-                        s.add_namespace(Arc::new(new_namespace(&sc.nqn, nsid, n, b)));
+                        s.add_namespace(Arc::new(new));
                     }
                     (None, None) => continue,
                     (Some(ns), None) => {

@@ -172,6 +172,8 @@ write_target_config() {
             [ "$nsid" = 1 ] && echo "uuid = \"$NS1_UUID\""
             # kernel-host step reservations
             [ "$nsid" = 1 ] && echo "reservations = true"
+            # kernel-host step target-restart: registrations persist through it
+            [ "$nsid" = 1 ] && echo "reservations_file = \"$DIR/ns1.resv\""
             echo "file = \"$file\""
             echo "size = \"$size\""
         done <"$DIR/ns.list"

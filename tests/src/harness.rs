@@ -44,6 +44,7 @@ pub fn ram_ns(nsid: u32, size: u64, block_size: u32) -> NamespaceConfig {
         ana_group: nvmeof_target::core::ana::DEFAULT_ANA_GROUP,
         ids: Default::default(),
         reservations: false,
+        reservations_file: None,
     }
 }
 

@@ -120,6 +120,7 @@ async fn steady_state_allocations_per_io() {
                 ana_group: 1,
                 ids: Default::default(),
                 reservations: false,
+                reservations_file: None,
             }]
             .into_iter()
             .chain(uring_file.as_ref().map(|path| NamespaceConfig {
@@ -135,6 +136,7 @@ async fn steady_state_allocations_per_io() {
                 ana_group: 1,
                 ids: Default::default(),
                 reservations: false,
+                reservations_file: None,
             }))
             .collect(),
             cntlids: nvmeof_target::core::target::CNTLID_RANGE,

@@ -369,6 +369,7 @@ async fn random_io_verified_on_io_uring_files() {
             ana_group: 1,
             ids: Default::default(),
             reservations: false,
+            reservations_file: None,
         };
         bounded(60, random_io_on(ns, ran == 1, Duration::from_secs(2))).await;
         let _ = std::fs::remove_file(&path);

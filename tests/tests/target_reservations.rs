@@ -290,3 +290,64 @@ async fn reservation_commands_are_not_resubmitted_after_a_lost_connection() {
     })
     .await;
 }
+
+/// With a reservations file, reservations persist through power loss once a
+/// host asks (Register with CPTPL 11b, as the Linux host's `pr_ops`):
+/// RESCAP bit 0, Report PTPLS, Features 83h, and after a target restart the
+/// registrations and the reservation are back and enforced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reservations_persist_through_a_restart() {
+    bounded(60, async {
+        let file = std::env::temp_dir().join(format!("nvmeof-ptpl-{}.resv", std::process::id()));
+        let _ = std::fs::remove_file(&file);
+        let mut cfg = config(vec![nvmeof_target::config::NamespaceConfig {
+            reservations: true,
+            reservations_file: Some(file.clone()),
+            ..ram_ns(1, SIZE)
+        }]);
+        let (server, addr) = start(&cfg).await;
+        let a = Controller::connect(addr, SUBNQN, host_opts(b"reservation-hstA")).await.unwrap();
+        assert_eq!(a.identify_namespace(1).await.unwrap().rescap, 0xFF, "PTPL supported");
+        let ns = a.namespace(1).await.unwrap();
+        let mut register = ReservationCmd::register(1, RegisterAction::REGISTER, false).to_sqe(0);
+        register.set_cdw(10, register.cdw(10) | 3 << 30);
+        let keys = nvmeof_initiator::common::spec::ReservationKeys { current: 0, other: 0x77 }.encode();
+        a.io_command(register, Payload::Write(&keys)).await.unwrap();
+        ns.reservation_acquire(AcquireAction::ACQUIRE, ReservationType::EXCLUSIVE_ACCESS, 0x77, 0)
+            .await
+            .unwrap();
+        let before = ns.reservation_report().await.unwrap();
+        assert!(before.ptpls);
+        let mut get = GetFeaturesCmd::new(FeatureId::RESV_PERSIST).to_sqe(0);
+        get.set_nsid(1);
+        assert_eq!(a.admin_command(get, Payload::None).await.unwrap().dw0(), 1);
+        a.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(2)).await;
+
+        // The same port again: the state is back, and another host is refused.
+        cfg.listen = vec![addr];
+        let server = restart(&cfg).await;
+        let a = Controller::connect(addr, SUBNQN, host_opts(b"reservation-hstA")).await.unwrap();
+        let c = Controller::connect(addr, SUBNQN, host_opts(b"reservation-hstC")).await.unwrap();
+        assert_eq!(a.namespace(1).await.unwrap().reservation_report().await.unwrap(), before);
+        let mut buf = vec![0u8; BS];
+        let r = c.namespace(1).await.unwrap().read(0, &mut buf).await;
+        assert_eq!(status_of(r), Status::RESERVATION_CONFLICT.with_dnr());
+        // Set Features 83h off: a restart after it starts empty.
+        let mut set = SetFeaturesCmd::new(FeatureId::RESV_PERSIST, 0).to_sqe(0);
+        set.set_nsid(1);
+        a.admin_command(set, Payload::None).await.unwrap();
+        assert!(!a.namespace(1).await.unwrap().reservation_report().await.unwrap().ptpls);
+        for ctrl in [a, c] {
+            ctrl.shutdown().await.unwrap();
+        }
+        server.shutdown(Duration::from_secs(2)).await;
+        let server = restart(&cfg).await;
+        let a = Controller::connect(addr, SUBNQN, host_opts(b"reservation-hstA")).await.unwrap();
+        assert_eq!(a.namespace(1).await.unwrap().reservation_report().await.unwrap().regctl, 0);
+        a.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(2)).await;
+        std::fs::remove_file(&file).unwrap();
+    })
+    .await;
+}

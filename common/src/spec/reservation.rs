@@ -164,6 +164,10 @@ impl ReservationCmd {
     pub const fn iekey(&self) -> bool {
         self.cdw10 & IEKEY != 0
     }
+    /// Register: Change Persist Through Power Loss State (CDW10 bits 31:30).
+    pub const fn cptpl(&self) -> u8 {
+        (self.cdw10 >> 30) as u8
+    }
     /// Reservation type (CDW10 bits 15:8).
     pub const fn rtype(&self) -> ReservationType {
         ReservationType((self.cdw10 >> 8) as u8)

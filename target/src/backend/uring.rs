@@ -2301,6 +2301,7 @@ mod tests {
             ana_group: 1,
             ids: Default::default(),
             reservations: false,
+            reservations_file: None,
         };
         let threads = crate::server::open_backend(&ns(IoEngine::Threads, true)).unwrap();
         assert!(!threads.describe().contains("io_uring"), "{}", threads.describe());
@@ -2402,6 +2403,7 @@ mod tests {
             ana_group: 1,
             ids: Default::default(),
             reservations: false,
+            reservations_file: None,
         };
         let d = crate::server::open_backend(&default_ns).unwrap();
         assert!(d.describe().contains("(io_uring, O_DIRECT)"), "{}", d.describe());

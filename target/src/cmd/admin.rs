@@ -10,7 +10,7 @@
 //!
 //! Supported: Identify (CNS 00h/01h/02h/03h/05h/06h/07h/08h; discovery: 01h),
 //! Get Log Page (00h/01h/02h/03h/04h/05h/0Ch/80h; discovery: 70h) honouring LPO and
-//! NUMD, Set/Get Features (07h, 0Bh, 0Fh, 82h, 84h, 06h Get, 81h Get; discovery: 0Bh, 0Fh),
+//! NUMD, Set/Get Features (07h, 0Bh, 0Fh, 82h, 83h, 84h, 06h Get, 81h Get; discovery: 0Bh, 0Fh),
 //! Keep Alive, Asynchronous Event Request and Abort ("not aborted").
 
 use std::sync::Arc;
@@ -363,12 +363,13 @@ pub fn identify_ns(ns: &Namespace, ana: AnaState) -> IdentifyNamespace {
     }
 }
 
-/// RESCAP (CNS 00h and 08h): [`RESCAP`] where reservations are enabled, else 0.
+/// RESCAP (CNS 00h and 08h): [`RESCAP`] where reservations are enabled,
+/// with Persist Through Power Loss (bit 0) where they have a reservations file; else 0.
 fn rescap_of(ns: &Namespace) -> u8 {
-    if ns.reservations.is_some() {
-        RESCAP
-    } else {
-        0
+    match &ns.reservations {
+        Some(r) if r.ptpl_capable() => RESCAP | rescap::PTPL,
+        Some(_) => RESCAP,
+        None => 0,
     }
 }
 
@@ -608,6 +609,11 @@ fn set_features(ctrl: &Controller, sqe: &Sqe) -> Result<Response, Status> {
         // The host identifier comes from Connect on fabrics.
         FeatureId::HOST_ID if !disc => Err(Status::CMD_SEQ_ERROR.with_dnr()),
         FeatureId::RESV_MASK if !disc => set_resv_mask(ctrl, sqe.nsid(), cmd.cdw11),
+        FeatureId::RESV_PERSIST if !disc => {
+            let ns = ctrl.subsys.namespace(sqe.nsid()).ok_or_else(invalid_ns)?;
+            ns.reservations.as_ref().ok_or_else(invalid_field)?.set_ptpl(cmd.cdw11 & 1 != 0)?;
+            Ok(Response::result((cmd.cdw11 & 1) as u64))
+        }
         _ => Err(invalid_field()),
     }
 }
@@ -701,6 +707,13 @@ fn get_features(ctrl: &Controller, sqe: &Sqe) -> Result<Response, Status> {
             let ns = ctrl.subsys.namespace(sqe.nsid()).ok_or_else(invalid_ns)?;
             let r = ns.reservations.as_ref().ok_or_else(invalid_field)?;
             Ok(Response::result(r.notify_mask() as u64))
+        }
+        // Reservation Persistence: the PTPL state (bit 0), per namespace.
+        // nvmet, without Persist Through Power Loss, has no such feature.
+        FeatureId::RESV_PERSIST if !disc => {
+            let ns = ctrl.subsys.namespace(sqe.nsid()).ok_or_else(invalid_ns)?;
+            let r = ns.reservations.as_ref().ok_or_else(invalid_field)?;
+            Ok(Response::result(r.ptpl() as u64))
         }
         _ => Err(invalid_field()),
     }

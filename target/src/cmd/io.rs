@@ -264,9 +264,9 @@ fn execute_reservation(ctrl: &Controller, ns: &Namespace, sqe: &Sqe, data: &[u8]
             b.resize(sqe.sgl().length as usize, 0);
             return Response::data(b);
         }
-        IoOpcode::RESV_REGISTER => ReservationKeys::decode(data)
-            .map_err(|_| short())
-            .and_then(|k| r.register(host, RegisterAction(cmd.action()), cmd.iekey(), k.current, k.other)),
+        IoOpcode::RESV_REGISTER => ReservationKeys::decode(data).map_err(|_| short()).and_then(|k| {
+            r.register(host, RegisterAction(cmd.action()), cmd.iekey(), (k.current, k.other), cmd.cptpl())
+        }),
         IoOpcode::RESV_ACQUIRE => ReservationKeys::decode(data)
             .map_err(|_| short())
             .and_then(|k| r.acquire(host, AcquireAction(cmd.action()), cmd.rtype(), k.current, k.other)),

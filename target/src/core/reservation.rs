@@ -18,6 +18,7 @@
 //! Preempt and Abort preempts like Preempt; commands of the preempted hosts
 //! already past their checks finish (nvmet waits for them instead).
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -33,6 +34,11 @@ pub type HostId = [u8; 16];
 /// Controller ID reported for every registrant (dynamic controller model,
 /// as nvmet: registrations belong to hosts, not controllers).
 const CNTLID_DYNAMIC: u16 = 0xFFFF;
+
+/// Register CPTPL 10b: Persist Through Power Loss off.
+pub const CPTPL_CLEAR: u8 = 2;
+/// Register CPTPL 11b: Persist Through Power Loss on.
+pub const CPTPL_SET: u8 = 3;
 
 fn conflict() -> Status {
     Status::RESERVATION_CONFLICT.with_dnr()
@@ -57,13 +63,13 @@ pub enum Access {
     Write,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Reg {
     hostid: HostId,
     rkey: u64,
 }
 
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Holder {
     /// The registrant that acquired it (All Registrants types: the first
     /// registrant, nvmet's holder pointer, which moves on when it leaves).
@@ -71,7 +77,7 @@ struct Holder {
     rtype: ReservationType,
 }
 
-#[derive(Default, Debug)]
+#[derive(Clone, Default, Debug)]
 struct State {
     /// In order of registration.
     regs: Vec<Reg>,
@@ -80,9 +86,17 @@ struct State {
     /// Reservation Notification Mask (Features 82h): masked types are not
     /// reported. Per namespace, as nvmet keeps it.
     notify_mask: u32,
+    /// Persist Through Power Loss state (PTPL): the state above is kept in
+    /// the reservations file and restored when the target starts again.
+    ptpl: bool,
 }
 
 impl State {
+    /// What the reservations file keeps (with PTPL on).
+    fn persisted(&self) -> (bool, &[Reg], Option<Holder>, u32) {
+        (self.ptpl, &self.regs, self.holder, self.generation)
+    }
+
     fn reg(&self, host: &HostId) -> Option<usize> {
         self.regs.iter().position(|r| &r.hostid == host)
     }
@@ -173,6 +187,10 @@ pub struct Reservations {
     /// A reservation is held: only then do reads and writes look at the
     /// state (and take its lock).
     held: AtomicBool,
+    /// The reservations file (configuration `reservations_file`): Persist
+    /// Through Power Loss is supported (RESCAP bit 0), and while the host
+    /// has it on, every change is written there before it completes.
+    store: Option<PathBuf>,
 }
 
 impl Reservations {
@@ -181,11 +199,67 @@ impl Reservations {
         Self::default()
     }
 
-    fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+    /// Reservations that can persist through power loss in `path`: the
+    /// state it holds (with PTPL on) is restored; a missing file starts
+    /// empty with PTPL off. A file that cannot be read or parsed is an
+    /// error, so registrations are never dropped silently.
+    pub fn persistent(path: PathBuf) -> std::io::Result<Self> {
+        let state = match std::fs::read_to_string(&path) {
+            Ok(text) => persist::decode(&text).map_err(|e| {
+                std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display()))
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => State::default(),
+            Err(e) => return Err(std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
+        };
+        let held = AtomicBool::new(state.holder.is_some());
+        Ok(Self { state: Mutex::new(state), held, store: Some(path) })
+    }
+
+    /// Whether Persist Through Power Loss is supported (a reservations file).
+    pub fn ptpl_capable(&self) -> bool {
+        self.store.is_some()
+    }
+
+    /// The Persist Through Power Loss state (Report PTPLS, Features 83h).
+    pub fn ptpl(&self) -> bool {
+        self.read(|s| s.ptpl)
+    }
+
+    /// Sets the Persist Through Power Loss state (Set Features 83h);
+    /// Invalid Field where it is not supported.
+    pub fn set_ptpl(&self, on: bool) -> Result<(), Status> {
+        if !self.ptpl_capable() {
+            return Err(Status::INVALID_FIELD.with_dnr());
+        }
+        self.with(|s| {
+            s.ptpl = on;
+            Ok(())
+        })
+    }
+
+    fn read<R>(&self, f: impl FnOnce(&State) -> R) -> R {
+        f(&self.state.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Runs `f` on a copy of the state and keeps the copy if `f` succeeds
+    /// and, where the state persists, once it is in the reservations file:
+    /// an acknowledged change survives a crash, and one that could not be
+    /// written fails (Internal Error) and changes nothing.
+    fn with<R>(&self, f: impl FnOnce(&mut State) -> Result<R, Status>) -> Result<R, Status> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let r = f(&mut s);
+        let mut next = s.clone();
+        let r = f(&mut next)?;
+        if let Some(path) = &self.store {
+            if (s.ptpl || next.ptpl) && s.persisted() != next.persisted() {
+                persist::save(path, &next).map_err(|e| {
+                    tracing::error!(file = %path.display(), error = %e, "reservations: cannot write the reservations file; the command fails");
+                    Status::INTERNAL
+                })?;
+            }
+        }
+        *s = next;
         self.held.store(s.holder.is_some(), Ordering::Release);
-        r
+        Ok(r)
     }
 
     /// nvmet `nvmet_pr_check_cmd_access`: whether `host` may run a command
@@ -219,14 +293,20 @@ impl Reservations {
     /// a host already registered succeeds only with the same key. Unregister
     /// and Replace need the current key unless `iekey`. An unknown action is
     /// Invalid Opcode, as nvmet answers. Success moves the generation.
+    ///
+    /// `cptpl` (CDW10 bits 31:30) 10b turns Persist Through Power Loss off,
+    /// 11b on (the Linux host's `pr_ops` always ask 11b), where supported;
+    /// elsewhere it is ignored, as nvmet ignores it.
     pub fn register(
         &self,
         host: &HostId,
         action: RegisterAction,
         iekey: bool,
-        crkey: u64,
-        nrkey: u64,
+        keys: (u64, u64),
+        cptpl: u8,
     ) -> Result<Vec<Notice>, Status> {
+        let (crkey, nrkey) = keys;
+        let capable = self.ptpl_capable();
         self.with(|s| {
             let mut out = Vec::new();
             let found = s.reg(host);
@@ -245,6 +325,11 @@ impl Reservations {
                     _ => return Err(conflict()),
                 },
                 _ => return Err(Status::INVALID_OPCODE.with_dnr()),
+            }
+            match cptpl {
+                CPTPL_CLEAR if capable => s.ptpl = false,
+                CPTPL_SET if capable => s.ptpl = true,
+                _ => {}
             }
             s.generation = s.generation.wrapping_add(1);
             Ok(out)
@@ -386,11 +471,11 @@ impl Reservations {
     /// registrant with controller ID FFFFh, holders marked (all of them
     /// under the All Registrants types).
     pub fn report(&self) -> ReservationStatus {
-        self.with(|s| ReservationStatus {
+        self.read(|s| ReservationStatus {
             generation: s.generation,
             rtype: s.holder.map_or(ReservationType::NONE, |h| h.rtype),
             regctl: s.regs.len().min(u16::MAX as usize) as u16,
-            ptpls: false,
+            ptpls: s.ptpl,
             registrants: s
                 .regs
                 .iter()
@@ -406,7 +491,7 @@ impl Reservations {
 
     /// Reservation Notification Mask (Features 82h).
     pub fn notify_mask(&self) -> u32 {
-        self.with(|s| s.notify_mask)
+        self.read(|s| s.notify_mask)
     }
 
     /// Sets the Reservation Notification Mask; bits other than the three
@@ -415,8 +500,122 @@ impl Reservations {
         if mask & !NOTIFY_MASK_ALL != 0 {
             return Err(Status::INVALID_FIELD.with_dnr());
         }
-        self.with(|s| s.notify_mask = mask);
-        Ok(())
+        self.with(|s| {
+            s.notify_mask = mask;
+            Ok(())
+        })
+    }
+}
+
+/// The reservations file: TOML written whole (a temporary file, fsync,
+/// rename, fsync of the directory), so a crash leaves the old state or the
+/// new one. Keys are hexadecimal strings (TOML integers are signed).
+mod persist {
+    use std::io::Write;
+    use std::path::Path;
+
+    use nvmeof_common::spec::reservation::ReservationType;
+    use serde::{Deserialize, Serialize};
+
+    use super::{Holder, HostId, Reg, State};
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct File {
+        ptpl: bool,
+        generation: u32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        holder: Option<String>,
+        #[serde(default)]
+        rtype: u8,
+        #[serde(default, rename = "registrant", skip_serializing_if = "Vec::is_empty")]
+        registrants: Vec<RegFile>,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct RegFile {
+        hostid: String,
+        rkey: String,
+    }
+
+    fn hex(b: &[u8]) -> String {
+        b.iter().map(|x| format!("{x:02x}")).collect()
+    }
+
+    fn hostid(s: &str) -> Result<HostId, String> {
+        let bad = || format!("host ID {s:?} is not 32 hex digits");
+        if s.len() != 32 {
+            return Err(bad());
+        }
+        let mut id = [0u8; 16];
+        for (i, b) in id.iter_mut().enumerate() {
+            *b = u8::from_str_radix(s.get(2 * i..2 * i + 2).ok_or_else(bad)?, 16).map_err(|_| bad())?;
+        }
+        Ok(id)
+    }
+
+    /// The state the file holds; with PTPL off, none but that.
+    pub(super) fn decode(text: &str) -> Result<State, String> {
+        let f: File = toml::from_str(text).map_err(|e| e.to_string())?;
+        if !f.ptpl {
+            return Ok(State::default());
+        }
+        let mut regs = Vec::with_capacity(f.registrants.len());
+        for r in &f.registrants {
+            let rkey = u64::from_str_radix(r.rkey.trim_start_matches("0x"), 16)
+                .map_err(|_| format!("key {:?} is not hexadecimal", r.rkey))?;
+            regs.push(Reg { hostid: hostid(&r.hostid)?, rkey });
+        }
+        let holder = match &f.holder {
+            None => None,
+            Some(h) => {
+                let hostid = hostid(h)?;
+                let rtype = ReservationType(f.rtype);
+                if !rtype.is_valid() || !regs.iter().any(|r| r.hostid == hostid) {
+                    return Err(format!(
+                        "holder {h} with type {} is not a registrant with a valid type",
+                        f.rtype
+                    ));
+                }
+                Some(Holder { hostid, rtype })
+            }
+        };
+        Ok(State { regs, holder, generation: f.generation, ptpl: true, notify_mask: 0 })
+    }
+
+    pub(super) fn encode(s: &State) -> String {
+        let f = File {
+            ptpl: s.ptpl,
+            generation: if s.ptpl { s.generation } else { 0 },
+            holder: s.holder.filter(|_| s.ptpl).map(|h| hex(&h.hostid)),
+            rtype: s.holder.filter(|_| s.ptpl).map_or(0, |h| h.rtype.0),
+            registrants: match s.ptpl {
+                true => s
+                    .regs
+                    .iter()
+                    .map(|r| RegFile { hostid: hex(&r.hostid), rkey: format!("{:#x}", r.rkey) })
+                    .collect(),
+                false => Vec::new(),
+            },
+        };
+        let body = toml::to_string(&f).expect("serializable");
+        format!(
+            "# Reservations of one namespace, written by nvmeof-target (Persist Through Power Loss).\n{body}"
+        )
+    }
+
+    pub(super) fn save(path: &Path, s: &State) -> std::io::Result<()> {
+        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+        tmp_name.push(".tmp");
+        let tmp = dir.join(tmp_name);
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(encode(s).as_bytes())?;
+        f.sync_all()?;
+        drop(f);
+        std::fs::rename(&tmp, path)?;
+        std::fs::File::open(dir)?.sync_all()
     }
 }
 
@@ -429,7 +628,7 @@ mod tests {
     const C: HostId = [0xC; 16];
 
     fn reg(r: &Reservations, h: &HostId, key: u64) {
-        r.register(h, RegisterAction::REGISTER, false, 0, key).unwrap();
+        r.register(h, RegisterAction::REGISTER, false, (0, key), 0).unwrap();
     }
 
     fn acquire(r: &Reservations, h: &HostId, key: u64, t: ReservationType) -> Result<Vec<Notice>, Status> {
@@ -445,16 +644,19 @@ mod tests {
         let r = Reservations::new();
         reg(&r, &A, 1);
         // Registering again: the same key succeeds, another conflicts.
-        assert!(r.register(&A, RegisterAction::REGISTER, false, 0, 1).is_ok());
-        assert_eq!(r.register(&A, RegisterAction::REGISTER, false, 0, 2), Err(conflict()));
-        assert_eq!(r.register(&A, RegisterAction::REPLACE, false, 9, 2), Err(conflict()));
-        r.register(&A, RegisterAction::REPLACE, false, 1, 2).unwrap();
-        r.register(&A, RegisterAction::REPLACE, true, 0, 3).unwrap();
-        assert_eq!(r.register(&B, RegisterAction::UNREGISTER, false, 0, 0), Err(conflict()));
-        assert_eq!(r.register(&A, RegisterAction(3), false, 3, 0), Err(Status::INVALID_OPCODE.with_dnr()));
+        assert!(r.register(&A, RegisterAction::REGISTER, false, (0, 1), 0).is_ok());
+        assert_eq!(r.register(&A, RegisterAction::REGISTER, false, (0, 2), 0), Err(conflict()));
+        assert_eq!(r.register(&A, RegisterAction::REPLACE, false, (9, 2), 0), Err(conflict()));
+        r.register(&A, RegisterAction::REPLACE, false, (1, 2), 0).unwrap();
+        r.register(&A, RegisterAction::REPLACE, true, (0, 3), 0).unwrap();
+        assert_eq!(r.register(&B, RegisterAction::UNREGISTER, false, (0, 0), 0), Err(conflict()));
+        assert_eq!(
+            r.register(&A, RegisterAction(3), false, (3, 0), 0),
+            Err(Status::INVALID_OPCODE.with_dnr())
+        );
         let rep = r.report();
         assert_eq!((rep.generation, rep.regctl, rep.registrants[0].rkey), (4, 1, 3));
-        r.register(&A, RegisterAction::UNREGISTER, false, 3, 0).unwrap();
+        r.register(&A, RegisterAction::UNREGISTER, false, (3, 0), 0).unwrap();
         assert_eq!((r.report().generation, r.report().regctl), (5, 0));
     }
 
@@ -533,12 +735,12 @@ mod tests {
         acquire(&r, &A, 1, ReservationType::EXCLUSIVE_ACCESS_ALL_REGS).unwrap();
         assert!(r.report().registrants.iter().all(|g| g.holds));
         // The acquirer leaves: the reservation stays, B holds it.
-        r.register(&A, RegisterAction::UNREGISTER, false, 1, 0).unwrap();
+        r.register(&A, RegisterAction::UNREGISTER, false, (1, 0), 0).unwrap();
         assert_eq!(r.report().rtype, ReservationType::EXCLUSIVE_ACCESS_ALL_REGS);
         assert_eq!(may(&r, &B), (true, true));
         assert_eq!(may(&r, &A), (false, false));
         // The last registrant leaves: released.
-        r.register(&B, RegisterAction::UNREGISTER, false, 2, 0).unwrap();
+        r.register(&B, RegisterAction::UNREGISTER, false, (2, 0), 0).unwrap();
         assert_eq!(r.report().rtype, ReservationType::NONE);
         // Any registrant may release.
         reg(&r, &A, 1);
@@ -555,7 +757,7 @@ mod tests {
         reg(&r, &A, 1);
         reg(&r, &B, 2);
         acquire(&r, &A, 1, ReservationType::EXCLUSIVE_ACCESS_REG_ONLY).unwrap();
-        let n = r.register(&A, RegisterAction::UNREGISTER, true, 0, 0).unwrap();
+        let n = r.register(&A, RegisterAction::UNREGISTER, true, (0, 0), 0).unwrap();
         assert_eq!(n, vec![Notice { hostid: B, kind: NotificationType::RESERVATION_RELEASED }]);
         assert_eq!(r.report().rtype, ReservationType::NONE);
     }
@@ -624,5 +826,66 @@ mod tests {
         assert_eq!((rep.rtype, rep.regctl, rep.generation), (ReservationType::NONE, 0, 3));
         assert_eq!(may(&r, &C), (true, true));
         assert_eq!(r.release(&B, ReleaseAction(2), ReservationType(0), 2), Err(conflict()));
+    }
+
+    fn temp_path(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("nvmeof-resv-{}-{name}", std::process::id()))
+    }
+
+    #[test]
+    fn persists_through_power_loss_once_asked() {
+        let path = temp_path("ptpl");
+        let _ = std::fs::remove_file(&path);
+        let r = Reservations::persistent(path.clone()).unwrap();
+        assert!(r.ptpl_capable() && !r.ptpl());
+        // PTPL off: nothing is written, and a restart starts empty.
+        reg(&r, &A, 1);
+        assert!(!path.exists());
+        // Register with CPTPL 11b (as Linux's pr_ops) turns it on and writes the state.
+        r.register(&B, RegisterAction::REGISTER, false, (0, u64::MAX), CPTPL_SET).unwrap();
+        assert!(r.ptpl() && r.report().ptpls);
+        acquire(&r, &B, u64::MAX, ReservationType::EXCLUSIVE_ACCESS_REG_ONLY).unwrap();
+        let before = r.report();
+        drop(r);
+        let again = Reservations::persistent(path.clone()).unwrap();
+        assert_eq!(again.report(), before);
+        assert_eq!(may(&again, &C), (false, false), "the restored reservation is enforced");
+        assert_eq!(may(&again, &A), (true, true));
+        // Set Features 83h off: the file keeps no state any more.
+        again.set_ptpl(false).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.contains("ptpl = false") && !text.contains("registrant"), "{text}");
+        assert_eq!(Reservations::persistent(path.clone()).unwrap().report().regctl, 0);
+        // Without a file, CPTPL is ignored (nvmet) and Features 83h is refused.
+        let plain = Reservations::new();
+        plain.register(&A, RegisterAction::REGISTER, false, (0, 1), CPTPL_SET).unwrap();
+        assert!(!plain.ptpl());
+        assert_eq!(plain.set_ptpl(true), Err(Status::INVALID_FIELD.with_dnr()));
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn an_unwritable_file_fails_the_command_and_changes_nothing() {
+        let path = temp_path("gone").join("dir-that-does-not-exist").join("ns.resv");
+        let r = Reservations::persistent(path).unwrap();
+        assert_eq!(r.register(&A, RegisterAction::REGISTER, false, (0, 1), CPTPL_SET), Err(Status::INTERNAL));
+        let rep = r.report();
+        assert_eq!((rep.regctl, rep.generation, rep.ptpls), (0, 0, false));
+    }
+
+    #[test]
+    fn a_bad_file_is_an_error() {
+        for (name, text) in [
+            ("junk", "this is not toml"),
+            ("badkey", "ptpl = true\ngeneration = 1\n[[registrant]]\nhostid = \"0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a0a\"\nrkey = \"zz\"\n"),
+            ("holder", "ptpl = true\ngeneration = 1\nholder = \"0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b\"\nrtype = 1\n"),
+        ] {
+            let path = temp_path(name);
+            std::fs::write(&path, text).unwrap();
+            let e = Reservations::persistent(path.clone()).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{name}: {e}");
+            assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+            std::fs::remove_file(&path).unwrap();
+        }
     }
 }

@@ -58,6 +58,7 @@ pub fn ram_ns(nsid: u32, size: u64) -> NamespaceConfig {
         ana_group: 1,
         ids: Default::default(),
         reservations: false,
+        reservations_file: None,
     }
 }
 
@@ -71,6 +72,7 @@ pub fn file_ns(nsid: u32, path: &std::path::Path, size: Option<u64>, engine: IoE
         ana_group: 1,
         ids: Default::default(),
         reservations: false,
+        reservations_file: None,
     }
 }
 

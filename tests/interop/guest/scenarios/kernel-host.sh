@@ -33,7 +33,9 @@
 #                     nvmet: port removed and re-created) -> the controller
 #                     reconnects (dmesg "Successfully reconnected"), the writer
 #                     finishes, everything written reads back, new I/O works,
-#                     namespace 2 is still there with its data.
+#                     namespace 2 is still there with its data; a
+#                     registration made with CPTPL 11b (our target: a
+#                     reservations_file) is still there (PTPLS 1).
 #
 # Namespace write protection (Set Features 84h):
 #   - write-protect:  nvme set-feature -f 0x84 -v 1 on namespace 1 -> the
@@ -53,8 +55,8 @@
 #                     (Feature Not Changeable); remove-subsystem.
 #
 # Reservations (our target; nvmet 6.12 has none):
-#   - reservations:   namespace 1 has `reservations = true`: ONCS bit 5,
-#                     RESCAP 0xfe; nvme resv-register, resv-report --eds
+#   - reservations:   namespace 1 has `reservations = true` and a
+#                     reservations_file: ONCS bit 5, RESCAP 0xff; nvme resv-register, resv-report --eds
 #                     (one registrant, key a1), resv-acquire Write Exclusive
 #                     -> hook "resv-write conflict" (another host ID writing
 #                     through the nvmeof CLI is refused with Reservation
@@ -398,7 +400,8 @@ kh_reservations() {
     _oncs=$(t 30 nvme id-ctrl "/dev/$CTRL" 2>/dev/null | field oncs)
     [ $(( ${_oncs:-0} & 0x20 )) -ne 0 ] || fail "ONCS ${_oncs:-?} lacks Reservations (bit 5)"
     _rescap=$(t 30 nvme id-ns "$DEV" 2>/dev/null | field rescap)
-    [ "$(( ${_rescap:-0} ))" = 254 ] || fail "rescap ${_rescap:-?}, want 0xfe (every type, IEKEY)"
+    # every type, IEKEY, and PTPL (namespace 1 has a reservations_file)
+    [ "$(( ${_rescap:-0} ))" = 255 ] || fail "rescap ${_rescap:-?}, want 0xff (PTPL, every type, IEKEY)"
     resv_cmd resv-register "$DEV" -n 1 --nrkey=0xa1 --rrega=0
     resv_report
     [ "$(rr regctl)" = 1 ] && [ "$(rr rkey)" = a1 ] && [ "$(rr rtype)" = 0 ] \
@@ -1116,6 +1119,13 @@ kh_target_restart() {
     need_dev
     _st=/sys/class/nvme/$CTRL/state
     [ "$(cat "$_st")" = live ] || fail "controller $CTRL is $(cat "$_st") before the restart"
+    if [ "$TARGET" = host ]; then
+        # a registration with Persist Through Power Loss on (CPTPL 11b, as the
+        # kernel's pr_ops): namespace 1 has a reservations_file
+        resv_cmd resv-register "$DEV" -n 1 --nrkey=0xc3 --rrega=0 --cptpl=3
+        resv_report
+        [ "$(rr ptpls)" = 1 ] && [ "$(rr rkey)" = c3 ] || fail "before the restart: $(tr '\n' ' ' </tmp/rr.txt)"
+    fi
     # written (and synced) before the restart
     t 60 dd if=/dev/urandom of=/tmp/rs-a bs=1M count=8 2>/dev/null || fail "pattern"
     t 120 dd if=/tmp/rs-a of="$DEV" bs=1M seek=32 oflag=direct conv=fsync 2>/dev/null || fail "write before the restart"
@@ -1182,6 +1192,13 @@ kh_target_restart() {
     t 120 dd if="$DEV" of=/tmp/rs-rb bs=1M count=24 skip=64 iflag=direct 2>/dev/null || fail "read back (writer)"
     cmp /tmp/rs-b /tmp/rs-rb || fail "data of the writer running across the restart differs"
     info "8 MiB written before and 24 MiB written across the restart read back intact"
+    if [ "$TARGET" = host ]; then
+        resv_report
+        [ "$(rr ptpls)" = 1 ] && [ "$(rr regctl)" = 1 ] && [ "$(rr rkey)" = c3 ] \
+            || fail "the registration did not persist through the restart: $(tr '\n' ' ' </tmp/rr.txt)"
+        resv_cmd resv-register "$DEV" -n 1 --crkey=0xc3 --rrega=1
+        info "a registration with PTPL on (key c3) persisted through the target restart"
+    fi
     rm -f /tmp/rs-a /tmp/rs-ra /tmp/rs-b /tmp/rs-rb
     dd_verify "$DEV" 128 4 after-restart
     if [ -f "$STATE/dev2" ]; then
