@@ -75,8 +75,8 @@ const ANATT: u8 = 10;
 /// Reservations (bit 5; nvmet sets it whether or not a namespace has them
 /// enabled, and RESCAP says which do).
 const ONCS: u16 = (1 << 0) | (1 << 2) | (1 << 3) | (1 << 5);
-/// RESCAP of a namespace with reservations: every type, IEKEY as NVMe 1.3
-/// defines it, no Persist Through Power Loss (nvmet).
+/// RESCAP of a namespace with reservations: every type and IEKEY as NVMe
+/// 1.3 defines it, as nvmet; [`rescap_of`] adds Persist Through Power Loss.
 const RESCAP: u8 = rescap::ALL_TYPES | rescap::IEKEY_1_3;
 /// SGLS bits 1:0 = 01b: SGLs supported, byte aligned.
 const SGLS_SUPPORTED: u32 = 1 << 0;

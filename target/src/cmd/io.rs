@@ -132,8 +132,6 @@ fn parse_on(ctx: &QueueCtx, ctrl: &Controller, ns: &Namespace, sqe: &Sqe) -> Res
             }
             Ok(())
         }
-        // nvmet_{bdev,file}_execute_flush / _write_zeroes: nvmet_check_transfer_len(req, 0)
-        // comes first.
         IoOpcode::FLUSH | IoOpcode::WRITE_ZEROES | IoOpcode::DSM => {
             check_reservation(ctrl, ns, Access::Write)?;
             parse_write_group(ns, sqe, sgl_len)
@@ -145,6 +143,8 @@ fn parse_on(ctx: &QueueCtx, ctrl: &Controller, ns: &Namespace, sqe: &Sqe) -> Res
 /// Flush, Write Zeroes and Dataset Management past their reservation check.
 fn parse_write_group(ns: &Namespace, sqe: &Sqe, sgl_len: u64) -> Result<(), Status> {
     match IoOpcode(sqe.opcode()) {
+        // nvmet_{bdev,file}_execute_flush / _write_zeroes: nvmet_check_transfer_len(req, 0)
+        // comes first.
         IoOpcode::FLUSH => expect_len(sqe, 0),
         IoOpcode::WRITE_ZEROES => expect_len(sqe, 0).and_then(|()| lba_range(ns, sqe).map(|_| ())),
         _ => {

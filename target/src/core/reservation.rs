@@ -1,20 +1,23 @@
 //! Reservations of one namespace (NVMe Base 2.0 §8.19), after nvmet's `pr.c`
 //! (Linux 6.13): registrants keyed by the 128-bit host identifier from
 //! Connect, at most one reservation, a generation counter and the
-//! notifications each action owes other hosts. Sans-IO: the I/O command
-//! layer ([`crate::cmd::io`]) decodes the commands, calls these methods and
-//! delivers the returned [`Notice`]s to the hosts' controllers.
+//! notifications each action owes other hosts. The I/O command layer
+//! ([`crate::cmd::io`]) decodes the commands, calls these methods and
+//! delivers the returned [`Notice`]s to the hosts' controllers; the only
+//! I/O here is the reservations file.
 //!
 //! Registrations belong to hosts, not controllers: they outlive
 //! disconnects and are shared by every controller (every path) of one host,
-//! and they last as long as the namespace (no Persist Through Power Loss,
-//! RESCAP bit 0 clear, as nvmet).
+//! and they last as long as the namespace, as nvmet's. With a reservations
+//! file ([`Reservations::persistent`], as SPDK's `ptpl_file`) they can
+//! persist through power loss: RESCAP bit 0, and once a host turns PTPL
+//! on, every change is in the file before its command completes.
 //!
 //! Where nvmet and the specification differ, this follows the specification
-//! in two places, both about the All Registrants types, under which every
-//! registrant holds the reservation: any registrant (nvmet: the first one
-//! only) may release it or acquire it again with the same type; and
-//! Compare belongs to the read command group (nvmet checks Read only).
+//! in two places: under the All Registrants types every registrant holds
+//! the reservation, so any registrant (nvmet: the first one only) may
+//! release it or acquire it again with the same type; and Compare belongs
+//! to the read command group (nvmet checks Read only).
 //! Preempt and Abort preempts like Preempt; commands of the preempted hosts
 //! already past their checks finish (nvmet waits for them instead).
 
