@@ -13,6 +13,7 @@ use nvmeof_common::spec::discovery::{DiscoveryLog, DiscoveryLogHeader, DISC_RECO
 use nvmeof_common::spec::features::{FeatureId, GetFeaturesCmd, NumQueues, SetFeaturesCmd};
 use nvmeof_common::spec::identify::{decode_ns_list, Cns, IdentifyCmd, IDENTIFY_DATA_LEN, NS_LIST_MAX};
 use nvmeof_common::spec::log::{AnaLog, GetLogPageCmd, LogPageId};
+use nvmeof_common::spec::reservation::{ReservationNotification, NOTIFICATION_LOG_LEN};
 use nvmeof_common::spec::{
     Cap, Cc, ConnectCmd, ConnectData, Csts, IdentifyController, IdentifyNamespace, PropertyGet,
     PropertyOffset, PropertySet, Vs, CNTLID_DYNAMIC, DISCOVERY_NQN,
@@ -1085,6 +1086,17 @@ impl Controller {
         let cmd = GetLogPageCmd::new(LogPageId::CHANGED_NS, 0xFFFF_FFFF, 0, buf.len() as u32);
         self.get_log_page(cmd, &mut buf).await?;
         Ok(decode_ns_list(&buf))
+    }
+
+    /// Reads one entry of the Reservation Notification log (log page 80h),
+    /// which the read removes; an empty page (type 0) when none is left.
+    /// [`ControllerEvent::Reservations`](crate::ControllerEvent::Reservations)
+    /// reports them as they come.
+    pub async fn reservation_log(&self) -> Result<ReservationNotification> {
+        let mut buf = [0u8; NOTIFICATION_LOG_LEN];
+        let cmd = GetLogPageCmd::new(LogPageId::RESERVATION, 0xFFFF_FFFF, 0, buf.len() as u32);
+        self.get_log_page(cmd, &mut buf).await?;
+        Ok(ReservationNotification::decode(&buf)?)
     }
 
     /// Get Features; returns CQE DW0. `buf` receives the feature's data, if it has any.

@@ -16,6 +16,7 @@ use nvmeof_common::opcode::AdminOpcode;
 use nvmeof_common::spec::discovery::DiscoveryLog;
 use nvmeof_common::spec::features::{aec, aer_notice, AerType, AsyncEvent};
 use nvmeof_common::spec::log::AnaLog;
+use nvmeof_common::spec::reservation::{NotificationType, ReservationNotification};
 use nvmeof_common::Sqe;
 use tokio::sync::broadcast;
 use tracing::{debug, info, warn};
@@ -54,6 +55,14 @@ pub enum ControllerEvent {
     /// Discovery log page change (notice F0h) on a discovery controller:
     /// the whole discovery log as read.
     DiscoveryChanged(DiscoveryLog),
+    /// Reservation Log Page Available (I/O command set event, log 80h):
+    /// the reservation notifications read from the log, oldest first, one
+    /// read per entry until it is empty (as many as the controller kept).
+    /// What they say concerns this host: its registration preempted, a
+    /// reservation it is registered for released or preempted. The Linux
+    /// host reads no log for this event (a uevent only); this library does,
+    /// so an application hears it lost its registration.
+    Reservations(Vec<ReservationNotification>),
     /// Any other event, as the completion reported it. The host read no log
     /// page for it: reading `lid` with RAE clear re-arms the event. Also
     /// reported for one of the notices above when reading its log failed.
@@ -128,6 +137,18 @@ pub(crate) async fn run(core: Arc<Core>, handle: Weak<Handle>) {
 /// Reads the log page a notice names with RAE clear (re-arming it) and
 /// returns the event with what it says.
 async fn read_logs(ctrl: &Controller, ev: AsyncEvent) -> ControllerEvent {
+    if ev == AsyncEvent::RESERVATION_LOG {
+        return match reservation_notifications(ctrl).await {
+            Ok(v) => {
+                info!(event = ?ev, notifications = v.len(), "asynchronous event");
+                ControllerEvent::Reservations(v)
+            }
+            Err(err) => {
+                warn!(event = ?ev, error = %err, "cannot read the reservation notification log");
+                ControllerEvent::Other(ev)
+            }
+        };
+    }
     if ev.ty != AerType::NOTICE {
         return ControllerEvent::Other(ev);
     }
@@ -147,6 +168,27 @@ async fn read_logs(ctrl: &Controller, ev: AsyncEvent) -> ControllerEvent {
             ControllerEvent::Other(ev)
         }
     }
+}
+
+/// Most reads of the reservation log per event: more than any controller
+/// keeps (nvmet and ours queue 64), so a log that never empties ends.
+const MAX_RESERVATION_READS: usize = 256;
+
+/// Reads the Reservation Notification log until it is empty.
+async fn reservation_notifications(ctrl: &Controller) -> crate::error::Result<Vec<ReservationNotification>> {
+    let mut v = Vec::new();
+    for _ in 0..MAX_RESERVATION_READS {
+        let n = ctrl.reservation_log().await?;
+        if n.kind == NotificationType::EMPTY {
+            break;
+        }
+        let last = n.available == 0;
+        v.push(n);
+        if last {
+            break;
+        }
+    }
+    Ok(v)
 }
 
 /// The events to enable for a controller with `oaes` (Identify Controller

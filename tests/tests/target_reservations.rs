@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use initiator_util::*;
 use nvmeof_initiator::common::opcode::IoOpcode;
-use nvmeof_initiator::common::spec::features::{AerType, FeatureId, GetFeaturesCmd, SetFeaturesCmd};
+use nvmeof_initiator::common::spec::features::{FeatureId, GetFeaturesCmd, SetFeaturesCmd};
 use nvmeof_initiator::common::spec::log::{GetLogPageCmd, LogPageId};
 use nvmeof_initiator::common::spec::reservation::{
     AcquireAction, NotificationType, RegisterAction, ReleaseAction, ReservationCmd, ReservationNotification,
@@ -40,6 +40,7 @@ fn status_of<T>(r: Result<T, Error>) -> Status {
     }
 }
 
+/// One raw read of log page 80h.
 async fn reservation_log(ctrl: &Controller) -> ReservationNotification {
     let mut buf = [0u8; 64];
     ctrl.get_log_page(GetLogPageCmd::new(LogPageId::RESERVATION, 0xFFFF_FFFF, 0, 64), &mut buf)
@@ -58,7 +59,9 @@ async fn reservations_between_hosts() {
         };
         let (server, addr) = start(&cfg(true)).await;
         let a = Controller::connect(addr, SUBNQN, host_opts(b"reservation-hstA")).await.unwrap();
-        let b = Controller::connect(addr, SUBNQN, host_opts(b"reservation-hstB")).await.unwrap();
+        // B posts no Asynchronous Event Requests: its log is read below by hand.
+        let b_opts = ConnectOptions { async_events: false, ..host_opts(b"reservation-hstB") };
+        let b = Controller::connect(addr, SUBNQN, b_opts).await.unwrap();
         // A second controller of host B: another path of the same host.
         let b2 = Controller::connect(addr, SUBNQN, host_opts(b"reservation-hstB")).await.unwrap();
         let c = Controller::connect(addr, SUBNQN, host_opts(b"reservation-hstC")).await.unwrap();
@@ -133,23 +136,25 @@ async fn reservations_between_hosts() {
         )
         .await
         .unwrap();
-        let ev = tokio::time::timeout(Duration::from_secs(10), async {
+        // A's library read the log when the event came (one read per entry).
+        let got = tokio::time::timeout(Duration::from_secs(10), async {
             loop {
                 match a_events.recv().await.unwrap() {
-                    ControllerEvent::Other(e) => break e,
+                    ControllerEvent::Reservations(v) => break v,
                     _ => continue,
                 }
             }
         })
         .await
         .expect("reservation event");
-        assert_eq!((ev.ty, ev.info, ev.lid), (AerType::IO_CMD_SET, 0, 0x80));
-        let n = reservation_log(&a).await;
-        assert_eq!(
-            (n.count, n.kind, n.nsid, n.available),
-            (1, NotificationType::REGISTRATION_PREEMPTED, 2, 0)
-        );
-        assert_eq!(reservation_log(&a).await, ReservationNotification::default(), "read once");
+        let want = ReservationNotification {
+            count: 1,
+            kind: NotificationType::REGISTRATION_PREEMPTED,
+            available: 0,
+            nsid: 2,
+        };
+        assert_eq!(got, vec![want]);
+        assert_eq!(a.reservation_log().await.unwrap(), ReservationNotification::default(), "read once");
         // B's other controller holds it as well; A, now unregistered, may not write.
         b2_ns.write(8, &block).await.unwrap();
         assert_eq!(status_of(a2.write(0, &block).await), Status::RESERVATION_CONFLICT.with_dnr());

@@ -11,7 +11,7 @@ use std::time::Duration;
 use nvmeof_common::spec::discovery::{AdrFam, DiscoveryLog, DiscoveryLogEntry, SecType, SubType, TrType};
 use nvmeof_common::spec::log::{AnaLog, AnaState};
 use nvmeof_common::spec::reservation::{
-    AcquireAction, RegisterAction, ReleaseAction, ReservationStatus, ReservationType,
+    AcquireAction, NotificationType, RegisterAction, ReleaseAction, ReservationStatus, ReservationType,
 };
 use nvmeof_common::spec::DISCOVERY_NQN;
 use nvmeof_common::spec::{IdentifyController, IdentifyNamespace};
@@ -793,6 +793,16 @@ async fn ana_log(cli: &Cli, ctrl: &Controller, out: &mut dyn Write) -> Result<()
     write!(out, "{s}").map_err(out_err)
 }
 
+/// A reservation notification's type, as words.
+fn notification_name(t: NotificationType) -> String {
+    match t {
+        NotificationType::REGISTRATION_PREEMPTED => "registration preempted".into(),
+        NotificationType::RESERVATION_RELEASED => "reservation released".into(),
+        NotificationType::RESERVATION_PREEMPTED => "reservation preempted".into(),
+        NotificationType(n) => format!("type {n}"),
+    }
+}
+
 /// One event as JSON.
 pub fn event_json(ev: &ControllerEvent) -> Value {
     match ev {
@@ -802,6 +812,13 @@ pub fn event_json(ev: &ControllerEvent) -> Value {
         }
         ControllerEvent::DiscoveryChanged(log) => {
             json!({ "event": "discovery-change", "log": discovery_json(log) })
+        }
+        ControllerEvent::Reservations(v) => {
+            let n: Vec<Value> = v
+                .iter()
+                .map(|n| json!({ "count": n.count, "type": notification_name(n.kind), "nsid": n.nsid }))
+                .collect();
+            json!({ "event": "reservation", "notifications": n })
         }
         ControllerEvent::Other(e) => {
             json!({ "event": "other", "type": e.ty.0, "info": e.info, "lid": e.lid })
@@ -839,6 +856,13 @@ fn event_text(ev: &ControllerEvent) -> String {
                 log.entries.len(),
                 n.join(" ")
             )
+        }
+        ControllerEvent::Reservations(v) => {
+            let n: Vec<String> = v
+                .iter()
+                .map(|n| format!("{} on nsid {} (count {})", notification_name(n.kind), n.nsid, n.count))
+                .collect();
+            format!("reservation: {}", n.join(", "))
         }
         ControllerEvent::Other(e) => {
             format!("event: type {:#x} info {:#04x} log page {:#04x}", e.ty.0, e.info, e.lid)
@@ -1096,5 +1120,38 @@ async fn write(
     } else {
         writeln!(out, "wrote {count} blocks ({}) at lba {lba} of nsid {nsid}", fmt_bytes(count * bs))
             .map_err(out_err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use nvmeof_common::spec::reservation::ReservationNotification;
+
+    use super::*;
+
+    #[test]
+    fn reservation_names_keys_and_events() {
+        assert_eq!(rtype_name(ReservationType::NONE), "none");
+        assert_eq!(rtype_name(ReservationType::WRITE_EXCLUSIVE), "write-exclusive");
+        assert_eq!(rtype_name(ReservationType::EXCLUSIVE_ACCESS_ALL_REGS), "exclusive-access-all-regs");
+        assert_eq!(rtype_name(ReservationType(9)), "unknown (9)");
+        assert_eq!(ResvType::ExclusiveAccessRegOnly.wire(), ReservationType::EXCLUSIVE_ACCESS_REG_ONLY);
+        assert_eq!(ResvAction::PreemptAbort.name(), "preempt-abort");
+        assert_eq!(parse_key("0xA1"), Ok(0xa1));
+        assert_eq!(parse_key("161"), Ok(161));
+        assert_eq!(parse_key("0xffffffffffffffff"), Ok(u64::MAX));
+        assert!(parse_key("-1").is_err() && parse_key("0x").is_err());
+        let n = |count, kind| ReservationNotification { count, kind, available: 0, nsid: 2 };
+        let ev = ControllerEvent::Reservations(vec![
+            n(1, NotificationType::RESERVATION_RELEASED),
+            n(2, NotificationType::REGISTRATION_PREEMPTED),
+        ]);
+        assert_eq!(
+            event_text(&ev),
+            "reservation: reservation released on nsid 2 (count 1), registration preempted on nsid 2 (count 2)"
+        );
+        let j = event_json(&ev);
+        assert_eq!(j["event"], "reservation");
+        assert_eq!(j["notifications"][1], json!({ "count": 2, "type": "registration preempted", "nsid": 2 }));
     }
 }
