@@ -300,7 +300,10 @@ kh_discard() {
     t 60 blkdiscard -o $((36 << 20)) -l $((4 << 20)) "$DEV" || fail "blkdiscard 4 MiB at 36 MiB"
     zeros_at "$DEV" 32 8 || fail "8 MiB at 32 MiB not zero after blkdiscard"
     _u1=$(ns1_usage) || fail "namespace 1's allocation after the discard"
-    [ $((_u0 - _u1)) -ge $((8 << 20)) ] || fail "the file's allocation went from $_u0 to $_u1 bytes: the discard punched no 8 MiB hole"
+    # 8 MiB less, but for up to 64 KiB of extent-tree blocks a punched hole
+    # can cost the filesystem (st_blocks counts them; a clean-clone CI saw
+    # 8 MiB - 4 KiB once)
+    [ $((_u0 - _u1)) -ge $(((8 << 20) - (64 << 10))) ] || fail "the file's allocation went from $_u0 to $_u1 bytes: the discard punched no 8 MiB hole"
     dd_verify "$DEV" 40 1 after-discard
     info "discard: max $_max bytes, segments $(cat "$_q/max_discard_segments"), dlfeat $_dlfeat; 8 MiB read back as zeroes, file allocation $_u0 -> $_u1 bytes; the next MiB intact"
     # Write Zeroes with DEAC (what the Linux host sends for BLKZEROOUT
@@ -318,7 +321,7 @@ kh_discard() {
         || fail "nvme write-zeroes --deac: $(cat /tmp/wz.txt)"
     zeros_at "$DEV" 48 4 || fail "4 MiB at 48 MiB not zero after Write Zeroes"
     _u3=$(ns1_usage) || fail "namespace 1's allocation after Write Zeroes"
-    [ $((_u2 - _u3)) -ge $((4 << 20)) ] || fail "Write Zeroes with DEAC left the allocation at $_u2 -> $_u3 bytes"
+    [ $((_u2 - _u3)) -ge $(((4 << 20) - (64 << 10))) ] || fail "Write Zeroes with DEAC left the allocation at $_u2 -> $_u3 bytes"
     info "write-zeroes --deac: 4 MiB read back as zeroes, file allocation $_u2 -> $_u3 bytes"
 }
 
