@@ -7,7 +7,7 @@ use nvmeof_common::opcode::IoOpcode;
 use nvmeof_common::spec::dsm::{DsmCmd, DsmRange, DSM_MAX_RANGES};
 use nvmeof_common::spec::reservation::{
     AcquireAction, RegisterAction, ReleaseAction, ReservationCmd, ReservationKeys, ReservationStatus,
-    ReservationType, REGISTRANT_EXT_LEN, RELEASE_DATA_LEN, STATUS_EXT_HEADER_LEN,
+    ReservationType, REGISTRANT_EXT_LEN, STATUS_EXT_HEADER_LEN,
 };
 use nvmeof_common::spec::IdentifyNamespace;
 use nvmeof_common::{Cqe, Sqe, Status};
@@ -392,8 +392,7 @@ impl Namespace {
         ignore_existing_key: bool,
     ) -> Result<()> {
         let cmd = ReservationCmd::register(self.nsid, action, ignore_existing_key);
-        let data = ReservationKeys { current: current_key, other: new_key }.encode();
-        self.ctrl.core().pick_io()?.execute_once(cmd.to_sqe(0), Payload::Write(&data)).await.map(drop)
+        self.reservation_once(cmd, ReservationKeys { current: current_key, other: new_key }).await
     }
 
     /// Reservation Acquire: takes a reservation of type `rtype` (Acquire),
@@ -407,8 +406,7 @@ impl Namespace {
         preempt_key: u64,
     ) -> Result<()> {
         let cmd = ReservationCmd::acquire(self.nsid, action, rtype);
-        let data = ReservationKeys { current: current_key, other: preempt_key }.encode();
-        self.ctrl.core().pick_io()?.execute_once(cmd.to_sqe(0), Payload::Write(&data)).await.map(drop)
+        self.reservation_once(cmd, ReservationKeys { current: current_key, other: preempt_key }).await
     }
 
     /// Reservation Release: releases the reservation of type `rtype` this
@@ -421,13 +419,16 @@ impl Namespace {
         current_key: u64,
     ) -> Result<()> {
         let cmd = ReservationCmd::release(self.nsid, action, rtype);
-        let data = ReservationKeys { current: current_key, other: 0 }.encode();
-        self.ctrl
-            .core()
-            .pick_io()?
-            .execute_once(cmd.to_sqe(0), Payload::Write(&data[..RELEASE_DATA_LEN]))
-            .await
-            .map(drop)
+        self.reservation_once(cmd, ReservationKeys { current: current_key, other: 0 }).await
+    }
+
+    /// Sends Register, Acquire or Release with its keys (the first
+    /// [`ReservationCmd::data_len`] bytes: Release carries CRKEY alone),
+    /// never resubmitted.
+    async fn reservation_once(&self, cmd: ReservationCmd, keys: ReservationKeys) -> Result<()> {
+        let data = keys.encode();
+        let payload = Payload::Write(&data[..cmd.data_len() as usize]);
+        self.ctrl.core().pick_io()?.execute_once(cmd.to_sqe(0), payload).await.map(drop)
     }
 
     /// Reservation Report with the extended data structure (128-bit host

@@ -610,12 +610,23 @@ fn set_features(ctrl: &Controller, sqe: &Sqe) -> Result<Response, Status> {
         FeatureId::HOST_ID if !disc => Err(Status::CMD_SEQ_ERROR.with_dnr()),
         FeatureId::RESV_MASK if !disc => set_resv_mask(ctrl, sqe.nsid(), cmd.cdw11),
         FeatureId::RESV_PERSIST if !disc => {
-            let ns = ctrl.subsys.namespace(sqe.nsid()).ok_or_else(invalid_ns)?;
-            ns.reservations.as_ref().ok_or_else(invalid_field)?.set_ptpl(cmd.cdw11 & 1 != 0)?;
+            with_reservations(ctrl, sqe.nsid(), |r| r.set_ptpl(cmd.cdw11 & 1 != 0))?;
             Ok(Response::result((cmd.cdw11 & 1) as u64))
         }
         _ => Err(invalid_field()),
     }
+}
+
+/// Runs `f` on the reservations of namespace `nsid`: Invalid Namespace if
+/// it is not active, Invalid Field without reservations (nvmet's
+/// `nvmet_req_find_ns`, then `pr.enable`).
+fn with_reservations<R>(
+    ctrl: &Controller,
+    nsid: u32,
+    f: impl FnOnce(&crate::core::Reservations) -> Result<R, Status>,
+) -> Result<R, Status> {
+    let ns = ctrl.subsys.namespace(nsid).ok_or_else(invalid_ns)?;
+    f(ns.reservations.as_ref().ok_or_else(invalid_field)?)
 }
 
 /// Set Features Reservation Notification Mask (82h), after nvmet's
@@ -635,8 +646,7 @@ fn set_resv_mask(ctrl: &Controller, nsid: u32, mask: u32) -> Result<Response, St
             }
         }
     } else {
-        let ns = ctrl.subsys.namespace(nsid).ok_or_else(invalid_ns)?;
-        ns.reservations.as_ref().ok_or_else(invalid_field)?.set_notify_mask(mask)?;
+        with_reservations(ctrl, nsid, |r| r.set_notify_mask(mask))?;
     }
     Ok(Response::result(mask as u64))
 }
@@ -704,16 +714,12 @@ fn get_features(ctrl: &Controller, sqe: &Sqe) -> Result<Response, Status> {
         }
         // nvmet_get_feat_resv_notif_mask: per namespace.
         FeatureId::RESV_MASK if !disc => {
-            let ns = ctrl.subsys.namespace(sqe.nsid()).ok_or_else(invalid_ns)?;
-            let r = ns.reservations.as_ref().ok_or_else(invalid_field)?;
-            Ok(Response::result(r.notify_mask() as u64))
+            with_reservations(ctrl, sqe.nsid(), |r| Ok(Response::result(r.notify_mask() as u64)))
         }
         // Reservation Persistence: the PTPL state (bit 0), per namespace.
         // nvmet, without Persist Through Power Loss, has no such feature.
         FeatureId::RESV_PERSIST if !disc => {
-            let ns = ctrl.subsys.namespace(sqe.nsid()).ok_or_else(invalid_ns)?;
-            let r = ns.reservations.as_ref().ok_or_else(invalid_field)?;
-            Ok(Response::result(r.ptpl() as u64))
+            with_reservations(ctrl, sqe.nsid(), |r| Ok(Response::result(r.ptpl() as u64)))
         }
         _ => Err(invalid_field()),
     }

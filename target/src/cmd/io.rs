@@ -105,14 +105,10 @@ fn parse_reservation(ctx: &QueueCtx, sqe: &Sqe) -> Result<(), Status> {
 
 fn parse_on(ctx: &QueueCtx, ctrl: &Controller, ns: &Namespace, sqe: &Sqe) -> Result<(), Status> {
     // nvmet_parse_io_cmd: the namespace, then its ANA state through this
-    // port, then write protection, then the opcode (reservation commands
-    // first, where enabled), then the reservation.
+    // port, then write protection, then the opcode, then the reservation.
     ctx.ana.check_io(ns.ana_group())?;
     check_access(ns, sqe)?;
     let op = IoOpcode(sqe.opcode());
-    if ns.reservations.is_some() && is_reservation_cmd(op) {
-        return parse_reservation(ctx, sqe);
-    }
     let sgl_len = sqe.sgl().length as u64;
     match op {
         IoOpcode::READ | IoOpcode::WRITE | IoOpcode::COMPARE => {
@@ -136,6 +132,10 @@ fn parse_on(ctx: &QueueCtx, ctrl: &Controller, ns: &Namespace, sqe: &Sqe) -> Res
             check_reservation(ctrl, ns, Access::Write)?;
             parse_write_group(ns, sqe, sgl_len)
         }
+        // The opcodes are disjoint, so looking at the reservation commands
+        // last answers as nvmet, which parses them first, and keeps the
+        // check off the read and write path.
+        _ if ns.reservations.is_some() && is_reservation_cmd(op) => parse_reservation(ctx, sqe),
         _ => Err(Status::INVALID_OPCODE.with_dnr()),
     }
 }
@@ -176,9 +176,6 @@ fn execute_on(
     // Again: protection may have been set while the data was in flight.
     if let Err(s) = check_access(ns, sqe) {
         return s.into();
-    }
-    if ns.reservations.is_some() && is_reservation_cmd(IoOpcode(sqe.opcode())) {
-        return execute_reservation(ctrl, ns, sqe, &data).into();
     }
     let (op, pending) = match IoOpcode(sqe.opcode()) {
         IoOpcode::READ | IoOpcode::WRITE | IoOpcode::COMPARE | IoOpcode::WRITE_ZEROES => {
@@ -239,6 +236,9 @@ fn execute_on(
             }
             (IoOp::Deallocate { ranges }, Pending::Plain)
         }
+        op if ns.reservations.is_some() && is_reservation_cmd(op) => {
+            return execute_reservation(ctrl, ns, sqe, &data).into();
+        }
         _ => return Status::INVALID_OPCODE.with_dnr().into(),
     };
     match ns.backend.submit(tag, op, &ctx.io) {
@@ -257,22 +257,26 @@ fn execute_reservation(ctrl: &Controller, ns: &Namespace, sqe: &Sqe, data: &[u8]
     };
     let cmd = ReservationCmd::from_sqe(sqe);
     let host = &ctrl.hostid;
-    let short = || Status::SGL_INVALID_DATA.with_dnr();
+    if cmd.opcode == IoOpcode::RESV_REPORT {
+        let mut b = r.report().encode(cmd.report_len() as usize);
+        b.resize(sqe.sgl().length as usize, 0);
+        return Response::data(b);
+    }
+    let keys = match cmd.opcode {
+        IoOpcode::RESV_RELEASE => ReservationKeys::decode_release(data),
+        _ => ReservationKeys::decode(data),
+    };
+    let Ok(k) = keys else {
+        return Status::SGL_INVALID_DATA.with_dnr().into();
+    };
     let outcome = match cmd.opcode {
-        IoOpcode::RESV_REPORT => {
-            let mut b = r.report().encode(cmd.report_len() as usize);
-            b.resize(sqe.sgl().length as usize, 0);
-            return Response::data(b);
-        }
-        IoOpcode::RESV_REGISTER => ReservationKeys::decode(data).map_err(|_| short()).and_then(|k| {
+        IoOpcode::RESV_REGISTER => {
             r.register(host, RegisterAction(cmd.action()), cmd.iekey(), (k.current, k.other), cmd.cptpl())
-        }),
-        IoOpcode::RESV_ACQUIRE => ReservationKeys::decode(data)
-            .map_err(|_| short())
-            .and_then(|k| r.acquire(host, AcquireAction(cmd.action()), cmd.rtype(), k.current, k.other)),
-        _ => ReservationKeys::decode_release(data)
-            .map_err(|_| short())
-            .and_then(|k| r.release(host, ReleaseAction(cmd.action()), cmd.rtype(), k.current)),
+        }
+        IoOpcode::RESV_ACQUIRE => {
+            r.acquire(host, AcquireAction(cmd.action()), cmd.rtype(), k.current, k.other)
+        }
+        _ => r.release(host, ReleaseAction(cmd.action()), cmd.rtype(), k.current),
     };
     match outcome {
         Ok(notices) => {
