@@ -32,8 +32,9 @@
 //!   buffer with the ticket (the driver discards the rest of the payload and
 //!   frees the buffer with the slot), so cancellation needs no `unsafe`.
 //!
-//! The driver survives its connection: on loss, outstanding commands are
-//! parked (or failed, per policy), the supervisor is told, and the next
+//! The driver survives its connection: on loss, the responses already in the
+//! socket are read and delivered first (unless the stream itself was bad),
+//! then the commands still outstanding are parked (or failed, per policy), the supervisor is told, and the next
 //! [`DriverCtrl::Attach`] brings a fresh socket on which parked commands are
 //! resubmitted with new CIDs.
 
@@ -76,6 +77,9 @@ const SETUP_BIT: u64 = 1 << 32;
 const ONCE_BIT: u64 = 1 << 33;
 /// Read at most this much per wake-up before servicing writes.
 const READ_BUDGET: usize = 4 << 20;
+/// Bytes [`Driver::drop_conn`] reads from a socket it is about to close, for
+/// the responses already there (a receive buffer's worth and more).
+const SALVAGE_BUDGET: usize = 16 << 20;
 /// Payloads up to this size are copied next to their header (one iovec instead of two).
 const SMALL_PAYLOAD: usize = 512;
 /// Largest read into the receive buffer while large reads into owned buffers
@@ -1368,6 +1372,21 @@ impl Driver {
         } else {
             debug!(reason = %err, "connection closed");
         }
+        // Responses already in the socket's receive buffer are read first,
+        // unless the stream itself is what failed (a protocol error leaves
+        // the decoder mid-PDU). A queue dropped because another one failed
+        // (the reconnect's `Detach`), or whose write failed on a reset
+        // connection, may hold completions the controller sent before the
+        // end: without this they were resubmitted (executed twice) or, for
+        // commands sent once, failed with `ConnectionLost` although they
+        // had run. (Linux's error recovery cancels them too, after stopping
+        // the queue's socket.) The read is non-blocking and bounded.
+        if !matches!(err, Error::Protocol(_)) {
+            let salvaged = salvage(&mut c, &self.shared);
+            if salvaged > 0 {
+                debug!(bytes = salvaged, "read the responses left in the socket");
+            }
+        }
         if let Some((_, reply)) = c.connect.take() {
             let _ = reply.send(Err(err.clone()));
         }
@@ -1410,6 +1429,30 @@ impl Driver {
             }
         }
     }
+}
+
+/// Reads at most [`SALVAGE_BUDGET`] bytes of what a connection being dropped
+/// still holds and decodes them (handing their events to the queue), until
+/// the socket is empty, ends or fails, or a PDU is bad. Returns the bytes read.
+fn salvage(c: &mut Conn, shared: &QueueShared) -> usize {
+    let now = Instant::now();
+    let mut total = 0;
+    // Undecoded bytes read by `spin` come first.
+    if decode_all(c, shared, now).is_err() {
+        return 0;
+    }
+    while total < SALVAGE_BUDGET {
+        match read_some(c, shared) {
+            Ok(n) if n > 0 => {
+                total += n;
+                if decode_all(c, shared, now).is_err() {
+                    break;
+                }
+            }
+            _ => break,
+        }
+    }
+    total
 }
 
 /// Reads what the socket has: the rest of a C2HData payload straight into
@@ -1558,3 +1601,6 @@ fn decode_all(c: &mut Conn, shared: &QueueShared, now: Instant) -> Result<()> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -122,6 +122,8 @@ pub struct ReconnectPolicy {
     /// [`crate::Error::ConnectionLost`] (`false`). A command is resubmitted
     /// at most 5 times (Linux `nvme_max_retries`), then fails with that error.
     /// Commands submitted while reconnecting always wait for the outcome.
+    /// Either way, commands whose responses had reached the host's socket
+    /// before the connection was dropped complete with those responses.
     pub requeue: bool,
 }
 
