@@ -23,6 +23,7 @@ use tracing::{debug, warn};
 
 use crate::backend::IoCompletion;
 use crate::cmd::{self, Exec, Pending, QueueCtx, Response};
+use crate::core::reservation::InflightGuard;
 
 /// Command slots before Connect (admin queue depth).
 const INITIAL_SLOTS: usize = 32;
@@ -46,6 +47,9 @@ struct Slot {
     buf: BytesMut,
     /// A single H2CData PDU carrying all the data is kept as is (zero copy).
     whole: Option<Bytes>,
+    /// The command counts as in flight on a namespace with reservations
+    /// (from its parse step until its slot is freed).
+    inflight: Option<InflightGuard>,
 }
 
 /// Connection phase.
@@ -138,6 +142,12 @@ impl QueueState {
             .count()
     }
 
+    /// Whether a command counted in flight for Preempt and Abort (an I/O
+    /// command of a namespace with reservations) is executing.
+    pub fn executing_counted(&self) -> bool {
+        self.slots.iter().any(|s| s.inflight.is_some() && matches!(s.state, SlotState::Executing(_)))
+    }
+
     fn grow_slots(&mut self, n: usize) {
         while self.slots.len() < n {
             self.free.push(self.slots.len() as u16);
@@ -146,6 +156,7 @@ impl QueueState {
                 sqe: Sqe::default(),
                 buf: BytesMut::new(),
                 whole: None,
+                inflight: None,
             });
         }
         // Lowest tags first, so small queues touch few slots.
@@ -356,10 +367,13 @@ impl QueueState {
             }
             Ok(())
         });
+        // Dropped with a refused command, kept with an accepted one.
+        let inflight = self.ctx.inflight.take();
         if let Err(s) = status {
             self.finish(tag, Response::status(s));
             return;
         }
+        self.slots[tag as usize].inflight = inflight;
         if write && sgl.id != SglId::DATA_BLOCK_OFFSET && sgl.length > 0 {
             // Solicit the data: one R2T for all of it (like nvmet; MAXR2T is 1 for Linux hosts).
             let slot = &mut self.slots[tag as usize];
@@ -444,6 +458,7 @@ impl QueueState {
             // After a C2HTermReq (or H2CTermReq, or Disconnect) nothing more goes
             // out: the driver may still hold the TermReq when a backend completes.
             debug!(tag, "completion on a closing queue dropped");
+            slot.inflight = None;
             self.free.push(tag);
             return;
         }
@@ -514,6 +529,7 @@ impl QueueState {
         self.unsent.push_back(self.pushed);
         let slot = &mut self.slots[tag as usize];
         slot.state = SlotState::Free;
+        slot.inflight = None;
         self.free.push(tag);
         if self.ctx.close_requested {
             self.phase = Phase::Closing;
@@ -581,6 +597,7 @@ mod tests {
             read_bufs: Default::default(),
             data_digest: false,
             auth: Default::default(),
+            inflight: Default::default(),
         });
         (q, rx)
     }

@@ -9,7 +9,8 @@
 
 mod initiator_util;
 
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use initiator_util::*;
 use nvmeof_initiator::common::opcode::IoOpcode;
@@ -20,7 +21,13 @@ use nvmeof_initiator::common::spec::reservation::{
     ReservationType,
 };
 use nvmeof_initiator::common::Status;
-use nvmeof_initiator::{ConnectOptions, Controller, ControllerEvent, Error, HostIdentity, IoFlags, Payload};
+use nvmeof_initiator::{
+    ConnectOptions, Controller, ControllerEvent, Error, HostIdentity, IoFlags, Payload, ReconnectPolicy,
+};
+use nvmeof_target::core::reservation::Reservations;
+use nvmeof_target::core::Namespace;
+use nvmeof_target::server::Server;
+use nvmeof_tests::slow_backend::SlowBackend;
 
 const SIZE: u64 = 1 << 20;
 const KEY_A: u64 = 0xAAAA;
@@ -353,6 +360,175 @@ async fn reservations_persist_through_a_restart() {
         a.shutdown().await.unwrap();
         server.shutdown(Duration::from_secs(2)).await;
         std::fs::remove_file(&file).unwrap();
+    })
+    .await;
+}
+
+/// Every operation of the slow namespace stays this long in its backend.
+const SLOW_DELAY: Duration = Duration::from_millis(1500);
+
+/// A target with RAM namespace 1 and namespace 2 on a [`SlowBackend`] with
+/// reservations; the backend, to watch what reaches it.
+async fn slow_reserved_target() -> (Server, std::net::SocketAddr, Arc<SlowBackend>) {
+    let (server, addr) = start(&config(vec![ram_ns(1, SIZE)])).await;
+    let slow = Arc::new(SlowBackend::new(SIZE, BS as u32, SLOW_DELAY));
+    let mut ns = Namespace::new(SUBNQN, 2, slow.clone());
+    ns.reservations = Some(Reservations::new());
+    server.target.subsystem(SUBNQN).unwrap().add_namespace(Arc::new(ns));
+    (server, addr, slow)
+}
+
+/// Waits (at most 5 s) until the backend has had more than `n` operations.
+async fn wait_submitted(slow: &SlowBackend, n: usize) {
+    let t0 = Instant::now();
+    while slow.submitted() <= n {
+        assert!(t0.elapsed() < Duration::from_secs(5), "the command never reached the backend");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Preempt and Abort completes only once the preempted host's commands that
+/// had passed their reservation check have completed (nvmet
+/// `nvmet_pr_do_abort`): a host fencing another off can rely on none of its
+/// writes landing afterwards. Meanwhile the preempted host's new commands
+/// fail with Internal Error (no DNR, so a host retries them); afterwards
+/// they meet the new reservation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preempt_and_abort_waits_for_the_preempted_hosts_commands() {
+    bounded(60, async {
+        let (server, addr, slow) = slow_reserved_target().await;
+
+        let a = Controller::connect(addr, SUBNQN, host_opts(b"reservation-hstA")).await.unwrap();
+        let b = Controller::connect(addr, SUBNQN, host_opts(b"reservation-hstB")).await.unwrap();
+        let (a_ns, b_ns) = (a.namespace(2).await.unwrap(), b.namespace(2).await.unwrap());
+        a_ns.reservation_register(RegisterAction::REGISTER, 0, KEY_A, false).await.unwrap();
+        b_ns.reservation_register(RegisterAction::REGISTER, 0, KEY_B, false).await.unwrap();
+        a_ns.reservation_acquire(AcquireAction::ACQUIRE, ReservationType::WRITE_EXCLUSIVE, KEY_A, 0)
+            .await
+            .unwrap();
+
+        // A's write reaches the backend (and stays there for SLOW_DELAY).
+        let wn = a_ns.clone();
+        let started = Instant::now();
+        let write = tokio::spawn(async move { wn.write(0, &[0xA5u8; BS]).await });
+        wait_submitted(&slow, 0).await;
+        // B preempts A and aborts its commands.
+        let pn = b_ns.clone();
+        let preempt = tokio::spawn(async move {
+            pn.reservation_acquire(
+                AcquireAction::PREEMPT_AND_ABORT,
+                ReservationType::WRITE_EXCLUSIVE,
+                KEY_B,
+                KEY_A,
+            )
+            .await
+            .map(|_| Instant::now())
+        });
+        // The state changed at once (B holds it, A is gone) ...
+        let t0 = Instant::now();
+        loop {
+            let rep = b_ns.reservation_report().await.unwrap();
+            if rep.regctl == 1 {
+                assert_eq!(rep.registrants[0].hostid, *b"reservation-hstB");
+                assert!(rep.registrants[0].holds);
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(5), "the preemption never happened: {rep:?}");
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        // ... but the command waits for A's write, and A's new commands fail meanwhile.
+        let mut rbuf = vec![0u8; BS];
+        let r = a_ns.read(0, &mut rbuf).await;
+        assert!(!preempt.is_finished(), "Preempt and Abort completed with A's write still in the backend");
+        assert_eq!(status_of(r), Status::INTERNAL, "A's read while the abort waits");
+        write.await.unwrap().expect("A's write had passed its reservation check: it completes");
+        // The write left the backend SLOW_DELAY after it was submitted, which was
+        // after `started`. (Which of the two responses reaches its host first
+        // is up to the two connections.)
+        let preempt_done = preempt.await.unwrap().unwrap();
+        assert!(
+            preempt_done - started >= SLOW_DELAY,
+            "Preempt and Abort completed {:?} after the write was sent, before it could finish ({SLOW_DELAY:?})",
+            preempt_done - started
+        );
+        // Afterwards A meets B's Write Exclusive: reads run, writes conflict.
+        a_ns.read(0, &mut rbuf).await.unwrap();
+        assert_eq!(rbuf, vec![0xA5u8; BS]);
+        assert_eq!(status_of(a_ns.write(0, &[1u8; BS]).await), Status::RESERVATION_CONFLICT.with_dnr());
+
+        // A plain Preempt does not wait, and fences nothing.
+        a_ns.reservation_register(RegisterAction::REGISTER, 0, KEY_A, false).await.unwrap();
+        b_ns.reservation_release(ReleaseAction::RELEASE, ReservationType::WRITE_EXCLUSIVE, KEY_B)
+            .await
+            .unwrap();
+        let before = slow.submitted();
+        let rn = a_ns.clone();
+        let read = tokio::spawn(async move {
+            let mut b = vec![0u8; BS];
+            rn.read(0, &mut b).await.map(|_| Instant::now())
+        });
+        wait_submitted(&slow, before).await;
+        b_ns.reservation_acquire(AcquireAction::PREEMPT, ReservationType::EXCLUSIVE_ACCESS, KEY_B, KEY_A)
+            .await
+            .unwrap();
+        assert!(!read.is_finished(), "the plain Preempt waited for A's read");
+        read.await.unwrap().expect("A's read had passed its check");
+        a.shutdown().await.unwrap();
+        b.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
+
+/// A preempted host whose connection ends while its write is still in the
+/// backend: the write can still land, so Preempt and Abort waits for it all
+/// the same (the closing queue keeps it counted until it completes).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preempt_and_abort_waits_for_a_closed_connections_commands() {
+    bounded(60, async {
+        let (server, addr, slow) = slow_reserved_target().await;
+
+        let proxy = Proxy::start(addr).await;
+        // A never reconnects: its write is not resubmitted.
+        let reconnect = ReconnectPolicy { ctrl_loss_timeout: Some(Duration::ZERO), ..Default::default() };
+        let a = Controller::connect(
+            proxy.addr,
+            SUBNQN,
+            ConnectOptions { reconnect, ..host_opts(b"reservation-hstA") },
+        )
+        .await
+        .unwrap();
+        let b = Controller::connect(addr, SUBNQN, host_opts(b"reservation-hstB")).await.unwrap();
+        let (a_ns, b_ns) = (a.namespace(2).await.unwrap(), b.namespace(2).await.unwrap());
+        a_ns.reservation_register(RegisterAction::REGISTER, 0, KEY_A, false).await.unwrap();
+        b_ns.reservation_register(RegisterAction::REGISTER, 0, KEY_B, false).await.unwrap();
+
+        let wn = a_ns.clone();
+        let started = Instant::now();
+        let write = tokio::spawn(async move { wn.write(0, &[0xA5u8; BS]).await });
+        wait_submitted(&slow, 0).await;
+        // A's connections end with the write in the backend.
+        proxy.kill_all();
+        assert!(write.await.unwrap().is_err(), "A's connection was cut");
+        b_ns.reservation_acquire(
+            AcquireAction::PREEMPT_AND_ABORT,
+            ReservationType::WRITE_EXCLUSIVE,
+            KEY_B,
+            KEY_A,
+        )
+        .await
+        .unwrap();
+        // The write finishes SLOW_DELAY after it was submitted, which was after `started`.
+        assert!(
+            started.elapsed() >= SLOW_DELAY,
+            "Preempt and Abort completed {:?} after the write was sent, before it could finish ({SLOW_DELAY:?})",
+            started.elapsed()
+        );
+        let rep = b_ns.reservation_report().await.unwrap();
+        assert_eq!((rep.regctl, rep.registrants[0].hostid), (1, *b"reservation-hstB"));
+        drop(a);
+        b.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
     })
     .await;
 }

@@ -795,6 +795,7 @@ mod tests {
             read_bufs: Default::default(),
             data_digest: false,
             auth: Default::default(),
+            inflight: Default::default(),
         };
         Env { target, subsys, ctrl, ctx, rx }
     }

@@ -14,8 +14,8 @@ use nvmeof_common::{Sqe, Status};
 use tracing::warn;
 
 use super::{complete, expect_len, Exec, Pending, QueueCtx, Response};
-use crate::backend::IoOp;
-use crate::core::reservation::Access;
+use crate::backend::{IoCompletion, IoOp};
+use crate::core::reservation::{Access, ABORT_WAIT_LIMIT};
 use crate::core::{Controller, Namespace};
 
 /// DSM CDW11 bit 2: Attribute - Deallocate.
@@ -56,12 +56,20 @@ fn check_access(ns: &Namespace, sqe: &Sqe) -> Result<(), Status> {
 
 /// nvmet `nvmet_pr_check_cmd_access`, which `nvmet_parse_io_cmd` runs once
 /// the opcode is known and before the execute step looks at lengths and
-/// ranges: a reservation another host holds may refuse the command.
-fn check_reservation(ctrl: &Controller, ns: &Namespace, access: Access) -> Result<(), Status> {
-    match &ns.reservations {
-        Some(r) => r.check_access(&ctrl.hostid, access),
-        None => Ok(()),
-    }
+/// ranges: a reservation another host holds may refuse the command. A
+/// command let through counts as in flight for Preempt and Abort until it
+/// completes (nvmet `nvmet_pr_get_ns_pc_ref`): its guard waits in
+/// `ctx.inflight` for the queue to keep it with the command.
+fn check_reservation(
+    ctx: &QueueCtx,
+    ctrl: &Controller,
+    ns: &Namespace,
+    access: Access,
+) -> Result<(), Status> {
+    let Some(r) = &ns.reservations else { return Ok(()) };
+    r.check_access(&ctrl.hostid, access)?;
+    ctx.inflight.set(Some(r.enter(&ctrl.hostid)?));
+    Ok(())
 }
 
 fn is_reservation_cmd(op: IoOpcode) -> bool {
@@ -113,7 +121,7 @@ fn parse_on(ctx: &QueueCtx, ctrl: &Controller, ns: &Namespace, sqe: &Sqe) -> Res
     match op {
         IoOpcode::READ | IoOpcode::WRITE | IoOpcode::COMPARE => {
             let access = if op == IoOpcode::WRITE { Access::Write } else { Access::Read };
-            check_reservation(ctrl, ns, access)?;
+            check_reservation(ctx, ctrl, ns, access)?;
             // The SGL length first, as nvmet_{file,bdev}_execute_rw call
             // nvmet_check_transfer_len before anything looks at the range.
             let len = (sqe.nlb() as u64 + 1) << ns.block_shift;
@@ -129,7 +137,7 @@ fn parse_on(ctx: &QueueCtx, ctrl: &Controller, ns: &Namespace, sqe: &Sqe) -> Res
             Ok(())
         }
         IoOpcode::FLUSH | IoOpcode::WRITE_ZEROES | IoOpcode::DSM => {
-            check_reservation(ctrl, ns, Access::Write)?;
+            check_reservation(ctx, ctrl, ns, Access::Write)?;
             parse_write_group(ns, sqe, sgl_len)
         }
         // The opcodes are disjoint, so looking at the reservation commands
@@ -237,7 +245,7 @@ fn execute_on(
             (IoOp::Deallocate { ranges }, Pending::Plain)
         }
         op if ns.reservations.is_some() && is_reservation_cmd(op) => {
-            return execute_reservation(ctrl, ns, sqe, &data).into();
+            return execute_reservation(ctx, ctrl, ns, sqe, &data, tag);
         }
         _ => return Status::INVALID_OPCODE.with_dnr().into(),
     };
@@ -250,8 +258,17 @@ fn execute_on(
 /// Execute step of a reservation command accepted by [`parse_reservation`]
 /// on a namespace with reservations: the action on its state as the
 /// connecting host (Connect HOSTID), then the notices it owes other hosts.
-/// Report answers the whole SGL length, the structure zero padded.
-fn execute_reservation(ctrl: &Controller, ns: &Namespace, sqe: &Sqe, data: &[u8]) -> Response {
+/// Report answers the whole SGL length, the structure zero padded. A
+/// Preempt and Abort that removed hosts completes once their commands in
+/// flight on the namespace have (nvmet `nvmet_pr_do_abort`).
+fn execute_reservation(
+    ctx: &QueueCtx,
+    ctrl: &Controller,
+    ns: &Namespace,
+    sqe: &Sqe,
+    data: &[u8],
+    tag: u32,
+) -> Exec {
     let Some(r) = &ns.reservations else {
         return Status::INVALID_OPCODE.with_dnr().into();
     };
@@ -260,7 +277,7 @@ fn execute_reservation(ctrl: &Controller, ns: &Namespace, sqe: &Sqe, data: &[u8]
     if cmd.opcode == IoOpcode::RESV_REPORT {
         let mut b = r.report().encode(cmd.report_len() as usize);
         b.resize(sqe.sgl().length as usize, 0);
-        return Response::data(b);
+        return Response::data(b).into();
     }
     let keys = match cmd.opcode {
         IoOpcode::RESV_RELEASE => ReservationKeys::decode_release(data),
@@ -269,20 +286,47 @@ fn execute_reservation(ctrl: &Controller, ns: &Namespace, sqe: &Sqe, data: &[u8]
     let Ok(k) = keys else {
         return Status::SGL_INVALID_DATA.with_dnr().into();
     };
+    let mut fence = None;
     let outcome = match cmd.opcode {
         IoOpcode::RESV_REGISTER => {
             r.register(host, RegisterAction(cmd.action()), cmd.iekey(), (k.current, k.other), cmd.cptpl())
         }
         IoOpcode::RESV_ACQUIRE => {
-            r.acquire(host, AcquireAction(cmd.action()), cmd.rtype(), k.current, k.other)
+            let action = AcquireAction(cmd.action());
+            r.acquire(host, action, cmd.rtype(), k.current, k.other).map(|a| {
+                if action == AcquireAction::PREEMPT_AND_ABORT && !a.preempted.is_empty() {
+                    // Fenced after the state changed, as nvmet: a command
+                    // checked before it is waited for, one checked after
+                    // meets the new reservation.
+                    fence = Some(r.fence(&a.preempted));
+                }
+                a.notices
+            })
         }
         _ => r.release(host, ReleaseAction(cmd.action()), cmd.rtype(), k.current),
     };
-    match outcome {
-        Ok(notices) => {
-            ctrl.subsys.reservation_notices(ns.nsid, &notices);
-            Response::status(Status::SUCCESS)
+    let notices = match outcome {
+        Ok(n) => n,
+        Err(s) => return s.into(),
+    };
+    ctrl.subsys.reservation_notices(ns.nsid, &notices);
+    let Some(fence) = fence else { return Response::status(Status::SUCCESS).into() };
+    // The wait runs beside the queue, which goes on with other commands;
+    // the completion arrives on the queue's channel like a backend's.
+    let sink = ctx.io.sink.clone();
+    let nsid = ns.nsid;
+    tokio::spawn(async move {
+        let left = fence.wait(ABORT_WAIT_LIMIT).await;
+        if left > 0 {
+            warn!(
+                nsid,
+                commands = left,
+                limit_s = ABORT_WAIT_LIMIT.as_secs(),
+                "preempt and abort: the preempted hosts' commands did not complete in time; completing it anyway"
+            );
         }
-        Err(s) => s.into(),
-    }
+        drop(fence);
+        let _ = sink.send(IoCompletion::status(tag, Status::SUCCESS));
+    });
+    Exec::Pending(Pending::Plain)
 }

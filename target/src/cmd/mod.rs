@@ -50,6 +50,10 @@ pub struct QueueCtx {
     pub data_digest: bool,
     /// DH-HMAC-CHAP state of the queue.
     pub auth: auth::QueueAuth,
+    /// Set by the parse step of an I/O command on a namespace with
+    /// reservations: the command's count in flight, which the queue keeps
+    /// with the command until it completes (Preempt and Abort waits for it).
+    pub inflight: std::cell::Cell<Option<crate::core::reservation::InflightGuard>>,
 }
 
 impl QueueCtx {
@@ -70,6 +74,7 @@ impl QueueCtx {
             read_bufs: std::collections::VecDeque::new(),
             data_digest: false,
             auth: auth::QueueAuth::default(),
+            inflight: std::cell::Cell::new(None),
         }
     }
 

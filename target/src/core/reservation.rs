@@ -18,12 +18,22 @@
 //! the reservation, so any registrant (nvmet: the first one only) may
 //! release it or acquire it again with the same type; and Compare belongs
 //! to the read command group (nvmet checks Read only).
-//! Preempt and Abort preempts like Preempt; commands of the preempted hosts
-//! already past their checks finish (nvmet waits for them instead).
+//!
+//! Preempt and Abort completes once every command of the preempted hosts on
+//! the namespace that had passed its reservation check has completed, as
+//! nvmet's `nvmet_pr_do_abort` waits for its per-controller references
+//! (neither aborts them): each I/O command holds an [`InflightGuard`] from
+//! its parse step to its completion, and while the wait lasts new commands
+//! of those hosts fail with Internal Error (no DNR: the host retries them,
+//! and they then meet the new reservation). A host that fences another one
+//! off can rely on none of that host's writes landing after its command
+//! completes.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use nvmeof_common::spec::reservation::{
     AcquireAction, NotificationType, RegisterAction, Registrant, ReleaseAction, ReservationStatus,
@@ -64,6 +74,81 @@ pub enum Access {
     Read,
     /// Write command group: Write, Write Zeroes, Dataset Management, Flush.
     Write,
+}
+
+/// What a successful Reservation Acquire did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Acquired {
+    /// Notifications owed to other hosts.
+    pub notices: Vec<Notice>,
+    /// Hosts whose registration a Preempt (or Preempt and Abort) removed.
+    pub preempted: Vec<HostId>,
+}
+
+/// How long Preempt and Abort waits for the preempted hosts' commands
+/// before it completes anyway (with a warning); nvmet waits without bound.
+pub const ABORT_WAIT_LIMIT: Duration = Duration::from_secs(60);
+
+/// Commands of one host on one namespace between their reservation check
+/// and their completion (nvmet's per-controller `pc_ref`, per host here:
+/// a preemption removes hosts, all of their controllers at once).
+#[derive(Debug, Default)]
+struct HostInflight {
+    count: AtomicUsize,
+    /// Preempt and Abort waits in progress for this host: new commands fail meanwhile.
+    fenced: AtomicUsize,
+    drained: tokio::sync::Notify,
+}
+
+/// Held by one I/O command of a namespace with reservations from its
+/// parse step until it completes (see [`Reservations::enter`]).
+#[derive(Debug)]
+pub struct InflightGuard(Arc<HostInflight>);
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 && self.0.fenced.load(Ordering::Acquire) > 0 {
+            self.0.drained.notify_waiters();
+        }
+    }
+}
+
+/// The preempted hosts of one Preempt and Abort: their new commands fail
+/// until this is dropped; [`AbortFence::wait`] returns once their earlier
+/// ones have completed.
+#[derive(Debug)]
+pub struct AbortFence(Vec<Arc<HostInflight>>);
+
+impl AbortFence {
+    /// Waits until no command of the fenced hosts is in flight, at most
+    /// `limit`; the number still in flight then (0: all drained).
+    pub async fn wait(&self, limit: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + limit;
+        for h in &self.0 {
+            loop {
+                let drained = h.drained.notified();
+                tokio::pin!(drained);
+                // Registered before the count is read, so a guard dropped
+                // in between still wakes this wait.
+                drained.as_mut().enable();
+                if h.count.load(Ordering::Acquire) == 0 {
+                    break;
+                }
+                if tokio::time::timeout_at(deadline, drained).await.is_err() {
+                    return self.0.iter().map(|h| h.count.load(Ordering::Acquire)).sum();
+                }
+            }
+        }
+        0
+    }
+}
+
+impl Drop for AbortFence {
+    fn drop(&mut self) {
+        for h in &self.0 {
+            h.fenced.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,6 +279,8 @@ pub struct Reservations {
     /// Through Power Loss is supported (RESCAP bit 0), and while the host
     /// has it on, every change is written there before it completes.
     store: Option<PathBuf>,
+    /// Commands in flight per host, for Preempt and Abort.
+    inflight: Mutex<HashMap<HostId, Arc<HostInflight>>>,
 }
 
 impl Reservations {
@@ -215,7 +302,7 @@ impl Reservations {
             Err(e) => return Err(std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
         };
         let held = AtomicBool::new(state.holder.is_some());
-        Ok(Self { state: Mutex::new(state), held, store: Some(path) })
+        Ok(Self { state: Mutex::new(state), held, store: Some(path), inflight: Mutex::default() })
     }
 
     /// Whether Persist Through Power Loss is supported (a reservations file).
@@ -263,6 +350,36 @@ impl Reservations {
         *s = next;
         self.held.store(s.holder.is_some(), Ordering::Release);
         Ok(r)
+    }
+
+    /// Counts one command of `host` in flight until the guard is dropped
+    /// (nvmet `nvmet_pr_get_ns_pc_ref`, taken after the access check).
+    /// While a Preempt and Abort waits for `host`'s commands, Internal Error
+    /// without DNR, as nvmet answers when its reference is dying.
+    pub fn enter(&self, host: &HostId) -> Result<InflightGuard, Status> {
+        let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        let h = map.entry(*host).or_default();
+        if h.fenced.load(Ordering::Acquire) > 0 {
+            return Err(Status::INTERNAL);
+        }
+        h.count.fetch_add(1, Ordering::AcqRel);
+        Ok(InflightGuard(h.clone()))
+    }
+
+    /// Fences `hosts` off for a Preempt and Abort (nvmet
+    /// `nvmet_pr_set_ctrl_to_abort`): see [`AbortFence`].
+    pub fn fence(&self, hosts: &[HostId]) -> AbortFence {
+        let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+        AbortFence(
+            hosts
+                .iter()
+                .map(|host| {
+                    let h = map.entry(*host).or_default();
+                    h.fenced.fetch_add(1, Ordering::AcqRel);
+                    h.clone()
+                })
+                .collect(),
+        )
     }
 
     /// nvmet `nvmet_pr_check_cmd_access`: whether `host` may run a command
@@ -359,7 +476,7 @@ impl Reservations {
         rtype: ReservationType,
         crkey: u64,
         prkey: u64,
-    ) -> Result<Vec<Notice>, Status> {
+    ) -> Result<Acquired, Status> {
         self.with(|s| {
             let mut out = Vec::new();
             s.registered_with(host, crkey)?;
@@ -368,15 +485,16 @@ impl Reservations {
                     return match s.holder {
                         None => {
                             s.holder = Some(Holder { hostid: *host, rtype });
-                            Ok(out)
+                            Ok(Acquired::default())
                         }
-                        Some(h) if s.holds(host) && h.rtype == rtype => Ok(out),
+                        Some(h) if s.holds(host) && h.rtype == rtype => Ok(Acquired::default()),
                         Some(_) => Err(conflict()),
                     };
                 }
                 AcquireAction::PREEMPT | AcquireAction::PREEMPT_AND_ABORT => {}
                 _ => return Err(Status::INVALID_OPCODE.with_dnr()),
             }
+            let before: Vec<HostId> = s.regs.iter().map(|r| r.hostid).collect();
             let ok = match s.holder {
                 None => s.unregister_by_key(Some(prkey), None, host, &mut out),
                 Some(h) if h.rtype.all_registrants() => {
@@ -417,7 +535,8 @@ impl Reservations {
                 return Err(conflict());
             }
             s.generation = s.generation.wrapping_add(1);
-            Ok(out)
+            let preempted = before.into_iter().filter(|h| s.reg(h).is_none()).collect();
+            Ok(Acquired { notices: out, preempted })
         })
     }
 
@@ -635,7 +754,7 @@ mod tests {
     }
 
     fn acquire(r: &Reservations, h: &HostId, key: u64, t: ReservationType) -> Result<Vec<Notice>, Status> {
-        r.acquire(h, AcquireAction::ACQUIRE, t, key, 0)
+        r.acquire(h, AcquireAction::ACQUIRE, t, key, 0).map(|a| a.notices)
     }
 
     fn may(r: &Reservations, h: &HostId) -> (bool, bool) {
@@ -775,7 +894,9 @@ mod tests {
         acquire(&r, &A, 1, t).unwrap();
         let gen = r.report().generation;
         // B preempts A's reservation with A's key: B holds it, A is unregistered.
-        let n = r.acquire(&B, AcquireAction::PREEMPT, ReservationType::EXCLUSIVE_ACCESS, 2, 1).unwrap();
+        let a = r.acquire(&B, AcquireAction::PREEMPT, ReservationType::EXCLUSIVE_ACCESS, 2, 1).unwrap();
+        assert_eq!(a.preempted, vec![A]);
+        let n = a.notices;
         assert!(n.contains(&Notice { hostid: A, kind: NotificationType::REGISTRATION_PREEMPTED }));
         assert!(n.contains(&Notice { hostid: C, kind: NotificationType::RESERVATION_RELEASED }), "{n:?}");
         let rep = r.report();
@@ -783,7 +904,9 @@ mod tests {
         assert_eq!(may(&r, &A), (false, false));
         // Preempting with the holder's key removes the other hosts with that key (C), not the preemptor.
         reg(&r, &A, 1);
-        let n = r.acquire(&A, AcquireAction::PREEMPT_AND_ABORT, t, 1, 2).unwrap();
+        let a = r.acquire(&A, AcquireAction::PREEMPT_AND_ABORT, t, 1, 2).unwrap();
+        assert_eq!(a.preempted, vec![B, C]);
+        let n = a.notices;
         assert!(n.contains(&Notice { hostid: B, kind: NotificationType::REGISTRATION_PREEMPTED }));
         assert!(n.contains(&Notice { hostid: C, kind: NotificationType::REGISTRATION_PREEMPTED }));
         assert_eq!(r.report().regctl, 1);
@@ -808,8 +931,9 @@ mod tests {
         reg(&r, &B, 2);
         reg(&r, &C, 3);
         acquire(&r, &A, 1, ReservationType::WRITE_EXCLUSIVE_ALL_REGS).unwrap();
-        let n = r.acquire(&C, AcquireAction::PREEMPT, ReservationType::WRITE_EXCLUSIVE, 3, 0).unwrap();
-        assert_eq!(n.len(), 2);
+        let a = r.acquire(&C, AcquireAction::PREEMPT, ReservationType::WRITE_EXCLUSIVE, 3, 0).unwrap();
+        assert_eq!(a.notices.len(), 2);
+        assert_eq!(a.preempted, vec![A, B]);
         let rep = r.report();
         assert_eq!((rep.rtype, rep.regctl), (ReservationType::WRITE_EXCLUSIVE, 1));
         assert_eq!(rep.registrants[0].hostid, C);

@@ -429,6 +429,11 @@ pub async fn run_connection(
         }
     }
 
+    // Commands of namespaces with reservations still in a backend count for
+    // a Preempt and Abort until they complete: the connection's end does not
+    // stop a write already submitted, so wait for them (nvmet's queue
+    // release waits for all of its commands too).
+    settle_inflight(&mut q, &mut rx, &mut reaped).await;
     if draining && !eof {
         close_gracefully(&stream).await;
     }
@@ -495,6 +500,45 @@ async fn close_gracefully(stream: &TcpStream) {
         }
     })
     .await;
+}
+
+/// How long a closing queue waits for its commands counted in flight on
+/// namespaces with reservations ([`settle_inflight`]).
+const INFLIGHT_SETTLE_LIMIT: Duration = Duration::from_secs(30);
+
+/// Handles completions until no command counted in flight for Preempt and
+/// Abort is still executing, at most [`INFLIGHT_SETTLE_LIMIT`].
+async fn settle_inflight(
+    q: &mut QueueState,
+    rx: &mut mpsc::UnboundedReceiver<IoCompletion>,
+    reaped: &mut Vec<IoCompletion>,
+) {
+    if !q.executing_counted() {
+        return;
+    }
+    let deadline = Instant::now() + INFLIGHT_SETTLE_LIMIT;
+    loop {
+        uring_pass(q, reaped);
+        if !q.executing_counted() {
+            return;
+        }
+        if Instant::now() >= deadline {
+            warn!(
+                limit_s = INFLIGHT_SETTLE_LIMIT.as_secs(),
+                "closing queue: commands of namespaces with reservations still executing; closing without them"
+            );
+            return;
+        }
+        tokio::select! {
+            c = rx.recv() => match c {
+                Some(c) => q.handle_completion(c),
+                None => return,
+            },
+            _ = async { match &q.ctx.io.ring { Some(r) => r.ready().await, None => std::future::pending().await } },
+                if q.ctx.io.ring.as_ref().is_some_and(|r| r.in_flight()) => {}
+            _ = tokio::time::sleep_until(deadline.into()) => {}
+        }
+    }
 }
 
 /// Submits the queue ring's new SQEs and handles its completions; true if any.

@@ -74,7 +74,9 @@
 #                     "resv-write ok"; unregister (no registrant, generation
 #                     moved). Then Write Exclusive - Registrants Only taken
 #                     again, and another host (hook "resv-cli": the nvmeof
-#                     CLI) registers and preempts it: the Reservation Log
+#                     CLI) registers and preempts it with Preempt and Abort
+#                     while this host writes (the writer stops with an
+#                     error within 60 s, no hang): the Reservation Log
 #                     Page Available event (uevent NVME_AEN=0x800006), log
 #                     80h says registration preempted on namespace 1, the
 #                     report shows the other host holding Write Exclusive,
@@ -494,13 +496,43 @@ kh_reservations() {
 }
 
 # resv_preempted: another host (hooks resv-cli) preempts this one's Write
-# Exclusive - Registrants Only reservation with its key
+# Exclusive - Registrants Only reservation with its key, and aborts its
+# commands, while this host writes
 resv_preempted() {
     resv_cmd resv-register "$DEV" -n 1 --nrkey=0xa1 --rrega=0
     resv_cmd resv-acquire "$DEV" -n 1 --crkey=0xa1 --rtype=3 --racqa=0
     hook_call resv-cli 60 register --new-key 0xb2 || fail "the other host's register: $HOOK_REPLY"
-    hook_call resv-cli 60 preempt --key 0xb2 --preempt-key 0xa1 --rtype write-exclusive \
-        || fail "the other host's preempt: $HOOK_REPLY"
+    # This host keeps writing (O_DIRECT, 4 KiB at a time) while the other
+    # one preempts it and aborts its commands (fencing): the writer must
+    # stop with an error, not hang.
+    rm -f /tmp/resv-w.n /tmp/resv-w.rc
+    (
+        _i=0
+        while [ $_i -lt 3000 ]; do
+            t 30 dd if=/dev/zero of="$DEV" bs=4k count=1 seek=$(( (64 << 8) + _i % 256 )) oflag=direct \
+                2>/tmp/resv-w.err || { echo "failed after $_i writes: $(head -n 1 /tmp/resv-w.err)" >/tmp/resv-w.rc; exit 0; }
+            _i=$((_i + 1)); echo $_i >/tmp/resv-w.n
+        done
+        echo "never failed ($_i writes)" >/tmp/resv-w.rc
+    ) &
+    _wpid=$!
+    _dl=$(( $(date +%s) + 30 ))
+    until [ "$(cat /tmp/resv-w.n 2>/dev/null || echo 0)" -ge 20 ]; do
+        [ "$(date +%s)" -le $_dl ] && kill -0 $_wpid 2>/dev/null \
+            || { kill $_wpid 2>/dev/null; fail "the writer did not get going: $(cat /tmp/resv-w.rc /tmp/resv-w.err 2>/dev/null)"; }
+        sleep 0.05
+    done
+    hook_call resv-cli 60 preempt-abort --key 0xb2 --preempt-key 0xa1 --rtype write-exclusive \
+        || { kill $_wpid 2>/dev/null; fail "the other host's preempt and abort: $HOOK_REPLY"; }
+    _dl=$(( $(date +%s) + 60 ))
+    while kill -0 $_wpid 2>/dev/null; do
+        [ "$(date +%s)" -le $_dl ] || { kill $_wpid; fail "the preempted host's writer still runs 60 s after the preempt and abort ($(cat /tmp/resv-w.n) writes)"; }
+        sleep 0.1
+    done
+    case "$(cat /tmp/resv-w.rc 2>/dev/null)" in
+        "failed after "*) info "writer running across the preempt and abort: $(cat /tmp/resv-w.rc)" ;;
+        *) fail "writer across the preempt and abort: $(cat /tmp/resv-w.rc 2>/dev/null)" ;;
+    esac
     # Reservation Log Page Available: type 6 (I/O command set), log 80h
     _dl=$(( $(date +%s) + 10 ))
     until grep -q "/$CTRL NVME_AEN=0x800006\$" /tmp/uevents; do
