@@ -15,7 +15,7 @@ use tracing::warn;
 
 use super::{complete, expect_len, Exec, Pending, QueueCtx, Response};
 use crate::backend::{IoCompletion, IoOp};
-use crate::core::reservation::{Access, ABORT_WAIT_LIMIT};
+use crate::core::reservation::Access;
 use crate::core::{Controller, Namespace};
 
 /// DSM CDW11 bit 2: Attribute - Deallocate.
@@ -58,7 +58,8 @@ fn check_access(ns: &Namespace, sqe: &Sqe) -> Result<(), Status> {
 /// the opcode is known and before the execute step looks at lengths and
 /// ranges: a reservation another host holds may refuse the command. A
 /// command let through counts as in flight for Preempt and Abort until it
-/// completes (nvmet `nvmet_pr_get_ns_pc_ref`): its guard waits in
+/// completes (nvmet `nvmet_pr_get_ns_pc_ref`; Internal Error while a
+/// Preempt and Abort waits for its host): its guard waits in
 /// `ctx.inflight` for the queue to keep it with the command.
 fn check_reservation(
     ctx: &QueueCtx,
@@ -67,8 +68,12 @@ fn check_reservation(
     access: Access,
 ) -> Result<(), Status> {
     let Some(r) = &ns.reservations else { return Ok(()) };
+    let guard = r.enter(&ctrl.hostid);
     r.check_access(&ctrl.hostid, access)?;
-    ctx.inflight.set(Some(r.enter(&ctrl.hostid)?));
+    if guard.fenced() {
+        return Err(Status::INTERNAL);
+    }
+    ctx.inflight.set(Some(guard));
     Ok(())
 }
 
@@ -286,7 +291,7 @@ fn execute_reservation(
     let Ok(k) = keys else {
         return Status::SGL_INVALID_DATA.with_dnr().into();
     };
-    let mut fence = None;
+    let mut preempted = Vec::new();
     let outcome = match cmd.opcode {
         IoOpcode::RESV_REGISTER => {
             r.register(host, RegisterAction(cmd.action()), cmd.iekey(), (k.current, k.other), cmd.cptpl())
@@ -294,11 +299,8 @@ fn execute_reservation(
         IoOpcode::RESV_ACQUIRE => {
             let action = AcquireAction(cmd.action());
             r.acquire(host, action, cmd.rtype(), k.current, k.other).map(|a| {
-                if action == AcquireAction::PREEMPT_AND_ABORT && !a.preempted.is_empty() {
-                    // Fenced after the state changed, as nvmet: a command
-                    // checked before it is waited for, one checked after
-                    // meets the new reservation.
-                    fence = Some(r.fence(&a.preempted));
+                if action == AcquireAction::PREEMPT_AND_ABORT {
+                    preempted = a.preempted;
                 }
                 a.notices
             })
@@ -310,23 +312,19 @@ fn execute_reservation(
         Err(s) => return s.into(),
     };
     ctrl.subsys.reservation_notices(ns.nsid, &notices);
-    let Some(fence) = fence else { return Response::status(Status::SUCCESS).into() };
-    // The wait runs beside the queue, which goes on with other commands;
-    // the completion arrives on the queue's channel like a backend's.
+    if preempted.is_empty() {
+        return Response::status(Status::SUCCESS).into();
+    }
+    // Fenced after the state changed, as nvmet: a command checked before it
+    // is waited for, one checked after meets the new reservation. The
+    // completion comes through the queue's channel, like a backend's, from
+    // whichever queue finishes the preempted hosts' last command.
     let sink = ctx.io.sink.clone();
-    let nsid = ns.nsid;
-    tokio::spawn(async move {
-        let left = fence.wait(ABORT_WAIT_LIMIT).await;
-        if left > 0 {
-            warn!(
-                nsid,
-                commands = left,
-                limit_s = ABORT_WAIT_LIMIT.as_secs(),
-                "preempt and abort: the preempted hosts' commands did not complete in time; completing it anyway"
-            );
-        }
-        drop(fence);
-        let _ = sink.send(IoCompletion::status(tag, Status::SUCCESS));
-    });
+    r.abort(
+        &preempted,
+        Box::new(move || {
+            let _ = sink.send(IoCompletion::status(tag, Status::SUCCESS));
+        }),
+    );
     Exec::Pending(Pending::Plain)
 }

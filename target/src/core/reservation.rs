@@ -33,7 +33,6 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use nvmeof_common::spec::reservation::{
     AcquireAction, NotificationType, RegisterAction, Registrant, ReleaseAction, ReservationStatus,
@@ -85,19 +84,70 @@ pub struct Acquired {
     pub preempted: Vec<HostId>,
 }
 
-/// How long Preempt and Abort waits for the preempted hosts' commands
-/// before it completes anyway (with a warning); nvmet waits without bound.
-pub const ABORT_WAIT_LIMIT: Duration = Duration::from_secs(60);
-
-/// Commands of one host on one namespace between their reservation check
-/// and their completion (nvmet's per-controller `pc_ref`, per host here:
-/// a preemption removes hosts, all of their controllers at once).
-#[derive(Debug, Default)]
+/// Commands of one host on one namespace between their parse step and
+/// their completion (nvmet's per-controller `pc_ref`; per host here, as a
+/// preemption removes hosts, all of their controllers at once).
+#[derive(Default)]
 struct HostInflight {
     count: AtomicUsize,
-    /// Preempt and Abort waits in progress for this host: new commands fail meanwhile.
+    /// Preempt and Abort waits in progress for this host: its new commands
+    /// fail meanwhile.
     fenced: AtomicUsize,
-    drained: tokio::sync::Notify,
+    /// Those waits, told when `count` drops to 0.
+    waiters: Mutex<Vec<Arc<AbortWait>>>,
+}
+
+impl std::fmt::Debug for HostInflight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostInflight")
+            .field("count", &self.count)
+            .field("fenced", &self.fenced)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HostInflight {
+    /// One command fewer; the last one out tells the waits.
+    fn leave(&self) {
+        if self.count.fetch_sub(1, Ordering::SeqCst) != 1 {
+            return;
+        }
+        // Under the lock, so a wait registering now either sees the count
+        // at 0 or is taken here.
+        let waiters = {
+            let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
+            if self.count.load(Ordering::SeqCst) != 0 {
+                return;
+            }
+            std::mem::take(&mut *w)
+        };
+        for w in waiters {
+            w.host_drained();
+        }
+    }
+}
+
+/// One Preempt and Abort waiting for its preempted hosts' commands.
+struct AbortWait {
+    /// Hosts whose commands are still in flight.
+    remaining: AtomicUsize,
+    hosts: Vec<Arc<HostInflight>>,
+    done: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl AbortWait {
+    fn host_drained(&self) {
+        if self.remaining.fetch_sub(1, Ordering::SeqCst) != 1 {
+            return;
+        }
+        for h in &self.hosts {
+            h.fenced.fetch_sub(1, Ordering::SeqCst);
+        }
+        let done = self.done.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(done) = done {
+            done();
+        }
+    }
 }
 
 /// Held by one I/O command of a namespace with reservations from its
@@ -105,49 +155,18 @@ struct HostInflight {
 #[derive(Debug)]
 pub struct InflightGuard(Arc<HostInflight>);
 
+impl InflightGuard {
+    /// A Preempt and Abort waits for this host's commands: this one must
+    /// not run (nvmet answers Internal Error without DNR; the host retries
+    /// it, and it then meets the new reservation).
+    pub fn fenced(&self) -> bool {
+        self.0.fenced.load(Ordering::SeqCst) > 0
+    }
+}
+
 impl Drop for InflightGuard {
     fn drop(&mut self) {
-        if self.0.count.fetch_sub(1, Ordering::AcqRel) == 1 && self.0.fenced.load(Ordering::Acquire) > 0 {
-            self.0.drained.notify_waiters();
-        }
-    }
-}
-
-/// The preempted hosts of one Preempt and Abort: their new commands fail
-/// until this is dropped; [`AbortFence::wait`] returns once their earlier
-/// ones have completed.
-#[derive(Debug)]
-pub struct AbortFence(Vec<Arc<HostInflight>>);
-
-impl AbortFence {
-    /// Waits until no command of the fenced hosts is in flight, at most
-    /// `limit`; the number still in flight then (0: all drained).
-    pub async fn wait(&self, limit: Duration) -> usize {
-        let deadline = tokio::time::Instant::now() + limit;
-        for h in &self.0 {
-            loop {
-                let drained = h.drained.notified();
-                tokio::pin!(drained);
-                // Registered before the count is read, so a guard dropped
-                // in between still wakes this wait.
-                drained.as_mut().enable();
-                if h.count.load(Ordering::Acquire) == 0 {
-                    break;
-                }
-                if tokio::time::timeout_at(deadline, drained).await.is_err() {
-                    return self.0.iter().map(|h| h.count.load(Ordering::Acquire)).sum();
-                }
-            }
-        }
-        0
-    }
-}
-
-impl Drop for AbortFence {
-    fn drop(&mut self) {
-        for h in &self.0 {
-            h.fenced.fetch_sub(1, Ordering::AcqRel);
-        }
+        self.0.leave();
     }
 }
 
@@ -353,33 +372,50 @@ impl Reservations {
     }
 
     /// Counts one command of `host` in flight until the guard is dropped
-    /// (nvmet `nvmet_pr_get_ns_pc_ref`, taken after the access check).
-    /// While a Preempt and Abort waits for `host`'s commands, Internal Error
-    /// without DNR, as nvmet answers when its reference is dying.
-    pub fn enter(&self, host: &HostId) -> Result<InflightGuard, Status> {
-        let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-        let h = map.entry(*host).or_default();
-        if h.fenced.load(Ordering::Acquire) > 0 {
-            return Err(Status::INTERNAL);
-        }
-        h.count.fetch_add(1, Ordering::AcqRel);
-        Ok(InflightGuard(h.clone()))
+    /// (nvmet `nvmet_pr_get_ns_pc_ref`). Taken before the access check, so
+    /// a command checked before a preemption is always counted when the
+    /// Preempt and Abort looks; [`InflightGuard::fenced`] after the check
+    /// says whether such a wait is on (nvmet's reference is dying).
+    pub fn enter(&self, host: &HostId) -> InflightGuard {
+        let h = {
+            let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+            map.entry(*host).or_default().clone()
+        };
+        // Counted first, the fence looked at later; `abort` does the
+        // opposite: one of the two sees the other (sequentially consistent).
+        h.count.fetch_add(1, Ordering::SeqCst);
+        InflightGuard(h)
     }
 
-    /// Fences `hosts` off for a Preempt and Abort (nvmet
-    /// `nvmet_pr_set_ctrl_to_abort`): see [`AbortFence`].
-    pub fn fence(&self, hosts: &[HostId]) -> AbortFence {
-        let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-        AbortFence(
-            hosts
-                .iter()
-                .map(|host| {
-                    let h = map.entry(*host).or_default();
-                    h.fenced.fetch_add(1, Ordering::AcqRel);
-                    h.clone()
-                })
-                .collect(),
-        )
+    /// The wait of a Preempt and Abort (nvmet `nvmet_pr_set_ctrl_to_abort`
+    /// and `nvmet_pr_do_abort`): fences `hosts` off (their new commands
+    /// fail) and calls `done` once none of their commands is in flight
+    /// any more, at once if none is, else from the completion of the
+    /// last one. Then the fence is lifted. There is no time limit, as in
+    /// nvmet: a closing connection waits for its commands for a while
+    /// (`transport::tcp`), then frees them.
+    pub fn abort(&self, hosts: &[HostId], done: Box<dyn FnOnce() + Send>) {
+        let hosts: Vec<Arc<HostInflight>> = {
+            let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
+            hosts.iter().map(|h| map.entry(*h).or_default().clone()).collect()
+        };
+        let wait = Arc::new(AbortWait {
+            // One more, dropped below once every host is registered.
+            remaining: AtomicUsize::new(hosts.len() + 1),
+            hosts: hosts.clone(),
+            done: Mutex::new(Some(done)),
+        });
+        for h in &hosts {
+            h.fenced.fetch_add(1, Ordering::SeqCst);
+            let mut w = h.waiters.lock().unwrap_or_else(|e| e.into_inner());
+            if h.count.load(Ordering::SeqCst) == 0 {
+                drop(w);
+                wait.host_drained();
+            } else {
+                w.push(wait.clone());
+            }
+        }
+        wait.host_drained();
     }
 
     /// nvmet `nvmet_pr_check_cmd_access`: whether `host` may run a command
@@ -748,6 +784,7 @@ mod tests {
     const A: HostId = [0xA; 16];
     const B: HostId = [0xB; 16];
     const C: HostId = [0xC; 16];
+    const D: HostId = [0xD; 16];
 
     fn reg(r: &Reservations, h: &HostId, key: u64) {
         r.register(h, RegisterAction::REGISTER, false, (0, key), 0).unwrap();
@@ -938,6 +975,56 @@ mod tests {
         assert_eq!((rep.rtype, rep.regctl), (ReservationType::WRITE_EXCLUSIVE, 1));
         assert_eq!(rep.registrants[0].hostid, C);
         assert_eq!(may(&r, &A), (true, false));
+    }
+
+    /// A flag set by the `done` callback of [`Reservations::abort`].
+    fn done_flag() -> (Arc<AtomicBool>, Box<dyn FnOnce() + Send>) {
+        let flag = Arc::new(AtomicBool::new(false));
+        let f = flag.clone();
+        (flag, Box::new(move || f.store(true, Ordering::SeqCst)))
+    }
+
+    #[test]
+    fn abort_waits_for_the_commands_in_flight() {
+        let r = Reservations::new();
+        // Nothing in flight: done at once, and nothing stays fenced.
+        let (done, cb) = done_flag();
+        r.abort(&[A], cb);
+        assert!(done.load(Ordering::SeqCst));
+        assert!(!r.enter(&A).fenced());
+        // Two commands of A and one of B in flight; C has none.
+        let (a1, a2, b1) = (r.enter(&A), r.enter(&A), r.enter(&B));
+        let (done, cb) = done_flag();
+        r.abort(&[A, B, C], cb);
+        assert!(r.enter(&A).fenced() && r.enter(&B).fenced() && r.enter(&C).fenced());
+        assert!(!r.enter(&D).fenced(), "only the preempted hosts");
+        drop(a1);
+        drop(b1);
+        assert!(!done.load(Ordering::SeqCst), "one of A's commands is still in flight");
+        // A command refused while fenced does not count as drained early.
+        drop(r.enter(&A));
+        assert!(!done.load(Ordering::SeqCst));
+        drop(a2);
+        assert!(done.load(Ordering::SeqCst));
+        assert!(!r.enter(&A).fenced() && !r.enter(&B).fenced() && !r.enter(&C).fenced());
+    }
+
+    #[test]
+    fn aborts_overlap() {
+        let r = Reservations::new();
+        let a1 = r.enter(&A);
+        let b1 = r.enter(&B);
+        let (first, cb) = done_flag();
+        r.abort(&[A], cb);
+        let (second, cb) = done_flag();
+        r.abort(&[A, B], cb);
+        drop(a1);
+        assert!(first.load(Ordering::SeqCst));
+        assert!(!second.load(Ordering::SeqCst));
+        assert!(r.enter(&A).fenced(), "the second abort still fences A");
+        drop(b1);
+        assert!(second.load(Ordering::SeqCst));
+        assert!(!r.enter(&A).fenced());
     }
 
     #[test]
