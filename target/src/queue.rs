@@ -23,7 +23,7 @@ use tracing::{debug, warn};
 
 use crate::backend::IoCompletion;
 use crate::cmd::{self, Exec, Pending, QueueCtx, Response};
-use crate::core::reservation::InflightGuard;
+use crate::core::inflight::InflightGuard;
 
 /// Command slots before Connect (admin queue depth).
 const INITIAL_SLOTS: usize = 32;
@@ -598,6 +598,7 @@ mod tests {
             data_digest: false,
             auth: Default::default(),
             inflight: Default::default(),
+            inflight_cache: Default::default(),
         });
         (q, rx)
     }

@@ -796,6 +796,7 @@ mod tests {
             data_digest: false,
             auth: Default::default(),
             inflight: Default::default(),
+            inflight_cache: Default::default(),
         };
         Env { target, subsys, ctrl, ctx, rx }
     }

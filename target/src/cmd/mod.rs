@@ -53,7 +53,9 @@ pub struct QueueCtx {
     /// Set by the parse step of an I/O command on a namespace with
     /// reservations: the command's count in flight, which the queue keeps
     /// with the command until it completes (Preempt and Abort waits for it).
-    pub inflight: std::cell::Cell<Option<crate::core::reservation::InflightGuard>>,
+    pub inflight: std::cell::Cell<Option<crate::core::inflight::InflightGuard>>,
+    /// This queue's in-flight counters on namespaces with reservations.
+    pub inflight_cache: std::cell::RefCell<crate::core::inflight::InflightCache>,
 }
 
 impl QueueCtx {
@@ -75,6 +77,7 @@ impl QueueCtx {
             data_digest: false,
             auth: auth::QueueAuth::default(),
             inflight: std::cell::Cell::new(None),
+            inflight_cache: Default::default(),
         }
     }
 

@@ -6,6 +6,7 @@
 pub mod ana;
 pub mod controller;
 pub mod error_log;
+pub mod inflight;
 pub mod namespace;
 pub mod reservation;
 pub mod subsystem;

@@ -23,22 +23,24 @@
 //! the namespace that had passed its reservation check has completed, as
 //! nvmet's `nvmet_pr_do_abort` waits for its per-controller references
 //! (neither aborts them): each I/O command holds an [`InflightGuard`] from
-//! its parse step to its completion, and while the wait lasts new commands
+//! its parse step to its completion ([`super::inflight`]), and while the wait lasts new commands
 //! of those hosts fail with Internal Error (no DNR: the host retries them,
 //! and they then meet the new reservation). A host that fences another one
 //! off can rely on none of that host's writes landing after its command
 //! completes.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 
 use nvmeof_common::spec::reservation::{
     AcquireAction, NotificationType, RegisterAction, Registrant, ReleaseAction, ReservationStatus,
     ReservationType, NOTIFY_MASK_ALL,
 };
 use nvmeof_common::Status;
+
+use super::inflight::InflightRegistry;
+pub use super::inflight::{InflightCache, InflightGuard};
 
 /// Host identifier (Connect data HOSTID).
 pub type HostId = [u8; 16];
@@ -82,92 +84,6 @@ pub struct Acquired {
     pub notices: Vec<Notice>,
     /// Hosts whose registration a Preempt (or Preempt and Abort) removed.
     pub preempted: Vec<HostId>,
-}
-
-/// Commands of one host on one namespace between their parse step and
-/// their completion (nvmet's per-controller `pc_ref`; per host here, as a
-/// preemption removes hosts, all of their controllers at once).
-#[derive(Default)]
-struct HostInflight {
-    count: AtomicUsize,
-    /// Preempt and Abort waits in progress for this host: its new commands
-    /// fail meanwhile.
-    fenced: AtomicUsize,
-    /// Those waits, told when `count` drops to 0.
-    waiters: Mutex<Vec<Arc<AbortWait>>>,
-}
-
-impl std::fmt::Debug for HostInflight {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostInflight")
-            .field("count", &self.count)
-            .field("fenced", &self.fenced)
-            .finish_non_exhaustive()
-    }
-}
-
-impl HostInflight {
-    /// One command fewer; the last one out tells the waits.
-    fn leave(&self) {
-        if self.count.fetch_sub(1, Ordering::SeqCst) != 1 {
-            return;
-        }
-        // Under the lock, so a wait registering now either sees the count
-        // at 0 or is taken here.
-        let waiters = {
-            let mut w = self.waiters.lock().unwrap_or_else(|e| e.into_inner());
-            if self.count.load(Ordering::SeqCst) != 0 {
-                return;
-            }
-            std::mem::take(&mut *w)
-        };
-        for w in waiters {
-            w.host_drained();
-        }
-    }
-}
-
-/// One Preempt and Abort waiting for its preempted hosts' commands.
-struct AbortWait {
-    /// Hosts whose commands are still in flight.
-    remaining: AtomicUsize,
-    hosts: Vec<Arc<HostInflight>>,
-    done: Mutex<Option<Box<dyn FnOnce() + Send>>>,
-}
-
-impl AbortWait {
-    fn host_drained(&self) {
-        if self.remaining.fetch_sub(1, Ordering::SeqCst) != 1 {
-            return;
-        }
-        for h in &self.hosts {
-            h.fenced.fetch_sub(1, Ordering::SeqCst);
-        }
-        let done = self.done.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(done) = done {
-            done();
-        }
-    }
-}
-
-/// Held by one I/O command of a namespace with reservations from its
-/// parse step until it completes (see [`Reservations::enter`]).
-#[derive(Debug)]
-pub struct InflightGuard(Arc<HostInflight>);
-
-impl InflightGuard {
-    /// A Preempt and Abort waits for this host's commands: this one must
-    /// not run (nvmet answers Internal Error without DNR; the host retries
-    /// it, and it then meets the new reservation).
-    pub fn fenced(&self) -> bool {
-        self.0.fenced.load(Ordering::SeqCst) > 0
-    }
-}
-
-impl Drop for InflightGuard {
-    fn drop(&mut self) {
-        self.0.leave();
-    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -299,7 +215,7 @@ pub struct Reservations {
     /// has it on, every change is written there before it completes.
     store: Option<PathBuf>,
     /// Commands in flight per host, for Preempt and Abort.
-    inflight: Mutex<HashMap<HostId, Arc<HostInflight>>>,
+    inflight: InflightRegistry,
 }
 
 impl Reservations {
@@ -321,7 +237,7 @@ impl Reservations {
             Err(e) => return Err(std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
         };
         let held = AtomicBool::new(state.holder.is_some());
-        Ok(Self { state: Mutex::new(state), held, store: Some(path), inflight: Mutex::default() })
+        Ok(Self { state: Mutex::new(state), held, store: Some(path), inflight: InflightRegistry::default() })
     }
 
     /// Whether Persist Through Power Loss is supported (a reservations file).
@@ -371,51 +287,16 @@ impl Reservations {
         Ok(r)
     }
 
-    /// Counts one command of `host` in flight until the guard is dropped
-    /// (nvmet `nvmet_pr_get_ns_pc_ref`). Taken before the access check, so
-    /// a command checked before a preemption is always counted when the
-    /// Preempt and Abort looks; [`InflightGuard::fenced`] after the check
-    /// says whether such a wait is on (nvmet's reference is dying).
-    pub fn enter(&self, host: &HostId) -> InflightGuard {
-        let h = {
-            let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-            map.entry(*host).or_default().clone()
-        };
-        // Counted first, the fence looked at later; `abort` does the
-        // opposite: one of the two sees the other (sequentially consistent).
-        h.count.fetch_add(1, Ordering::SeqCst);
-        InflightGuard(h)
+    /// Counts one command of `host` (on the queue owning `cache`) in
+    /// flight until the guard is dropped: [`InflightRegistry::enter`].
+    pub fn enter(&self, host: &HostId, cache: &mut InflightCache) -> InflightGuard {
+        self.inflight.enter(host, cache)
     }
 
-    /// The wait of a Preempt and Abort (nvmet `nvmet_pr_set_ctrl_to_abort`
-    /// and `nvmet_pr_do_abort`): fences `hosts` off (their new commands
-    /// fail) and calls `done` once none of their commands is in flight
-    /// any more, at once if none is, else from the completion of the
-    /// last one. Then the fence is lifted. There is no time limit, as in
-    /// nvmet: a closing connection waits for its commands for a while
-    /// (`transport::tcp`), then frees them.
+    /// The wait of a Preempt and Abort for the commands of `hosts`:
+    /// [`InflightRegistry::abort`].
     pub fn abort(&self, hosts: &[HostId], done: Box<dyn FnOnce() + Send>) {
-        let hosts: Vec<Arc<HostInflight>> = {
-            let mut map = self.inflight.lock().unwrap_or_else(|e| e.into_inner());
-            hosts.iter().map(|h| map.entry(*h).or_default().clone()).collect()
-        };
-        let wait = Arc::new(AbortWait {
-            // One more, dropped below once every host is registered.
-            remaining: AtomicUsize::new(hosts.len() + 1),
-            hosts: hosts.clone(),
-            done: Mutex::new(Some(done)),
-        });
-        for h in &hosts {
-            h.fenced.fetch_add(1, Ordering::SeqCst);
-            let mut w = h.waiters.lock().unwrap_or_else(|e| e.into_inner());
-            if h.count.load(Ordering::SeqCst) == 0 {
-                drop(w);
-                wait.host_drained();
-            } else {
-                w.push(wait.clone());
-            }
-        }
-        wait.host_drained();
+        self.inflight.abort(hosts, done)
     }
 
     /// nvmet `nvmet_pr_check_cmd_access`: whether `host` may run a command
@@ -784,7 +665,6 @@ mod tests {
     const A: HostId = [0xA; 16];
     const B: HostId = [0xB; 16];
     const C: HostId = [0xC; 16];
-    const D: HostId = [0xD; 16];
 
     fn reg(r: &Reservations, h: &HostId, key: u64) {
         r.register(h, RegisterAction::REGISTER, false, (0, key), 0).unwrap();
@@ -975,56 +855,6 @@ mod tests {
         assert_eq!((rep.rtype, rep.regctl), (ReservationType::WRITE_EXCLUSIVE, 1));
         assert_eq!(rep.registrants[0].hostid, C);
         assert_eq!(may(&r, &A), (true, false));
-    }
-
-    /// A flag set by the `done` callback of [`Reservations::abort`].
-    fn done_flag() -> (Arc<AtomicBool>, Box<dyn FnOnce() + Send>) {
-        let flag = Arc::new(AtomicBool::new(false));
-        let f = flag.clone();
-        (flag, Box::new(move || f.store(true, Ordering::SeqCst)))
-    }
-
-    #[test]
-    fn abort_waits_for_the_commands_in_flight() {
-        let r = Reservations::new();
-        // Nothing in flight: done at once, and nothing stays fenced.
-        let (done, cb) = done_flag();
-        r.abort(&[A], cb);
-        assert!(done.load(Ordering::SeqCst));
-        assert!(!r.enter(&A).fenced());
-        // Two commands of A and one of B in flight; C has none.
-        let (a1, a2, b1) = (r.enter(&A), r.enter(&A), r.enter(&B));
-        let (done, cb) = done_flag();
-        r.abort(&[A, B, C], cb);
-        assert!(r.enter(&A).fenced() && r.enter(&B).fenced() && r.enter(&C).fenced());
-        assert!(!r.enter(&D).fenced(), "only the preempted hosts");
-        drop(a1);
-        drop(b1);
-        assert!(!done.load(Ordering::SeqCst), "one of A's commands is still in flight");
-        // A command refused while fenced does not count as drained early.
-        drop(r.enter(&A));
-        assert!(!done.load(Ordering::SeqCst));
-        drop(a2);
-        assert!(done.load(Ordering::SeqCst));
-        assert!(!r.enter(&A).fenced() && !r.enter(&B).fenced() && !r.enter(&C).fenced());
-    }
-
-    #[test]
-    fn aborts_overlap() {
-        let r = Reservations::new();
-        let a1 = r.enter(&A);
-        let b1 = r.enter(&B);
-        let (first, cb) = done_flag();
-        r.abort(&[A], cb);
-        let (second, cb) = done_flag();
-        r.abort(&[A, B], cb);
-        drop(a1);
-        assert!(first.load(Ordering::SeqCst));
-        assert!(!second.load(Ordering::SeqCst));
-        assert!(r.enter(&A).fenced(), "the second abort still fences A");
-        drop(b1);
-        assert!(second.load(Ordering::SeqCst));
-        assert!(!r.enter(&A).fenced());
     }
 
     #[test]
