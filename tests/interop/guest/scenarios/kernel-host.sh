@@ -858,6 +858,24 @@ ram_digest_checks() {
 # Our target keeps per-4 KiB CRC32Cs of RAM namespaces and joins them into
 # the data digests of later reads (backend/mem.rs): the kernel host checks
 # every digest. Hook add-subsystem gives a subsystem with a 16 MiB RAM namespace.
+kh_disconnect_under_io() { # kh_disconnect while fio keeps 32 requests in flight
+    need_dev
+    rm -f /tmp/fio-disc.txt
+    t 90 fio --name=disconnect-under-io --filename="$DEV" --ioengine=libaio --direct=1 --rw=randrw \
+        --bs=64k --iodepth=32 --size=64M --time_based --runtime=40 --output=/tmp/fio-disc.txt >/dev/null 2>&1 &
+    _fpid=$!
+    sleep 2
+    kill -0 $_fpid 2>/dev/null || { cat /tmp/fio-disc.txt; fail "fio ended before the disconnect"; }
+    kh_disconnect
+    # the host failed (or finished) what was in flight: fio ends with its device gone
+    _dl=$(( $(date +%s) + 30 ))
+    while kill -0 $_fpid 2>/dev/null; do
+        [ "$(date +%s)" -le $_dl ] || { kill -9 $_fpid; fail "fio still running 30 s after the disconnect"; }
+        sleep 0.1
+    done
+    info "fio across the disconnect ended: $(grep -m1 -o -E 'err= *[0-9]+[^)]*' /tmp/fio-disc.txt || echo 'no summary')"
+}
+
 kh_ram_digest() {
     if [ "$TARGET" = kernel-guest ]; then
         info "left out: nvmet has no RAM namespace of ours"
@@ -1338,7 +1356,7 @@ scenario_main() {
     run_step connect-2q 90 kh_connect -i 2
     run_step queues-2q 20 kh_queues 2
     run_step dd-verify-2q 180 kh_dd_verify 2q
-    run_step disconnect-2q 60 kh_disconnect
+    run_step disconnect-2q 90 kh_disconnect_under_io
     # two paths, ANA
     run_step connect-mp 90 kh_connect
     run_step ana-multipath 240 kh_ana_multipath
