@@ -34,9 +34,9 @@
 //!
 //! The driver survives its connection: on loss, the responses already in the
 //! socket are read and delivered first (unless the stream itself was bad),
-//! then the commands still outstanding are parked (or failed, per policy), the supervisor is told, and the next
-//! [`DriverCtrl::Attach`] brings a fresh socket on which parked commands are
-//! resubmitted with new CIDs.
+//! then the commands still outstanding are parked (or failed, per policy),
+//! the supervisor is told, and the next [`DriverCtrl::Attach`] brings a
+//! fresh socket on which parked commands are resubmitted with new CIDs.
 
 use std::collections::VecDeque;
 use std::future::poll_fn;

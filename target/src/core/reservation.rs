@@ -23,11 +23,11 @@
 //! the namespace that had passed its reservation check has completed, as
 //! nvmet's `nvmet_pr_do_abort` waits for its per-controller references
 //! (neither aborts them): each I/O command holds an [`InflightGuard`] from
-//! its parse step to its completion ([`super::inflight`]), and while the wait lasts new commands
-//! of those hosts fail with Internal Error (no DNR: the host retries them,
-//! and they then meet the new reservation). A host that fences another one
-//! off can rely on none of that host's writes landing after its command
-//! completes.
+//! its parse step to its completion ([`super::inflight`]), and while the
+//! wait lasts new commands of those hosts fail with Internal Error (no DNR:
+//! the host retries them, and they then meet the new reservation). A host
+//! that fences another one off can rely on none of that host's writes
+//! landing after its command completes.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
