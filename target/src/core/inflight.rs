@@ -8,7 +8,7 @@
 //! completes once their guards taken before the fence are all gone.
 //!
 //! The counts are per queue, as nvmet's are per CPU: a queue's commands
-//! only touch its own counter ([`QueueInflight`], found through the queue's
+//! only touch its own counter (`QueueInflight`, found through the queue's
 //! [`InflightCache`] without a lock) and read the host's fence flag, which
 //! only changes during a Preempt and Abort. No cache line moves between
 //! the cores of a host's queues on the I/O path; the registry's lock is
