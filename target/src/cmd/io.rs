@@ -68,11 +68,7 @@ fn check_reservation(
     access: Access,
 ) -> Result<(), Status> {
     let Some(r) = &ns.reservations else { return Ok(()) };
-    let guard = r.enter(&ctrl.hostid, &mut ctx.inflight_cache.borrow_mut());
-    r.check_access(&ctrl.hostid, access)?;
-    if guard.fenced() {
-        return Err(Status::INTERNAL);
-    }
+    let guard = r.admit(&ctrl.hostid, access, &mut ctx.inflight_cache.borrow_mut())?;
     ctx.inflight.set(Some(guard));
     Ok(())
 }

@@ -106,10 +106,15 @@ impl Drop for InflightGuard {
     }
 }
 
+/// What one queue's host may do on one namespace, as computed at a
+/// version of its reservation state: (version, may read, may write).
+pub type AccessMemo = Option<(u64, bool, bool)>;
+
 /// One queue's counters, one per namespace with reservations it used
-/// (by [`InflightRegistry`] identity). Kept by the queue for its lifetime.
+/// (by [`InflightRegistry`] identity), each with the queue's [`AccessMemo`].
+/// Kept by the queue for its lifetime.
 #[derive(Default)]
-pub struct InflightCache(Vec<(u64, Arc<QueueInflight>)>);
+pub struct InflightCache(Vec<(u64, Arc<QueueInflight>, AccessMemo)>);
 
 impl std::fmt::Debug for InflightCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -151,10 +156,14 @@ impl InflightRegistry {
     /// preemption is always counted when the Preempt and Abort looks;
     /// [`InflightGuard::fenced`] after the check says whether such a wait is
     /// on. A queue belongs to one host: `cache` must always come with the
-    /// same `host`.
-    pub fn enter(&self, host: &HostId, cache: &mut InflightCache) -> InflightGuard {
-        let q = match cache.0.iter().find(|(id, _)| *id == self.id) {
-            Some((_, q)) => q.clone(),
+    /// same `host`. Also returns the queue's [`AccessMemo`] for the namespace.
+    pub fn enter<'c>(
+        &self,
+        host: &HostId,
+        cache: &'c mut InflightCache,
+    ) -> (InflightGuard, &'c mut AccessMemo) {
+        let i = match cache.0.iter().position(|(id, ..)| *id == self.id) {
+            Some(i) => i,
             None => {
                 let mut hosts = lock(&self.hosts);
                 let e = hosts.entry(*host).or_default();
@@ -165,14 +174,15 @@ impl InflightRegistry {
                     waiters: Mutex::default(),
                 });
                 e.queues.push(Arc::downgrade(&q));
-                cache.0.push((self.id, q.clone()));
-                q
+                cache.0.push((self.id, q, None));
+                cache.0.len() - 1
             }
         };
+        let (_, q, memo) = &mut cache.0[i];
         // Counted first, the fence looked at later; `abort` does the
         // opposite: one of the two sees the other (sequentially consistent).
         q.count.fetch_add(1, Ordering::SeqCst);
-        InflightGuard(q)
+        (InflightGuard(q.clone()), memo)
     }
 
     /// The wait of a Preempt and Abort (nvmet `nvmet_pr_set_ctrl_to_abort`
@@ -219,6 +229,11 @@ mod tests {
 
     use super::*;
 
+    /// The guard alone.
+    fn enter(r: &InflightRegistry, h: &HostId, c: &mut InflightCache) -> InflightGuard {
+        r.enter(h, c).0
+    }
+
     const A: HostId = [0xA; 16];
     const B: HostId = [0xB; 16];
     const C: HostId = [0xC; 16];
@@ -240,34 +255,34 @@ mod tests {
         let (done, cb) = done_flag();
         r.abort(&[A], cb);
         assert!(done.load(Ordering::SeqCst));
-        assert!(!r.enter(&A, &mut qa).fenced());
-        let (a1, a2) = (r.enter(&A, &mut qa), r.enter(&A, &mut qa));
-        let (b1, b2) = (r.enter(&B, &mut qb1), r.enter(&B, &mut qb2));
+        assert!(!enter(&r, &A, &mut qa).fenced());
+        let (a1, a2) = (enter(&r, &A, &mut qa), enter(&r, &A, &mut qa));
+        let (b1, b2) = (enter(&r, &B, &mut qb1), enter(&r, &B, &mut qb2));
         let (done, cb) = done_flag();
         r.abort(&[A, B, C], cb);
-        assert!(r.enter(&A, &mut qa).fenced() && r.enter(&B, &mut qb2).fenced());
+        assert!(enter(&r, &A, &mut qa).fenced() && enter(&r, &B, &mut qb2).fenced());
         let mut qc = InflightCache::default();
-        assert!(r.enter(&C, &mut qc).fenced(), "a queue that comes after the fence");
-        assert!(!r.enter(&D, &mut qd).fenced(), "only the preempted hosts");
+        assert!(enter(&r, &C, &mut qc).fenced(), "a queue that comes after the fence");
+        assert!(!enter(&r, &D, &mut qd).fenced(), "only the preempted hosts");
         drop(a1);
         drop(b1);
         assert!(!done.load(Ordering::SeqCst), "commands of A and B are still in flight");
         drop(b2);
         // A command refused while fenced does not count as drained early.
-        drop(r.enter(&A, &mut qa));
+        drop(enter(&r, &A, &mut qa));
         assert!(!done.load(Ordering::SeqCst));
         drop(a2);
         assert!(done.load(Ordering::SeqCst));
-        assert!(!r.enter(&A, &mut qa).fenced() && !r.enter(&B, &mut qb1).fenced());
-        assert!(!r.enter(&C, &mut qc).fenced());
+        assert!(!enter(&r, &A, &mut qa).fenced() && !enter(&r, &B, &mut qb1).fenced());
+        assert!(!enter(&r, &C, &mut qc).fenced());
     }
 
     #[test]
     fn aborts_overlap() {
         let r = InflightRegistry::default();
         let (mut qa, mut qb) = (InflightCache::default(), InflightCache::default());
-        let a1 = r.enter(&A, &mut qa);
-        let b1 = r.enter(&B, &mut qb);
+        let a1 = enter(&r, &A, &mut qa);
+        let b1 = enter(&r, &B, &mut qb);
         let (first, cb) = done_flag();
         r.abort(&[A], cb);
         let (second, cb) = done_flag();
@@ -275,10 +290,10 @@ mod tests {
         drop(a1);
         assert!(first.load(Ordering::SeqCst));
         assert!(!second.load(Ordering::SeqCst));
-        assert!(r.enter(&A, &mut qa).fenced(), "the second abort still fences A");
+        assert!(enter(&r, &A, &mut qa).fenced(), "the second abort still fences A");
         drop(b1);
         assert!(second.load(Ordering::SeqCst));
-        assert!(!r.enter(&A, &mut qa).fenced());
+        assert!(!enter(&r, &A, &mut qa).fenced());
     }
 
     #[test]
@@ -286,13 +301,13 @@ mod tests {
         let r = InflightRegistry::default();
         for _ in 0..3 {
             let mut q = InflightCache::default();
-            drop(r.enter(&A, &mut q));
+            drop(enter(&r, &A, &mut q));
         }
         let (done, cb) = done_flag();
         r.abort(&[A], cb);
         assert!(done.load(Ordering::SeqCst));
         let mut q = InflightCache::default();
-        drop(r.enter(&A, &mut q));
+        drop(enter(&r, &A, &mut q));
         assert_eq!(lock(&r.hosts)[&A].queues.len(), 1, "dead queues pruned");
     }
 
@@ -300,7 +315,7 @@ mod tests {
     fn namespaces_are_told_apart() {
         let (r1, r2) = (InflightRegistry::default(), InflightRegistry::default());
         let mut q = InflightCache::default();
-        let g1 = r1.enter(&A, &mut q);
+        let g1 = enter(&r1, &A, &mut q);
         let (done, cb) = done_flag();
         r2.abort(&[A], cb);
         assert!(done.load(Ordering::SeqCst), "A has nothing in flight on the other namespace");

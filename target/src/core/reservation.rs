@@ -30,7 +30,7 @@
 //! landing after its command completes.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use nvmeof_common::spec::reservation::{
@@ -40,7 +40,7 @@ use nvmeof_common::spec::reservation::{
 use nvmeof_common::Status;
 
 use super::inflight::InflightRegistry;
-pub use super::inflight::{InflightCache, InflightGuard};
+pub use super::inflight::{AccessMemo, InflightCache, InflightGuard};
 
 /// Host identifier (Connect data HOSTID).
 pub type HostId = [u8; 16];
@@ -142,6 +142,20 @@ impl State {
         }
     }
 
+    /// Whether `host` may run commands of the read and of the write group
+    /// (see [`Reservations::check_access`]).
+    fn may(&self, host: &HostId) -> (bool, bool) {
+        let Some(h) = self.holder else { return (true, true) };
+        if self.holds(host) {
+            return (true, true);
+        }
+        let registrant = match h.rtype {
+            ReservationType::WRITE_EXCLUSIVE | ReservationType::EXCLUSIVE_ACCESS => false,
+            _ => self.reg(host).is_some(),
+        };
+        (registrant || !h.rtype.exclusive_access(), registrant)
+    }
+
     fn notify(&self, out: &mut Vec<Notice>, hostid: HostId, kind: NotificationType) {
         if self.notify_mask & kind.mask_bit() == 0 {
             out.push(Notice { hostid, kind });
@@ -216,6 +230,9 @@ pub struct Reservations {
     store: Option<PathBuf>,
     /// Commands in flight per host, for Preempt and Abort.
     inflight: InflightRegistry,
+    /// Moves on with every change of `state` (under its lock): a queue's
+    /// [`AccessMemo`] of this version still holds.
+    version: AtomicU64,
 }
 
 impl Reservations {
@@ -237,7 +254,7 @@ impl Reservations {
             Err(e) => return Err(std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
         };
         let held = AtomicBool::new(state.holder.is_some());
-        Ok(Self { state: Mutex::new(state), held, store: Some(path), inflight: InflightRegistry::default() })
+        Ok(Self { state: Mutex::new(state), held, store: Some(path), ..Self::default() })
     }
 
     /// Whether Persist Through Power Loss is supported (a reservations file).
@@ -284,13 +301,49 @@ impl Reservations {
         }
         *s = next;
         self.held.store(s.holder.is_some(), Ordering::Release);
+        self.version.fetch_add(1, Ordering::Release);
         Ok(r)
     }
 
-    /// Counts one command of `host` (on the queue owning `cache`) in
-    /// flight until the guard is dropped: [`InflightRegistry::enter`].
-    pub fn enter(&self, host: &HostId, cache: &mut InflightCache) -> InflightGuard {
-        self.inflight.enter(host, cache)
+    /// Admits an I/O command of group `access` from `host`, sent on the
+    /// queue owning `cache`, as `nvmet_parse_io_cmd` does: the reservation
+    /// check ([`Self::check_access`]; Reservation Conflict), then the count
+    /// in flight for Preempt and Abort (Internal Error, no DNR, while one
+    /// waits for this host; nvmet `nvmet_pr_get_ns_pc_ref`). The command
+    /// holds the guard until it completes.
+    ///
+    /// The count is taken before the check, so a command checked before a
+    /// preemption is counted when the Preempt and Abort looks
+    /// ([`InflightRegistry::enter`]). While a reservation is held the check
+    /// uses the queue's memo of what its host may do, recomputed (under the
+    /// state's lock) only after the state changed: the queues of one
+    /// namespace share no lock on the I/O path.
+    pub fn admit(
+        &self,
+        host: &HostId,
+        access: Access,
+        cache: &mut InflightCache,
+    ) -> Result<InflightGuard, Status> {
+        let (guard, memo) = self.inflight.enter(host, cache);
+        if self.held.load(Ordering::Acquire) {
+            let version = self.version.load(Ordering::Acquire);
+            let (read, write) = match *memo {
+                Some((v, read, write)) if v == version => (read, write),
+                _ => {
+                    let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+                    let (read, write) = s.may(host);
+                    *memo = Some((self.version.load(Ordering::Acquire), read, write));
+                    (read, write)
+                }
+            };
+            if !(if access == Access::Read { read } else { write }) {
+                return Err(conflict());
+            }
+        }
+        if guard.fenced() {
+            return Err(Status::INTERNAL);
+        }
+        Ok(guard)
     }
 
     /// The wait of a Preempt and Abort for the commands of `hosts`:
@@ -309,20 +362,11 @@ impl Reservations {
         if !self.held.load(Ordering::Acquire) {
             return Ok(());
         }
-        let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(h) = s.holder else { return Ok(()) };
-        if s.holds(host) {
-            return Ok(());
-        }
-        let restricted = access == Access::Write || h.rtype.exclusive_access();
-        let allowed = match h.rtype {
-            ReservationType::WRITE_EXCLUSIVE | ReservationType::EXCLUSIVE_ACCESS => false,
-            _ => s.reg(host).is_some(),
-        };
-        if restricted && !allowed {
-            Err(conflict())
-        } else {
+        let (read, write) = self.state.lock().unwrap_or_else(|e| e.into_inner()).may(host);
+        if (access == Access::Read && read) || (access == Access::Write && write) {
             Ok(())
+        } else {
+            Err(conflict())
         }
     }
 
@@ -855,6 +899,39 @@ mod tests {
         assert_eq!((rep.rtype, rep.regctl), (ReservationType::WRITE_EXCLUSIVE, 1));
         assert_eq!(rep.registrants[0].hostid, C);
         assert_eq!(may(&r, &A), (true, false));
+    }
+
+    #[test]
+    fn admit_follows_every_change() {
+        let r = Reservations::new();
+        let (mut qa, mut qb) = (InflightCache::default(), InflightCache::default());
+        let admit = |h: &HostId, a: Access, q: &mut InflightCache| r.admit(h, a, q).map(drop);
+        reg(&r, &A, 1);
+        reg(&r, &B, 2);
+        assert_eq!(admit(&B, Access::Write, &mut qb), Ok(()), "no reservation");
+        acquire(&r, &A, 1, ReservationType::WRITE_EXCLUSIVE).unwrap();
+        assert_eq!(admit(&B, Access::Write, &mut qb), Err(conflict()));
+        assert_eq!(admit(&B, Access::Read, &mut qb), Ok(()));
+        assert_eq!(admit(&A, Access::Write, &mut qa), Ok(()));
+        // The holder turns it into Exclusive Access: B's memo is stale.
+        r.acquire(&A, AcquireAction::PREEMPT, ReservationType::EXCLUSIVE_ACCESS, 1, 1).unwrap();
+        assert_eq!(admit(&B, Access::Read, &mut qb), Err(conflict()));
+        // Registrants Only: B, registered, may; unregistered, may not.
+        r.acquire(&A, AcquireAction::PREEMPT, ReservationType::EXCLUSIVE_ACCESS_REG_ONLY, 1, 1).unwrap();
+        assert_eq!(admit(&B, Access::Write, &mut qb), Ok(()));
+        r.register(&B, RegisterAction::UNREGISTER, false, (2, 0), 0).unwrap();
+        assert_eq!(admit(&B, Access::Write, &mut qb), Err(conflict()));
+        r.release(&A, ReleaseAction::RELEASE, ReservationType::EXCLUSIVE_ACCESS_REG_ONLY, 1).unwrap();
+        assert_eq!(admit(&B, Access::Write, &mut qb), Ok(()));
+        // A command let through while a Preempt and Abort waits for its host:
+        // Internal Error, after the reservation check.
+        let held = r.admit(&B, Access::Write, &mut qb).unwrap();
+        r.abort(&[B], Box::new(|| {}));
+        assert_eq!(admit(&B, Access::Read, &mut qb), Err(Status::INTERNAL));
+        acquire(&r, &A, 1, ReservationType::WRITE_EXCLUSIVE).unwrap();
+        assert_eq!(admit(&B, Access::Write, &mut qb), Err(conflict()), "the conflict comes first");
+        drop(held);
+        assert_eq!(admit(&B, Access::Read, &mut qb), Ok(()));
     }
 
     #[test]
