@@ -37,6 +37,8 @@
 //! fabrics) moves data to the host; with the fuzz bytes on the I/O queue only, the admin
 //! queue still answers Keep Alive afterwards.
 //!
+//! Seeds cover I/O, admin, authentication, namespace events, write
+//! protection and a Preempt and Abort waiting for a write in flight.
 //! `NVMEOF_FUZZ_SEEDS=DIR` writes the seed inputs into DIR at start-up;
 //! `NVMEOF_FUZZ_TRACE=1` prints the PDUs the target sends.
 #![no_main]
@@ -509,6 +511,26 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
                 to_a[i] |= 0x80;
             }
             [input([3, 0x90], &io), to_a].concat()
+        }),
+        ("io-preempt-and-abort", {
+            // Completions held back (byte 1 bits 5 and 6): the host registers
+            // key 1 on namespace 1 (reservations on), a write stays in
+            // flight, then its own Preempt and Abort with key 1 unregisters
+            // it and waits for that write, while a read is refused
+            // (Internal Error) until the completions are let through.
+            let keys = |a: u64, b: u64| [a.to_le_bytes(), b.to_le_bytes()].concat();
+            let resv = |opc: u8, cid: u16, cdw10: u32| {
+                let mut s = Sqe::new(opc);
+                s.set_cid(cid).set_nsid(1).set_cdw(10, cdw10).set_sgl(SglDescriptor::in_capsule(16));
+                s
+            };
+            let pdus = vec![
+                cmd(resv(0x0D, 20, 0), &keys(0, 1)),
+                cmd(rw(0x01, 21, SglDescriptor::in_capsule(512)), &block),
+                cmd(resv(0x11, 22, 2 | (1 << 8)), &keys(1, 1)),
+                cmd(rw(0x02, 23, SglDescriptor::transport(512)), &[]),
+            ];
+            input([3, 0x60], &pdus)
         }),
         ("io-write-protect", {
             // Namespace 1 write protected on queue A (its flush completes
