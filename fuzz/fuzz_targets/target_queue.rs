@@ -489,7 +489,13 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     send_reply.set_sgl(SglDescriptor::in_capsule(reply.len() as u32));
     let mut recv2 = recv;
     recv2.set_cid(4);
-    let auth = vec![cmd(send, &neg), cmd(recv, &[]), cmd(send_reply, &reply), cmd(recv2, &[]), cmd(Sqe::new(0x18), &[])];
+    let auth = vec![
+        cmd(send, &neg),
+        cmd(recv, &[]),
+        cmd(send_reply, &reply),
+        cmd(recv2, &[]),
+        cmd(Sqe::new(0x18), &[]),
+    ];
     vec![
         ("raw-icreq-connect", input([0, 0], &raw)),
         ("auth", input([0x42, 0], &auth)),
