@@ -11,7 +11,7 @@ use nvmeof_common::spec::reservation::{
 };
 use nvmeof_common::spec::DsmRange;
 use nvmeof_common::{Sqe, Status};
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::{complete, expect_len, Exec, Pending, QueueCtx, Response};
 use crate::backend::{IoCompletion, IoOp};
@@ -316,11 +316,19 @@ fn execute_reservation(
     // completion comes through the queue's channel, like a backend's, from
     // whichever queue finishes the preempted hosts' last command.
     let sink = ctx.io.sink.clone();
-    r.abort(
+    let queues = r.abort(
         &preempted,
         Box::new(move || {
             let _ = sink.send(IoCompletion::status(tag, Status::SUCCESS));
         }),
     );
+    if queues > 0 {
+        info!(
+            nsid = ns.nsid,
+            hosts = preempted.len(),
+            queues,
+            "preempt and abort: waiting for the preempted hosts' commands in flight; their new commands fail meanwhile"
+        );
+    }
     Exec::Pending(Pending::Plain)
 }

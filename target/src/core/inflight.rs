@@ -191,8 +191,8 @@ impl InflightRegistry {
     /// at once if none is, else from the completion of the last one; then
     /// the fence is lifted. No time limit, as in nvmet: a closing
     /// connection waits for its commands for a while (`transport::tcp`),
-    /// then frees them.
-    pub fn abort(&self, hosts: &[HostId], done: Box<dyn FnOnce() + Send>) {
+    /// then frees them. Returns how many queues had commands in flight.
+    pub fn abort(&self, hosts: &[HostId], done: Box<dyn FnOnce() + Send>) -> usize {
         let mut fences = Vec::with_capacity(hosts.len());
         let mut queues = Vec::new();
         {
@@ -210,6 +210,7 @@ impl InflightRegistry {
             fences,
             done: Mutex::new(Some(done)),
         });
+        let mut busy = 0;
         for q in &queues {
             let mut w = lock(&q.waiters);
             if q.count.load(Ordering::SeqCst) == 0 {
@@ -217,9 +218,11 @@ impl InflightRegistry {
                 wait.queue_drained();
             } else {
                 w.push(wait.clone());
+                busy += 1;
             }
         }
         wait.queue_drained();
+        busy
     }
 }
 
@@ -253,13 +256,13 @@ mod tests {
         let (mut qa, mut qb1, mut qb2, mut qd) = Default::default();
         // Nothing in flight: done at once, and nothing stays fenced.
         let (done, cb) = done_flag();
-        r.abort(&[A], cb);
+        assert_eq!(r.abort(&[A], cb), 0);
         assert!(done.load(Ordering::SeqCst));
         assert!(!enter(&r, &A, &mut qa).fenced());
         let (a1, a2) = (enter(&r, &A, &mut qa), enter(&r, &A, &mut qa));
         let (b1, b2) = (enter(&r, &B, &mut qb1), enter(&r, &B, &mut qb2));
         let (done, cb) = done_flag();
-        r.abort(&[A, B, C], cb);
+        assert_eq!(r.abort(&[A, B, C], cb), 3, "A's queue and B's two");
         assert!(enter(&r, &A, &mut qa).fenced() && enter(&r, &B, &mut qb2).fenced());
         let mut qc = InflightCache::default();
         assert!(enter(&r, &C, &mut qc).fenced(), "a queue that comes after the fence");

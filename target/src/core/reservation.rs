@@ -347,8 +347,8 @@ impl Reservations {
     }
 
     /// The wait of a Preempt and Abort for the commands of `hosts`:
-    /// [`InflightRegistry::abort`].
-    pub fn abort(&self, hosts: &[HostId], done: Box<dyn FnOnce() + Send>) {
+    /// [`InflightRegistry::abort`]; how many queues had commands in flight.
+    pub fn abort(&self, hosts: &[HostId], done: Box<dyn FnOnce() + Send>) -> usize {
         self.inflight.abort(hosts, done)
     }
 
@@ -926,7 +926,7 @@ mod tests {
         // A command let through while a Preempt and Abort waits for its host:
         // Internal Error, after the reservation check.
         let held = r.admit(&B, Access::Write, &mut qb).unwrap();
-        r.abort(&[B], Box::new(|| {}));
+        assert_eq!(r.abort(&[B], Box::new(|| {})), 1);
         assert_eq!(admit(&B, Access::Read, &mut qb), Err(Status::INTERNAL));
         acquire(&r, &A, 1, ReservationType::WRITE_EXCLUSIVE).unwrap();
         assert_eq!(admit(&B, Access::Write, &mut qb), Err(conflict()), "the conflict comes first");
