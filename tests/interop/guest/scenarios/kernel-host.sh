@@ -855,9 +855,6 @@ ram_digest_checks() {
     rm -f /tmp/ram-pat /tmp/ram-pat2 /tmp/ram-rb
 }
 
-# Our target keeps per-4 KiB CRC32Cs of RAM namespaces and joins them into
-# the data digests of later reads (backend/mem.rs): the kernel host checks
-# every digest. Hook add-subsystem gives a subsystem with a 16 MiB RAM namespace.
 kh_disconnect_under_io() { # kh_disconnect while fio keeps 32 requests in flight
     need_dev
     rm -f /tmp/fio-disc.txt
@@ -876,6 +873,9 @@ kh_disconnect_under_io() { # kh_disconnect while fio keeps 32 requests in flight
     info "fio across the disconnect ended: $(grep -m1 -o -E 'err= *[0-9]+[^)]*' /tmp/fio-disc.txt || echo 'no summary')"
 }
 
+# Our target keeps per-4 KiB CRC32Cs of RAM namespaces and joins them into
+# the data digests of later reads (backend/mem.rs): the kernel host checks
+# every digest. Hook add-subsystem gives a subsystem with a 16 MiB RAM namespace.
 kh_ram_digest() {
     if [ "$TARGET" = kernel-guest ]; then
         info "left out: nvmet has no RAM namespace of ours"
