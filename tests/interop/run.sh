@@ -43,6 +43,9 @@ ALL_SCENARIOS=(kernel-host kernel-target kernel-target-file kernel-host-direct k
 : "${INTEROP_STATUSES_BIN:=$REPO/build/release/interop_statuses}"
 : "${NVMEOF_PROBE_BIN:=$REPO/build/release/nvmeof-probe}"
 : "${NVMEOF_CLI_BIN:=$REPO/build/release/nvmeof}"
+# kernel-host, step pr-ioctl: the block layer's IOC_PR_* ioctls issued in the
+# guest (copied into it as /guest/bin/pr-ioctl; built by scripts/test.sh)
+: "${INTEROP_PR_IOCTL_BIN:=$REPO/build/release/interop_pr_ioctl}"
 : "${INTEROP_IO_SECS:=5}"                # interop_initiator: verified I/O per round
 : "${NS2_SIZE_MB:=64}"                   # kernel-host ns-add-aen: namespace 2
 : "${NS_GROW_MB:=64}"                    # kernel-host ns-resize-aen: growth of namespace 1
@@ -791,6 +794,12 @@ run_scenario() {
     mkdir -p "$DIR/overlay"
     cp -r "$HERE/guest" "$DIR/overlay/guest"
     mv "$DIR/overlay/guest/init" "$DIR/overlay/init"
+    if [ "$SCEN" = kernel-host ] && [ -x "$INTEROP_PR_IOCTL_BIN" ]; then
+        mkdir -p "$DIR/overlay/guest/bin"
+        # without its debug info: the initramfs is kept in guest memory
+        strip -o "$DIR/overlay/guest/bin/pr-ioctl" "$INTEROP_PR_IOCTL_BIN" 2>/dev/null \
+            || cp "$INTEROP_PR_IOCTL_BIN" "$DIR/overlay/guest/bin/pr-ioctl"
+    fi
     (   # a subshell: `set --` below must not touch run_scenario's arguments
         echo "NQN='$NQN'"; echo "NS_SIZE=$NS_SIZE"; echo "FIO_RUNTIME=$FIO_RUNTIME"
         echo "BACKEND=$BACKEND"; echo "VERBOSE=$INTEROP_VERBOSE"

@@ -81,6 +81,13 @@
 #                     80h says registration preempted on namespace 1, the
 #                     report shows the other host holding Write Exclusive,
 #                     and this host's write fails; the other host clears.
+#   - pr-ioctl:       the same through the block layer's IOC_PR_* ioctls
+#                     (/guest/bin/pr-ioctl, run.sh copies it in), which the
+#                     kernel's NVMe pr_ops turn into Reservation commands:
+#                     register (PTPLS 1: pr_ops send CPTPL 11b), reserve,
+#                     a wrong key (PR_STS_RESERVATION_CONFLICT), replace with
+#                     PR_FL_IGNORE_KEY, release, preempt and abort of another
+#                     host's reservation, clear.
 #
 # Keep-alive and discovery:
 #   - keep-alive:     connect with KATO 2 s (-k 2), stay idle 7 s: the
@@ -493,6 +500,59 @@ kh_reservations() {
     [ $_rc = 0 ] || exit 1
     resv_report
     [ "$(rr regctl)" = 0 ] || fail "after the other host's clear: $(tr '\n' ' ' </tmp/rr.txt)"
+}
+
+# The block layer's persistent reservation ioctls (IOC_PR_*, what cluster
+# software and QEMU's pr-manager use), which the kernel's NVMe pr_ops turn
+# into Reservation commands (nvme-cli's resv-* are passthrough instead).
+pr() { t 30 /guest/bin/pr-ioctl "$DEV" "$@" >/tmp/pr.txt 2>&1 || fail "pr-ioctl $*: $(cat /tmp/pr.txt)"; }
+kh_pr_ioctl() {
+    need_dev
+    if [ "$TARGET" = kernel-guest ]; then
+        info "nvmet 6.12 has no reservations: left out"
+        return 0
+    fi
+    [ -x /guest/bin/pr-ioctl ] || fail "no /guest/bin/pr-ioctl (cargo build --release -p nvmeof-tests --bin interop_pr_ioctl)"
+    resv_report
+    [ "$(rr regctl)" = 0 ] || fail "registrants left before: $(tr '\n' ' ' </tmp/rr.txt)"
+    pr register 0 0xc1
+    resv_report
+    # pr_ops register with CPTPL 11b: namespace 1 keeps them (reservations_file)
+    [ "$(rr regctl)" = 1 ] && [ "$(rr rkey)" = c1 ] && [ "$(rr ptpls)" = 1 ] \
+        || fail "after IOC_PR_REGISTER: $(tr '\n' ' ' </tmp/rr.txt)"
+    pr reserve 0xc1 1
+    resv_report
+    [ "$(rr rtype)" = 1 ] && [ "$(rr rcsts)" = 1 ] || fail "after IOC_PR_RESERVE: $(tr '\n' ' ' </tmp/rr.txt)"
+    hook_call resv-write 60 conflict || fail "another host's write under the ioctl's Write Exclusive: $HOOK_REPLY"
+    # a wrong key: Reservation Conflict, which the ioctl returns as the
+    # positive PR_STS_RESERVATION_CONFLICT (0x18), not as an errno
+    if t 30 /guest/bin/pr-ioctl "$DEV" register 0xbad 0xc2 >/tmp/pr.txt 2>&1; then
+        fail "IOC_PR_REGISTER with a wrong key succeeded"
+    fi
+    grep -q "pr status 0x18" /tmp/pr.txt || fail "IOC_PR_REGISTER with a wrong key: $(cat /tmp/pr.txt)"
+    # PR_FL_IGNORE_KEY: Replace with IEKEY
+    pr register 0xbad 0xc2 ignore
+    resv_report
+    [ "$(rr rkey)" = c2 ] && [ "$(rr rtype)" = 1 ] || fail "after a replace ignoring the key: $(tr '\n' ' ' </tmp/rr.txt)"
+    pr release 0xc2 1
+    resv_report
+    [ "$(rr rtype)" = 0 ] || fail "after IOC_PR_RELEASE: $(tr '\n' ' ' </tmp/rr.txt)"
+    # another host takes Write Exclusive; this one preempts it and aborts its commands
+    hook_call resv-cli 60 register --new-key 0xb2 || fail "the other host's register: $HOOK_REPLY"
+    hook_call resv-cli 60 acquire --key 0xb2 --rtype write-exclusive || fail "the other host's acquire: $HOOK_REPLY"
+    if t 30 dd if=/dev/zero of="$DEV" bs=4k count=1 seek=$((64 << 8)) oflag=direct 2>/dev/null; then
+        fail "a write under the other host's Write Exclusive succeeded"
+    fi
+    pr preempt-abort 0xc2 0xb2 1
+    resv_report
+    [ "$(rr rtype)" = 1 ] && [ "$(rr regctl)" = 1 ] && [ "$(rr rkey)" = c2 ] \
+        || fail "after IOC_PR_PREEMPT_ABORT: $(tr '\n' ' ' </tmp/rr.txt)"
+    hook_call resv-write 60 conflict || fail "the preempted host's write: $HOOK_REPLY"
+    dd_verify "$DEV" 56 4 pr-held
+    pr clear 0xc2
+    resv_report
+    [ "$(rr regctl)" = 0 ] && [ "$(rr rtype)" = 0 ] || fail "after IOC_PR_CLEAR: $(tr '\n' ' ' </tmp/rr.txt)"
+    info "IOC_PR_*: register (PTPL on), reserve Write Exclusive (another host's write refused), a wrong key refused (PR_STS_RESERVATION_CONFLICT), replace ignoring the key, release, preempt and abort of another host's Write Exclusive (its write refused, ours verified), clear"
 }
 
 # resv_preempted: another host (hooks resv-cli) preempts this one's Write
@@ -1344,6 +1404,7 @@ scenario_main() {
     run_step ext4 300 kh_ext4
     run_step write-protect 120 kh_write_protect
     run_step reservations 180 kh_reservations
+    run_step pr-ioctl 180 kh_pr_ioctl
     run_step control-hook 40 kh_hook_ping
     run_step disconnect 60 kh_disconnect
     # header + data digests
