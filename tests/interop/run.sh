@@ -794,7 +794,7 @@ run_scenario() {
     mkdir -p "$DIR/overlay"
     cp -r "$HERE/guest" "$DIR/overlay/guest"
     mv "$DIR/overlay/guest/init" "$DIR/overlay/init"
-    if [ "$SCEN" = kernel-host ] && [ -x "$INTEROP_PR_IOCTL_BIN" ]; then
+    if [ "${SCEN#kernel-host}" != "$SCEN" ] && [ -x "$INTEROP_PR_IOCTL_BIN" ]; then
         mkdir -p "$DIR/overlay/guest/bin"
         # without its debug info: the initramfs is kept in guest memory
         strip -o "$DIR/overlay/guest/bin/pr-ioctl" "$INTEROP_PR_IOCTL_BIN" 2>/dev/null \
