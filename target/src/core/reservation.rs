@@ -142,8 +142,11 @@ impl State {
         }
     }
 
-    /// Whether `host` may run commands of the read and of the write group
-    /// (see [`Reservations::check_access`]).
+    /// nvmet `nvmet_pr_check_cmd_access`: whether `host` may run commands of
+    /// the read and of the write group under the current reservation. The
+    /// holder may do anything; Write Exclusive refuses others' writes,
+    /// Exclusive Access their reads and writes; the Registrants Only and All
+    /// Registrants types refuse them to hosts that are not registered.
     fn may(&self, host: &HostId) -> (bool, bool) {
         let Some(h) = self.holder else { return (true, true) };
         if self.holds(host) {
@@ -307,9 +310,9 @@ impl Reservations {
 
     /// Admits an I/O command of group `access` from `host`, sent on the
     /// queue owning `cache`, as `nvmet_parse_io_cmd` does: the reservation
-    /// check ([`Self::check_access`]; Reservation Conflict), then the count
-    /// in flight for Preempt and Abort (Internal Error, no DNR, while one
-    /// waits for this host; nvmet `nvmet_pr_get_ns_pc_ref`). The command
+    /// check (`State::may`; Reservation Conflict, with DNR), then the
+    /// count in flight for Preempt and Abort (Internal Error, no DNR, while
+    /// one waits for this host; nvmet `nvmet_pr_get_ns_pc_ref`). The command
     /// holds the guard until it completes.
     ///
     /// The count is taken before the check, so a command checked before a
@@ -336,7 +339,11 @@ impl Reservations {
                     (read, write)
                 }
             };
-            if !(if access == Access::Read { read } else { write }) {
+            let allowed = match access {
+                Access::Read => read,
+                Access::Write => write,
+            };
+            if !allowed {
                 return Err(conflict());
             }
         }
@@ -350,24 +357,6 @@ impl Reservations {
     /// [`InflightRegistry::abort`]; how many queues had commands in flight.
     pub fn abort(&self, hosts: &[HostId], done: Box<dyn FnOnce() + Send>) -> usize {
         self.inflight.abort(hosts, done)
-    }
-
-    /// nvmet `nvmet_pr_check_cmd_access`: whether `host` may run a command
-    /// of group `access` under the current reservation. The holder may do
-    /// anything; Write Exclusive refuses others' writes, Exclusive Access
-    /// their reads and writes; the Registrants Only and All Registrants
-    /// types refuse them to hosts that are not registered. Reservation
-    /// Conflict (with DNR) otherwise.
-    pub fn check_access(&self, host: &HostId, access: Access) -> Result<(), Status> {
-        if !self.held.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        let (read, write) = self.state.lock().unwrap_or_else(|e| e.into_inner()).may(host);
-        if (access == Access::Read && read) || (access == Access::Write && write) {
-            Ok(())
-        } else {
-            Err(conflict())
-        }
     }
 
     /// Reservation Register (nvmet `nvmet_execute_pr_register`). Register:
@@ -719,7 +708,7 @@ mod tests {
     }
 
     fn may(r: &Reservations, h: &HostId) -> (bool, bool) {
-        (r.check_access(h, Access::Read).is_ok(), r.check_access(h, Access::Write).is_ok())
+        r.read(|s| s.may(h))
     }
 
     #[test]
