@@ -532,6 +532,11 @@ impl Core {
     }
 
     /// An I/O queue for the next request.
+    /// [`ConnectOptions::max_retries`].
+    pub(crate) fn max_retries(&self) -> u8 {
+        self.opts.max_retries
+    }
+
     pub(crate) fn pick_io(&self) -> Result<&QueueShared> {
         let n = self.io.len();
         if n == 0 {

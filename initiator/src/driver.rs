@@ -480,15 +480,35 @@ impl QueueShared {
     /// (without an intermediate copy where the data allows, see the module
     /// documentation). On error the buffer is dropped.
     pub(crate) async fn execute_owned(&self, sqe: Sqe, buf: BytesMut, len: usize) -> Result<BytesMut> {
-        check_len(len)?;
-        let t = self.acquire().await?;
+        let (r, buf) = self.execute_owned_x(sqe, buf, len).await;
+        r?;
+        buf.ok_or_else(|| Error::Controller("read data missing".into()))
+    }
+
+    /// [`Self::execute_owned`] that also gives the buffer back after a
+    /// failed command where the driver still has it (for a retry; it may
+    /// hold part of the data after the caller's bytes).
+    pub(crate) async fn execute_owned_x(
+        &self,
+        sqe: Sqe,
+        buf: BytesMut,
+        len: usize,
+    ) -> (Result<Cqe>, Option<BytesMut>) {
+        if let Err(e) = check_len(len) {
+            return (Err(e), Some(buf));
+        }
+        let t = match self.acquire().await {
+            Ok(t) => t,
+            Err(e) => return (Err(e), Some(buf)),
+        };
         let info = command_info(self.qid, &sqe);
         let (data, _) = t.prepare(Xfer::ReadOwned(buf, len), None);
-        t.submit(Command { sqe, data, timeout: None }, 0)?;
+        if let Err(e) = t.submit(Command { sqe, data, timeout: None }, 0) {
+            return (Err(e), t.take_owned());
+        }
         let r = t.wait().await;
         let buf = t.take_owned();
-        check_status(r?, info)?;
-        buf.ok_or_else(|| Error::Controller("read data missing".into()))
+        (r.and_then(|c| check_status(c, info)), buf)
     }
 
     /// Runs many commands with one submission (one wake-up of the driver,
@@ -499,7 +519,8 @@ impl QueueShared {
     }
 
     /// [`Self::execute_batch`] for any [`Xfer`]; owned read buffers come back
-    /// with the results (`None` after an error).
+    /// with the results (after an error too, where the driver still has
+    /// them: then they may hold part of the data).
     pub(crate) async fn execute_batch_x(
         &self,
         ops: Vec<(Sqe, Xfer<'_>)>,
@@ -544,7 +565,7 @@ impl QueueShared {
                         }
                         (Ok(c), owned)
                     }
-                    Err(e) => (Err(e), None),
+                    Err(e) => (Err(e), owned),
                 };
                 results.push(r);
             }

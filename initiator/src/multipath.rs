@@ -365,7 +365,7 @@ impl MultipathNamespace {
                     ctrl.subnqn()
                 )));
             }
-            let ns = ctrl.namespace(nsid).await?;
+            let ns = ctrl.namespace(nsid).await?.for_multipath();
             if let Some(p) = built.first().map(|(p, _): &(Arc<Path>, _)| &p.ns) {
                 let (a, b) = (p.identify(), ns.identify());
                 if (a.nguid, a.eui64, p.block_size(), p.blocks())

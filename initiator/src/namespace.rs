@@ -1,6 +1,7 @@
 //! Namespace handle: block I/O split by the maximum transfer size.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use nvmeof_common::opcode::IoOpcode;
@@ -10,10 +11,12 @@ use nvmeof_common::spec::reservation::{
     ReservationType, REGISTRANT_EXT_LEN, STATUS_EXT_HEADER_LEN,
 };
 use nvmeof_common::spec::IdentifyNamespace;
-use nvmeof_common::{Cqe, Sqe, Status};
+use nvmeof_common::status::StatusCodeType;
+use nvmeof_common::{Sqe, Status};
+use tracing::debug;
 
 use crate::controller::Controller;
-use crate::driver::{Payload, Xfer};
+use crate::driver::{Payload, QueueShared, Xfer};
 use crate::error::{Error, Result};
 
 /// NLB is a 16-bit 0's based field: at most 65536 blocks per command.
@@ -66,6 +69,11 @@ pub struct Namespace {
     /// Most blocks per command (MDTS, option, 16-bit NLB).
     max_blocks: u64,
     identify: Arc<IdentifyNamespace>,
+    /// [`crate::ConnectOptions::max_retries`].
+    max_retries: u8,
+    /// Path errors are left to a [`crate::MultipathNamespace`] above, which
+    /// moves the command to another path (Linux `nvme_failover_req`).
+    fail_over: bool,
 }
 
 impl std::fmt::Debug for Namespace {
@@ -78,11 +86,52 @@ impl std::fmt::Debug for Namespace {
     }
 }
 
-/// One request of a [`Batch`].
+/// Whether a command that failed with `status` is sent again, and after
+/// what delay (Linux `nvme_decide_disposition` and `nvme_retry_req`): only a
+/// status without DNR, and not a path error where a multipath layer fails
+/// over (`fail_over`); the delay is the Command Retry Delay time that the
+/// status's CRD field selects among `crdt` (Identify Controller CRDT1–3, in
+/// 100 ms units), none where CRD is 0.
+fn retry_delay(status: Status, crdt: [u16; 3], fail_over: bool) -> Option<Duration> {
+    if status.dnr() || (fail_over && status.sct() == StatusCodeType::PATH) {
+        return None;
+    }
+    let delay = match status.crd() {
+        0 => 0,
+        crd => crdt[crd as usize - 1],
+    };
+    Some(Duration::from_millis(u64::from(delay) * 100))
+}
+
+/// The data of one command, kept so that the command can be sent again.
+enum Data<'a> {
+    None,
+    Read(&'a mut [u8]),
+    Write(&'a [u8]),
+    Bytes(Bytes),
+}
+
+impl Data<'_> {
+    /// The payload of one execution of the command.
+    fn payload(&mut self) -> Payload<'_> {
+        match self {
+            Data::None => Payload::None,
+            Data::Read(b) => Payload::Read(b),
+            Data::Write(b) => Payload::Write(b),
+            Data::Bytes(b) => Payload::WriteBytes(b.clone()),
+        }
+    }
+}
+
+/// One command of a request (a request above the maximum transfer size is
+/// several).
 struct Op<'a> {
+    /// The request it belongs to (a [`Batch`] index).
     owner: usize,
     sqe: Sqe,
-    payload: Payload<'a>,
+    data: Data<'a>,
+    /// Times it may be sent again after a status without DNR.
+    retries: u8,
 }
 
 /// Requests submitted together: one wake-up of the queue driver and one
@@ -115,7 +164,128 @@ impl Namespace {
         }
         .min(u32::MAX as u64 >> lba_shift)
         .clamp(1, MAX_NLB);
-        Ok(Self { ctrl, nsid, lba_shift, nsze: id.nsze, max_blocks, identify: Arc::new(id) })
+        let max_retries = ctrl.core().max_retries();
+        Ok(Self {
+            ctrl,
+            nsid,
+            lba_shift,
+            nsze: id.nsze,
+            max_blocks,
+            identify: Arc::new(id),
+            max_retries,
+            fail_over: false,
+        })
+    }
+
+    /// This namespace for a [`crate::MultipathNamespace`] path: a path error
+    /// is returned at once, for the multipath layer to fail over.
+    pub(crate) fn for_multipath(mut self) -> Self {
+        self.fail_over = true;
+        self
+    }
+
+    /// Times a command of a request with `flags` may be sent again: none
+    /// with Limited Retry, which the Linux host sets on exactly the requests
+    /// it does not retry itself (`REQ_FAILFAST_DEV`).
+    fn retries(&self, flags: IoFlags) -> u8 {
+        if flags.limited_retry {
+            0
+        } else {
+            self.max_retries
+        }
+    }
+
+    /// Whether a command that failed with `e` after `tried` retries of
+    /// `allowed` is sent again, and after what delay: [`retry_delay`] for an
+    /// NVMe status, never for any other error (a lost connection is the
+    /// reconnect policy's business).
+    fn retry_delay(&self, e: &Error, tried: u8, allowed: u8) -> Option<Duration> {
+        let Error::Nvme { status, .. } = e else { return None };
+        if tried >= allowed {
+            return None;
+        }
+        let crdt = if status.crd() == 0 { [0; 3] } else { self.ctrl.info().identify.crdt };
+        retry_delay(*status, crdt, self.fail_over)
+    }
+
+    /// Waits before retry `tried + 1` of a command that failed with `e`, or
+    /// returns `e` where it is not retried.
+    async fn before_retry(&self, e: Error, tried: u8, allowed: u8) -> Result<()> {
+        let delay = self.retry_delay(&e, tried, allowed).ok_or_else(|| e.clone())?;
+        debug!(nsid = self.nsid, retry = tried + 1, ?delay, error = %e, "retrying");
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        Ok(())
+    }
+
+    /// Runs one command, sending it again after a status without DNR (at
+    /// most `allowed` times).
+    async fn run_one(&self, q: &QueueShared, sqe: Sqe, data: &mut Data<'_>, allowed: u8) -> Result<()> {
+        let mut tried = 0;
+        loop {
+            match q.execute(sqe, data.payload(), None, false).await {
+                Ok(_) => return Ok(()),
+                Err(e) => self.before_retry(e, tried, allowed).await?,
+            }
+            tried += 1;
+        }
+    }
+
+    /// Runs `ops` on one queue, submitted together; the commands that fail
+    /// with a status without DNR are sent again together, each at most its
+    /// `retries` times. Returns each command's outcome.
+    async fn run_ops(&self, q: &QueueShared, ops: &mut [Op<'_>]) -> Vec<Result<()>> {
+        let mut results: Vec<Option<Result<()>>> = (0..ops.len()).map(|_| None).collect();
+        let mut pending: Vec<usize> = (0..ops.len()).collect();
+        let mut tried = 0;
+        while !pending.is_empty() {
+            let batch = ops
+                .iter_mut()
+                .enumerate()
+                .filter(|(i, _)| results[*i].is_none())
+                .map(|(_, op)| (op.sqe, op.data.payload()))
+                .collect();
+            let done = q.execute_batch(batch).await;
+            let mut delay = Duration::ZERO;
+            let mut again = Vec::new();
+            for (i, r) in pending.iter().copied().zip(done) {
+                match r {
+                    Ok(_) => results[i] = Some(Ok(())),
+                    Err(e) => match self.retry_delay(&e, tried, ops[i].retries) {
+                        Some(d) => {
+                            delay = delay.max(d);
+                            again.push(i);
+                        }
+                        None => results[i] = Some(Err(e)),
+                    },
+                }
+            }
+            if !again.is_empty() {
+                debug!(nsid = self.nsid, retry = tried + 1, commands = again.len(), ?delay, "retrying");
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+            }
+            pending = again;
+            tried += 1;
+        }
+        results.into_iter().map(|r| r.expect("every command ran")).collect()
+    }
+
+    /// Runs the commands of one request; its first error, in command order.
+    async fn run(&self, mut ops: Vec<Op<'_>>) -> Result<()> {
+        let q = self.ctrl.core().pick_io()?;
+        if let [op] = &mut ops[..] {
+            // No batch bookkeeping for one command.
+            return self.run_one(q, op.sqe, &mut op.data, op.retries).await;
+        }
+        self.run_ops(q, &mut ops).await.into_iter().collect()
+    }
+
+    /// One command of a request with `flags`.
+    fn op<'a>(&self, sqe: Sqe, data: Data<'a>, flags: IoFlags) -> Op<'a> {
+        Op { owner: 0, sqe, data, retries: self.retries(flags) }
     }
 
     /// Namespace ID.
@@ -181,15 +351,6 @@ impl Namespace {
         })
     }
 
-    async fn run(&self, ops: Vec<(Sqe, Payload<'_>)>) -> Result<()> {
-        let q = self.ctrl.core().pick_io()?;
-        if ops.len() == 1 {
-            let (sqe, p) = ops.into_iter().next().expect("one op");
-            return q.execute(sqe, p, None, false).await.map(drop);
-        }
-        q.execute_batch(ops).await.into_iter().collect::<Result<Vec<Cqe>>>().map(drop)
-    }
-
     /// Reads `buf.len()` bytes (a multiple of the block size) starting at `lba`.
     pub async fn read(&self, lba: u64, buf: &mut [u8]) -> Result<()> {
         self.read_with(lba, buf, IoFlags::default()).await
@@ -201,13 +362,13 @@ impl Namespace {
         if blocks <= self.max_blocks {
             let q = self.ctrl.core().pick_io()?;
             let sqe = self.rw_sqe(IoOpcode::READ, lba, blocks, flags);
-            return q.execute(sqe, Payload::Read(buf), None, false).await.map(drop);
+            return self.run_one(q, sqe, &mut Data::Read(buf), self.retries(flags)).await;
         }
         let chunk = self.max_transfer() as usize;
         let ops = self
             .pieces(lba, blocks)
             .zip(buf.chunks_mut(chunk))
-            .map(|((l, n, _), b)| (self.rw_sqe(IoOpcode::READ, l, n, flags), Payload::Read(b)))
+            .map(|((l, n, _), b)| self.op(self.rw_sqe(IoOpcode::READ, l, n, flags), Data::Read(b), flags))
             .collect();
         self.run(ops).await
     }
@@ -237,23 +398,79 @@ impl Namespace {
         let blocks = self.blocks_of(lba, len)?;
         buf.reserve(len);
         let q = self.ctrl.core().pick_io()?;
+        let allowed = self.max_retries;
+        let missing = || Error::Controller("read data missing".into());
         if blocks <= self.max_blocks {
             let sqe = self.rw_sqe(IoOpcode::READ, lba, blocks, IoFlags::default());
-            return q.execute_owned(sqe, buf, len).await;
+            let base = buf.len();
+            let mut tried = 0;
+            loop {
+                match q.execute_owned_x(sqe, buf, len).await {
+                    (Ok(_), b) => return b.ok_or_else(missing),
+                    (Err(e), b) => {
+                        // A retry needs the buffer back (an NVMe status
+                        // always brings it), without the failed read's bytes.
+                        let Some(b) = b.filter(|_| self.retry_delay(&e, tried, allowed).is_some()) else {
+                            return Err(e);
+                        };
+                        self.before_retry(e, tried, allowed).await?;
+                        buf = b;
+                        buf.truncate(base);
+                    }
+                }
+                tried += 1;
+            }
+        }
+        /// One command's share of the buffer.
+        struct Piece {
+            sqe: Sqe,
+            len: usize,
+            buf: Option<BytesMut>,
+            done: bool,
         }
         // One piece of the spare capacity per command, each exactly its size.
         let mut rest = buf.split_off(buf.len());
-        let mut ops = Vec::new();
+        let mut pieces = Vec::new();
         for (l, n, _) in self.pieces(lba, blocks) {
-            let bytes = (n as usize) << self.lba_shift;
-            let tail = rest.split_off(bytes);
+            let len = (n as usize) << self.lba_shift;
+            let tail = rest.split_off(len);
             let piece = std::mem::replace(&mut rest, tail);
-            ops.push((self.rw_sqe(IoOpcode::READ, l, n, IoFlags::default()), Xfer::ReadOwned(piece, bytes)));
+            let sqe = self.rw_sqe(IoOpcode::READ, l, n, IoFlags::default());
+            pieces.push(Piece { sqe, len, buf: Some(piece), done: false });
         }
-        for (r, piece) in q.execute_batch_x(ops).await {
-            r?;
+        let mut tried = 0;
+        loop {
+            let ops = pieces
+                .iter_mut()
+                .filter(|p| !p.done)
+                .map(|p| {
+                    let mut piece = p.buf.take().expect("a piece not yet read has its buffer");
+                    piece.clear();
+                    (p.sqe, Xfer::ReadOwned(piece, p.len))
+                })
+                .collect();
+            let mut delay: Option<Duration> = None;
+            let results = q.execute_batch_x(ops).await;
+            for ((r, piece), p) in results.into_iter().zip(pieces.iter_mut().filter(|p| !p.done)) {
+                p.buf = piece;
+                match r {
+                    Ok(_) => p.done = true,
+                    Err(e) => match self.retry_delay(&e, tried, allowed).filter(|_| p.buf.is_some()) {
+                        Some(d) => delay = Some(delay.unwrap_or_default().max(d)),
+                        None => return Err(e),
+                    },
+                }
+            }
+            let Some(delay) = delay else { break };
+            debug!(nsid = self.nsid, retry = tried + 1, ?delay, "retrying");
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            tried += 1;
+        }
+        for piece in pieces {
             // Contiguous pieces of one allocation: O(1).
-            buf.unsplit(piece.ok_or_else(|| Error::Controller("read data missing".into()))?);
+            buf.unsplit(piece.buf.ok_or_else(missing)?);
         }
         Ok(buf)
     }
@@ -276,13 +493,13 @@ impl Namespace {
             // One command: no batch bookkeeping (nothing allocated per call).
             let q = self.ctrl.core().pick_io()?;
             let sqe = self.rw_sqe(IoOpcode::WRITE, lba, blocks, flags);
-            return q.execute(sqe, Payload::WriteBytes(data), None, false).await.map(drop);
+            return self.run_one(q, sqe, &mut Data::Bytes(data), self.retries(flags)).await;
         }
         let ops = self
             .pieces(lba, blocks)
             .map(|(l, n, off)| {
                 let end = off + ((n as usize) << self.lba_shift);
-                (self.rw_sqe(IoOpcode::WRITE, l, n, flags), Payload::WriteBytes(data.slice(off..end)))
+                self.op(self.rw_sqe(IoOpcode::WRITE, l, n, flags), Data::Bytes(data.slice(off..end)), flags)
             })
             .collect();
         self.run(ops).await
@@ -293,13 +510,13 @@ impl Namespace {
         if blocks <= self.max_blocks {
             let q = self.ctrl.core().pick_io()?;
             let sqe = self.rw_sqe(op, lba, blocks, flags);
-            return q.execute(sqe, Payload::Write(buf), None, false).await.map(drop);
+            return self.run_one(q, sqe, &mut Data::Write(buf), self.retries(flags)).await;
         }
         let chunk = self.max_transfer() as usize;
         let ops = self
             .pieces(lba, blocks)
             .zip(buf.chunks(chunk))
-            .map(|((l, n, _), b)| (self.rw_sqe(op, l, n, flags), Payload::Write(b)))
+            .map(|((l, n, _), b)| self.op(self.rw_sqe(op, l, n, flags), Data::Write(b), flags))
             .collect();
         self.run(ops).await
     }
@@ -319,7 +536,7 @@ impl Namespace {
         let mut s = Sqe::new(IoOpcode::FLUSH.0);
         s.set_nsid(self.nsid);
         // Straight to the queue: `run` takes a Vec, one allocation per flush.
-        self.ctrl.core().pick_io()?.execute(s, Payload::None, None, false).await.map(drop)
+        self.run_one(self.ctrl.core().pick_io()?, s, &mut Data::None, self.max_retries).await
     }
 
     /// Write Zeroes over `blocks` blocks from `lba`; `deallocate` sets DEAC
@@ -346,7 +563,7 @@ impl Namespace {
                     let n = (blocks - start).min(MAX_NLB);
                     let mut s = self.rw_sqe(IoOpcode::WRITE_ZEROES, lba + start, n, flags);
                     s.set_cdw(12, s.cdw(12) | (deallocate as u32) << 25);
-                    (s, Payload::None)
+                    self.op(s, Data::None, flags)
                 })
                 .collect();
             self.run(ops).await?;
@@ -367,7 +584,13 @@ impl Namespace {
             .collect();
         let ops = bufs
             .iter()
-            .map(|b| (DsmCmd::deallocate(self.nsid, b.len() / 16).to_sqe(0), Payload::Write(b)))
+            .map(|b| {
+                self.op(
+                    DsmCmd::deallocate(self.nsid, b.len() / 16).to_sqe(0),
+                    Data::Write(b),
+                    IoFlags::default(),
+                )
+            })
             .collect();
         self.run(ops).await
     }
@@ -473,11 +696,7 @@ impl<'a> Batch<'a> {
             let blocks = ns.blocks_of(lba, buf.len())?;
             let chunk = ns.max_transfer() as usize;
             for ((l, n, _), b) in ns.pieces(lba, blocks).zip(buf.chunks_mut(chunk)) {
-                ops.push(Op {
-                    owner,
-                    sqe: ns.rw_sqe(IoOpcode::READ, l, n, flags),
-                    payload: Payload::Read(b),
-                });
+                ops.push(Op { owner, ..ns.op(ns.rw_sqe(IoOpcode::READ, l, n, flags), Data::Read(b), flags) });
             }
             Ok(())
         })
@@ -491,8 +710,7 @@ impl<'a> Batch<'a> {
             for ((l, n, _), b) in ns.pieces(lba, blocks).zip(buf.chunks(chunk)) {
                 ops.push(Op {
                     owner,
-                    sqe: ns.rw_sqe(IoOpcode::WRITE, l, n, flags),
-                    payload: Payload::Write(b),
+                    ..ns.op(ns.rw_sqe(IoOpcode::WRITE, l, n, flags), Data::Write(b), flags)
                 });
             }
             Ok(())
@@ -504,7 +722,7 @@ impl<'a> Batch<'a> {
         self.add(|ns, owner, ops| {
             let mut s = Sqe::new(IoOpcode::FLUSH.0);
             s.set_nsid(ns.nsid);
-            ops.push(Op { owner, sqe: s, payload: Payload::None });
+            ops.push(Op { owner, ..ns.op(s, Data::None, IoFlags::default()) });
             Ok(())
         })
     }
@@ -520,8 +738,9 @@ impl<'a> Batch<'a> {
     }
 
     /// Submits everything on one I/O queue and waits; one result per added
-    /// request, in the order added.
-    pub async fn submit(self) -> Vec<Result<()>> {
+    /// request, in the order added. Commands that fail with a status without
+    /// DNR are sent again as [`crate::ConnectOptions::max_retries`] says.
+    pub async fn submit(mut self) -> Vec<Result<()>> {
         let mut results: Vec<Result<()>> = (0..self.count).map(|_| Ok(())).collect();
         for (id, e) in self.invalid {
             results[id] = Err(e);
@@ -530,13 +749,43 @@ impl<'a> Batch<'a> {
             Ok(q) => q,
             Err(e) => return results.into_iter().map(|_| Err(e.clone())).collect(),
         };
-        let owners: Vec<usize> = self.ops.iter().map(|o| o.owner).collect();
-        let done = q.execute_batch(self.ops.into_iter().map(|o| (o.sqe, o.payload)).collect()).await;
-        for (owner, r) in owners.into_iter().zip(done) {
+        let done = self.ns.run_ops(q, &mut self.ops).await;
+        for (owner, r) in self.ops.iter().map(|o| o.owner).zip(done) {
             if let (Err(e), Ok(())) = (r, &results[owner]) {
                 results[owner] = Err(e);
             }
         }
         results
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    #[test]
+    fn a_status_without_dnr_is_retried_after_its_command_retry_delay() {
+        let crdt = [1, 20, 300];
+        assert_eq!(retry_delay(Status::INTERNAL, crdt, false), Some(Duration::ZERO));
+        // CRD (bits 12:11) picks CRDT1..3, in 100 ms units.
+        assert_eq!(retry_delay(Status(Status::INTERNAL.0 | 1 << 11), crdt, false), Some(MS(100)));
+        assert_eq!(retry_delay(Status(Status::INTERNAL.0 | 2 << 11), crdt, false), Some(MS(2_000)));
+        assert_eq!(retry_delay(Status(Status::INTERNAL.0 | 3 << 11), crdt, false), Some(MS(30_000)));
+        assert_eq!(retry_delay(Status(Status::INTERNAL.0 | 1 << 11), [0; 3], false), Some(Duration::ZERO));
+        // The M bit changes nothing.
+        assert_eq!(retry_delay(Status::INTERNAL.with_more(), crdt, false), Some(Duration::ZERO));
+    }
+
+    #[test]
+    fn dnr_and_path_errors_under_multipath_are_not_retried() {
+        assert_eq!(retry_delay(Status::INTERNAL.with_dnr(), [0; 3], false), None);
+        assert_eq!(retry_delay(Status::INVALID_FIELD.with_dnr(), [0; 3], true), None);
+        // Path errors: retried on the same controller only without multipath
+        // (Linux retries them there; under multipath it fails over).
+        assert_eq!(retry_delay(Status::ANA_INACCESSIBLE, [0; 3], false), Some(Duration::ZERO));
+        assert_eq!(retry_delay(Status::ANA_INACCESSIBLE, [0; 3], true), None);
+        assert_eq!(retry_delay(Status::INTERNAL, [0; 3], true), Some(Duration::ZERO));
     }
 }

@@ -193,6 +193,16 @@ pub struct ConnectOptions {
     pub disable_sqflow: bool,
     /// Largest data transfer per command (in addition to the controller's MDTS).
     pub max_transfer: Option<u32>,
+    /// Times a [`crate::Namespace`] request's command that the controller
+    /// failed with a status without Do Not Retry is sent again before the
+    /// error is returned (Linux `nvme_max_retries`, 5), after the Command
+    /// Retry Delay its status names (CRD: CRDT1–3 of Identify Controller, in
+    /// 100 ms units); 0 returns every error at once. As with Linux, a request
+    /// with [`crate::IoFlags::limited_retry`] is not retried, nor are
+    /// commands sent through [`crate::Controller`] (passthrough) or
+    /// reservation commands, and a path error of a [`crate::MultipathNamespace`]
+    /// namespace moves to another path instead.
+    pub max_retries: u8,
     /// Queue choice for namespace I/O.
     pub queue_select: QueueSelect,
     /// Busy-poll the socket for this long after activity while commands are
@@ -249,6 +259,7 @@ impl Default for ConnectOptions {
             reconnect: ReconnectPolicy::default(),
             disable_sqflow: false,
             max_transfer: Some(1 << 20),
+            max_retries: 5,
             queue_select: QueueSelect::RoundRobin,
             busy_poll: Duration::ZERO,
             send_buffer: nvmeof_net::default_send_buffer(),

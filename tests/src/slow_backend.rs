@@ -27,21 +27,8 @@ impl SlowBackend {
 }
 
 impl Backend for SlowBackend {
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn block_size(&self) -> u32 {
-        self.inner.block_size()
-    }
-    fn volatile_write_cache(&self) -> bool {
-        false
-    }
-    fn describe(&self) -> String {
-        format!("slow {}", self.inner.describe())
-    }
-    fn resize(&self, new_size: u64) -> Result<(), String> {
-        self.inner.resize(new_size)
-    }
+    backend_over_ram!("slow");
+
     fn submit(&self, tag: u32, op: IoOp, io: &QueueIo) -> Option<nvmeof_target::backend::IoCompletion> {
         let c = self.inner.submit(tag, op, io).expect("RAM completes inline");
         self.submitted.fetch_add(1, Ordering::AcqRel);
