@@ -584,6 +584,7 @@ impl Core {
         }
         let policy = &self.opts.reconnect;
         let start = Instant::now();
+        let mut fast_fail = FastFail { at: policy.fast_io_fail_timeout.map(|t| start + t), expired: false };
         let mut last = err;
         let mut attempt = 0u32;
         let mut delay = policy.delay;
@@ -593,12 +594,12 @@ impl Core {
                     break;
                 }
             }
-            tokio::time::sleep(delay).await;
+            self.failing_fast(tokio::time::sleep(delay), &mut fast_fail).await;
             // Exponential backoff between failed attempts, capped.
             delay = (delay * 2).min(policy.max_delay.max(policy.delay));
             attempt += 1;
             let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
-            match self.reestablish(epoch).await {
+            match self.failing_fast(self.reestablish(epoch), &mut fast_fail).await {
                 Ok(info) => {
                     info!(attempt, cntlid = info.cntlid, "reconnected");
                     *self.info.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(info);
@@ -609,6 +610,11 @@ impl Core {
                     warn!(attempt, error = %e, "reconnect attempt failed");
                     for q in self.all_queues() {
                         q.send_ctrl(DriverCtrl::Detach);
+                        if fast_fail.expired {
+                            // Commands that reached a queue this attempt had
+                            // connected wait for no reconnect either.
+                            q.send_ctrl(DriverCtrl::FailFast);
+                        }
                     }
                     let permanent = e.is_permanent();
                     last = e;
@@ -627,12 +633,50 @@ impl Core {
         false
     }
 
+    /// Runs `f`; when [`ReconnectPolicy::fast_io_fail_timeout`] runs out
+    /// meanwhile, tells every queue to fail what waits for the reconnect
+    /// (once; Linux `nvme_failfast_work`, which sets `FAILFAST_EXPIRED` until
+    /// the controller is live again).
+    async fn failing_fast<F: std::future::Future>(&self, f: F, fast_fail: &mut FastFail) -> F::Output {
+        tokio::pin!(f);
+        loop {
+            let at = fast_fail.at.filter(|_| !fast_fail.expired);
+            tokio::select! {
+                out = &mut f => return out,
+                _ = sleep_until_some(at) => {
+                    fast_fail.expired = true;
+                    warn!("fast_io_fail_timeout expired: I/O waiting for the reconnect fails");
+                    for q in self.all_queues() {
+                        q.send_ctrl(DriverCtrl::FailFast);
+                    }
+                }
+            }
+        }
+    }
+
     async fn keep_alive(&self, setup: bool) -> Result<()> {
         let timeout = self.opts.kato.max(Duration::from_secs(1));
         self.admin
             .execute(Sqe::new(AdminOpcode::KEEP_ALIVE.0), Payload::None, Some(timeout), setup)
             .await
             .map(drop)
+    }
+}
+
+/// When a reconnect loop fails the I/O waiting for it
+/// ([`ReconnectPolicy::fast_io_fail_timeout`]).
+struct FastFail {
+    /// The deadline, if any.
+    at: Option<Instant>,
+    /// Passed: the queues were told.
+    expired: bool,
+}
+
+/// Sleeps until `at`; forever where it is `None`.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
     }
 }
 

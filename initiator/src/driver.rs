@@ -247,6 +247,11 @@ pub(crate) enum DriverCtrl {
     /// Resubmit parked commands and accept new ones (admin queue, once
     /// enabled; an I/O queue once authenticated).
     Release,
+    /// [`crate::ReconnectPolicy::fast_io_fail_timeout`] ran out while
+    /// reconnecting: fail the parked commands, and the new ones until the
+    /// queue is live again, with [`Error::ConnectionLost`] (Linux
+    /// `nvme_failfast_work`). Ignored by a queue that is live.
+    FailFast,
     /// Fail everything outstanding, parked and future with this error.
     Fail(Error),
     /// Fail everything with [`Error::Shutdown`] and stop.
@@ -319,6 +324,7 @@ pub(crate) fn spawn_driver(
         conn: None,
         parked: VecDeque::new(),
         released: false,
+        failing_fast: false,
         failed: None,
         requeue: params.requeue,
         busy_poll: PollWindow::new(params.busy_poll),
@@ -912,6 +918,9 @@ struct Driver {
     parked: VecDeque<Submission>,
     released: bool,
     failed: Option<Error>,
+    /// Commands that would wait for a reconnect fail instead (set by
+    /// [`DriverCtrl::FailFast`], cleared once the queue is live again).
+    failing_fast: bool,
     requeue: bool,
     busy_poll: PollWindow,
     /// Start of the current busy-poll window (reset by activity).
@@ -1143,8 +1152,10 @@ impl Driver {
             DriverCtrl::Detach => self.drop_conn(Error::ConnectionLost, false),
             DriverCtrl::Release => {
                 self.released = true;
+                self.failing_fast = false;
                 self.flush_parked(Instant::now());
             }
+            DriverCtrl::FailFast => self.fail_fast(),
             DriverCtrl::Fail(e) => self.fail_all(e),
             DriverCtrl::Shutdown => {
                 self.fail_all(Error::Shutdown);
@@ -1162,6 +1173,21 @@ impl Driver {
         for s in self.parked.drain(..) {
             self.shared.finish(s.user_data, Err(e.clone()));
         }
+    }
+
+    /// [`DriverCtrl::FailFast`]: unless the queue is live, the commands
+    /// waiting for a reconnect fail now, and so do new ones until it is.
+    fn fail_fast(&mut self) {
+        if self.released && self.conn.as_ref().is_some_and(|c| c.connected) {
+            return;
+        }
+        self.failing_fast = true;
+        self.take_submissions();
+        let n = self.parked.len();
+        for s in self.parked.drain(..) {
+            self.shared.finish(s.user_data, Err(Error::ConnectionLost));
+        }
+        debug!(failed = n, "fast_io_fail_timeout: commands waiting for a reconnect fail");
     }
 
     fn take_submissions(&mut self) {
@@ -1194,7 +1220,7 @@ impl Driver {
                 }
             }
             // Setup commands belong to one connection attempt; without it they fail.
-            _ if setup => self.shared.finish(s.user_data, Err(Error::ConnectionLost)),
+            _ if setup || self.failing_fast => self.shared.finish(s.user_data, Err(Error::ConnectionLost)),
             _ => self.parked.push_back(s),
         }
     }
@@ -1376,6 +1402,7 @@ impl Driver {
             debug!("queue connected");
             if c.release_on_connect {
                 self.released = true;
+                self.failing_fast = false;
             }
             self.flush_parked(now);
         }

@@ -121,10 +121,18 @@ pub struct ReconnectPolicy {
     /// reconnected (`true`), or fail them at once with
     /// [`crate::Error::ConnectionLost`] (`false`). A command is resubmitted
     /// at most 5 times (Linux `nvme_max_retries`), then fails with that error.
-    /// Commands submitted while reconnecting always wait for the outcome.
+    /// Commands submitted while reconnecting wait for the outcome (or for
+    /// [`Self::fast_io_fail_timeout`]).
     /// Either way, commands whose responses had reached the host's socket
     /// before the connection was dropped complete with those responses.
     pub requeue: bool,
+    /// Reconnecting for longer than this fails the commands waiting for the
+    /// reconnect (those resubmitted and those submitted since) with
+    /// [`crate::Error::ConnectionLost`], and new ones at once, until the
+    /// controller is live again; reconnecting goes on up to
+    /// [`Self::ctrl_loss_timeout`] (Linux `fast_io_fail_tmo`, off by
+    /// default). `None` lets them wait for the outcome.
+    pub fast_io_fail_timeout: Option<Duration>,
 }
 
 impl Default for ReconnectPolicy {
@@ -134,6 +142,7 @@ impl Default for ReconnectPolicy {
             max_delay: Duration::from_secs(30),
             ctrl_loss_timeout: Some(Duration::from_secs(600)),
             requeue: true,
+            fast_io_fail_timeout: None,
         }
     }
 }
@@ -146,6 +155,7 @@ impl ReconnectPolicy {
             max_delay: Duration::ZERO,
             ctrl_loss_timeout: Some(Duration::ZERO),
             requeue: false,
+            fast_io_fail_timeout: None,
         }
     }
 }

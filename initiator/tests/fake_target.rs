@@ -581,6 +581,7 @@ fn opts() -> ConnectOptions {
             max_delay: Duration::from_millis(50),
             ctrl_loss_timeout: Some(Duration::from_secs(5)),
             requeue: true,
+            fast_io_fail_timeout: None,
         },
         ..ConnectOptions::default()
     }

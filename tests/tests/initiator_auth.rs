@@ -247,6 +247,7 @@ async fn refused_reconnect_loses_the_controller_at_once() {
                 max_delay: Duration::from_millis(100),
                 ctrl_loss_timeout: Some(Duration::from_secs(60)),
                 requeue: true,
+                fast_io_fail_timeout: None,
             },
             ..with_secrets(opts(), Some(key), None)
         };

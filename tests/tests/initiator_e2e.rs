@@ -564,6 +564,7 @@ async fn target_gone_fails_io_with_controller_lost_after_ctrl_loss_timeout() {
                 max_delay: Duration::from_millis(200),
                 ctrl_loss_timeout: Some(loss),
                 requeue: true,
+                fast_io_fail_timeout: None,
             },
             ..opts()
         };
@@ -683,6 +684,7 @@ async fn connection_cut_without_requeue_fails_outstanding_then_reconnects() {
                 max_delay: Duration::from_millis(100),
                 ctrl_loss_timeout: Some(Duration::from_secs(10)),
                 requeue: false,
+                fast_io_fail_timeout: None,
             },
             ..opts()
         };
@@ -731,6 +733,7 @@ async fn reconnect_attempts_back_off_exponentially() {
                 max_delay: Duration::from_millis(400),
                 ctrl_loss_timeout: Some(Duration::from_millis(1300)),
                 requeue: false,
+                fast_io_fail_timeout: None,
             },
             ..opts()
         };

@@ -250,6 +250,7 @@ async fn a_lost_connection_fails_over() {
             max_delay: Duration::from_secs(3),
             ctrl_loss_timeout: Some(Duration::from_secs(30)),
             requeue: false,
+            fast_io_fail_timeout: None,
         };
         let o = ConnectOptions { kato: Duration::from_secs(2), reconnect, ..opts() };
         let mp = MultipathNamespace::connect(

@@ -568,6 +568,7 @@ async fn target_stopped_mid_io_then_restarted() {
                 max_delay: Duration::from_millis(200),
                 ctrl_loss_timeout: Some(Duration::from_secs(20)),
                 requeue: false,
+                fast_io_fail_timeout: None,
             },
             ..one_queue(8)
         };
@@ -597,6 +598,75 @@ async fn target_stopped_mid_io_then_restarted() {
         ns1.read(0, &mut [0u8; 4096]).await.unwrap();
         ctrl.shutdown().await.unwrap();
         server2.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
+
+/// `fast_io_fail_timeout` (Linux `fast_io_fail_tmo`): once the controller
+/// has been reconnecting that long, the commands waiting for the reconnect
+/// fail, new ones fail at once, and reconnecting goes on; once it succeeds,
+/// I/O waits and runs again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fast_io_fail_timeout_fails_the_io_waiting_for_a_reconnect() {
+    bounded(60, async {
+        let cfg = config(vec![ram_ns(1, 1 << 20)]);
+        let (server, addr) = start(&cfg).await;
+        let o = ConnectOptions {
+            reconnect: ReconnectPolicy {
+                delay: Duration::from_millis(100),
+                max_delay: Duration::from_millis(200),
+                ctrl_loss_timeout: Some(Duration::from_secs(40)),
+                requeue: true,
+                fast_io_fail_timeout: Some(Duration::from_secs(1)),
+            },
+            ..one_queue(8)
+        };
+        let ctrl = Controller::connect(addr, SUBNQN, o).await.unwrap();
+        let ns = ctrl.namespace(1).await.unwrap();
+        let data = pattern(4096, 9);
+        ns.write(0, &data).await.unwrap();
+
+        // The target goes away: every reconnect attempt is refused.
+        server.shutdown(Duration::from_millis(100)).await;
+        wait_state(&ctrl, ControllerState::Reconnecting, Duration::from_secs(5)).await;
+        let t0 = Instant::now();
+        let waiting = {
+            let ns = ns.clone();
+            tokio::spawn(async move { ns.read(0, &mut [0u8; 4096]).await })
+        };
+        let r = waiting.await.unwrap();
+        assert!(matches!(r, Err(Error::ConnectionLost)), "{r:?}");
+        assert!(t0.elapsed() < Duration::from_secs(10), "failed after {:?}", t0.elapsed());
+        assert_eq!(ctrl.state(), ControllerState::Reconnecting, "reconnecting goes on");
+        // New I/O now fails without waiting (it would wait for the target
+        // otherwise, which is not back before this check ends).
+        for _ in 0..3 {
+            let r = tokio::time::timeout(Duration::from_secs(5), ns.read(0, &mut [0u8; 4096])).await;
+            assert!(matches!(r, Ok(Err(Error::ConnectionLost))), "{r:?}");
+        }
+
+        // The target is back (a new RAM namespace): the controller
+        // reconnects and I/O runs again.
+        let mut cfg2 = cfg.clone();
+        cfg2.listen = vec![addr];
+        let server2 = restart(&cfg2).await;
+        wait_state(&ctrl, ControllerState::Live, Duration::from_secs(10)).await;
+        ns.write(0, &data).await.unwrap();
+        let mut back = vec![0u8; 4096];
+        ns.read(0, &mut back).await.unwrap();
+        assert!(back == data, "read back what was written");
+        // A second loss: I/O waits for the reconnect again (the expiry was
+        // cleared) and, with the target back within the timeout, completes.
+        server2.shutdown(Duration::from_millis(100)).await;
+        wait_state(&ctrl, ControllerState::Reconnecting, Duration::from_secs(5)).await;
+        let waiting = {
+            let ns = ns.clone();
+            tokio::spawn(async move { ns.read(0, &mut [0u8; 4096]).await })
+        };
+        let server3 = restart(&cfg2).await;
+        waiting.await.unwrap().expect("waited for the reconnect");
+        ctrl.shutdown().await.unwrap();
+        server3.shutdown(Duration::from_secs(1)).await;
     })
     .await;
 }

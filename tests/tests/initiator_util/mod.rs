@@ -99,6 +99,7 @@ pub fn opts() -> ConnectOptions {
             max_delay: Duration::from_millis(100),
             ctrl_loss_timeout: Some(Duration::from_secs(10)),
             requeue: true,
+            fast_io_fail_timeout: None,
         },
         ..ConnectOptions::default()
     }
