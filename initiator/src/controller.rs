@@ -319,6 +319,7 @@ impl Setup<'_> {
             // Linux `nvme_tcp_alloc_admin_queue` refuses such a controller; we only warn.
             warn!(sgls = identify.sgls, "controller reports no SGL support");
         }
+        configure_acre(admin, &identify).await?;
         Ok(AdminSetup { cntlid, cap, vs, cc, identify, discovery, authentication })
     }
 
@@ -503,6 +504,38 @@ async fn wait_csts(
         pause = (pause * 2).min(Duration::from_millis(32));
     }
 }
+
+/// Where the controller reports a Command Retry Delay (CRDT1), turns on
+/// Advanced Command Retry Enable with Set Features Host Behavior Support, as
+/// the Linux host does (`nvme_configure_acre`): without it a controller
+/// leaves CRD 0 in its statuses, so a host that retries
+/// ([`ConnectOptions::max_retries`]) is never asked to wait. A refusal is
+/// logged and ignored, as Linux ignores an NVMe status there; a lost
+/// connection fails the setup.
+async fn configure_acre(admin: &QueueShared, identify: &IdentifyController) -> Result<()> {
+    if identify.crdt[0] == 0 {
+        return Ok(());
+    }
+    // The Host Behavior Support data structure (512 bytes): byte 0 is ACRE.
+    let mut data = [0u8; HOST_BEHAVIOR_LEN];
+    data[0] = 1;
+    let cmd = SetFeaturesCmd::new(FeatureId::HOST_BEHAVIOR, 0);
+    match admin.execute(cmd.to_sqe(0), Payload::Write(&data), None, true).await {
+        Ok(_) => {
+            debug!(crdt = ?identify.crdt, "advanced command retry enabled");
+            Ok(())
+        }
+        Err(e @ Error::Nvme { .. }) => {
+            warn!(error = %e, "cannot enable advanced command retry (ACRE)");
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Size of the Host Behavior Support data structure (NVMe Base 2.0
+/// §5.27.1.18; Linux `struct nvme_feat_host_behavior`).
+const HOST_BEHAVIOR_LEN: usize = 512;
 
 async fn identify_ctrl(admin: &QueueShared, setup: bool) -> Result<IdentifyController> {
     let mut buf = vec![0u8; IDENTIFY_DATA_LEN];

@@ -50,6 +50,11 @@ struct Cfg {
     lbads: u8,
     /// IOCCSZ reported instead of the one `inline` implies.
     ioccsz: Option<u32>,
+    /// Command Retry Delay Times reported in Identify Controller (100 ms units).
+    crdt: [u16; 3],
+    /// Reads of this LBA fail with this status while
+    /// [`Target::failures_left`] is positive.
+    failing_lba: Option<(u64, Status)>,
 }
 
 impl Default for Cfg {
@@ -68,6 +73,8 @@ impl Default for Cfg {
             discovery_entries: 3,
             lbads: 9,
             ioccsz: None,
+            crdt: [0; 3],
+            failing_lba: None,
         }
     }
 }
@@ -89,6 +96,10 @@ struct Stats {
     hdgst_seen: bool,
     /// Connections closed by a read of `poison_lba`.
     poisoned: usize,
+    /// Reads of `failing_lba`, failed or not.
+    failing_lba_reads: usize,
+    /// Byte 0 (ACRE) of each Set Features Host Behavior Support.
+    host_behavior_acre: Vec<u8>,
     /// Times an I/O queue had more commands outstanding than its SQSIZE
     /// (reads of `black_hole_lba` are the ones that stay outstanding).
     sq_overflows: usize,
@@ -101,6 +112,8 @@ struct Target {
     stats: Mutex<Stats>,
     /// Close the connection when this many more I/O commands arrived (≤ 0: never).
     drop_countdown: AtomicI64,
+    /// Reads of `Cfg::failing_lba` still to fail.
+    failures_left: AtomicI64,
     /// Close every new connection at once.
     refuse: AtomicBool,
     /// Close the connection on a Property Set of CC with SHN (a controller
@@ -140,6 +153,7 @@ async fn start(cfg: Cfg) -> (SocketAddr, Arc<Target>) {
         next_cntlid: AtomicU16::new(1),
         stats: Mutex::default(),
         drop_countdown: AtomicI64::new(0),
+        failures_left: AtomicI64::new(0),
         refuse: AtomicBool::new(false),
         drop_on_shutdown: AtomicBool::new(false),
         ignore_shutdown: AtomicBool::new(false),
@@ -301,7 +315,7 @@ impl Conn {
             return true;
         }
         if qid == 0 {
-            self.admin(sqe);
+            self.admin(sqe, &data);
             return true;
         }
         if matches!(sqe.opcode(), 0x01 | 0x02 | 0x05) {
@@ -364,6 +378,14 @@ impl Conn {
         if lba + n > self.t.cfg.blocks {
             self.out.push(status(&sqe, self.qid, Status::LBA_RANGE.with_dnr(), 0));
             return;
+        }
+        if let Some((failing, st)) = self.t.cfg.failing_lba.filter(|f| f.0 == lba) {
+            self.t.stats.lock().unwrap().failing_lba_reads += 1;
+            if self.t.failures_left.fetch_sub(1, Ordering::SeqCst) > 0 {
+                assert_eq!(failing, lba);
+                self.out.push(status(&sqe, self.qid, st, 0));
+                return;
+            }
         }
         let data =
             Bytes::copy_from_slice(&self.t.disk.lock().unwrap()[lba as usize * bs..(lba + n) as usize * bs]);
@@ -490,7 +512,7 @@ impl Conn {
         }
     }
 
-    fn admin(&mut self, sqe: Sqe) {
+    fn admin(&mut self, sqe: Sqe, data: &[u8]) {
         let cfg = self.t.cfg.clone();
         match sqe.opcode() {
             0x06 => {
@@ -507,6 +529,7 @@ impl Conn {
                         c.sn = "FAKE0001".into();
                         c.mn = "fake".into();
                         c.oncs = 1 | 1 << 2 | 1 << 3;
+                        c.crdt = cfg.crdt;
                         c.encode()
                     }
                     0 if id.nsid == 1 => {
@@ -527,6 +550,11 @@ impl Conn {
                     }
                 };
                 self.send_data(&sqe, buf.into());
+            }
+            0x09 if sqe.cdw(10) & 0xFF == 0x16 => {
+                assert_eq!(data.len(), 512, "Host Behavior Support data");
+                self.t.stats.lock().unwrap().host_behavior_acre.push(data[0]);
+                self.out.push(ok(&sqe, 0, 0));
             }
             0x09 => {
                 assert_eq!(sqe.cdw(10) & 0xFF, 7);
@@ -1176,4 +1204,38 @@ async fn reconnect_to_a_smaller_mqes_keeps_within_the_new_sqsize() {
     // Reconnected (the timeouts start error recovery again, as on Linux).
     assert!(st.io_connects >= 2, "{st:?}");
     assert_eq!(st.sq_overflows, 0, "more commands outstanding than SQSIZE: {st:?}");
+}
+
+/// A controller that reports Command Retry Delay Times gets Advanced
+/// Command Retry Enable (Set Features Host Behavior Support, as Linux's
+/// `nvme_configure_acre`), and a status with CRD makes the retry wait that
+/// long (Linux `nvme_retry_req`: CRDT × 100 ms); one without CRD is retried
+/// at once, and a controller without CRDT is not sent the feature.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn command_retry_delay_is_enabled_and_honoured() {
+    // INTERNAL without DNR, CRD = 2: CRDT2 (3 × 100 ms) before each retry.
+    let crd2 = Status(Status::INTERNAL.0 | 2 << 11);
+    let cfg = Cfg { crdt: [1, 3, 50], failing_lba: Some((40, crd2)), ..Cfg::default() };
+    let (addr, t) = start(cfg).await;
+    let ctrl = Controller::connect(addr, SUBNQN, opts()).await.unwrap();
+    assert_eq!(t.stats().host_behavior_acre, vec![1], "ACRE set once, at connect");
+    let ns = ctrl.namespace(1).await.unwrap();
+    t.failures_left.store(2, Ordering::SeqCst);
+    let t0 = std::time::Instant::now();
+    ns.read(40, &mut [0u8; 512]).await.unwrap();
+    // Two waits of CRDT2: a lower bound, which no scheduling delay undercuts.
+    assert!(t0.elapsed() >= Duration::from_millis(600), "retried after {:?}", t0.elapsed());
+    assert_eq!(t.stats().failing_lba_reads, 3);
+    let _ = ctrl.shutdown().await;
+
+    // No CRDT: no Host Behavior Support; retried (CRD 0) until it works.
+    let cfg = Cfg { failing_lba: Some((40, Status::INTERNAL)), ..Cfg::default() };
+    let (addr, t) = start(cfg).await;
+    let ctrl = Controller::connect(addr, SUBNQN, opts()).await.unwrap();
+    let ns = ctrl.namespace(1).await.unwrap();
+    t.failures_left.store(5, Ordering::SeqCst);
+    ns.read(40, &mut [0u8; 512]).await.unwrap();
+    let st = t.stats();
+    assert_eq!((st.failing_lba_reads, st.host_behavior_acre.len()), (6, 0));
+    let _ = ctrl.shutdown().await;
 }
