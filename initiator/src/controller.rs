@@ -564,12 +564,12 @@ impl Core {
         self.info.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
-    /// An I/O queue for the next request.
     /// [`ConnectOptions::max_retries`].
     pub(crate) fn max_retries(&self) -> u8 {
         self.opts.max_retries
     }
 
+    /// An I/O queue for the next request.
     pub(crate) fn pick_io(&self) -> Result<&QueueShared> {
         let n = self.io.len();
         if n == 0 {
