@@ -44,7 +44,10 @@ fn check_range(lba: u64, blocks: u64) -> Result<()> {
 pub struct IoFlags {
     /// Force Unit Access (CDW12 bit 30).
     pub fua: bool,
-    /// Limited Retry (CDW12 bit 31).
+    /// Limited Retry (CDW12 bit 31): the controller applies limited retry
+    /// efforts, and the host does not send the command again after a status
+    /// without DNR either ([`crate::ConnectOptions::max_retries`]), as the
+    /// Linux host sets LR exactly on the requests it does not retry.
     pub limited_retry: bool,
 }
 
