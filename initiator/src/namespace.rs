@@ -46,8 +46,9 @@ pub struct IoFlags {
     pub fua: bool,
     /// Limited Retry (CDW12 bit 31): the controller applies limited retry
     /// efforts, and the host does not send the command again after a status
-    /// without DNR either ([`crate::ConnectOptions::max_retries`]), as the
-    /// Linux host sets LR exactly on the requests it does not retry.
+    /// without DNR either ([`crate::ConnectOptions::max_retries`]): the
+    /// Linux host sets LR on failfast and readahead requests, which it does
+    /// not retry.
     pub limited_retry: bool,
 }
 
@@ -188,8 +189,8 @@ impl Namespace {
     }
 
     /// Times a command of a request with `flags` may be sent again: none
-    /// with Limited Retry, which the Linux host sets on exactly the requests
-    /// it does not retry itself (`REQ_FAILFAST_DEV`).
+    /// with Limited Retry, which the Linux host sets on requests it does not
+    /// retry itself (`REQ_FAILFAST_DEV`, readahead).
     fn retries(&self, flags: IoFlags) -> u8 {
         if flags.limited_retry {
             0
