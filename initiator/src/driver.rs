@@ -519,15 +519,9 @@ impl QueueShared {
 
     /// Runs many commands with one submission (one wake-up of the driver,
     /// one vectored write) per group of up to [`Self::depth`] commands.
-    pub(crate) async fn execute_batch(&self, ops: Vec<(Sqe, Payload<'_>)>) -> Vec<Result<Cqe>> {
-        let ops = ops.into_iter().map(|(s, p)| (s, Xfer::P(p))).collect();
-        self.execute_batch_x(ops).await.into_iter().map(|(r, _)| r).collect()
-    }
-
-    /// [`Self::execute_batch`] for any [`Xfer`]; owned read buffers come back
-    /// with the results (after an error too, where the driver still has
-    /// them: then they may hold part of the data).
-    pub(crate) async fn execute_batch_x(
+    /// Owned read buffers come back with the results (after an error too,
+    /// where the driver still has them: then they may hold part of the data).
+    pub(crate) async fn execute_batch(
         &self,
         ops: Vec<(Sqe, Xfer<'_>)>,
     ) -> Vec<(Result<Cqe>, Option<BytesMut>)> {

@@ -113,17 +113,42 @@ enum Data<'a> {
     Read(&'a mut [u8]),
     Write(&'a [u8]),
     Bytes(Bytes),
+    /// A read of `len` bytes into an owned buffer ([`Namespace::read_buf`]),
+    /// which is with the driver while the command runs and back here after
+    /// it (`None` where the driver could not give it back).
+    Owned(Option<BytesMut>, usize),
 }
 
 impl Data<'_> {
-    /// The payload of one execution of the command.
+    /// The payload of one execution of the command. (Cloning `Bytes` costs
+    /// no allocation here: the queue clones every write's `Bytes` anyway.)
     fn payload(&mut self) -> Payload<'_> {
         match self {
             Data::None => Payload::None,
             Data::Read(b) => Payload::Read(b),
             Data::Write(b) => Payload::Write(b),
             Data::Bytes(b) => Payload::WriteBytes(b.clone()),
+            Data::Owned(..) => unreachable!("owned reads go through Data::xfer"),
         }
+    }
+
+    /// [`Self::payload`] for the driver's batch: an owned buffer goes with
+    /// the command, emptied of what a failed execution left in it.
+    fn xfer(&mut self) -> Xfer<'_> {
+        match self {
+            Data::Owned(buf, len) => {
+                let mut buf = buf.take().expect("an owned read is sent with its buffer");
+                buf.clear();
+                Xfer::ReadOwned(buf, *len)
+            }
+            other => Xfer::P(other.payload()),
+        }
+    }
+
+    /// Whether the command can be sent again: an owned read needs its
+    /// buffer back.
+    fn resendable(&self) -> bool {
+        !matches!(self, Data::Owned(None, _))
     }
 }
 
@@ -248,21 +273,27 @@ impl Namespace {
                 .iter_mut()
                 .enumerate()
                 .filter(|(i, _)| results[*i].is_none())
-                .map(|(_, op)| (op.sqe, op.data.payload()))
+                .map(|(_, op)| (op.sqe, op.data.xfer()))
                 .collect();
             let done = q.execute_batch(batch).await;
             let mut delay = Duration::ZERO;
             let mut again = Vec::new();
-            for (i, r) in pending.iter().copied().zip(done) {
+            for (i, (r, owned)) in pending.iter().copied().zip(done) {
+                if let Data::Owned(buf, _) = &mut ops[i].data {
+                    *buf = owned;
+                }
                 match r {
                     Ok(_) => results[i] = Some(Ok(())),
-                    Err(e) => match self.retry_delay(&e, tried, ops[i].retries) {
-                        Some(d) => {
-                            delay = delay.max(d);
-                            again.push(i);
+                    Err(e) => {
+                        match self.retry_delay(&e, tried, ops[i].retries).filter(|_| ops[i].data.resendable())
+                        {
+                            Some(d) => {
+                                delay = delay.max(d);
+                                again.push(i);
+                            }
+                            None => results[i] = Some(Err(e)),
                         }
-                        None => results[i] = Some(Err(e)),
-                    },
+                    }
                 }
             }
             if !again.is_empty() {
@@ -402,9 +433,9 @@ impl Namespace {
         let blocks = self.blocks_of(lba, len)?;
         buf.reserve(len);
         let q = self.ctrl.core().pick_io()?;
-        let allowed = self.max_retries;
         let missing = || Error::Controller("read data missing".into());
         if blocks <= self.max_blocks {
+            let allowed = self.max_retries;
             let sqe = self.rw_sqe(IoOpcode::READ, lba, blocks, IoFlags::default());
             let base = buf.len();
             let mut tried = 0;
@@ -425,56 +456,21 @@ impl Namespace {
                 tried += 1;
             }
         }
-        /// One command's share of the buffer.
-        struct Piece {
-            sqe: Sqe,
-            len: usize,
-            buf: Option<BytesMut>,
-            done: bool,
-        }
         // One piece of the spare capacity per command, each exactly its size.
         let mut rest = buf.split_off(buf.len());
-        let mut pieces = Vec::new();
+        let mut ops = Vec::new();
         for (l, n, _) in self.pieces(lba, blocks) {
             let len = (n as usize) << self.lba_shift;
             let tail = rest.split_off(len);
             let piece = std::mem::replace(&mut rest, tail);
             let sqe = self.rw_sqe(IoOpcode::READ, l, n, IoFlags::default());
-            pieces.push(Piece { sqe, len, buf: Some(piece), done: false });
+            ops.push(self.op(sqe, Data::Owned(Some(piece), len), IoFlags::default()));
         }
-        let mut tried = 0;
-        loop {
-            let ops = pieces
-                .iter_mut()
-                .filter(|p| !p.done)
-                .map(|p| {
-                    let mut piece = p.buf.take().expect("a piece not yet read has its buffer");
-                    piece.clear();
-                    (p.sqe, Xfer::ReadOwned(piece, p.len))
-                })
-                .collect();
-            let mut delay: Option<Duration> = None;
-            let results = q.execute_batch_x(ops).await;
-            for ((r, piece), p) in results.into_iter().zip(pieces.iter_mut().filter(|p| !p.done)) {
-                p.buf = piece;
-                match r {
-                    Ok(_) => p.done = true,
-                    Err(e) => match self.retry_delay(&e, tried, allowed).filter(|_| p.buf.is_some()) {
-                        Some(d) => delay = Some(delay.unwrap_or_default().max(d)),
-                        None => return Err(e),
-                    },
-                }
-            }
-            let Some(delay) = delay else { break };
-            debug!(nsid = self.nsid, retry = tried + 1, ?delay, "retrying");
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            }
-            tried += 1;
-        }
-        for piece in pieces {
+        self.run_ops(q, &mut ops).await.into_iter().collect::<Result<()>>()?;
+        for op in ops {
+            let Data::Owned(piece, _) = op.data else { unreachable!("read_buf builds owned reads") };
             // Contiguous pieces of one allocation: O(1).
-            buf.unsplit(piece.buf.ok_or_else(missing)?);
+            buf.unsplit(piece.ok_or_else(missing)?);
         }
         Ok(buf)
     }

@@ -613,11 +613,10 @@ async fn fast_io_fail_timeout_fails_the_io_waiting_for_a_reconnect() {
         let (server, addr) = start(&cfg).await;
         let o = ConnectOptions {
             reconnect: ReconnectPolicy {
-                delay: Duration::from_millis(100),
                 max_delay: Duration::from_millis(200),
                 ctrl_loss_timeout: Some(Duration::from_secs(40)),
-                requeue: true,
                 fast_io_fail_timeout: Some(Duration::from_secs(1)),
+                ..opts().reconnect
             },
             ..one_queue(8)
         };
