@@ -161,17 +161,61 @@ impl std::fmt::Debug for Controller {
     }
 }
 
+/// Connects a queue's socket to `addr`. The options that must precede the
+/// connect (source address, interface, type of service) are set before it,
+/// in the order of Linux's `nvme_tcp_alloc_queue`; no-delay, send buffer and
+/// congestion control follow.
 async fn tcp_connect(addr: SocketAddr, opts: &ConnectOptions) -> Result<TcpStream> {
+    let socket = tcp_socket(addr, opts)?;
     let timeout = opts.connect_timeout;
-    let s = tokio::time::timeout(timeout, TcpStream::connect(addr))
-        .await
-        .map_err(|_| Error::Timeout(timeout))??;
+    let s =
+        tokio::time::timeout(timeout, socket.connect(addr)).await.map_err(|_| Error::Timeout(timeout))??;
     let sock = socket2::SockRef::from(&s);
     sock.set_nodelay(true)?;
     nvmeof_net::set_send_buffer(&s, opts.send_buffer);
     nvmeof_net::set_congestion_control(&s, opts.congestion_control)
         .map_err(|e| Error::InvalidArgument(e.to_string()))?;
     Ok(s)
+}
+
+/// A socket for `addr` with [`ConnectOptions::tos`],
+/// [`ConnectOptions::host_traddr`] and [`ConnectOptions::host_iface`] set.
+fn tcp_socket(addr: SocketAddr, opts: &ConnectOptions) -> Result<tokio::net::TcpSocket> {
+    let socket =
+        if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    let sock = socket2::SockRef::from(&socket);
+    if let Some(tos) = opts.tos {
+        let r = if addr.is_ipv4() { sock.set_tos(tos.into()) } else { sock.set_tclass_v6(tos.into()) };
+        r.map_err(|e| Error::InvalidArgument(format!("tos {tos}: {e}")))?;
+    }
+    if let Some(ip) = opts.host_traddr {
+        if ip.is_ipv4() != addr.is_ipv4() {
+            return Err(Error::InvalidArgument(format!(
+                "host_traddr {ip} and the target address {addr} are of different address families"
+            )));
+        }
+        socket.bind(SocketAddr::new(ip, 0)).map_err(|e| {
+            warn!(%ip, error = %e, "cannot bind the socket to host_traddr");
+            std::io::Error::new(e.kind(), format!("binding to host_traddr {ip}: {e}"))
+        })?;
+    }
+    if let Some(iface) = &opts.host_iface {
+        // The kernel cuts a longer name to IFNAMSIZ - 1 bytes (and binds to
+        // whichever interface that names); an empty one unbinds.
+        if iface.is_empty() || iface.len() >= libc::IFNAMSIZ || iface.bytes().any(|b| b == 0) {
+            return Err(Error::InvalidArgument(format!("host_iface {iface:?} is not an interface name")));
+        }
+        sock.bind_device(Some(iface.as_bytes())).map_err(|e| {
+            warn!(iface, error = %e, "cannot bind the socket to host_iface");
+            match e.raw_os_error() {
+                Some(libc::ENODEV) => {
+                    Error::InvalidArgument(format!("host_iface {iface:?}: no such network interface"))
+                }
+                _ => std::io::Error::new(e.kind(), format!("binding to host_iface {iface:?}: {e}")).into(),
+            }
+        })?;
+    }
+    Ok(socket)
 }
 
 /// Everything needed to (re)build the association.
@@ -243,6 +287,7 @@ impl Setup<'_> {
         release: bool,
     ) -> Result<(Cqe, Option<Authentication>)> {
         let stream = tcp_connect(self.addr, self.opts).await?;
+        q.set_local_addr(stream.local_addr().ok());
         let qid = cfg.qid;
         let (tx, rx) = oneshot::channel();
         q.send_ctrl(DriverCtrl::Attach { stream, cfg, connect, epoch, release, reply: tx });
@@ -977,6 +1022,14 @@ impl Controller {
         self.core().addr
     }
 
+    /// The host's end of the admin queue's connection, as of its last
+    /// (re)connect: the source address the target sees (Linux shows it as
+    /// `src_addr` in the controller's `address` attribute), e.g. to check
+    /// [`ConnectOptions::host_traddr`]. `None` before the first connect.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.core().admin.local_addr()
+    }
+
     /// Number of I/O queues.
     pub fn io_queue_count(&self) -> usize {
         self.core().io.len()
@@ -1290,5 +1343,64 @@ impl Controller {
             Ok(())
         };
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(tos: Option<u8>, host_traddr: Option<&str>, host_iface: Option<&str>) -> ConnectOptions {
+        ConnectOptions {
+            tos,
+            host_traddr: host_traddr.map(|a| a.parse().unwrap()),
+            host_iface: host_iface.map(str::to_owned),
+            ..ConnectOptions::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn socket_options_are_set_before_connecting() {
+        let v4: SocketAddr = "127.0.0.1:4420".parse().unwrap();
+        let v6: SocketAddr = "[::1]:4420".parse().unwrap();
+        // IP_TOS over IPv4, IPV6_TCLASS over IPv6; the system's 0 unless asked.
+        let s = tcp_socket(v4, &opts(Some(0xb8), None, None)).unwrap();
+        assert_eq!(socket2::SockRef::from(&s).tos().unwrap(), 0xb8);
+        let s = tcp_socket(v4, &opts(None, None, None)).unwrap();
+        assert_eq!(socket2::SockRef::from(&s).tos().unwrap(), 0);
+        assert_eq!(socket2::SockRef::from(&s).device().unwrap(), None);
+        if let Ok(s) = tcp_socket(v6, &opts(Some(0x20), None, None)) {
+            assert_eq!(socket2::SockRef::from(&s).tclass_v6().unwrap(), 0x20);
+        }
+        // The source address is bound with an ephemeral port.
+        let s = tcp_socket(v4, &opts(None, Some("127.0.0.2"), Some("lo"))).unwrap();
+        let local = s.local_addr().unwrap();
+        assert_eq!(local.ip().to_string(), "127.0.0.2");
+        assert_ne!(local.port(), 0);
+        assert_eq!(socket2::SockRef::from(&s).device().unwrap().as_deref(), Some(&b"lo"[..]));
+    }
+
+    #[tokio::test]
+    async fn bad_socket_options_are_refused_by_name() {
+        let v4: SocketAddr = "127.0.0.1:4420".parse().unwrap();
+        let err = |o: ConnectOptions| match tcp_socket(v4, &o) {
+            Err(e) => e.to_string(),
+            Ok(_) => panic!("{o:?} accepted"),
+        };
+        let e = err(opts(None, Some("::1"), None));
+        assert!(e.contains("host_traddr ::1") && e.contains("different address families"), "{e}");
+        let e = err(opts(None, None, Some("nvmeof-none0")));
+        assert!(matches!(
+            tcp_socket(v4, &opts(None, None, Some("nvmeof-none0"))),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(e.contains("\"nvmeof-none0\": no such network interface"), "{e}");
+        for bad in ["", "a-name-too-long-x", "l\0o"] {
+            let e = err(opts(None, None, Some(bad)));
+            assert!(e.contains("is not an interface name"), "{bad:?}: {e}");
+        }
+        // 192.0.2.1 (TEST-NET-1) is no address of this host: the bind fails.
+        let e = err(opts(None, Some("192.0.2.1"), None));
+        assert!(e.contains("binding to host_traddr 192.0.2.1"), "{e}");
     }
 }

@@ -278,6 +278,8 @@ pub(crate) struct QueueShared {
     rx: RxCounters,
     /// Tickets holding an owned read buffer larger than [`OWNED_DIRECT_MIN`].
     owned_large: AtomicUsize,
+    /// The socket's own address at the last connect.
+    local_addr: Mutex<Option<std::net::SocketAddr>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -315,6 +317,7 @@ pub(crate) fn spawn_driver(
         default_timeout,
         rx: RxCounters::default(),
         owned_large: AtomicUsize::new(0),
+        local_addr: Mutex::new(None),
     });
     let span = params.span.clone();
     let driver = Driver {
@@ -571,6 +574,16 @@ impl QueueShared {
             }
         }
         results
+    }
+
+    /// Records the socket's own address after a connect.
+    pub(crate) fn set_local_addr(&self, addr: Option<std::net::SocketAddr>) {
+        *lock(&self.local_addr) = addr;
+    }
+
+    /// The socket's own address at the last connect.
+    pub(crate) fn local_addr(&self) -> Option<std::net::SocketAddr> {
+        *lock(&self.local_addr)
     }
 
     /// Where received read data went.

@@ -232,6 +232,25 @@ pub struct ConnectOptions {
     /// kernel refuses the name ([`nvmeof_net::set_congestion_control`] says
     /// when it matters).
     pub congestion_control: Option<nvmeof_net::CongestionControl>,
+    /// Source address of every queue's socket (`nvme connect --host-traddr`):
+    /// bound before connecting, as Linux's `nvme_tcp_alloc_queue` does, so a
+    /// host with several addresses or NICs picks the one the target sees
+    /// (and its route). Its family must be the target address's; connecting
+    /// fails with [`Error::InvalidArgument`](crate::Error::InvalidArgument)
+    /// otherwise, and with a transport error where the bind fails (an
+    /// address this host does not have).
+    pub host_traddr: Option<std::net::IpAddr>,
+    /// Network interface every queue's socket is bound to (`SO_BINDTODEVICE`,
+    /// `nvme connect --host-iface`): its packets leave through that interface
+    /// whatever the routing table says. Connecting fails with
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming it
+    /// where the kernel has no such interface (Linux checks the name too).
+    pub host_iface: Option<String>,
+    /// IP type of service of every queue's socket (`nvme connect --tos`):
+    /// `IP_TOS` over IPv4, `IPV6_TCLASS` over IPv6 (DSCP and ECN bits, for
+    /// networks that give storage traffic its own class); `None` keeps the
+    /// system's (0).
+    pub tos: Option<u8>,
     /// Enable the asynchronous events the controller supports among those
     /// the host reads logs for (namespace attribute, firmware activation,
     /// ANA and discovery log changes) and keep an Asynchronous Event Request
@@ -274,6 +293,9 @@ impl Default for ConnectOptions {
             busy_poll: Duration::ZERO,
             send_buffer: nvmeof_net::default_send_buffer(),
             congestion_control: None,
+            host_traddr: None,
+            host_iface: None,
+            tos: None,
             async_events: true,
             dhchap_secret: None,
             dhchap_ctrl_secret: None,

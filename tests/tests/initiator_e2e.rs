@@ -719,6 +719,60 @@ async fn connection_cut_without_requeue_fails_outstanding_then_reconnects() {
     .await;
 }
 
+/// `host_traddr` and `host_iface` bind every queue's socket, at connect and
+/// at each reconnect, as `nvme connect --host-traddr/--host-iface` do: the
+/// target sees every connection come from 127.0.0.2 (the proxy records the
+/// peers), and `Controller::local_addr` says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_traddr_and_host_iface_bind_every_connection() {
+    bounded(30, async {
+        let (server, addr) = start(&config(vec![ram_ns(1, 1 << 20)])).await;
+        let proxy = Proxy::start(addr).await;
+        let src: std::net::IpAddr = "127.0.0.2".parse().unwrap();
+        let o = ConnectOptions {
+            io_queues: 2,
+            host_traddr: Some(src),
+            host_iface: Some("lo".into()),
+            tos: Some(0x28),
+            ..opts()
+        };
+        let ctrl = Controller::connect(proxy.addr, SUBNQN, o).await.unwrap();
+        assert_eq!(ctrl.local_addr().map(|a| a.ip()), Some(src));
+        let ns = ctrl.namespace(1).await.unwrap();
+        ns.write(0, &[0x5a; BS]).await.unwrap();
+        let first = proxy.peers.lock().unwrap().clone();
+        assert_eq!(first.len(), 3, "admin and 2 I/O queues: {first:?}");
+        proxy.kill_all();
+        wait_state(&ctrl, ControllerState::Reconnecting, Duration::from_secs(5)).await;
+        wait_state(&ctrl, ControllerState::Live, Duration::from_secs(10)).await;
+        let mut back = [0u8; BS];
+        ns.read(0, &mut back).await.unwrap();
+        assert_eq!(back, [0x5a; BS]);
+        let peers = proxy.peers.lock().unwrap().clone();
+        assert!(peers.len() >= 6, "a second association was built: {peers:?}");
+        assert!(peers.iter().all(|p| p.ip() == src), "{peers:?}");
+        assert_eq!(ctrl.local_addr().map(|a| a.ip()), Some(src));
+        ctrl.shutdown().await.unwrap();
+
+        // Without them the source is the usual 127.0.0.1.
+        let before = proxy.peers.lock().unwrap().len();
+        let ctrl =
+            Controller::connect(proxy.addr, SUBNQN, ConnectOptions { io_queues: 1, ..opts() }).await.unwrap();
+        assert_eq!(ctrl.local_addr().map(|a| a.ip().to_string()).as_deref(), Some("127.0.0.1"));
+        assert!(proxy.peers.lock().unwrap()[before..].iter().all(|p| p.ip().to_string() == "127.0.0.1"));
+        ctrl.shutdown().await.unwrap();
+
+        // An interface the kernel lacks fails the connect at once, by name.
+        let o = ConnectOptions { host_iface: Some("nvmeof-none0".into()), ..opts() };
+        match Controller::connect(addr, SUBNQN, o).await {
+            Err(Error::InvalidArgument(m)) => assert!(m.contains("nvmeof-none0"), "{m}"),
+            other => panic!("connected through a missing interface: {other:?}"),
+        }
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
+
 /// Reconnect attempts back off exponentially: with delay 50 ms doubling to a
 /// 400 ms cap over a 1.3 s loss timeout there are about 5 attempts, where a
 /// fixed 50 ms delay would make ~25.

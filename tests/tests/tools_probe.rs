@@ -753,6 +753,14 @@ async fn admin_cli_outputs_and_exit_codes() {
                 .await
                 .unwrap_err();
         assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
+        // nvme connect's socket options: a source address works (discovery's
+        // connection too, without --nqn); a missing interface is a usage error.
+        let via = ["--host-traddr", "127.0.0.2", "--host-iface", "lo", "--tos", "16"];
+        assert_eq!(admin(&[&["nvmeof", "list", a, h[0], h[1]][..], &via].concat(), b"").await.unwrap(), text);
+        let e =
+            admin(&["nvmeof", "list", a, "--host-iface", "nvmeof-none0", h[0], h[1]], b"").await.unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
+        assert!(e.message.contains("\"nvmeof-none0\": no such network interface"), "{e}");
         // A port nobody listens on: the target's port after it stopped.
         let addr = t.addr.clone();
         t.stop().await;

@@ -21,7 +21,7 @@ use nvmeof_initiator::{
 use serde_json::{json, Value};
 
 use crate::error::ToolError;
-use crate::probe::{connect, connect_options, discovery_options, namespace_info};
+use crate::probe::{connect, connect_options, discovery_options, namespace_info, SocketArgs};
 use crate::util::{
     fmt_bytes, parse_dhchap_secret, parse_host_nqn, parse_positive_duration, target_addr, DEFAULT_PORT,
 };
@@ -57,6 +57,9 @@ pub struct Cli {
     /// The controller's DH-HMAC-CHAP secret: the target must authenticate too.
     #[arg(long, global = true, value_name = "SECRET", value_parser = parse_dhchap_secret, requires = "dhchap_secret")]
     pub dhchap_ctrl_secret: Option<nvmeof_common::auth::DhchapSecret>,
+    /// Source address, interface and type of service of the connections.
+    #[command(flatten)]
+    pub socket: SocketArgs,
     /// What to do.
     #[command(subcommand)]
     pub cmd: Command,
@@ -297,7 +300,7 @@ impl Cli {
             command_timeout: self.timeout,
             dhchap_secret: self.dhchap_secret.clone(),
             dhchap_ctrl_secret: self.dhchap_ctrl_secret.clone(),
-            ..connect_options(io_queues, 16, self.digests, self.hostnqn.as_deref(), 0)
+            ..self.socket.apply(connect_options(io_queues, 16, self.digests, self.hostnqn.as_deref(), 0))
         }
     }
 }
@@ -1153,5 +1156,15 @@ mod tests {
         let j = event_json(&ev);
         assert_eq!(j["event"], "reservation");
         assert_eq!(j["notifications"][1], json!({ "count": 2, "type": "registration preempted", "nsid": 2 }));
+    }
+
+    #[test]
+    fn socket_options_go_anywhere_on_the_command_line() {
+        let cli = Cli::parse_args(["nvmeof", "list", "10.0.0.1", "--host-traddr", "10.0.0.2", "--tos", "8"])
+            .unwrap();
+        let o = cli.opts(1);
+        assert_eq!((o.host_traddr, o.tos, o.host_iface), (Some("10.0.0.2".parse().unwrap()), Some(8), None));
+        let cli = Cli::parse_args(["nvmeof", "--host-iface", "eth1", "discover", "10.0.0.1"]).unwrap();
+        assert_eq!(discovery_options(&cli.opts(0)).host_iface.as_deref(), Some("eth1"));
     }
 }

@@ -218,6 +218,9 @@ pub struct ProbeOptions {
     /// digests) vary.
     #[arg(long, value_name = "ALGO")]
     pub congestion: Option<nvmeof_initiator::CongestionControl>,
+    /// Source address, interface and type of service of the connections.
+    #[command(flatten)]
+    pub socket: SocketArgs,
     /// Runtime worker threads (default: min(queues, CPUs)); 1 runs everything on one thread.
     #[arg(long)]
     pub threads: Option<usize>,
@@ -234,6 +237,7 @@ impl ProbeOptions {
     pub fn connect_options(&self, qd: u32) -> ConnectOptions {
         let base = connect_options(self.queues, qd, self.digests, self.hostnqn.as_deref(), self.poll_us);
         // Unset: the initiator's default, which `base` already carries.
+        let base = self.socket.apply(base);
         ConnectOptions {
             disable_sqflow: self.disable_sqflow,
             send_buffer: self.send_buffer.unwrap_or(base.send_buffer),
@@ -967,7 +971,8 @@ pub async fn connect(addr: &str, nqn: Option<&str>, opts: ConnectOptions) -> Res
 }
 
 /// What a discovery connection takes from the connection options of the
-/// tool: the host identity, the timeouts and the digests.
+/// tool: the host identity, the timeouts, the digests and the socket's
+/// source, interface and type of service.
 pub fn discovery_options(opts: &ConnectOptions) -> ConnectOptions {
     ConnectOptions {
         host: opts.host.clone(),
@@ -975,7 +980,40 @@ pub fn discovery_options(opts: &ConnectOptions) -> ConnectOptions {
         command_timeout: opts.command_timeout,
         hdr_digest: opts.hdr_digest,
         data_digest: opts.data_digest,
+        host_traddr: opts.host_traddr,
+        host_iface: opts.host_iface.clone(),
+        tos: opts.tos,
         ..ConnectOptions::discovery()
+    }
+}
+
+/// Where the tools' connections come from, with `nvme connect`'s names for
+/// these options.
+#[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq)]
+pub struct SocketArgs {
+    /// Source address of every connection, as `nvme connect --host-traddr`
+    /// (a host with several addresses picks the one the target sees).
+    #[arg(long, global = true, value_name = "ADDR")]
+    pub host_traddr: Option<std::net::IpAddr>,
+    /// Network interface every connection goes through (SO_BINDTODEVICE),
+    /// as `nvme connect --host-iface`.
+    #[arg(long, global = true, value_name = "IFACE")]
+    pub host_iface: Option<String>,
+    /// IP type of service of every connection (IP_TOS, IPV6_TCLASS; 0-255),
+    /// as `nvme connect --tos`.
+    #[arg(long, global = true, value_name = "TOS")]
+    pub tos: Option<u8>,
+}
+
+impl SocketArgs {
+    /// `opts` with these socket options.
+    pub fn apply(&self, opts: ConnectOptions) -> ConnectOptions {
+        ConnectOptions {
+            host_traddr: self.host_traddr,
+            host_iface: self.host_iface.clone(),
+            tos: self.tos,
+            ..opts
+        }
     }
 }
 
@@ -1599,6 +1637,17 @@ mod tests {
         let cc = ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--congestion", "cubic"]).unwrap();
         assert_eq!(cc.connect_options(1).congestion_control.map(|c| c.to_string()).as_deref(), Some("cubic"));
         assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--congestion", "not a name"]).is_err());
+        // nvme connect's socket options reach every connection, discovery's too.
+        let args = ["p", "x", "--host-traddr", "127.0.0.2", "--host-iface", "lo", "--tos", "40"];
+        let so = ProbeOptions::parse_args(args).unwrap().connect_options(1);
+        for c in [&so, &discovery_options(&so)] {
+            assert_eq!(c.host_traddr, Some("127.0.0.2".parse().unwrap()));
+            assert_eq!((c.host_iface.as_deref(), c.tos), (Some("lo"), Some(40)));
+        }
+        let none = ProbeOptions::parse_args(["p", "x"]).unwrap().connect_options(1);
+        assert_eq!((none.host_traddr, none.host_iface, none.tos), (None, None, None));
+        assert!(ProbeOptions::parse_args(["p", "x", "--tos", "256"]).is_err());
+        assert!(ProbeOptions::parse_args(["p", "x", "--host-traddr", "host.example"]).is_err());
         assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--mix", "101"]).is_err());
         assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--rw", "trim"]).is_err());
         let p = ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--ping", "--qd", "4"]).unwrap();

@@ -115,6 +115,8 @@ pub struct Proxy {
     throttle: watch::Sender<Option<(usize, Duration)>>,
     /// Connections accepted so far.
     pub accepted: Arc<AtomicU64>,
+    /// The initiator's address of each connection accepted so far, in order.
+    pub peers: Arc<std::sync::Mutex<Vec<SocketAddr>>>,
     /// C2HData PDUs (payload > 4 KiB) still to corrupt (one payload byte each).
     pub corrupt: Arc<AtomicU32>,
 }
@@ -137,11 +139,19 @@ impl Proxy {
         let (throttle, _) = watch::channel(None);
         let accepted = Arc::new(AtomicU64::new(0));
         let corrupt = Arc::new(AtomicU32::new(0));
-        let (f, k, t, a, c) =
-            (frozen.clone(), kill.clone(), throttle.clone(), accepted.clone(), corrupt.clone());
+        let peers = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (f, k, t, a, c, p) = (
+            frozen.clone(),
+            kill.clone(),
+            throttle.clone(),
+            accepted.clone(),
+            corrupt.clone(),
+            peers.clone(),
+        );
         tokio::spawn(async move {
             loop {
-                let Ok((down, _)) = l.accept().await else { return };
+                let Ok((down, peer)) = l.accept().await else { return };
+                p.lock().unwrap().push(peer);
                 let Ok(up) = TcpStream::connect(upstream).await else { continue };
                 let _ = down.set_nodelay(true);
                 let _ = up.set_nodelay(true);
@@ -160,7 +170,7 @@ impl Proxy {
                 tokio::spawn(pump(ur, dw, ctl(Some(c.clone()))));
             }
         });
-        Self { addr, frozen, kill, throttle, accepted, corrupt }
+        Self { addr, frozen, kill, throttle, accepted, corrupt, peers }
     }
 
     /// Stops (or resumes) forwarding in both directions; held bytes stay held.
