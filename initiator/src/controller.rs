@@ -67,6 +67,11 @@ pub struct ControllerInfo {
     pub identify: IdentifyController,
     /// Connected I/O queues.
     pub io_queues: u16,
+    /// Of [`Self::io_queues`], the ones dedicated to commands other than reads
+    /// (qids 1 to this; reads use the others), as
+    /// [`ConnectOptions::write_queues`] asked and the controller's queue
+    /// count allowed; 0 when every queue takes every command.
+    pub write_queues: u16,
     /// Entries per I/O queue (SQSIZE + 1).
     pub queue_depth: u16,
     /// Largest data transfer per command in bytes (MDTS and the `max_transfer` option), if limited.
@@ -97,6 +102,11 @@ pub(crate) struct Core {
     /// Association number, raised before each reconnect attempt.
     pub(crate) epoch: AtomicU64,
     rr: AtomicUsize,
+    /// Of `io`, the first ones dedicated to commands other than reads
+    /// ([`ConnectOptions::write_queues`]); 0 when every queue takes everything.
+    write_queues: usize,
+    /// Round-robin position among the read queues when `write_queues` > 0.
+    rr_reads: AtomicUsize,
     /// Asynchronous events for [`Controller::events`].
     pub(crate) events: broadcast::Sender<ControllerEvent>,
     /// Next DH-HMAC-CHAP transaction identifier ([`Setup::t_ids`]).
@@ -216,6 +226,32 @@ fn tcp_socket(addr: SocketAddr, opts: &ConnectOptions) -> Result<tokio::net::Tcp
         })?;
     }
     Ok(socket)
+}
+
+/// Which I/O queues a command may use: with dedicated write queues
+/// ([`ConnectOptions::write_queues`]), reads go to the read queues and every
+/// other command to the write queues, as Linux's blk-mq maps `REQ_OP_READ`
+/// to HCTX_TYPE_READ and the rest to HCTX_TYPE_DEFAULT.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum QueueUse {
+    /// A read.
+    Read,
+    /// Anything else (writes, flushes, passthrough).
+    Default,
+}
+
+/// The I/O queues to create, and how many of them are dedicated to writes,
+/// for `io_queues` read (or shared) queues and `write_queues` write queues
+/// asked for when the controller granted `granted` (Linux
+/// `nvmf_set_io_queues`: dedicated write queues only once every read queue
+/// is there, else shared queues).
+fn queue_split(io_queues: u16, write_queues: u16, granted: u16) -> (u16, u16) {
+    if write_queues > 0 && io_queues < granted {
+        let writes = write_queues.min(granted - io_queues);
+        (io_queues + writes, writes)
+    } else {
+        (io_queues.min(granted), 0)
+    }
 }
 
 /// Everything needed to (re)build the association.
@@ -449,6 +485,7 @@ impl Setup<'_> {
             cc: a.cc,
             identify: a.identify,
             io_queues,
+            write_queues: 0,
             queue_depth: entries,
             inline_data: inline,
             discovery: a.discovery,
@@ -615,22 +652,30 @@ impl Core {
     }
 
     /// An I/O queue for the next request.
-    pub(crate) fn pick_io(&self) -> Result<&QueueShared> {
+    pub(crate) fn pick_io(&self, usage: QueueUse) -> Result<&QueueShared> {
         let n = self.io.len();
         if n == 0 {
             return Err(Error::InvalidArgument("controller has no I/O queues".into()));
         }
+        // With dedicated write queues, the first `write_queues` take everything
+        // but reads and the rest take the reads (Linux `nvme_tcp_map_queues`:
+        // HCTX_TYPE_DEFAULT at offset 0, HCTX_TYPE_READ after it).
+        let (first, count, rr) = match (self.write_queues, usage) {
+            (0, _) => (0, n, &self.rr),
+            (w, QueueUse::Default) => (0, w, &self.rr),
+            (w, QueueUse::Read) => (w, n - w, &self.rr_reads),
+        };
         let i = match self.opts.queue_select {
-            QueueSelect::RoundRobin => self.rr.fetch_add(1, Ordering::Relaxed) % n,
+            QueueSelect::RoundRobin => rr.fetch_add(1, Ordering::Relaxed) % count,
             QueueSelect::PerThread => {
                 thread_local!(static SLOT: usize = {
                     static NEXT: AtomicUsize = AtomicUsize::new(0);
                     NEXT.fetch_add(1, Ordering::Relaxed)
                 });
-                SLOT.with(|s| *s) % n
+                SLOT.with(|s| *s) % count
             }
         };
-        Ok(&self.io[i])
+        Ok(&self.io[first + i])
     }
 
     /// Re-establishes the association after a failure (all queues).
@@ -649,7 +694,7 @@ impl Core {
         }
         let aec = s.enable_events(&self.admin, &a).await?;
         self.admin.send_ctrl(DriverCtrl::Release);
-        Ok(s.info(a, self.io.len() as u16, aec))
+        Ok(ControllerInfo { write_queues: self.write_queues as u16, ..s.info(a, self.io.len() as u16, aec) })
     }
 
     /// Reconnect loop (Linux error recovery + `nvme_tcp_reconnect_or_remove`).
@@ -870,10 +915,22 @@ impl Controller {
         let mut io = Vec::new();
         let r: Result<ControllerInfo> = async {
             let a = setup.admin(&admin, epoch).await?;
-            let want = if a.discovery { 0 } else { opts.io_queues };
-            let n = if want > 0 { setup.num_queues(&admin, want).await? } else { 0 };
-            if want > 0 && n == 0 {
+            let want = if a.discovery || opts.io_queues == 0 {
+                0
+            } else {
+                opts.io_queues.saturating_add(opts.write_queues)
+            };
+            let granted = if want > 0 { setup.num_queues(&admin, want).await? } else { 0 };
+            if want > 0 && granted == 0 {
                 return Err(Error::Controller("controller grants no I/O queues".into()));
+            }
+            let (n, write_queues) = queue_split(opts.io_queues, opts.write_queues, granted);
+            if opts.write_queues > 0 && write_queues == 0 && n > 0 {
+                info!(
+                    granted,
+                    read_queues = opts.io_queues,
+                    "too few I/O queues granted for dedicated write queues; reads and writes share them"
+                );
             }
             let (entries, _) = setup.io_params(&a);
             for qid in 1..=n {
@@ -884,7 +941,7 @@ impl Controller {
             setup.io_queues(&io, &a, epoch).await?;
             let aec = setup.enable_events(&admin, &a).await?;
             admin.send_ctrl(DriverCtrl::Release);
-            Ok(setup.info(a, n, aec))
+            Ok(ControllerInfo { write_queues, ..setup.info(a, n, aec) })
         }
         .instrument(ctrl_span.clone())
         .await;
@@ -892,9 +949,10 @@ impl Controller {
         let info = r?;
         spawned.0.clear();
         ctrl_span.record("cntlid", info.cntlid);
-        info!(parent: &ctrl_span, cntlid = info.cntlid, io_queues = info.io_queues, depth = info.queue_depth,
+        info!(parent: &ctrl_span, cntlid = info.cntlid, io_queues = info.io_queues, write_queues = info.write_queues, depth = info.queue_depth,
             max_transfer = ?info.max_transfer, "connected");
         let (state, _) = watch::channel(ControllerState::Live);
+        let write_queues = info.write_queues as usize;
         let core = Arc::new(Core {
             addr,
             subnqn: subnqn.to_string(),
@@ -906,6 +964,8 @@ impl Controller {
             state,
             epoch: AtomicU64::new(epoch),
             rr: AtomicUsize::new(0),
+            write_queues,
+            rr_reads: AtomicUsize::new(0),
             events: events::channel(),
             t_ids: AtomicU16::new(t_ids.into_inner()),
             secrets: RwLock::new(secrets),
@@ -1065,7 +1125,7 @@ impl Controller {
 
     /// Sends any I/O command on an I/O queue chosen by the queue policy.
     pub async fn io_command(&self, sqe: Sqe, payload: Payload<'_>) -> Result<Cqe> {
-        self.core().pick_io()?.execute(sqe, payload, None, false).await
+        self.core().pick_io(QueueUse::Default)?.execute(sqe, payload, None, false).await
     }
 
     /// I/O queue `qid` (1-based).
@@ -1356,6 +1416,23 @@ mod tests {
             host_traddr: host_traddr.map(|a| a.parse().unwrap()),
             host_iface: host_iface.map(str::to_owned),
             ..ConnectOptions::default()
+        }
+    }
+
+    #[test]
+    fn write_queues_split_as_linux_does() {
+        // (read or shared queues, write queues, granted) → (created, of which write queues)
+        for (io, w, granted, want) in [
+            (4, 0, 8, (4, 0)),
+            (4, 0, 2, (2, 0)),
+            (2, 2, 4, (4, 2)),
+            (2, 4, 8, (6, 4)),
+            // Dedicated write queues only once every read queue is there.
+            (2, 2, 3, (3, 1)),
+            (2, 2, 2, (2, 0)),
+            (4, 2, 3, (3, 0)),
+        ] {
+            assert_eq!(queue_split(io, w, granted), want, "io {io} write {w} granted {granted}");
         }
     }
 

@@ -15,7 +15,7 @@ use nvmeof_common::status::StatusCodeType;
 use nvmeof_common::{Sqe, Status};
 use tracing::debug;
 
-use crate::controller::Controller;
+use crate::controller::{Controller, QueueUse};
 use crate::driver::{Payload, QueueShared, Xfer};
 use crate::error::{Error, Result};
 
@@ -119,7 +119,21 @@ enum Data<'a> {
     Owned(Option<BytesMut>, usize),
 }
 
+/// The queues `ops` may go to: the read queues when every one reads.
+fn queue_use(ops: &[Op<'_>]) -> QueueUse {
+    if ops.iter().all(|op| op.data.is_read()) {
+        QueueUse::Read
+    } else {
+        QueueUse::Default
+    }
+}
+
 impl Data<'_> {
+    /// Whether the command reads.
+    fn is_read(&self) -> bool {
+        matches!(self, Data::Read(_) | Data::Owned(..))
+    }
+
     /// The payload of one execution of the command. (Cloning `Bytes` costs
     /// no allocation here: the queue clones every write's `Bytes` anyway.)
     fn payload(&mut self) -> Payload<'_> {
@@ -308,9 +322,9 @@ impl Namespace {
         results.into_iter().map(|r| r.expect("every command ran")).collect()
     }
 
-    /// Runs the commands of one request; its first error, in command order.
+    /// Runs the commands of one request on one queue; its first error, in command order.
     async fn run(&self, mut ops: Vec<Op<'_>>) -> Result<()> {
-        let q = self.ctrl.core().pick_io()?;
+        let q = self.ctrl.core().pick_io(queue_use(&ops))?;
         if let [op] = &mut ops[..] {
             // No batch bookkeeping for one command.
             return self.run_one(q, op.sqe, &mut op.data, op.retries).await;
@@ -395,7 +409,7 @@ impl Namespace {
     pub async fn read_with(&self, lba: u64, buf: &mut [u8], flags: IoFlags) -> Result<()> {
         let blocks = self.blocks_of(lba, buf.len())?;
         if blocks <= self.max_blocks {
-            let q = self.ctrl.core().pick_io()?;
+            let q = self.ctrl.core().pick_io(QueueUse::Read)?;
             let sqe = self.rw_sqe(IoOpcode::READ, lba, blocks, flags);
             return self.run_one(q, sqe, &mut Data::Read(buf), self.retries(flags)).await;
         }
@@ -432,7 +446,7 @@ impl Namespace {
     pub async fn read_buf(&self, lba: u64, mut buf: BytesMut, len: usize) -> Result<BytesMut> {
         let blocks = self.blocks_of(lba, len)?;
         buf.reserve(len);
-        let q = self.ctrl.core().pick_io()?;
+        let q = self.ctrl.core().pick_io(QueueUse::Read)?;
         let missing = || Error::Controller("read data missing".into());
         if blocks <= self.max_blocks {
             let allowed = self.max_retries;
@@ -491,7 +505,7 @@ impl Namespace {
         let blocks = self.blocks_of(lba, data.len())?;
         if blocks <= self.max_blocks {
             // One command: no batch bookkeeping (nothing allocated per call).
-            let q = self.ctrl.core().pick_io()?;
+            let q = self.ctrl.core().pick_io(QueueUse::Default)?;
             let sqe = self.rw_sqe(IoOpcode::WRITE, lba, blocks, flags);
             return self.run_one(q, sqe, &mut Data::Bytes(data), self.retries(flags)).await;
         }
@@ -508,7 +522,7 @@ impl Namespace {
     async fn data_out(&self, op: IoOpcode, lba: u64, buf: &[u8], flags: IoFlags) -> Result<()> {
         let blocks = self.blocks_of(lba, buf.len())?;
         if blocks <= self.max_blocks {
-            let q = self.ctrl.core().pick_io()?;
+            let q = self.ctrl.core().pick_io(QueueUse::Default)?;
             let sqe = self.rw_sqe(op, lba, blocks, flags);
             return self.run_one(q, sqe, &mut Data::Write(buf), self.retries(flags)).await;
         }
@@ -536,7 +550,7 @@ impl Namespace {
         let mut s = Sqe::new(IoOpcode::FLUSH.0);
         s.set_nsid(self.nsid);
         // Straight to the queue: `run` takes a Vec, one allocation per flush.
-        self.run_one(self.ctrl.core().pick_io()?, s, &mut Data::None, self.max_retries).await
+        self.run_one(self.ctrl.core().pick_io(QueueUse::Default)?, s, &mut Data::None, self.max_retries).await
     }
 
     /// Write Zeroes over `blocks` blocks from `lba`; `deallocate` sets DEAC
@@ -651,7 +665,7 @@ impl Namespace {
     async fn reservation_once(&self, cmd: ReservationCmd, keys: ReservationKeys) -> Result<()> {
         let data = keys.encode();
         let payload = Payload::Write(&data[..cmd.data_len() as usize]);
-        self.ctrl.core().pick_io()?.execute_once(cmd.to_sqe(0), payload).await.map(drop)
+        self.ctrl.core().pick_io(QueueUse::Default)?.execute_once(cmd.to_sqe(0), payload).await.map(drop)
     }
 
     /// Reservation Report with the extended data structure (128-bit host
@@ -745,7 +759,7 @@ impl<'a> Batch<'a> {
         for (id, e) in self.invalid {
             results[id] = Err(e);
         }
-        let q = match self.ns.ctrl.core().pick_io() {
+        let q = match self.ns.ctrl.core().pick_io(queue_use(&self.ops)) {
             Ok(q) => q,
             Err(e) => return results.into_iter().map(|_| Err(e.clone())).collect(),
         };

@@ -177,6 +177,15 @@ pub struct ConnectOptions {
     pub host: Option<HostIdentity>,
     /// I/O queues to ask for (capped by the controller's Number of Queues answer).
     pub io_queues: u16,
+    /// Further I/O queues dedicated to writes (`nvme connect
+    /// --nr-write-queues`, default 0): with them, reads go to the
+    /// [`Self::io_queues`] and every other command (writes, flushes, Write
+    /// Zeroes, passthrough) to these, so a large write queued in a socket
+    /// never holds up the reads behind it. As with Linux, the controller must
+    /// grant more than `io_queues` queues for any to be dedicated (then up to
+    /// this many); otherwise all queues take all commands.
+    /// [`crate::ControllerInfo::write_queues`] says what was set up.
+    pub write_queues: u16,
     /// Entries per I/O queue (SQSIZE + 1), clamped to CAP.MQES + 1 and MAXCMD;
     /// at most `depth − 1` commands are outstanding per queue.
     pub queue_depth: u16,
@@ -279,6 +288,7 @@ impl Default for ConnectOptions {
         Self {
             host: None,
             io_queues: std::thread::available_parallelism().map_or(1, |n| n.get().min(64) as u16),
+            write_queues: 0,
             queue_depth: 128,
             hdr_digest: false,
             data_digest: false,

@@ -773,6 +773,101 @@ async fn host_traddr_and_host_iface_bind_every_connection() {
     .await;
 }
 
+/// With `write_queues`, reads travel on their own queues and every other
+/// command on the write queues, as Linux's `nr_write_queues` maps them
+/// (write queues first): checked on the wire, per queue and opcode. Without
+/// it, or when the controller grants too few queues, every queue takes both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_queues_carry_everything_but_the_reads() {
+    bounded(30, async {
+        const READ: u8 = 0x02;
+        let (server, addr) = start(&config(vec![ram_ns(1, 8 << 20)])).await;
+        let proxy = CapsuleLog::start(addr).await;
+        // 4 KiB in capsule, 2 MiB split by MDTS, flush, read_buf, batches.
+        let workload = |ctrl: Controller| async move {
+            let ns = ctrl.namespace(1).await.unwrap();
+            let big = vec![0x3c; 2 << 20];
+            for i in 0..8u64 {
+                ns.write(i * 8, &[i as u8; 4096]).await.unwrap();
+                let mut b = [0u8; 4096];
+                ns.read(i * 8, &mut b).await.unwrap();
+                assert_eq!(b, [i as u8; 4096]);
+            }
+            ns.write(4096, &big).await.unwrap();
+            assert_eq!(&ns.read_bytes(4096, 2 << 20).await.unwrap()[..], &big[..]);
+            ns.flush().await.unwrap();
+            let mut bufs = [[0u8; 512]; 4];
+            let mut reads = ns.batch();
+            for (i, b) in bufs.iter_mut().enumerate() {
+                reads.read(i as u64 * 8, b, IoFlags::default());
+            }
+            assert!(reads.submit().await.iter().all(Result::is_ok));
+            let mut mixed = ns.batch();
+            mixed.write(100, &[1; 512], IoFlags::default());
+            mixed.read(0, &mut bufs[0], IoFlags::default());
+            assert!(mixed.submit().await.iter().all(Result::is_ok));
+            ctrl.shutdown().await.unwrap();
+        };
+        let run = |o: ConnectOptions| {
+            let proxy = &proxy;
+            async move {
+                proxy.commands.lock().unwrap().clear();
+                let ctrl = Controller::connect(proxy.addr, SUBNQN, o).await.unwrap();
+                let info = ctrl.info();
+                workload(ctrl).await;
+                let cmds = std::mem::take(&mut *proxy.commands.lock().unwrap());
+                (info, cmds)
+            }
+        };
+        // The I/O queues (admin commands left out) that carried reads, or the rest.
+        let qids = |cmds: &[(u16, u8)], read: bool| {
+            let mut q: Vec<u16> =
+                cmds.iter().filter(|c| c.0 != 0 && (c.1 == READ) == read).map(|c| c.0).collect();
+            q.sort_unstable();
+            q.dedup();
+            q
+        };
+
+        let (info, cmds) = run(ConnectOptions { io_queues: 2, write_queues: 2, ..opts() }).await;
+        assert_eq!((info.io_queues, info.write_queues), (4, 2));
+        // The last read is the mixed batch's: it goes with its write, on a
+        // write queue. Every other read: qids 3 and 4 only; the rest
+        // (writes, flush): 1 and 2 only.
+        let last_read = cmds.iter().rposition(|c| c.1 == READ).unwrap();
+        assert!(cmds[last_read].0 <= 2, "the mixed batch's read went with its write: {cmds:?}");
+        let before: Vec<_> = cmds[..last_read].to_vec();
+        assert_eq!(qids(&before, true), [3, 4], "{cmds:?}");
+        assert_eq!(qids(&cmds, false), [1, 2], "{cmds:?}");
+
+        // Shared queues: both carry commands.
+        let all = |cmds: &[(u16, u8)]| {
+            let mut q = [qids(cmds, true), qids(cmds, false)].concat();
+            q.sort_unstable();
+            q.dedup();
+            q
+        };
+        let (info, cmds) = run(ConnectOptions { io_queues: 2, ..opts() }).await;
+        assert_eq!((info.io_queues, info.write_queues), (2, 0));
+        assert_eq!(all(&cmds), [1, 2], "{cmds:?}");
+        server.shutdown(Duration::from_secs(1)).await;
+
+        // A controller granting only the read queues' count: shared queues.
+        let mut cfg = config(vec![ram_ns(1, 8 << 20)]);
+        cfg.limits.max_io_queues = 2;
+        let (server, addr) = start(&cfg).await;
+        let proxy = CapsuleLog::start(addr).await;
+        proxy.commands.lock().unwrap().clear();
+        let o = ConnectOptions { io_queues: 2, write_queues: 2, ..opts() };
+        let ctrl = Controller::connect(proxy.addr, SUBNQN, o).await.unwrap();
+        assert_eq!((ctrl.info().io_queues, ctrl.info().write_queues), (2, 0));
+        workload(ctrl).await;
+        let cmds = proxy.commands.lock().unwrap().clone();
+        assert_eq!(all(&cmds), [1, 2], "{cmds:?}");
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}
+
 /// Reconnect attempts back off exponentially: with delay 50 ms doubling to a
 /// 400 ms cap over a 1.3 s loss timeout there are about 5 attempts, where a
 /// fixed 50 ms delay would make ~25.
