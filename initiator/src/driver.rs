@@ -335,6 +335,7 @@ pub(crate) fn spawn_driver(
         slept: None,
         busy_queues: params.busy_queues,
         counted_busy: false,
+        share: nvmeof_net::FairShare::default(),
         // spawn_driver runs inside the runtime (it spawns the task below).
         workers: tokio::runtime::Handle::current().metrics().num_workers(),
         local: Vec::with_capacity(tickets as usize),
@@ -939,6 +940,8 @@ struct Driver {
     /// while `counted_busy`.
     busy_queues: Arc<AtomicUsize>,
     counted_busy: bool,
+    /// This queue's turn on its worker thread (see [`nvmeof_net::FairShare`]).
+    share: nvmeof_net::FairShare,
     /// Worker threads of the runtime the driver runs on.
     workers: usize,
     local: Vec<Submission>,
@@ -1281,11 +1284,13 @@ impl Driver {
         };
         let mut completed = 0;
         let mut budget_hit = false;
+        let (mut got, mut drained) = (0, false);
         while budget > 0 {
             let c = self.conn.as_mut().expect("pump needs a connection");
             match read_some(c, &self.shared) {
                 Ok(0) => return Err(Error::closed()),
                 Ok(n) => {
+                    got += n;
                     decode_all(c, &self.shared, now)?;
                     completed += self.dispatch(now);
                     budget = budget.saturating_sub(n);
@@ -1297,9 +1302,19 @@ impl Driver {
                         break;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    drained = true;
+                    break;
+                }
                 Err(e) => return Err(Error::io(e)),
             }
+        }
+        // A socket that never runs dry must not keep the other queues (and
+        // the callers) of this thread waiting: yield once the share is used.
+        if drained {
+            self.share.waited();
+        } else if self.share.busy(got) {
+            budget_hit = true;
         }
         let c = self.conn.as_mut().expect("still connected");
         // Data read by `spin` is decoded here too.

@@ -248,8 +248,14 @@ pub async fn run_connection(
     // Set once the queue is closing: what is still queued (a C2HTermReq
     // behind read data) gets this long to reach a host that does not read.
     let mut closing_deadline: Option<Instant> = None;
+    // This queue's turn on its worker thread (see `FairShare`).
+    let mut share = nvmeof_net::FairShare::default();
+    let mut yield_due = false;
 
     loop {
+        if std::mem::take(&mut yield_due) {
+            tokio::task::yield_now().await;
+        }
         // The queue's own io_uring: submit what the last pass queued (one
         // io_uring_enter for all of it) and handle what has finished, on this
         // thread.
@@ -263,6 +269,7 @@ pub async fn run_connection(
         }
         if more {
             more = handle_received(&mut q, &mut rbuf, &stream, &mut low_mark);
+            yield_due = share.busy(0);
             continue;
         }
         if q.phase() == Phase::Closing {
@@ -317,6 +324,7 @@ pub async fn run_connection(
                         ack_bulk_read(&stream, n);
                         last_activity = Instant::now();
                         more = handle_received(&mut q, &mut rbuf, &stream, &mut low_mark);
+                        yield_due = share.busy(n);
                         continue;
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
@@ -326,8 +334,10 @@ pub async fn run_connection(
             if let Ok(c) = rx.try_recv() {
                 last_activity = Instant::now();
                 q.handle_completion(c);
+                yield_due = share.busy(0);
                 continue;
             }
+            share.waited();
             tokio::task::yield_now().await;
             continue;
         }
@@ -364,6 +374,7 @@ pub async fn run_connection(
                     while let Ok(c) = rx.try_recv() {
                         q.handle_completion(c);
                     }
+                    yield_due = share.busy(0);
                 }
             }
             // While draining, keep reading only for commands still waiting for H2C data.
@@ -372,6 +383,7 @@ pub async fn run_connection(
                 if ready.is_readable() && read_wanted {
                     // The socket stays ready (no WouldBlock seen) when the burst ends.
                     let mut burst = 0;
+                    let mut drained = false;
                     while burst < read_burst {
                         match recv_buf(&stream, &mut rbuf) {
                             Ok(0) => { eof = true; break; }
@@ -381,9 +393,14 @@ pub async fn run_connection(
                                 if rbuf.capacity() - rbuf.len() < 64 * 1024 { rbuf.reserve(256 * 1024); }
                                 continue;
                             }
-                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => { drained = true; break; }
                             Err(_) => { eof = true; break; }
                         }
+                    }
+                    if drained {
+                        share.waited();
+                    } else {
+                        yield_due = share.busy(burst);
                     }
                     ack_bulk_read(&stream, burst);
                     more = handle_received(&mut q, &mut rbuf, &stream, &mut low_mark);
