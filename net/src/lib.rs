@@ -342,11 +342,14 @@ pub const FAIR_SHARE_PASSES: u32 = 64;
 /// --example write_queues`, Intel Xeon VM). The Linux host's `io_work`
 /// likewise requeues itself after 1 ms and nvmet's after 64 operations.
 ///
-/// The initiator gains from it too: its callers share the driver's thread,
-/// and 4 KiB QD32 polled reads (target and probe on a core each, 3 rounds
-/// each, alternated) went from 644-665K to 776-791K IOPS; 4 KiB writes, QD1
-/// and 128 KiB transfers stayed within the rounds' spread. A 256 KiB share
-/// cost 128 KiB polled reads 15-20% (2 rounds), so the share is 2 MiB.
+/// The initiator gains from it too, as its callers share the driver's
+/// thread: 4 KiB QD32 polled reads (target and probe on a core each, 3
+/// rounds each, alternated) went from 695-707K to 713-721K IOPS on a
+/// namespace written first (bench/run.sh's case), and from 644-665K to
+/// 776-791K where the target read pages never written (cheap for it, so the
+/// probe was the bottleneck); 4 KiB writes, QD1 and 128 KiB transfers stayed
+/// within the rounds' spread. A 256 KiB share cost 128 KiB polled reads
+/// 15-20% (2 rounds), so the share is 2 MiB.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct FairShare {
     bytes: usize,
