@@ -30,6 +30,7 @@ macro_rules! backend_over_ram {
     };
 }
 
+pub mod capsule_log;
 pub mod conformance;
 pub mod flaky_backend;
 pub mod harness;

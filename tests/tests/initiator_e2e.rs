@@ -26,6 +26,7 @@ use nvmeof_initiator::{
     HostIdentity, IoFlags, Namespace, Payload, ReconnectPolicy,
 };
 use nvmeof_target::config::{NamespaceConfig, TargetConfig};
+use nvmeof_tests::capsule_log::CapsuleLog;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 

@@ -25,6 +25,7 @@ use serde_json::Value;
 const NQN: &str = "nqn.2024-01.io.nvmeof.test:tools";
 const NS_SIZE: u64 = 16 << 20;
 
+use nvmeof_tests::capsule_log::CapsuleLog;
 use nvmeof_tests::harness::{bounded, init_tracing};
 
 /// A target with subsystem [`NQN`] and namespace 1 on a RAM backend we keep a handle to.
@@ -76,6 +77,21 @@ impl TestTarget {
     async fn stop(self) {
         self.server.shutdown(Duration::from_secs(1)).await;
     }
+}
+
+/// Hooks that collect the probe's warnings.
+fn warning_hooks() -> (Hooks, Arc<Mutex<Vec<String>>>) {
+    let warnings = Arc::new(Mutex::new(Vec::new()));
+    let w2 = warnings.clone();
+    let hooks = Hooks {
+        on_event: Some(Arc::new(move |e: &ProbeEvent| {
+            if let ProbeEvent::Warning(w) = e {
+                w2.lock().unwrap().push(w.clone());
+            }
+        })),
+        ..Hooks::default()
+    };
+    (hooks, warnings)
 }
 
 fn u(v: &Value, what: &str) -> u64 {
@@ -286,16 +302,7 @@ async fn queue_depth_is_clamped_to_the_granted_queue_size() {
         // 8 entries per queue: 7 commands in flight, not the 32 asked for.
         let limits = Limits { max_queue_entries: 8, ..Limits::default() };
         let t = start_target_with(512, None, limits).await;
-        let warnings = Arc::new(Mutex::new(Vec::new()));
-        let w2 = warnings.clone();
-        let hooks = Hooks {
-            on_event: Some(Arc::new(move |e: &ProbeEvent| {
-                if let ProbeEvent::Warning(w) = e {
-                    w2.lock().unwrap().push(w.clone());
-                }
-            })),
-            ..Hooks::default()
-        };
+        let (hooks, warnings) = warning_hooks();
         let opts = t.opts(&["--qd", "32", "--queues", "2", "--count", "400"]);
         let r = nvmeof_tools::run_probe_with(&opts, hooks).await.unwrap();
         assert_eq!(r.read.ops, 400);
@@ -307,6 +314,66 @@ async fn queue_depth_is_clamped_to_the_granted_queue_size() {
         let own = &j["jobs"][0]["nvmeof_probe"];
         assert_eq!((u(&own["qd"], "qd"), u(&own["qd_requested"], "qd_requested")), (7, 32));
         assert!(r.to_text().contains("qd=7, queues=2"), "{}", r.to_text());
+        t.stop().await;
+    })
+    .await;
+}
+
+/// `--write-queues`: every slot's writes travel on the write queues (qids
+/// 1..=N) and its reads on the others, as the target sees them; a target
+/// granting too few queues gets shared queues and a warning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_queues_carry_the_writes_of_every_slot() {
+    bounded(60, async {
+        const READ: u8 = 0x02;
+        const WRITE: u8 = 0x01;
+        let t = start_target(512, None).await;
+        let proxy = CapsuleLog::start(t.addr.parse().unwrap()).await;
+        let addr = proxy.addr.to_string();
+        let args = ["nvmeof-probe", &addr, "--nqn", NQN, "--rw", "randrw", "--count", "600"];
+        let run = |extra: &[&str]| {
+            let opts = ProbeOptions::parse_args([&args[..], extra].concat()).unwrap();
+            let (hooks, warnings) = warning_hooks();
+            let proxy = &proxy;
+            async move {
+                proxy.commands.lock().unwrap().clear();
+                let r = nvmeof_tools::run_probe_with(&opts, hooks).await.unwrap();
+                let cmds = std::mem::take(&mut *proxy.commands.lock().unwrap());
+                let w = warnings.lock().unwrap().clone();
+                (r, cmds, w)
+            }
+        };
+        let qids = |cmds: &[(u16, u8)], op: u8| {
+            let mut q: Vec<u16> = cmds.iter().filter(|c| c.0 != 0 && c.1 == op).map(|c| c.0).collect();
+            q.sort_unstable();
+            q.dedup();
+            q
+        };
+        let (r, cmds, w) = run(&["--queues", "2", "--write-queues", "2", "--qd", "4"]).await;
+        assert!(w.is_empty(), "{w:?}");
+        assert_eq!((r.queues, r.write_queues), (2, 2));
+        assert!(r.read.ops > 0 && r.write.ops > 0 && r.read.ops + r.write.ops == 600);
+        assert_eq!((qids(&cmds, READ), qids(&cmds, WRITE)), (vec![3, 4], vec![1, 2]), "{cmds:?}");
+        assert!(r.to_text().contains("queues=2, write_queues=2"), "{}", r.to_text());
+        let own = &r.to_fio_json()["jobs"][0]["nvmeof_probe"];
+        assert_eq!((u(&own["write_queues"], "wq"), u(&own["write_queues_requested"], "wqr")), (2, 2));
+        // Without: both kinds on the one queue.
+        let (r, cmds, _) = run(&["--qd", "4"]).await;
+        assert_eq!(r.write_queues, 0);
+        assert_eq!((qids(&cmds, READ), qids(&cmds, WRITE)), (vec![1], vec![1]), "{cmds:?}");
+        t.stop().await;
+
+        // A target that grants 2 queues: shared, and said so.
+        let t = start_target_with(512, None, Limits { max_io_queues: 2, ..Limits::default() }).await;
+        let opts = t.opts(&["--rw", "randrw", "--count", "200", "--queues", "2", "--write-queues", "1"]);
+        let (hooks, warnings) = warning_hooks();
+        let r = nvmeof_tools::run_probe_with(&opts, hooks).await.unwrap();
+        assert_eq!((r.queues, r.write_queues), (2, 0));
+        let w = warnings.lock().unwrap().clone();
+        assert!(
+            w.iter().any(|w| w.contains("granted 0 write queues of the 1 asked for: reads and writes share")),
+            "{w:?}"
+        );
         t.stop().await;
     })
     .await;

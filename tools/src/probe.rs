@@ -142,6 +142,13 @@ pub struct ProbeOptions {
     /// I/O queues (connections) to use.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=1024))]
     pub queues: u16,
+    /// Further I/O queues for everything but reads (`nvme connect
+    /// --nr-write-queues`): the writes of each slot go to these and its reads
+    /// to the --queues ones, so reads do not wait behind writes in a socket.
+    /// The controller must grant more than --queues queues (a warning says
+    /// when it did not: then all queues take both).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u16).range(0..=1024))]
+    pub write_queues: u16,
     /// Run time, e.g. 10s, 500ms, 2m (default 10s; none with --count or in ping mode; with both --time and --count, whichever ends first).
     #[arg(long, value_parser = parse_duration)]
     pub time: Option<Duration>,
@@ -239,6 +246,7 @@ impl ProbeOptions {
         // Unset: the initiator's default, which `base` already carries.
         let base = self.socket.apply(base);
         ConnectOptions {
+            write_queues: self.write_queues,
             disable_sqflow: self.disable_sqflow,
             send_buffer: self.send_buffer.unwrap_or(base.send_buffer),
             congestion_control: self.congestion.or(base.congestion_control),
@@ -288,9 +296,9 @@ impl ProbeOptions {
         if self.time == Some(Duration::ZERO) {
             return Err(ToolError::usage("--time must be positive"));
         }
-        if self.ping && (self.qd != 1 || self.queues != 1 || self.rate.is_some()) {
+        if self.ping && (self.qd != 1 || self.queues != 1 || self.write_queues != 0 || self.rate.is_some()) {
             return Err(ToolError::usage(
-                "--ping sends one request at a time: --qd, --queues and --rate do not apply (use --interval)",
+                "--ping sends one request at a time: --qd, --queues, --write-queues and --rate do not apply (use --interval)",
             ));
         }
         // Options that would otherwise do nothing: a user who gave them
@@ -520,6 +528,8 @@ pub struct Report {
     pub addr: String,
     /// I/O queues actually used.
     pub queues: u16,
+    /// Write queues actually used (`--write-queues`; 0: none, or not granted).
+    pub write_queues: u16,
     /// Requests in flight per queue actually used: `--qd`, or less where the
     /// controller granted smaller queues.
     pub qd: u32,
@@ -804,8 +814,9 @@ fn written_units(opts: &ProbeOptions, units: u64) -> Option<pattern::WrittenUnit
     (opts.verify && opts.rw.reads() && opts.rw.writes()).then(|| pattern::WrittenUnits::new(units))
 }
 
-/// One in-flight slot: submits on queue `qid` until the run ends.
-async fn slot(sh: Arc<Shared>, idx: usize, qid: u16, seed: u64) -> SlotOut {
+/// One in-flight slot: submits its reads on queue `qids[0]` and its writes
+/// on `qids[1]` until the run ends.
+async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut {
     let mut rng = Rng::new(seed);
     let mut buf = IoBuf::new(sh.bs, &mut rng);
     let cap = if sh.record_samples { sh.samples_hint } else { 0 };
@@ -869,6 +880,7 @@ async fn slot(sh: Arc<Shared>, idx: usize, qid: u16, seed: u64) -> SlotOut {
         let was_written = sh.written.as_ref().is_none_or(|w| w.contains(unit));
         let sqe = rw_sqe(op, sh.nsid, lba, sh.blocks_per_io);
         let send = Instant::now();
+        let qid = qids[op as usize];
         let r = buf.run(&sh.ctrl, qid, op, sqe).await;
         let done = Instant::now();
         clock = done;
@@ -1218,11 +1230,20 @@ async fn run_connected(
     let ns = namespace_info(ctrl, opts.nsid).await?;
     let info = ctrl.info();
     let g = geometry(opts, ns, info.max_transfer)?;
-    let queues = ctrl.io_queue_count() as u16;
+    // With write queues: qids 1..=write_queues take the writes, the rest the reads.
+    let write_queues = info.write_queues;
+    let queues = ctrl.io_queue_count() as u16 - write_queues;
     if queues < opts.queues {
         hooks.emit(ProbeEvent::Warning(format!(
             "the controller granted {queues} I/O queues of the {} asked for",
             opts.queues
+        )));
+    }
+    if opts.write_queues > 0 && write_queues < opts.write_queues {
+        hooks.emit(ProbeEvent::Warning(format!(
+            "the controller granted {write_queues} write queues of the {} asked for{}",
+            opts.write_queues,
+            if write_queues == 0 { ": reads and writes share the queues" } else { "" }
         )));
     }
     let per_queue = (info.queue_depth.saturating_sub(1) as u32).max(1);
@@ -1266,7 +1287,9 @@ async fn run_connected(
         sched: AtomicU64::new(0),
         seq: AtomicU64::new(0),
         live: (0..slots).map(|_| SlotLive::default()).collect(),
-        queue_stats: (0..queues).map(|_| Mutex::new([OpStats::new(), OpStats::new()])).collect(),
+        queue_stats: (0..queues + write_queues)
+            .map(|_| Mutex::new([OpStats::new(), OpStats::new()]))
+            .collect(),
         verify: opts.verify,
         written: written_units(opts, g.units),
         gen_base: time_seed().rotate_left(17),
@@ -1282,8 +1305,10 @@ async fn run_connected(
     let started = SystemTime::now() + opts.warmup;
     let mut tasks = Vec::with_capacity(slots);
     for i in 0..slots {
-        let qid = (i % queues as usize) as u16 + 1;
-        tasks.push(tokio::spawn(slot(sh.clone(), i, qid, seed.wrapping_add(i as u64 * 0x1000_0001))));
+        let read_qid = write_queues + (i % queues as usize) as u16 + 1;
+        let write_qid = if write_queues > 0 { (i % write_queues as usize) as u16 + 1 } else { read_qid };
+        let qids = [read_qid, write_qid];
+        tasks.push(tokio::spawn(slot(sh.clone(), i, qids, seed.wrapping_add(i as u64 * 0x1000_0001))));
     }
     let done = Arc::new(AtomicBool::new(false));
     let monitor = tokio::spawn(monitor(sh.clone(), done.clone()));
@@ -1349,6 +1374,7 @@ async fn run_connected(
         opts: opts.clone(),
         addr: addr.to_string(),
         queues,
+        write_queues,
         qd,
         block_size: g.block_size as u32,
         region: (g.region_lba * g.block_size as u64, g.region_bytes),
@@ -1534,6 +1560,7 @@ async fn run_ping(
         opts: opts.clone(),
         addr: addr.to_string(),
         queues: 1,
+        write_queues: 0,
         qd: 1,
         block_size: ns.block_size,
         region: (g.region_lba * g.block_size as u64, g.region_bytes),

@@ -80,6 +80,8 @@ impl Report {
             "qd": self.qd,
             "queues_requested": o.queues,
             "queues": self.queues,
+            "write_queues_requested": o.write_queues,
+            "write_queues": self.write_queues,
             "block_size": self.block_size,
             "region_offset": self.region.0,
             "region_size": self.region.1,
@@ -150,8 +152,13 @@ impl Report {
         let o = &self.opts;
         let mut s = String::new();
         let rate = o.rate.map(|r| format!(", rate={r} IOPS")).unwrap_or_default();
+        let wq = if self.write_queues > 0 {
+            format!(", write_queues={}", self.write_queues)
+        } else {
+            String::new()
+        };
         s += &format!(
-            "{}: (rw={}, bs={}, qd={}, queues={}{rate}) {} {} nsid={}\n",
+            "{}: (rw={}, bs={}, qd={}, queues={}{wq}{rate}) {} {} nsid={}\n",
             o.name,
             o.rw.as_str(),
             fmt_bytes(o.bs),
