@@ -2,7 +2,7 @@
 //! admin commands, keep-alive and reconnect.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -11,7 +11,9 @@ use nvmeof_common::auth::{DhchapSecret, CONNECT_AUTHREQ_ASCR, CONNECT_AUTHREQ_AT
 use nvmeof_common::opcode::AdminOpcode;
 use nvmeof_common::spec::discovery::{DiscoveryLog, DiscoveryLogHeader, DISC_RECORD_LEN};
 use nvmeof_common::spec::features::{FeatureId, GetFeaturesCmd, NumQueues, SetFeaturesCmd};
-use nvmeof_common::spec::identify::{decode_ns_list, Cns, IdentifyCmd, IDENTIFY_DATA_LEN, NS_LIST_MAX};
+use nvmeof_common::spec::identify::{
+    ctratt, decode_ns_list, Cns, IdentifyCmd, IDENTIFY_DATA_LEN, NS_LIST_MAX,
+};
 use nvmeof_common::spec::log::{AnaLog, GetLogPageCmd, LogPageId};
 use nvmeof_common::spec::reservation::{ReservationNotification, NOTIFICATION_LOG_LEN};
 use nvmeof_common::spec::{
@@ -102,6 +104,9 @@ pub(crate) struct Core {
     /// Association number, raised before each reconnect attempt.
     pub(crate) epoch: AtomicU64,
     rr: AtomicUsize,
+    /// An I/O command completed since keep-alive last looked (Linux
+    /// `ctrl->comp_seen`, for traffic-based keep-alive).
+    comp_seen: Arc<AtomicBool>,
     /// Of `io`, the first ones dedicated to commands other than reads
     /// ([`ConnectOptions::write_queues`]); 0 when every queue takes everything.
     write_queues: usize,
@@ -652,6 +657,12 @@ impl Core {
     }
 
     /// An I/O queue for the next request.
+    /// Whether the controller restarts its keep-alive timer on every command
+    /// (Identify Controller CTRATT bit 6, TBKAS).
+    fn traffic_based_keep_alive(&self) -> bool {
+        self.info().identify.ctratt & ctratt::TBKAS != 0
+    }
+
     pub(crate) fn pick_io(&self, usage: QueueUse) -> Result<&QueueShared> {
         let n = self.io.len();
         if n == 0 {
@@ -812,12 +823,8 @@ async fn supervise(core: Arc<Core>, mut rx: mpsc::UnboundedReceiver<SupMsg>) {
     // requests hung). A KATO under 1 ms is sent as 0 (disabled) and now also
     // disables keep-alive here.
     let kato = Duration::from_millis(kato_ms(core.opts.kato).into());
-    let mut ka = (!kato.is_zero()).then(|| {
-        let period = kato / 2;
-        let mut i = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-        i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        i
-    });
+    let mut tbkas = core.traffic_based_keep_alive();
+    let mut ka = keep_alive_timer(kato, tbkas);
     loop {
         let failure = tokio::select! {
             m = rx.recv() => match m {
@@ -832,6 +839,13 @@ async fn supervise(core: Arc<Core>, mut rx: mpsc::UnboundedReceiver<SupMsg>) {
                 }
             },
             _ = async { match ka.as_mut() { Some(i) => { i.tick().await; } None => std::future::pending().await } } => {
+                // Traffic-based keep-alive (CTRATT.TBKAS, Linux
+                // `nvme_keep_alive_work`): a controller that restarts its
+                // timer on every command needs no Keep Alive while I/O
+                // completes.
+                if tbkas && core.comp_seen.swap(false, Ordering::Relaxed) {
+                    continue;
+                }
                 // Keep Alive runs as a setup command: it fails at once (instead of waiting
                 // for a reconnect) when the admin connection drops.
                 match core.keep_alive(true).await {
@@ -853,10 +867,23 @@ async fn supervise(core: Arc<Core>, mut rx: mpsc::UnboundedReceiver<SupMsg>) {
         // were still connecting). Dropping that report left the queue without
         // a connection, and its requests waiting forever, while the controller
         // said `Live`.
-        if let Some(i) = ka.as_mut() {
-            i.reset();
-        }
+        // The controller of the new association may differ in TBKAS.
+        tbkas = core.traffic_based_keep_alive();
+        ka = keep_alive_timer(kato, tbkas);
     }
+}
+
+/// The Keep Alive timer for `kato` (none when 0): every KATO/2, or KATO/4
+/// with traffic-based keep-alive, where one completion can put the next
+/// Keep Alive off by two periods (Linux `nvme_keep_alive_work_period`).
+fn keep_alive_timer(kato: Duration, tbkas: bool) -> Option<tokio::time::Interval> {
+    if kato.is_zero() {
+        return None;
+    }
+    let period = if tbkas { kato / 4 } else { kato / 2 };
+    let mut i = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+    i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    Some(i)
 }
 
 impl Controller {
@@ -893,12 +920,14 @@ impl Controller {
         let queue_span =
             |qid: u16| info_span!(parent: &ctrl_span, "nvme_queue", qid, cntlid = tracing::field::Empty);
         let busy_queues = Arc::new(AtomicUsize::new(0));
+        let comp_seen = Arc::new(AtomicBool::new(false));
         let params = |qid: u16| DriverParams {
             requeue: opts.reconnect.requeue,
             busy_poll: if qid == 0 { Duration::ZERO } else { opts.busy_poll },
             sup_tx: Some(sup_tx.clone()),
             span: queue_span(qid),
             busy_queues: busy_queues.clone(),
+            comp_seen: (qid > 0).then(|| comp_seen.clone()),
         };
         let admin = spawn_driver(0, ADMIN_TICKETS, opts.command_timeout, params(0));
         // Stops the drivers if this future is dropped before it finishes (an
@@ -964,6 +993,7 @@ impl Controller {
             state,
             epoch: AtomicU64::new(epoch),
             rr: AtomicUsize::new(0),
+            comp_seen,
             write_queues,
             rr_reads: AtomicUsize::new(0),
             events: events::channel(),

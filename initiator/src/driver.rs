@@ -41,7 +41,7 @@
 use std::collections::VecDeque;
 use std::future::poll_fn;
 use std::io;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
@@ -294,6 +294,8 @@ pub(crate) struct DriverParams {
     pub(crate) span: tracing::Span,
     /// The controller's count of I/O queues with commands outstanding.
     pub(crate) busy_queues: Arc<AtomicUsize>,
+    /// Set on every completion (I/O queues only): traffic-based keep-alive.
+    pub(crate) comp_seen: Option<Arc<AtomicBool>>,
 }
 
 /// Creates the shared handle of queue `qid` with `tickets` concurrent
@@ -334,6 +336,7 @@ pub(crate) fn spawn_driver(
         spin_since: None,
         slept: None,
         busy_queues: params.busy_queues,
+        comp_seen: params.comp_seen,
         counted_busy: false,
         share: nvmeof_net::FairShare::default(),
         // spawn_driver runs inside the runtime (it spawns the task below).
@@ -940,6 +943,8 @@ struct Driver {
     /// while `counted_busy`.
     busy_queues: Arc<AtomicUsize>,
     counted_busy: bool,
+    /// See [`DriverParams::comp_seen`].
+    comp_seen: Option<Arc<AtomicBool>>,
     /// This queue's turn on its worker thread (see [`nvmeof_net::FairShare`]).
     share: nvmeof_net::FairShare,
     /// Worker threads of the runtime the driver runs on.
@@ -1427,6 +1432,14 @@ impl Driver {
                 self.failing_fast = false;
             }
             self.flush_parked(now);
+        }
+        if done > 0 {
+            if let Some(seen) = &self.comp_seen {
+                // Read first: the line stays shared until keep-alive clears it.
+                if !seen.load(Ordering::Relaxed) {
+                    seen.store(true, Ordering::Relaxed);
+                }
+            }
         }
         done
     }

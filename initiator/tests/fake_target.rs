@@ -55,6 +55,8 @@ struct Cfg {
     /// Reads of this LBA fail with this status while
     /// [`Target::failures_left`] is positive.
     failing_lba: Option<(u64, Status)>,
+    /// CTRATT bits reported in Identify Controller (TBKAS: traffic-based keep-alive).
+    ctratt: u32,
 }
 
 impl Default for Cfg {
@@ -74,6 +76,7 @@ impl Default for Cfg {
             lbads: 9,
             ioccsz: None,
             crdt: [0; 3],
+            ctratt: 0,
             failing_lba: None,
         }
     }
@@ -530,6 +533,7 @@ impl Conn {
                         c.mn = "fake".into();
                         c.oncs = 1 | 1 << 2 | 1 << 3;
                         c.crdt = cfg.crdt;
+                        c.ctratt |= cfg.ctratt;
                         c.encode()
                     }
                     0 if id.nsid == 1 => {
@@ -879,6 +883,43 @@ async fn keep_alive_runs_in_background() {
     let n = t.stats().keep_alives;
     assert!((3..=8).contains(&n), "{n} keep-alives");
     ctrl.keep_alive().await.unwrap();
+}
+
+/// With a controller that restarts its timer on every command (CTRATT.TBKAS)
+/// the host sends no Keep Alive while I/O completes, and one every KATO/4
+/// while idle; without TBKAS one every KATO/2 whatever the traffic (Linux
+/// `nvme_keep_alive_work`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keep_alive_is_traffic_based_where_the_controller_says_so() {
+    use nvmeof_common::spec::identify::ctratt::TBKAS;
+    // Keep Alives counted over 800 ms of back-to-back reads, then 800 ms idle.
+    async fn count(tbkas: bool) -> (usize, usize) {
+        let (addr, t) = start(Cfg { ctratt: if tbkas { TBKAS } else { 0 }, ..Cfg::default() }).await;
+        let o = ConnectOptions { kato: Duration::from_millis(400), ..opts() };
+        let ctrl = Controller::connect(addr, SUBNQN, o).await.unwrap();
+        let ns = ctrl.namespace(1).await.unwrap();
+        let before = t.stats().keep_alives;
+        let end = std::time::Instant::now() + Duration::from_millis(800);
+        let mut b = vec![0u8; 512];
+        for _ in 0..1_000_000 {
+            if std::time::Instant::now() >= end {
+                break;
+            }
+            ns.read(0, &mut b).await.unwrap();
+        }
+        let busy = t.stats().keep_alives - before;
+        let before = t.stats().keep_alives;
+        tokio::time::sleep(Duration::from_millis(800)).await;
+        let idle = t.stats().keep_alives - before;
+        ctrl.shutdown().await.unwrap();
+        (busy, idle)
+    }
+    let (busy, idle) = count(true).await;
+    assert!(busy <= 1, "{busy} Keep Alives while I/O completed");
+    assert!((5..=9).contains(&idle), "{idle} Keep Alives in 800 ms idle at KATO/4");
+    let (busy, idle) = count(false).await;
+    assert!((2..=5).contains(&busy), "{busy} Keep Alives in 800 ms of I/O at KATO/2");
+    assert!((2..=5).contains(&idle), "{idle} Keep Alives in 800 ms idle at KATO/2");
 }
 
 /// The connection closing during the shutdown handshake (the controller

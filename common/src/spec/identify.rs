@@ -17,6 +17,15 @@ pub const IDENTIFY_DATA_LEN: usize = 4096;
 /// Number of entries in an NSID list (CNS 02h).
 pub const NS_LIST_MAX: usize = 1024;
 
+/// Identify Controller CTRATT bits (NVMe base spec, Controller Attributes).
+pub mod ctratt {
+    /// Bit 0: 128-bit host identifier supported.
+    pub const HOST_ID_128: u32 = 1 << 0;
+    /// Bit 6: Traffic Based Keep Alive Support: every command restarts the
+    /// keep-alive timer, so a host with I/O completing sends no Keep Alive.
+    pub const TBKAS: u32 = 1 << 6;
+}
+
 /// Controller or Namespace Structure (CNS, CDW10 bits 7:0).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct Cns(pub u8);
@@ -299,7 +308,7 @@ pub struct IdentifyController {
     pub rtd3e: u32,
     /// Optional asynchronous events supported (see [`super::features::aec`]).
     pub oaes: u32,
-    /// Controller attributes (bit 0 128-bit host ID, bit 6 TBKAS).
+    /// Controller attributes ([`ctratt`]: bit 0 128-bit host ID, bit 6 TBKAS).
     pub ctratt: u32,
     /// Read recovery levels supported.
     pub rrls: u16,

@@ -102,6 +102,7 @@ fn dropped_connection_delivers_the_responses_already_received() {
             sup_tx: None,
             span: tracing::Span::none(),
             busy_queues: Arc::new(AtomicUsize::new(0)),
+            comp_seen: None,
         };
         let q = spawn_driver(1, 8, WAIT, params);
         let stream = TcpStream::connect(addr).await.unwrap();

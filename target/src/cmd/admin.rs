@@ -21,7 +21,7 @@ use nvmeof_common::spec::features::{
     aec, write_protect, FeatureId, GetFeaturesCmd, NumQueues, SetFeaturesCmd, ABORT_DW0_NOT_ABORTED,
 };
 use nvmeof_common::spec::identify::{
-    encode_ns_desc_list, encode_ns_list, Csi, IdentifyNsIndep, LbaFormat, NsIdDescriptor,
+    ctratt, encode_ns_desc_list, encode_ns_list, Csi, IdentifyNsIndep, LbaFormat, NsIdDescriptor,
     PowerStateDescriptor, IDENTIFY_DATA_LEN,
 };
 use nvmeof_common::spec::log::{
@@ -62,7 +62,7 @@ pub const DISC_AEC_SUPPORTED: u32 = aec::DISC_CHANGE;
 
 /// CTRATT: 128-bit host identifier (bit 0) and traffic-based keep-alive
 /// (bit 6, TBKAS: the queue restarts the timer on every command), as nvmet.
-const CTRATT: u32 = (1 << 0) | (1 << 6);
+const CTRATT: u32 = ctratt::HOST_ID_128 | ctratt::TBKAS;
 /// CMIC: multi-port (bit 0) and multi-controller (bit 1) subsystem, ANA
 /// reporting (bit 3), as nvmet.
 const CMIC_MULTI_PORT_CTRL_ANA: u8 = 0x0B;
