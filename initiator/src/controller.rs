@@ -656,13 +656,13 @@ impl Core {
         self.opts.max_retries
     }
 
-    /// An I/O queue for the next request.
     /// Whether the controller restarts its keep-alive timer on every command
     /// (Identify Controller CTRATT bit 6, TBKAS).
     fn traffic_based_keep_alive(&self) -> bool {
         self.info().identify.ctratt & ctratt::TBKAS != 0
     }
 
+    /// An I/O queue for the next request of this kind.
     pub(crate) fn pick_io(&self, usage: QueueUse) -> Result<&QueueShared> {
         let n = self.io.len();
         if n == 0 {
