@@ -55,6 +55,8 @@ struct Cfg {
     /// Reads of this LBA fail with this status while
     /// [`Target::failures_left`] is positive.
     failing_lba: Option<(u64, Status)>,
+    /// A failing read of `failing_lba` sends data (0xEE bytes) before its status.
+    failing_with_data: bool,
     /// CTRATT bits reported in Identify Controller (TBKAS: traffic-based keep-alive).
     ctratt: u32,
 }
@@ -77,6 +79,7 @@ impl Default for Cfg {
             ioccsz: None,
             crdt: [0; 3],
             ctratt: 0,
+            failing_with_data: false,
             failing_lba: None,
         }
     }
@@ -386,6 +389,16 @@ impl Conn {
             self.t.stats.lock().unwrap().failing_lba_reads += 1;
             if self.t.failures_left.fetch_sub(1, Ordering::SeqCst) > 0 {
                 assert_eq!(failing, lba);
+                if self.t.cfg.failing_with_data {
+                    let junk = Bytes::from(vec![0xEE; (n as usize) * bs]);
+                    self.out.push(Pdu::C2hData(C2hData {
+                        cccid: sqe.cid(),
+                        datao: 0,
+                        data: junk,
+                        last: true,
+                        success: false,
+                    }));
+                }
                 self.out.push(status(&sqe, self.qid, st, 0));
                 return;
             }
@@ -1278,5 +1291,29 @@ async fn command_retry_delay_is_enabled_and_honoured() {
     ns.read(40, &mut [0u8; 512]).await.unwrap();
     let st = t.stats();
     assert_eq!((st.failing_lba_reads, st.host_behavior_acre.len()), (6, 0));
+    let _ = ctrl.shutdown().await;
+}
+
+/// A read that failed after its data arrived is retried into the caller's
+/// buffer from where that read began: `read_buf` keeps what the buffer held
+/// before and drops the failed attempt's bytes; `read` overwrites them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_read_drops_the_data_of_the_failed_attempt() {
+    let cfg = Cfg { failing_lba: Some((40, Status::INTERNAL)), failing_with_data: true, ..Cfg::default() };
+    let (addr, t) = start(cfg).await;
+    let ctrl = Controller::connect(addr, SUBNQN, opts()).await.unwrap();
+    let ns = ctrl.namespace(1).await.unwrap();
+    let data: Vec<u8> = (0..1024u32).map(|i| (i % 251) as u8).collect();
+    ns.write(40, &data).await.unwrap();
+    t.failures_left.store(2, Ordering::SeqCst);
+    let got = ns.read_buf(40, BytesMut::from(&b"head"[..]), 1024).await.unwrap();
+    assert_eq!(t.stats().failing_lba_reads, 3, "two failed attempts, then the one that worked");
+    assert_eq!(got.len(), 4 + 1024);
+    assert_eq!(&got[..4], b"head");
+    assert!(got[4..] == data[..], "the failed attempts' bytes are gone");
+    t.failures_left.store(1, Ordering::SeqCst);
+    let mut buf = vec![0u8; 1024];
+    ns.read(40, &mut buf).await.unwrap();
+    assert!(buf == data);
     let _ = ctrl.shutdown().await;
 }
