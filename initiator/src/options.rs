@@ -203,7 +203,9 @@ pub struct ConnectOptions {
     /// [`Self::reconnect`] and the other outstanding commands are resubmitted
     /// (or failed) by that policy.
     pub command_timeout: Duration,
-    /// Timeout of TCP connect and of the ICReq/ICResp exchange.
+    /// Timeout of TCP connect and of the ICReq/ICResp exchange. As with
+    /// Linux's host, an unanswered SYN is sent again once only, so a connect
+    /// to a host that is down fails after about 3 s whatever this says.
     pub connect_timeout: Duration,
     /// Reconnect behaviour.
     pub reconnect: ReconnectPolicy,
