@@ -205,7 +205,8 @@ pub struct ConnectOptions {
     pub command_timeout: Duration,
     /// Timeout of TCP connect and of the ICReq/ICResp exchange. As with
     /// Linux's host, an unanswered SYN is sent again once only, so a connect
-    /// to a host that is down fails after about 3 s whatever this says.
+    /// to a host that is down fails after about 3 s (a transport error,
+    /// `TimedOut`) when this is longer.
     pub connect_timeout: Duration,
     /// Reconnect behaviour.
     pub reconnect: ReconnectPolicy,

@@ -228,7 +228,7 @@ pub struct ProbeOptions {
     /// Source address, interface and type of service of the connections.
     #[command(flatten)]
     pub socket: SocketArgs,
-    /// Runtime worker threads (default: min(queues, CPUs)); 1 runs everything on one thread.
+    /// Runtime worker threads (default: min(queues + write queues, CPUs)); 1 runs everything on one thread.
     #[arg(long)]
     pub threads: Option<usize>,
     /// No per-second progress lines on stderr.
@@ -273,7 +273,7 @@ impl ProbeOptions {
     /// The runtime thread count the binary uses.
     pub fn runtime_threads(&self) -> usize {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-        self.threads.unwrap_or_else(|| (self.queues as usize).min(cpus)).max(1)
+        self.threads.unwrap_or_else(|| (self.queues as usize + self.write_queues as usize).min(cpus)).max(1)
     }
 
     /// The run time limit in effect (`None`: until the count is reached or stopped).
