@@ -210,6 +210,12 @@ fn tcp_socket(addr: SocketAddr, opts: &ConnectOptions) -> Result<tokio::net::Tcp
                 "host_traddr {ip} and the target address {addr} are of different address families"
             )));
         }
+        // The port is left to the connect (IP_BIND_ADDRESS_NO_PORT): `bind`
+        // would reserve an ephemeral port for this socket alone, knowing
+        // nothing of the destination, while the connect picks one that is
+        // unique for the 4-tuple only, so many queues bound to one address
+        // do not use up its ports.
+        set_int_option(&socket, libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, 1)?;
         socket.bind(SocketAddr::new(ip, 0)).map_err(|e| {
             warn!(%ip, error = %e, "cannot bind the socket to host_traddr");
             std::io::Error::new(e.kind(), format!("binding to host_traddr {ip}: {e}"))
@@ -241,14 +247,24 @@ fn tcp_socket(addr: SocketAddr, opts: &ConnectOptions) -> Result<tokio::net::Tcp
 /// about 3 s (the SYN, one resend after 1 s, 2 s more) instead of waiting
 /// out [`ConnectOptions::connect_timeout`] at every reconnect attempt.
 fn set_syn_retries(socket: &tokio::net::TcpSocket, n: libc::c_int) -> Result<()> {
+    set_int_option(socket, libc::IPPROTO_TCP, libc::TCP_SYNCNT, n)
+}
+
+/// `setsockopt` of an `int` option socket2 has no call for.
+fn set_int_option(
+    socket: &tokio::net::TcpSocket,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: a valid socket, a c_int option value of the size given.
     let r = unsafe {
         libc::setsockopt(
             socket.as_raw_fd(),
-            libc::IPPROTO_TCP,
-            libc::TCP_SYNCNT,
-            (&n as *const libc::c_int).cast(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
@@ -1522,11 +1538,12 @@ mod tests {
         if let Ok(s) = tcp_socket(v6, &opts(Some(0x20), None, None)) {
             assert_eq!(socket2::SockRef::from(&s).tclass_v6().unwrap(), 0x20);
         }
-        // The source address is bound with an ephemeral port.
+        // The source address is bound; the port waits for the connect, which
+        // picks one no connection to that destination uses.
         let s = tcp_socket(v4, &opts(None, Some("127.0.0.2"), Some("lo"))).unwrap();
         let local = s.local_addr().unwrap();
         assert_eq!(local.ip().to_string(), "127.0.0.2");
-        assert_ne!(local.port(), 0);
+        assert_eq!(local.port(), 0);
         assert_eq!(socket2::SockRef::from(&s).device().unwrap().as_deref(), Some(&b"lo"[..]));
     }
 

@@ -18,6 +18,15 @@
 //!     what was written (the model spans both associations, so the `digest`
 //!     round also re-reads data written by the `plain` round);
 //!   * `shutdown-MODE`: CC shutdown handshake and close.
+//! * and a third such round, `write-queues`, where the association also has
+//!   one write queue (`ConnectOptions::write_queues`, `nvme connect
+//!   --nr-write-queues`: the controller must grant N + 1 queues; reads then
+//!   travel on the N queues and everything else on the extra one) and its
+//!   sockets are bound to a source address (`host_traddr`, the loopback
+//!   address of the target address's family when that is a loopback
+//!   address) with a type of service set (`tos`); `connect-write-queues`
+//!   checks the split and the source address, and its `io` step re-reads
+//!   the data of the earlier rounds.
 //! * or, with the round `events` (its own client step, `host-events`, in the
 //!   interop suite), asynchronous events as the guest changes nvmet under a
 //!   connected controller:
@@ -58,7 +67,7 @@
 //! | `INTEROP_IO_SECS` | `--secs` | 5 | seconds of verified I/O per round |
 //! | `INTEROP_QUEUES` | `--queues` | 3 | I/O queues |
 //! | `INTEROP_DEPTH` | `--depth` | 32 | queue depth (entries per I/O queue) |
-//! | `INTEROP_ROUNDS` | `--rounds` | plain,digest | which rounds |
+//! | `INTEROP_ROUNDS` | `--rounds` | plain,digest,write-queues | which rounds |
 //! | `INTEROP_SEED` | `--seed` | time | pattern / LBA seed |
 //! | `NVME_AUTH_NQN` | `--auth-nqn` | | subsystem requiring authentication (auth round) |
 //! | `NVME_AUTH_HOSTNQN` | `--auth-hostnqn` | | host NQN with keys there |
@@ -126,7 +135,7 @@ fn usage(msg: &str) -> ! {
     eprintln!("interop_initiator: {msg}");
     eprintln!(
         "usage: interop_initiator [--addr A] [--port P] --nqn NQN [--ns-size BYTES] [--backend brd|file]\n\
-         \x20      [--port2 P] [--fresh 0|1] [--secs S] [--queues N] [--depth D] [--rounds plain,digest] [--seed X]\n\
+         \x20      [--port2 P] [--fresh 0|1] [--secs S] [--queues N] [--depth D] [--rounds plain,digest,write-queues] [--seed X]\n\
          (or the environment: NVME_ADDR NVME_PORT NVME_PORT2 NVME_NQN NVME_NS_SIZE NVME_BACKEND NVME_FRESH\n\
          \x20INTEROP_IO_SECS INTEROP_QUEUES INTEROP_DEPTH INTEROP_ROUNDS INTEROP_SEED)"
     );
@@ -199,7 +208,7 @@ fn parse_args() -> Args {
         queues: num("queues", get("queues", "INTEROP_QUEUES"), 3),
         depth: num("depth", get("depth", "INTEROP_DEPTH"), 32),
         rounds: get("rounds", "INTEROP_ROUNDS")
-            .unwrap_or_else(|| "plain,digest".into())
+            .unwrap_or_else(|| "plain,digest,write-queues".into())
             .split(',')
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
@@ -224,8 +233,8 @@ fn parse_args() -> Args {
         usage("--queues ≥ 1, --depth ≥ 2, 1 ≤ --secs ≤ 600");
     }
     for r in &a.rounds {
-        if !["plain", "digest", "events", "auth"].contains(&r.as_str()) {
-            usage(&format!("unknown round {r:?} (plain, digest, events, auth)"));
+        if !["plain", "digest", "write-queues", "events", "auth"].contains(&r.as_str()) {
+            usage(&format!("unknown round {r:?} (plain, digest, write-queues, events, auth)"));
         }
         if r == "auth" && a.auth.is_none() {
             usage("the auth round needs --auth-nqn (NVME_AUTH_NQN)");
@@ -580,27 +589,44 @@ async fn step_discovery(a: &Args) -> Result<(), String> {
     Ok(())
 }
 
-async fn step_connect(a: &Args, digest: bool, name: &str) -> Result<Controller, String> {
-    let c = Controller::connect((a.addr.as_str(), a.port), &a.nqn, opts(a, digest))
+async fn step_connect(a: &Args, digest: bool, split: bool, name: &str) -> Result<Controller, String> {
+    // The write-queues round: one write queue, the source address bound (to
+    // loopback where the target is there), a type of service.
+    let source = a.addr.parse::<std::net::IpAddr>().ok().filter(|ip| ip.is_loopback());
+    let o = match split {
+        true => ConnectOptions { write_queues: 1, host_traddr: source, tos: Some(0x20), ..opts(a, digest) },
+        false => opts(a, digest),
+    };
+    let c = Controller::connect((a.addr.as_str(), a.port), &a.nqn, o.clone())
         .await
         .map_err(|e| format!("connect: {e}"))?;
     let i = c.info();
     info(
         name,
         format!(
-            "cntlid {} io_queues {} depth {} inline_data {} max_transfer {:?} digests {} kato {:?}",
+            "cntlid {} io_queues {} (write queues {}) depth {} inline_data {} max_transfer {:?} digests {} kato {:?} source {:?}",
             i.cntlid,
             i.io_queues,
+            i.write_queues,
             i.queue_depth,
             i.inline_data,
             i.max_transfer,
             if digest { "hdr+data" } else { "off" },
-            opts(a, digest).kato
+            o.kato,
+            c.local_addr()
         ),
     );
-    if i.io_queues != a.queues || c.io_queue_count() != a.queues as usize {
+    let want = a.queues + o.write_queues;
+    if i.io_queues != want || c.io_queue_count() != want as usize || i.write_queues != o.write_queues {
         let _ = c.shutdown().await;
-        return Err(format!("asked for {} I/O queues, got {}", a.queues, i.io_queues));
+        return Err(format!(
+            "asked for {} I/O queues ({} for writes), got {} ({})",
+            want, o.write_queues, i.io_queues, i.write_queues
+        ));
+    }
+    if let Some(src) = o.host_traddr.filter(|src| c.local_addr().map(|l| l.ip()) != Some(*src)) {
+        let _ = c.shutdown().await;
+        return Err(format!("bound to {src}, connected from {:?}", c.local_addr()));
     }
     if i.queue_depth != a.depth {
         let _ = c.shutdown().await;
@@ -992,8 +1018,10 @@ async fn run(a: Args) -> Steps {
             continue;
         }
         let digest = round == "digest";
+        let split = round == "write-queues";
         let cname = format!("connect-{round}");
-        let Some(c) = s.run(&cname, Duration::from_secs(60), step_connect(&a, digest, &cname)).await else {
+        let Some(c) = s.run(&cname, Duration::from_secs(60), step_connect(&a, digest, split, &cname)).await
+        else {
             for n in ["identify", "io", "shutdown"] {
                 s.skip(&format!("{n}-{round}"), "not connected");
             }
