@@ -27,7 +27,9 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info, info_span, warn, Instrument};
 
 use crate::auth::{self, Authentication, HostExchange};
-use crate::driver::{spawn_driver, DriverCtrl, DriverParams, Payload, QueueShared, RxStats, SupMsg};
+use crate::driver::{
+    sleep_until, spawn_driver, DriverCtrl, DriverParams, Payload, QueueShared, RxStats, SupMsg,
+};
 use crate::error::{AuthError, Error, Result};
 use crate::events::{self, ControllerEvent};
 use crate::namespace::Namespace;
@@ -199,7 +201,12 @@ fn tcp_socket(addr: SocketAddr, opts: &ConnectOptions) -> Result<tokio::net::Tcp
     let socket =
         if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
     let sock = socket2::SockRef::from(&socket);
-    set_syn_retries(&socket, 1)?;
+    // One resend of an unanswered SYN (`TCP_SYNCNT`), as Linux's host
+    // (`tcp_sock_set_syncnt(queue->sock->sk, 1)`): a connect to a host that
+    // is down (no RST) fails after about 3 s (the SYN, one resend after 1 s,
+    // 2 s more) instead of waiting out `connect_timeout` at every reconnect
+    // attempt.
+    set_int_option(&socket, libc::IPPROTO_TCP, libc::TCP_SYNCNT, 1)?;
     if let Some(tos) = opts.tos {
         let r = if addr.is_ipv4() { sock.set_tos(tos.into()) } else { sock.set_tclass_v6(tos.into()) };
         r.map_err(|e| Error::InvalidArgument(format!("tos {tos}: {e}")))?;
@@ -238,16 +245,6 @@ fn tcp_socket(addr: SocketAddr, opts: &ConnectOptions) -> Result<tokio::net::Tcp
         })?;
     }
     Ok(socket)
-}
-
-/// Sets how many times the kernel resends an unanswered SYN (`TCP_SYNCNT`).
-///
-/// Why 1: Linux's host does (`tcp_sock_set_syncnt(queue->sock->sk, 1)`), so
-/// a connect to a host that is down (no RST, the SYN unanswered) fails after
-/// about 3 s (the SYN, one resend after 1 s, 2 s more) instead of waiting
-/// out [`ConnectOptions::connect_timeout`] at every reconnect attempt.
-fn set_syn_retries(socket: &tokio::net::TcpSocket, n: libc::c_int) -> Result<()> {
-    set_int_option(socket, libc::IPPROTO_TCP, libc::TCP_SYNCNT, n)
 }
 
 /// `setsockopt` of an `int` option socket2 has no call for.
@@ -520,7 +517,7 @@ impl Setup<'_> {
         Ok(())
     }
 
-    fn info(&self, a: AdminSetup, io_queues: u16, async_events: u32) -> ControllerInfo {
+    fn info(&self, a: AdminSetup, io_queues: u16, write_queues: u16, async_events: u32) -> ControllerInfo {
         let (entries, inline) = self.io_params(&a);
         ControllerInfo {
             async_events,
@@ -531,7 +528,7 @@ impl Setup<'_> {
             cc: a.cc,
             identify: a.identify,
             io_queues,
-            write_queues: 0,
+            write_queues,
             queue_depth: entries,
             inline_data: inline,
             discovery: a.discovery,
@@ -746,7 +743,7 @@ impl Core {
         }
         let aec = s.enable_events(&self.admin, &a).await?;
         self.admin.send_ctrl(DriverCtrl::Release);
-        Ok(ControllerInfo { write_queues: self.write_queues as u16, ..s.info(a, self.io.len() as u16, aec) })
+        Ok(s.info(a, self.io.len() as u16, self.write_queues as u16, aec))
     }
 
     /// Reconnect loop (Linux error recovery + `nvme_tcp_reconnect_or_remove`).
@@ -818,7 +815,7 @@ impl Core {
             let at = fast_fail.at.filter(|_| !fast_fail.expired);
             tokio::select! {
                 out = &mut f => return out,
-                _ = sleep_until_some(at) => {
+                _ = sleep_until(at) => {
                     fast_fail.expired = true;
                     warn!("fast_io_fail_timeout expired: I/O waiting for the reconnect fails");
                     for q in self.all_queues() {
@@ -845,14 +842,6 @@ struct FastFail {
     at: Option<Instant>,
     /// Passed: the queues were told.
     expired: bool,
-}
-
-/// Sleeps until `at`; forever where it is `None`.
-async fn sleep_until_some(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
-        None => std::future::pending().await,
-    }
 }
 
 /// Keep-alive and failure handling for one association.
@@ -1011,7 +1000,7 @@ impl Controller {
             setup.io_queues(&io, &a, epoch).await?;
             let aec = setup.enable_events(&admin, &a).await?;
             admin.send_ctrl(DriverCtrl::Release);
-            Ok(ControllerInfo { write_queues, ..setup.info(a, n, aec) })
+            Ok(setup.info(a, n, write_queues, aec))
         }
         .instrument(ctrl_span.clone())
         .await;

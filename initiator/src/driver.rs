@@ -976,7 +976,8 @@ async fn conn_ready(conn: &Option<Conn>) -> io::Result<tokio::io::Ready> {
     }
 }
 
-async fn sleep_until(deadline: Option<Instant>) {
+/// Sleeps until `deadline`; forever where it is `None`.
+pub(crate) async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(d) => tokio::time::sleep_until(d.into()).await,
         None => std::future::pending().await,

@@ -279,44 +279,43 @@ impl Namespace {
     /// with a status without DNR are sent again together, each at most its
     /// `retries` times. Returns each command's outcome.
     async fn run_ops(&self, q: &QueueShared, ops: &mut [Op<'_>]) -> Vec<Result<()>> {
+        // `None`: not run yet, or to be sent again.
         let mut results: Vec<Option<Result<()>>> = (0..ops.len()).map(|_| None).collect();
-        let mut pending: Vec<usize> = (0..ops.len()).collect();
         let mut tried = 0;
-        while !pending.is_empty() {
-            let batch = ops
+        loop {
+            let (pending, batch): (Vec<usize>, Vec<_>) = ops
                 .iter_mut()
                 .enumerate()
                 .filter(|(i, _)| results[*i].is_none())
-                .map(|(_, op)| (op.sqe, op.data.xfer()))
-                .collect();
+                .map(|(i, op)| (i, (op.sqe, op.data.xfer())))
+                .unzip();
+            if pending.is_empty() {
+                break;
+            }
             let done = q.execute_batch(batch).await;
-            let mut delay = Duration::ZERO;
-            let mut again = Vec::new();
-            for (i, (r, owned)) in pending.iter().copied().zip(done) {
+            let (mut delay, mut again) = (Duration::ZERO, 0);
+            for (i, (r, owned)) in pending.into_iter().zip(done) {
                 if let Data::Owned(buf, _) = &mut ops[i].data {
                     *buf = owned;
                 }
-                match r {
-                    Ok(_) => results[i] = Some(Ok(())),
-                    Err(e) => {
-                        match self.retry_delay(&e, tried, ops[i].retries).filter(|_| ops[i].data.resendable())
-                        {
-                            Some(d) => {
-                                delay = delay.max(d);
-                                again.push(i);
-                            }
-                            None => results[i] = Some(Err(e)),
-                        }
+                let e = match r {
+                    Ok(_) => {
+                        results[i] = Some(Ok(()));
+                        continue;
                     }
+                    Err(e) => e,
+                };
+                match self.retry_delay(&e, tried, ops[i].retries).filter(|_| ops[i].data.resendable()) {
+                    Some(d) => (delay, again) = (delay.max(d), again + 1),
+                    None => results[i] = Some(Err(e)),
                 }
             }
-            if !again.is_empty() {
-                debug!(nsid = self.nsid, retry = tried + 1, commands = again.len(), ?delay, "retrying");
+            if again > 0 {
+                debug!(nsid = self.nsid, retry = tried + 1, commands = again, ?delay, "retrying");
                 if !delay.is_zero() {
                     tokio::time::sleep(delay).await;
                 }
             }
-            pending = again;
             tried += 1;
         }
         results.into_iter().map(|r| r.expect("every command ran")).collect()
