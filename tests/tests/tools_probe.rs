@@ -495,6 +495,57 @@ async fn mixed_verify_skips_never_written_blocks_only() {
     .await;
 }
 
+/// `--random-distribution`: a skewed run keeps writing the same few units of
+/// its region, a uniform one spreads over nearly all of them; neither leaves
+/// its region. Counted on the target's namespace, not in the probe.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_distribution_concentrates_the_requests() {
+    bounded(60, async {
+        let t = start_target(512, None).await;
+        let a = t.addr.as_str();
+        // Each run writes 2000 × 4 KiB to its own 4 MiB (1024 units).
+        let mut touched = Vec::new();
+        for (dist, offset) in [("zipf:2", "4m"), ("pareto:0.9", "8m"), ("random", "12m")] {
+            let args =
+                ["--rw", "randwrite", "--random-distribution", dist, "--offset", offset, "--size", "4m"];
+            let r = t
+                .probe(&[&args[..], &["--bs", "4k", "--count", "2000", "--qd", "4", "--seed", "7"]].concat())
+                .await;
+            assert_eq!((r.write.ops, r.errors), (2000, 0), "{dist}");
+            let j = r.to_fio_json();
+            assert_eq!(j["jobs"][0]["job options"]["random_distribution"], dist, "{dist}");
+            assert_eq!(j["jobs"][0]["nvmeof_probe"]["random_distribution"], dist, "{dist}");
+            let skewed = dist != "random";
+            assert_eq!(r.to_text().contains(&format!("random_distribution={dist}")), skewed, "{dist}");
+            let lba = (parse_mib(offset) << 20) / 512;
+            let data = admin_raw(
+                &["nvmeof", "read", a, "--nqn", NQN, "--lba", &lba.to_string(), "--count", "8192"],
+                b"",
+            )
+            .await
+            .unwrap();
+            touched.push(data.chunks(4096).filter(|c| c.iter().any(|&b| b != 0)).count());
+        }
+        // Expected: zipf θ=2 about 60 units; pareto 0.9 about 190 (its 1800
+        // requests on the hottest 10% touch those 102 units, the other 200
+        // spread thinly); uniform 1024·(1 − e^(−2000/1024)) ≈ 879.
+        assert!(touched[0] < 200, "zipf:2 touched {} of 1024 units", touched[0]);
+        assert!((120..400).contains(&touched[1]), "pareto:0.9 touched {} of 1024 units", touched[1]);
+        assert!(touched[2] > 780, "uniform touched {} of 1024 units", touched[2]);
+        // Nothing landed before the regions.
+        let head = admin_raw(&["nvmeof", "read", a, "--nqn", NQN, "--lba", "0", "--count", "8192"], b"")
+            .await
+            .unwrap();
+        assert!(head.iter().all(|&b| b == 0));
+        t.stop().await;
+    })
+    .await;
+}
+
+fn parse_mib(s: &str) -> u64 {
+    s.trim_end_matches('m').parse().unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limit_holds_within_five_percent() {
     bounded(60, async {
@@ -677,6 +728,10 @@ async fn probe_options_without_effect_are_usage_errors() {
         for (bad, says) in [
             (vec!["--interval", "5ms"], "--interval applies to --ping only"),
             (vec!["--threads", "0"], "--threads must be at least 1"),
+            (
+                vec!["--rw", "read", "--random-distribution", "zipf:1.2"],
+                "--random-distribution zipf:1.2 applies to the random modes",
+            ),
         ] {
             let mut args = vec!["nvmeof-probe", "127.0.0.1:9", "--nqn", NQN];
             args.extend_from_slice(&bad);

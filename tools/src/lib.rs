@@ -30,6 +30,7 @@
 #![recursion_limit = "256"]
 
 pub mod admin;
+pub mod distribution;
 pub mod error;
 pub mod hdrlog;
 pub mod pacer;

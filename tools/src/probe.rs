@@ -33,6 +33,7 @@ use nvmeof_initiator::{
     discover, nvme_subsystems, ConnectOptions, Controller, HostIdentity, Payload, ReconnectPolicy,
 };
 
+use crate::distribution::{parse_distribution, Distribution, Uniform64, UnitPicker};
 use crate::error::{ErrorKind, ToolError};
 use crate::pacer::Pacer;
 use crate::pattern::{self, Mismatch};
@@ -133,6 +134,12 @@ pub struct ProbeOptions {
     /// Percentage of reads in mixed modes (randrw, rw).
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u8).range(0..=100))]
     pub mix: u8,
+    /// Which units random modes pick, as fio's random_distribution: random (uniform), zipf:THETA
+    /// (unit of rank k drawn ∝ 1/k^THETA, e.g. zipf:1.2) or pareto:H (a fraction H of the
+    /// requests goes to the hottest 1-H of the region, e.g. pareto:0.8). The hot units are
+    /// scattered over the region, not packed at its start.
+    #[arg(long, value_name = "DIST", default_value = "random", value_parser = parse_distribution)]
+    pub random_distribution: Distribution,
     /// Request size (e.g. 512, 4k, 128k, 1m); a multiple of the namespace block size.
     #[arg(long, default_value = "4k", value_parser = parse_size)]
     pub bs: u64,
@@ -303,6 +310,12 @@ impl ProbeOptions {
         }
         // Options that would otherwise do nothing: a user who gave them
         // expected an effect (ioping pauses, a thread count).
+        if self.random_distribution.skewed() && !self.rw.random() {
+            return Err(ToolError::usage(format!(
+                "--random-distribution {} applies to the random modes (randread, randwrite, randrw)",
+                self.random_distribution
+            )));
+        }
         if self.interval.is_some() && !self.ping {
             return Err(ToolError::usage("--interval applies to --ping only (use --rate to pace a run)"));
         }
@@ -624,6 +637,7 @@ struct Shared {
     bs: usize,
     mode: RwMode,
     mix: u64,
+    picker: UnitPicker,
     t0: Instant,
     measure_start: Instant,
     end: Option<Instant>,
@@ -663,6 +677,13 @@ struct SlotOut {
 
 /// xorshift64* generator.
 struct Rng(u64);
+
+impl Uniform64 for Rng {
+    #[inline]
+    fn next_u64(&mut self) -> u64 {
+        self.next()
+    }
+}
 
 impl Rng {
     fn new(seed: u64) -> Self {
@@ -733,7 +754,7 @@ impl Shared {
             }
         };
         let unit = if self.mode.random() {
-            rng.below(self.units)
+            self.picker.pick(rng)
         } else {
             self.seq.fetch_add(1, Ordering::Relaxed) % self.units
         };
@@ -1278,6 +1299,7 @@ async fn run_connected(
         bs: opts.bs as usize,
         mode: opts.rw,
         mix: opts.mix as u64,
+        picker: UnitPicker::new(opts.random_distribution, g.units, seed),
         t0,
         measure_start,
         end,
@@ -1462,6 +1484,7 @@ async fn run_ping(
     let interval = opts.interval.unwrap_or(Duration::from_secs(1));
     let seed = opts.seed.unwrap_or_else(time_seed);
     let mut rng = Rng::new(seed);
+    let picker = UnitPicker::new(opts.random_distribution, g.units, seed);
     let mut buf = IoBuf::new(opts.bs as usize, &mut rng);
     let mut pacer = Pacer::new();
     let t0 = Instant::now();
@@ -1491,7 +1514,7 @@ async fn run_ping(
             _ => OpKind::Write,
         };
         let unit = if opts.rw.random() {
-            rng.below(g.units)
+            picker.pick(&mut rng)
         } else {
             seq += 1;
             (seq - 1) % g.units

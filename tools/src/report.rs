@@ -75,6 +75,7 @@ impl Report {
             "mode": if o.ping { "ping" } else { "bench" },
             "rw": o.rw.as_str(),
             "rwmixread": o.mix,
+            "random_distribution": o.random_distribution.to_string(),
             "bs": o.bs,
             "qd_requested": o.qd,
             "qd": self.qd,
@@ -118,6 +119,7 @@ impl Report {
             "iodepth": o.qd.to_string(),
             "numjobs": o.queues.to_string(),
             "rwmixread": o.mix.to_string(),
+            "random_distribution": o.random_distribution.to_string(),
             "rate_iops": o.rate.map(|r| r.to_string()),
             "runtime": o.time_limit().map(|t| format!("{}ms", t.as_millis())),
             "number_ios": o.count.map(|c| c.to_string()),
@@ -152,13 +154,17 @@ impl Report {
         let o = &self.opts;
         let mut s = String::new();
         let rate = o.rate.map(|r| format!(", rate={r} IOPS")).unwrap_or_default();
+        let dist = match o.random_distribution {
+            d if d.skewed() => format!(", random_distribution={d}"),
+            _ => String::new(),
+        };
         let wq = if self.write_queues > 0 {
             format!(", write_queues={}", self.write_queues)
         } else {
             String::new()
         };
         s += &format!(
-            "{}: (rw={}, bs={}, qd={}, queues={}{wq}{rate}) {} {} nsid={}\n",
+            "{}: (rw={}{dist}, bs={}, qd={}, queues={}{wq}{rate}) {} {} nsid={}\n",
             o.name,
             o.rw.as_str(),
             fmt_bytes(o.bs),
