@@ -4,6 +4,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use nvmeof_common::spec::discovery::{DiscoveryLog, DiscoveryLogEntry, SubType, TrType, TREQ_DISABLE_SQFLOW};
 use nvmeof_common::spec::DISCOVERY_NQN;
+use tracing::warn;
 
 use crate::controller::Controller;
 use crate::error::{Error, Result};
@@ -24,8 +25,72 @@ pub async fn discover(addr: impl tokio::net::ToSocketAddrs, opts: ConnectOptions
     Ok(log)
 }
 
+/// Most discovery services [`discover_all`] reads, the first included.
+pub const MAX_DISCOVERY_SERVICES: usize = 16;
+
+/// One discovery service's log as [`discover_all`] read it.
+#[derive(Debug)]
+pub struct DiscoveredLog {
+    /// The service's address.
+    pub addr: SocketAddr,
+    /// Its log, or why it could not be read.
+    pub log: Result<DiscoveryLog>,
+}
+
+/// Reads the discovery log at `addr` and then, as `nvme connect-all` does,
+/// the log of every discovery service its referrals name (SUBTYPE 1), and of
+/// theirs in turn, breadth first. Each service is read once (a referral back
+/// to one already read, or to itself, is skipped) and at most
+/// [`MAX_DISCOVERY_SERVICES`] in all, so referral loops end.
+///
+/// The first log must be read (its error is returned); a referral that
+/// cannot be reached is reported in its [`DiscoveredLog::log`] and the
+/// others are still read, as nvme-cli goes on past a failed referral.
+/// Entries for other transports, or with addresses that are not numeric, are
+/// skipped.
+pub async fn discover_all(addr: SocketAddr, opts: ConnectOptions) -> Result<Vec<DiscoveredLog>> {
+    let first = discover(addr, opts.clone()).await?;
+    let mut out = vec![DiscoveredLog { addr, log: Ok(first) }];
+    let mut next = 0;
+    while next < out.len() {
+        let referrals: Vec<SocketAddr> = match &out[next].log {
+            Ok(log) => log
+                .entries
+                .iter()
+                .filter(|e| e.subtype == SubType::REFERRAL)
+                .filter_map(referral_addr)
+                .collect(),
+            Err(_) => Vec::new(),
+        };
+        next += 1;
+        for r in referrals {
+            if out.iter().any(|d| d.addr == r) {
+                continue;
+            }
+            if out.len() == MAX_DISCOVERY_SERVICES {
+                warn!(referral = %r, max = MAX_DISCOVERY_SERVICES, "too many discovery services: not following more referrals");
+                return Ok(out);
+            }
+            let log = discover(r, opts.clone()).await;
+            if let Err(e) = &log {
+                warn!(referral = %r, error = %e, "cannot read the discovery log of a referral");
+            }
+            out.push(DiscoveredLog { addr: r, log });
+        }
+    }
+    Ok(out)
+}
+
+/// A referral's address, or `None` (logged) where it is not TCP or not numeric.
+fn referral_addr(e: &DiscoveryLogEntry) -> Option<SocketAddr> {
+    entry_addr(e)
+        .map_err(|err| warn!(traddr = %e.traddr, trsvcid = %e.trsvcid, error = %err, "skipping a referral"))
+        .ok()
+}
+
 /// The entries of `log` that name NVM subsystems reachable over TCP (what
-/// `nvme connect-all` connects to: no referrals, no current-discovery entries).
+/// `nvme connect-all` connects to: no referrals, no current-discovery entries;
+/// [`discover_all`] follows the referrals).
 pub fn nvme_subsystems(log: &DiscoveryLog) -> impl Iterator<Item = &DiscoveryLogEntry> {
     log.entries.iter().filter(|e| e.subtype == SubType::NVME && e.trtype == TrType::TCP)
 }

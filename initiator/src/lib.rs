@@ -22,7 +22,7 @@
 //!   notice's log ([`Controller::events`]).
 //! - [`MultipathNamespace`] (`multipath`): one namespace through several
 //!   controllers, path choice and failover by ANA state.
-//! - [`discover`] (`discovery`): discovery log retrieval.
+//! - [`discover`] (`discovery`): discovery log retrieval; [`discover_all`] follows referrals.
 //! - [`ConnectOptions`], [`HostIdentity`], [`ReconnectPolicy`] (`options`).
 //! - [`Error`] (`error`): typed errors.
 //!
@@ -75,7 +75,9 @@ pub mod queue;
 
 pub use auth::Authentication;
 pub use controller::{Controller, ControllerInfo, ControllerState};
-pub use discovery::{connect_entry, discover, nvme_subsystems};
+pub use discovery::{
+    connect_entry, discover, discover_all, nvme_subsystems, DiscoveredLog, MAX_DISCOVERY_SERVICES,
+};
 pub use driver::{Payload, RxStats};
 pub use error::{AuthError, CommandInfo, Error, Result};
 pub use events::ControllerEvent;

@@ -19,6 +19,10 @@
 //! ana_state = "optimized"                # optional: every ANA group's state through this port
 //! ana_groups = { 2 = "non-optimized" }   # optional: states of single groups (1..=128)
 //!
+//! [[referral]]                            # optional: another discovery service the log lists
+//! address = "192.0.2.10:8009"             # IP:PORT (TRADDR, TRSVCID); SIGHUP applies changes
+//! portid = 1                              # optional: its entry's PORTID (default 0)
+//!
 //! [[subsystem]]
 //! nqn = "nqn.2026-11.io.nvmeof:disk"
 //! model = "nvmeof"                       # optional
@@ -96,6 +100,7 @@ use nvmeof_common::auth::{DhGroup, DhchapSecret, HashId};
 use nvmeof_common::spec::log::AnaState;
 
 use crate::core::ana::{parse_ana_state, DEFAULT_ANA_GROUP};
+use crate::core::target::Referral;
 use crate::core::Limits;
 
 /// Errors that name the key and why.
@@ -489,6 +494,22 @@ pub struct TargetConfig {
     /// TCP congestion control of every connection; `None` keeps the system's
     /// ([`nvmeof_net::set_congestion_control`] says when it matters).
     pub congestion_control: Option<nvmeof_net::CongestionControl>,
+    /// Other discovery services the discovery log refers hosts to.
+    pub referrals: Vec<Referral>,
+}
+
+/// Parses the address of a referral: an IP address and a port, both given
+/// (`192.0.2.10:8009`, `[2001:db8::1]:4420`); the discovery log entry carries
+/// them as TRADDR and TRSVCID, so a host name (which the entry cannot hold)
+/// or the unspecified address is refused.
+pub fn parse_referral_address(s: &str) -> Result<SocketAddr, String> {
+    let a: SocketAddr = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not IP:PORT (e.g. 192.0.2.10:8009 or [2001:db8::1]:4420)"))?;
+    if a.ip().is_unspecified() || a.port() == 0 {
+        return Err(format!("{s:?}: a host must be able to connect to it (no wildcard address, no port 0)"));
+    }
+    Ok(a)
 }
 
 /// Parses a congestion control name and checks that this kernel lets the
@@ -520,6 +541,15 @@ struct RawConfig {
     port: Vec<RawPort>,
     #[serde(default)]
     subsystem: Vec<RawSubsystem>,
+    #[serde(default)]
+    referral: Vec<RawReferral>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawReferral {
+    address: String,
+    portid: Option<u16>,
 }
 
 #[derive(Deserialize, Default)]
@@ -887,6 +917,15 @@ impl TargetConfig {
             .map(|n| check_congestion_control(&n))
             .transpose()
             .map_err(|e| invalid("limits.congestion_control", e))?;
+        let mut referrals = Vec::new();
+        for (i, r) in raw.referral.iter().enumerate() {
+            let key = format!("referral[{i}].address");
+            let addr = parse_referral_address(&r.address).map_err(|e| invalid(&key, e))?;
+            if referrals.iter().any(|o: &Referral| o.addr == addr) {
+                return Err(invalid(key, format!("{addr} is already a referral")));
+            }
+            referrals.push(Referral { addr, portid: r.portid.unwrap_or(0) });
+        }
         Ok(Self {
             listen,
             port_ana,
@@ -895,6 +934,7 @@ impl TargetConfig {
             poll_us: l.poll_us.unwrap_or(0),
             send_buffer,
             congestion_control,
+            referrals,
         })
     }
 
@@ -1332,6 +1372,41 @@ mod tests {
         ] {
             let e = sub(extra).unwrap_err().to_string();
             assert!(e.contains(key), "{extra}: {e}");
+        }
+    }
+
+    /// `[[referral]]`: an IP address and port a host can connect to, each
+    /// once; PORTID 0 unless given.
+    #[test]
+    fn referrals() {
+        let cfg =
+            |r: &str| TargetConfig::from_toml(&format!("{r}\n[[subsystem]]\nnqn = \"nqn.2026-11.x:a\"\n"));
+        assert!(cfg("").unwrap().referrals.is_empty());
+        let c = cfg(
+            "[[referral]]\naddress = \"192.0.2.10:8009\"\n[[referral]]\naddress = \"[2001:db8::1]:4420\"\nportid = 3",
+        )
+        .unwrap();
+        assert_eq!(
+            c.referrals,
+            [
+                Referral { addr: "192.0.2.10:8009".parse().unwrap(), portid: 0 },
+                Referral { addr: "[2001:db8::1]:4420".parse().unwrap(), portid: 3 },
+            ]
+        );
+        for (bad, says) in [
+            ("address = \"192.0.2.10\"", "referral[0].address"),
+            ("address = \"disco.example:8009\"", "is not IP:PORT"),
+            ("address = \"0.0.0.0:8009\"", "no wildcard address"),
+            ("address = \"192.0.2.10:0\"", "no port 0"),
+            (
+                "address = \"192.0.2.10:8009\"\n[[referral]]\naddress = \"192.0.2.10:8009\"",
+                "already a referral",
+            ),
+            ("address = \"192.0.2.10:8009\"\nportid = 70000", "portid"),
+            ("address = \"192.0.2.10:8009\"\ntrsvcid = 1", "trsvcid"),
+        ] {
+            let e = cfg(&format!("[[referral]]\n{bad}")).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
         }
     }
 }

@@ -12,11 +12,11 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 use nvmeof_target::config::{
     check_congestion_control, check_host_nqn, check_send_buffer, check_subsystem_nqn, default_listen,
-    host_keys, parse_size, IoEngine, NamespaceConfig, NamespaceSource, PortAnaConfig, SubsystemConfig,
-    TargetConfig, DEFAULT_MODEL,
+    host_keys, parse_referral_address, parse_size, IoEngine, NamespaceConfig, NamespaceSource, PortAnaConfig,
+    SubsystemConfig, TargetConfig, DEFAULT_MODEL,
 };
 use nvmeof_target::core::ana::DEFAULT_ANA_GROUP;
-use nvmeof_target::core::Limits;
+use nvmeof_target::core::{Limits, Referral};
 use nvmeof_target::server::Server;
 
 #[derive(Parser)]
@@ -35,7 +35,7 @@ enum Cmd {
 #[derive(clap::Args)]
 struct ServeArgs {
     /// TOML configuration (ports, subsystems, namespaces, allowed hosts); excludes the other export flags.
-    #[arg(long, conflicts_with_all = ["file", "size", "ram", "block", "listen", "nqn", "allow_host", "dhchap_secret", "block_size", "read_only", "reservations"])]
+    #[arg(long, conflicts_with_all = ["file", "size", "ram", "block", "listen", "nqn", "allow_host", "dhchap_secret", "block_size", "read_only", "reservations", "referral"])]
     config: Option<PathBuf>,
     /// Export this regular file (repeat for several namespaces).
     #[arg(long)]
@@ -61,6 +61,11 @@ struct ServeArgs {
     /// Listen address (repeatable); default 0.0.0.0:4420.
     #[arg(long)]
     listen: Vec<SocketAddr>,
+    /// List another discovery service in the discovery log (a referral, as
+    /// nvmet's ports/N/referrals): IP:PORT, e.g. 192.0.2.10:8009 (repeatable).
+    /// `nvme connect-all` goes on to it and connects to what it lists too.
+    #[arg(long, value_name = "IP:PORT", value_parser = parse_referral_address)]
+    referral: Vec<SocketAddr>,
     /// Subsystem NQN; default derived from the host name.
     #[arg(long)]
     nqn: Option<String>,
@@ -206,6 +211,9 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
     let host_keys =
         keys.map(|k| a.allow_host.iter().map(|h| (h.clone(), k.clone())).collect()).unwrap_or_default();
     let listen = if a.listen.is_empty() { vec![default_listen()] } else { a.listen.clone() };
+    if let Some((i, r)) = a.referral.iter().enumerate().find(|(i, r)| a.referral[..*i].contains(r)) {
+        return Err(format!("--referral {r}: given twice (the {} time)", i + 1));
+    }
     Ok(TargetConfig {
         port_ana: vec![PortAnaConfig::default(); listen.len()],
         listen,
@@ -221,6 +229,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
         poll_us: a.poll_us.unwrap_or(0),
         send_buffer: nvmeof_net::default_send_buffer(),
         congestion_control: None,
+        referrals: a.referral.iter().map(|&addr| Referral { addr, portid: 0 }).collect(),
     })
 }
 
@@ -469,6 +478,27 @@ mod tests {
             let e = args(bad).err();
             assert!(e.as_deref().is_some_and(|e| e.contains("cannot be used with")), "{bad:?}: {e:?}");
         }
+    }
+
+    /// `--referral IP:PORT`, repeatable, each once; not with `--config`
+    /// (whose `[[referral]]` tables say it).
+    #[test]
+    fn referral_flag() {
+        let c = flags(&["--ram", "1M", "--referral", "192.0.2.10:8009", "--referral", "[::1]:4420"]).unwrap();
+        let want: Vec<SocketAddr> = vec!["192.0.2.10:8009".parse().unwrap(), "[::1]:4420".parse().unwrap()];
+        assert_eq!(
+            c.referrals.iter().map(|r| (r.addr, r.portid)).collect::<Vec<_>>(),
+            [(want[0], 0), (want[1], 0)]
+        );
+        assert!(flags(&["--ram", "1M"]).unwrap().referrals.is_empty());
+        let e = flags(&["--ram", "1M", "--referral", "192.0.2.10:8009", "--referral", "192.0.2.10:8009"])
+            .unwrap_err();
+        assert!(e.contains("--referral 192.0.2.10:8009: given twice"), "{e}");
+        for bad in ["192.0.2.10", "[::]:4420", "host.example:8009"] {
+            assert!(args(&["--ram", "1M", "--referral", bad]).is_err(), "{bad}");
+        }
+        let e = args(&["--config", "/x.toml", "--referral", "192.0.2.10:8009"]).err().unwrap_or_default();
+        assert!(e.contains("cannot be used with"), "{e}");
     }
 
     /// `--nqn` and `--allow-host` are checked like the file's `nqn` and

@@ -239,6 +239,16 @@ fn apply_port_ana(target: &Target, cfg: &TargetConfig) {
     }
 }
 
+/// Sets the referrals the discovery log lists; discovery controllers get the
+/// change notice when they changed.
+fn apply_referrals(target: &Target, cfg: &TargetConfig) {
+    if target.set_referrals(cfg.referrals.clone()) {
+        let to: Vec<String> =
+            cfg.referrals.iter().map(|r| format!("{} (portid {})", r.addr, r.portid)).collect();
+        info!(referrals = ?to, "discovery log referrals");
+    }
+}
+
 /// Builds a subsystem with its namespaces and no host keys.
 pub fn build_subsystem(
     nqn: &str,
@@ -302,6 +312,7 @@ impl Server {
             )));
         }
         apply_port_ana(&target, cfg);
+        apply_referrals(&target, cfg);
         info!(limits = ?target.limits, poll_us = cfg.poll_us, send_buffer = cfg.send_buffer, congestion_control = ?cfg.congestion_control, "target running");
         let configured = cfg
             .subsystems
@@ -464,6 +475,7 @@ impl Server {
         }
         configured.retain(|(nqn, _), _| keep.contains(nqn));
         apply_port_ana(&self.target, cfg);
+        apply_referrals(&self.target, cfg);
         if failed.is_empty() {
             Ok(())
         } else {

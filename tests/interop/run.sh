@@ -161,6 +161,12 @@ write_target_config() {
             echo "listen = \"127.0.0.1:$TARGET_PORT2\""
             ana_state_line 2
         fi
+        # a referral (kernel-host step discover: nvme-cli lists it), to the
+        # address the guest reaches port 2 at
+        echo
+        echo "[[referral]]"
+        echo "address = \"10.0.2.101:4420\""
+        echo "portid = 2"
         echo
         echo "[[subsystem]]"
         echo "nqn = \"$NQN\""
@@ -434,6 +440,8 @@ hook_run_client() { # kernel-target: run client $1 against the forwarded port
             hostnqn=*) export NVME_AUTH_HOSTNQN=${a#hostnqn=} ;;
             key=*) export NVME_DHCHAP_KEY=${a#key=} ;;
             ckey=*) export NVME_DHCHAP_CTRL_KEY=${a#ckey=} ;;
+            # a referral nvmet lists (interop_initiator checks the entry)
+            referral=*) export NVME_REFERRAL=${a#referral=} ;;
         esac
     done
     # NVME_FRESH=1: nothing has written to the namespace yet (never-written

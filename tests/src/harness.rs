@@ -66,6 +66,7 @@ pub fn default_config() -> TargetConfig {
         poll_us: 0,
         send_buffer: nvmeof_net::default_send_buffer(),
         congestion_control: None,
+        referrals: Vec::new(),
     }
 }
 

@@ -145,6 +145,7 @@ async fn steady_state_allocations_per_io() {
         poll_us: 0,
         send_buffer: nvmeof_net::default_send_buffer(),
         congestion_control: None,
+        referrals: Vec::new(),
     };
     let server = Server::start(&cfg).await.unwrap();
     let opts = ConnectOptions {

@@ -1,6 +1,7 @@
-//! Initiator discovery against a target whose discovery log lies: a proxy
-//! rewrites the 20-byte header reads (`Controller::discovery_log` reads the
-//! header alone, like libnvme) on their way to the host.
+//! Initiator discovery against a target whose discovery log lies (a proxy
+//! rewrites the 20-byte header reads, which `Controller::discovery_log` makes
+//! alone, like libnvme, on their way to the host), and across targets that
+//! refer to each other (referrals).
 
 mod initiator_util;
 
@@ -10,8 +11,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use initiator_util::*;
+use nvmeof_initiator::common::spec::discovery::{AdrFam, SubType, TrType};
+use nvmeof_initiator::common::spec::DISCOVERY_NQN;
 use nvmeof_initiator::common::Status;
-use nvmeof_initiator::{discover, ConnectOptions, Error};
+use nvmeof_initiator::{
+    discover, discover_all, nvme_subsystems, ConnectOptions, Controller, ControllerEvent, Error,
+    MAX_DISCOVERY_SERVICES,
+};
+use nvmeof_target::config::TargetConfig;
+use nvmeof_tools::{admin, ExitCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -130,4 +138,115 @@ async fn discovery_log_with_a_lying_numrec() {
         server.shutdown(Duration::from_secs(1)).await;
     })
     .await;
+}
+
+/// A target exporting `nqn` on one loopback port whose discovery log refers
+/// hosts to `referrals` (address, PORTID).
+fn referring(nqn: &str, referrals: &[(SocketAddr, u16)]) -> TargetConfig {
+    let r: String =
+        referrals.iter().map(|(a, id)| format!("[[referral]]\naddress = \"{a}\"\nportid = {id}\n")).collect();
+    TargetConfig::from_toml(&format!(
+        "[[port]]\nlisten = \"127.0.0.1:0\"\n\n{r}\n[[subsystem]]\nnqn = \"{nqn}\"\n[[subsystem.namespace]]\nram = \"1M\"\n"
+    ))
+    .unwrap()
+}
+
+/// Referrals, as nvmet's `ports/N/referrals`: a reload that adds them gives
+/// the persistent discovery controllers the change notice and a log that
+/// ends with them; `discover_all` follows them (each service once, so a
+/// referral back to the first ends the walk) and reports the one it cannot
+/// reach; `nvmeof discover --referrals` prints every log and exits 3 for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn referrals_are_listed_announced_and_followed() {
+    bounded(30, async {
+        let (nqn_a, nqn_b) = ("nqn.2024-01.io.nvmeof.test:referrer", "nqn.2024-01.io.nvmeof.test:referred");
+        let (server_a, a) = start(&referring(nqn_a, &[])).await;
+        let (server_b, b) = start(&referring(nqn_b, &[(a, 1)])).await;
+        let dead = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let o = ConnectOptions { async_events: true, kato: Duration::from_secs(5), ..disc_opts() };
+        let watcher = Controller::connect(a, DISCOVERY_NQN, o).await.unwrap();
+        let mut rx = watcher.events();
+        server_a.reload(&referring(nqn_a, &[(b, 0), (dead, 7)])).unwrap();
+        let log = match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
+            Ok(Ok(ControllerEvent::DiscoveryChanged(log))) => log,
+            other => panic!("expected a discovery log change, got {other:?}"),
+        };
+        let n = log.entries.len();
+        assert!(n >= 4, "{log:?}");
+        assert!(log.entries[..n - 2].iter().all(|e| e.subtype != SubType::REFERRAL), "{log:?}");
+        for (e, (to, portid)) in log.entries[n - 2..].iter().zip([(b, 0), (dead, 7)]) {
+            assert_eq!(
+                (e.subtype, e.subnqn.as_str(), e.trtype, e.adrfam),
+                (SubType::REFERRAL, DISCOVERY_NQN, TrType::TCP, AdrFam::IPV4),
+                "{e:?}"
+            );
+            assert_eq!((e.traddr.clone(), e.trsvcid.clone()), (to.ip().to_string(), to.port().to_string()));
+            assert_eq!((e.portid, e.treq, e.cntlid, e.asqsz), (portid, 0, 0xFFFF, 32), "{e:?}");
+        }
+        watcher.shutdown().await.unwrap();
+
+        let logs = discover_all(a, disc_opts()).await.unwrap();
+        let addrs: Vec<SocketAddr> = logs.iter().map(|d| d.addr).collect();
+        assert_eq!(addrs, [a, b, dead], "A, then its referrals in order; B's back to A skipped");
+        assert!(matches!(&logs[2].log, Err(Error::Transport(e)) if e.kind() == std::io::ErrorKind::ConnectionRefused), "{:?}", logs[2].log);
+        let nqns: Vec<&str> = logs[..2]
+            .iter()
+            .flat_map(|d| nvme_subsystems(d.log.as_ref().unwrap()))
+            .map(|e| e.subnqn.as_str())
+            .collect();
+        assert_eq!(nqns, [nqn_a, nqn_b]);
+
+        let cli =
+            admin::Cli::parse_args(["nvmeof", "discover", &a.to_string(), "--referrals", "--json"]).unwrap();
+        let mut out = Vec::new();
+        let e = admin::run(&cli, &mut &b""[..], &mut out).await.unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::Transport, "{e}");
+        assert!(e.message.contains(&format!("referral {dead}")), "{e}");
+        let j: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        let services = j["services"].as_array().unwrap();
+        let got: Vec<_> = services.iter().map(|s| s["address"].as_str().unwrap().to_string()).collect();
+        assert_eq!(got, addrs.iter().map(|a| a.to_string()).collect::<Vec<_>>());
+        assert!(services[1]["records"].as_array().unwrap().iter().any(|r| r["subnqn"] == nqn_b));
+        assert!(services[2]["error"].is_string() && services[2]["records"].is_null());
+        let cli = admin::Cli::parse_args(["nvmeof", "discover", &b.to_string(), "--referrals"]).unwrap();
+        let mut out = Vec::new();
+        let e = admin::run(&cli, &mut &b""[..], &mut out).await.unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::Transport, "{e}");
+        let text = String::from_utf8(out).unwrap();
+        // B refers to A, A to B (skipped, read already) and to the dead one.
+        assert!(text.starts_with(&format!("Discovery Log at {b}:")), "{text}");
+        assert!(text.contains(&format!("Discovery Log at {a}:")), "{text}");
+        assert!(text.contains(&format!("Discovery Log at {dead}: cannot be read")), "{text}");
+        assert_eq!(text.matches("subtype: discovery subsystem referral").count(), 3, "{text}");
+        server_a.shutdown(Duration::from_secs(1)).await;
+        server_b.shutdown(Duration::from_secs(1)).await;
+    })
+    .await
+}
+
+/// However many services the referrals name, `discover_all` reads at most
+/// `MAX_DISCOVERY_SERVICES` of them (the first included), in the log's order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discover_all_reads_at_most_max_discovery_services() {
+    bounded(30, async {
+        // Ports nothing listens on any more: each read fails at once (refused).
+        let dead: Vec<SocketAddr> = (0..MAX_DISCOVERY_SERVICES + 4)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect::<Vec<_>>()
+            .iter()
+            .map(|l| l.local_addr().unwrap())
+            .collect();
+        let refs: Vec<(SocketAddr, u16)> = dead.iter().map(|&a| (a, 0)).collect();
+        let (server, a) = start(&referring("nqn.2024-01.io.nvmeof.test:many", &refs)).await;
+        let logs = discover_all(a, disc_opts()).await.unwrap();
+        let addrs: Vec<SocketAddr> = logs.iter().map(|d| d.addr).collect();
+        assert_eq!(addrs[0], a);
+        assert_eq!(addrs[1..], dead[..MAX_DISCOVERY_SERVICES - 1]);
+        assert!(logs[1..].iter().all(|d| d.log.is_err()));
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await
 }

@@ -47,6 +47,7 @@ async fn start() -> (Server, String) {
         poll_us: 0,
         send_buffer: nvmeof_net::default_send_buffer(),
         congestion_control: None,
+        referrals: Vec::new(),
     };
     let server = Server::start(&cfg).await.unwrap();
     let sub = Arc::new(Subsystem::new(NQN, "overhead", None, false));

@@ -16,7 +16,8 @@ use nvmeof_common::spec::reservation::{
 use nvmeof_common::spec::DISCOVERY_NQN;
 use nvmeof_common::spec::{IdentifyController, IdentifyNamespace};
 use nvmeof_initiator::{
-    discover, ConnectOptions, Controller, ControllerEvent, ControllerState, IoFlags, ReconnectPolicy,
+    discover, discover_all, ConnectOptions, Controller, ControllerEvent, ControllerState, IoFlags,
+    ReconnectPolicy,
 };
 use serde_json::{json, Value};
 
@@ -72,6 +73,10 @@ pub enum Command {
     Discover {
         /// Target address.
         addr: String,
+        /// Also read the logs of the discovery services its referrals name, and of theirs in
+        /// turn (as `nvme connect-all` follows them; each service once, 16 at most).
+        #[arg(long)]
+        referrals: bool,
     },
     /// Identify Controller, or Identify Namespace with --nsid.
     Identify {
@@ -319,7 +324,11 @@ fn emit(out: &mut dyn Write, v: &Value) -> Result<(), ToolError> {
 /// Runs one command; `input` is stdin for `write`, `out` is stdout.
 pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result<(), ToolError> {
     match &cli.cmd {
-        Command::Discover { addr } => {
+        Command::Discover { addr, referrals: true } => {
+            let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
+            discover_referrals(cli, &addr, out).await
+        }
+        Command::Discover { addr, referrals: false } => {
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
             let log = discover(addr.as_str(), discovery_options(&cli.opts(0)))
                 .await
@@ -604,6 +613,47 @@ pub fn discovery_json(log: &DiscoveryLog) -> Value {
         })
         .collect();
     json!({ "genctr": log.header.genctr, "numrec": log.header.numrec, "records": records })
+}
+
+/// `discover --referrals`: every log [`discover_all`] reads, in its order;
+/// after printing them all, the first referral that could not be read is the
+/// error (exit code).
+async fn discover_referrals(cli: &Cli, addr: &str, out: &mut dyn Write) -> Result<(), ToolError> {
+    let first = tokio::net::lookup_host(addr)
+        .await
+        .ok()
+        .and_then(|mut a| a.next())
+        .ok_or_else(|| ToolError::usage(format!("cannot resolve {addr}")))?;
+    let logs = discover_all(first, discovery_options(&cli.opts(0)))
+        .await
+        .map_err(|e| ToolError::from_initiator(&format!("discovery at {addr}"), &e))?;
+    let failed = logs.iter().find_map(|d| d.log.as_ref().err().map(|e| (d.addr, e)));
+    if cli.json {
+        let services: Vec<Value> = logs
+            .iter()
+            .map(|d| match &d.log {
+                Ok(log) => {
+                    let mut v = discovery_json(log);
+                    v["address"] = json!(d.addr.to_string());
+                    v
+                }
+                Err(e) => json!({ "address": d.addr.to_string(), "error": e.to_string() }),
+            })
+            .collect();
+        emit(out, &json!({ "services": services }))?;
+    } else {
+        for d in &logs {
+            match &d.log {
+                Ok(log) => write!(out, "{}", discovery_text(&d.addr.to_string(), log)),
+                Err(e) => writeln!(out, "Discovery Log at {}: cannot be read: {e}", d.addr),
+            }
+            .map_err(out_err)?;
+        }
+    }
+    match failed {
+        Some((a, e)) => Err(ToolError::from_initiator(&format!("discovery at referral {a}"), e)),
+        None => Ok(()),
+    }
 }
 
 /// The discovery log as text (like `nvme discover`).

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use nvmeof_common::spec::discovery::{AdrFam, SubType};
 use nvmeof_common::spec::{DiscoveryLog, DiscoveryLogEntry, DISCOVERY_NQN};
 
-use crate::core::target::Port;
+use crate::core::target::{DiscoverySnapshot, Port};
 use crate::core::{Controller, Target};
 
 /// The whole discovery log for `ctrl` (header + entries, 1024 bytes each).
@@ -21,7 +21,10 @@ use crate::core::{Controller, Target};
 /// values follow nvmet: TRTYPE TCP, TREQ 0x04 (SQ flow control disable
 /// supported), CNTLID 0xFFFF, ASQSZ 32, EFLAGS 0, SECTYPE none. TRADDR is the
 /// port's configured address (see [`discovery_log_with_local_addr`] for
-/// wildcard listeners).
+/// wildcard listeners). The referrals follow (SUBTYPE 1, the discovery NQN,
+/// the other service's address and PORTID), after the subsystems as in
+/// nvmet's log, with TREQ 0 (not specified: nothing is known of that
+/// service) as nvmet's zero-filled referrals report.
 pub fn discovery_log(target: &Target, ctrl: &Controller) -> Vec<u8> {
     discovery_log_with_local_addr(target, ctrl, None)
 }
@@ -31,7 +34,7 @@ pub fn discovery_log(target: &Target, ctrl: &Controller) -> Vec<u8> {
 /// on — as nvmet's `nvmet_set_disc_traddr` does, so `connect-all` dials a
 /// usable address. `local` is only substituted when its family fits the port.
 pub fn discovery_log_with_local_addr(target: &Target, ctrl: &Controller, local: Option<IpAddr>) -> Vec<u8> {
-    let (genctr, mut ports, subsystems) = target.discovery_snapshot();
+    let DiscoverySnapshot { genctr, mut ports, subsystems, referrals } = target.discovery_snapshot();
     // The port the host came in on first (nvmet reports only that one).
     ports.sort_by_key(|p| (p.id != ctrl.port_id, p.id));
     let mut entries = Vec::new();
@@ -44,6 +47,20 @@ pub fn discovery_log_with_local_addr(target: &Target, ctrl: &Controller, local: 
         for s in subsystems.iter().filter(|s| !s.discovery && s.host_allowed(&ctrl.hostnqn)) {
             entries.push(entry(SubType::NVME, &s.nqn));
         }
+    }
+    for r in &referrals {
+        let ip = canonical(r.addr.ip());
+        let fam = if ip.is_ipv4() { AdrFam::IPV4 } else { AdrFam::IPV6 };
+        let trsvcid = r.addr.port().to_string();
+        let e = DiscoveryLogEntry::tcp(
+            SubType::REFERRAL,
+            DISCOVERY_NQN,
+            fam,
+            &ip.to_string(),
+            &trsvcid,
+            r.portid,
+        );
+        entries.push(DiscoveryLogEntry { treq: 0, ..e });
     }
     DiscoveryLog::new(genctr, entries).encode()
 }
@@ -157,6 +174,47 @@ mod tests {
         let log2 = DiscoveryLog::decode(&discovery_log(&t, &c)).unwrap();
         assert!(log2.header.genctr > log.header.genctr);
         assert_eq!(log2.header.numrec, 3);
+    }
+
+    /// Referrals close the log (after every port's entries) with SUBTYPE 1,
+    /// the discovery NQN and TREQ 0, and move GENCTR only when they change.
+    #[test]
+    fn referrals_follow_the_ports_entries() {
+        use crate::core::target::Referral;
+        let (t, c) = setup();
+        let before = DiscoveryLog::decode(&discovery_log(&t, &c)).unwrap();
+        let refs = vec![
+            Referral { addr: "192.0.2.9:8009".parse().unwrap(), portid: 4 },
+            Referral { addr: "[::ffff:192.0.2.8]:4420".parse().unwrap(), portid: 0 },
+            Referral { addr: "[2001:db8::7]:4420".parse().unwrap(), portid: 0 },
+        ];
+        assert!(t.set_referrals(refs.clone()));
+        let log = DiscoveryLog::decode(&discovery_log(&t, &c)).unwrap();
+        assert!(log.header.genctr > before.header.genctr);
+        assert_eq!(log.entries[..before.entries.len()], before.entries[..]);
+        let added: Vec<_> = log.entries[before.entries.len()..]
+            .iter()
+            .map(|e| {
+                assert_eq!(
+                    (e.subtype, e.subnqn.as_str(), e.treq, e.cntlid),
+                    (SubType::REFERRAL, DISCOVERY_NQN, 0, 0xFFFF)
+                );
+                (e.adrfam, e.traddr.as_str(), e.trsvcid.as_str(), e.portid)
+            })
+            .collect();
+        assert_eq!(
+            added,
+            [
+                (AdrFam::IPV4, "192.0.2.9", "8009", 4),
+                (AdrFam::IPV4, "192.0.2.8", "4420", 0),
+                (AdrFam::IPV6, "2001:db8::7", "4420", 0),
+            ]
+        );
+        assert!(!t.set_referrals(refs), "the same referrals again are no change");
+        assert_eq!(DiscoveryLog::decode(&discovery_log(&t, &c)).unwrap().header.genctr, log.header.genctr);
+        assert!(t.set_referrals(Vec::new()));
+        let after = DiscoveryLog::decode(&discovery_log(&t, &c)).unwrap();
+        assert_eq!((after.entries, after.header.genctr > log.header.genctr), (before.entries, true));
     }
 
     /// GENCTR and the entries of one log belong together: a log built while

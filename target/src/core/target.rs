@@ -125,6 +125,31 @@ pub struct Port {
     pub ana_groups: BTreeSet<u32>,
 }
 
+/// Another discovery service the discovery log points hosts to (an entry of
+/// SUBTYPE 1, "referral"), as nvmet's `ports/N/referrals/NAME`: a host that
+/// runs `nvme connect-all` here goes on to that service and connects to what
+/// it lists too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Referral {
+    /// Address and port of the other discovery service (TRADDR, TRSVCID).
+    pub addr: SocketAddr,
+    /// PORTID its entry reports (nvmet's `portid` attribute, 0 unless set).
+    pub portid: u16,
+}
+
+/// What a discovery log describes, read at one GENCTR (see
+/// [`Target::discovery_snapshot`]).
+pub struct DiscoverySnapshot {
+    /// Discovery log generation counter.
+    pub genctr: u64,
+    /// Listening ports.
+    pub ports: Vec<Port>,
+    /// Exported NVM subsystems.
+    pub subsystems: Vec<Arc<Subsystem>>,
+    /// Other discovery services.
+    pub referrals: Vec<Referral>,
+}
+
 /// The whole target: shared by every connection.
 pub struct Target {
     /// Enforced limits.
@@ -133,6 +158,7 @@ pub struct Target {
     pub discovery: Arc<Subsystem>,
     subsystems: RwLock<BTreeMap<String, Arc<Subsystem>>>,
     ports: RwLock<Vec<Port>>,
+    referrals: RwLock<Vec<Referral>>,
     controllers: Mutex<BTreeMap<u16, Weak<Controller>>>,
     next_cntlid: Mutex<u16>,
     genctr: AtomicU64,
@@ -149,6 +175,7 @@ impl Target {
             discovery: Arc::new(Subsystem::new(DISCOVERY_NQN, "nvmeof discovery", None, true)),
             subsystems: RwLock::new(BTreeMap::new()),
             ports: RwLock::new(Vec::new()),
+            referrals: RwLock::new(Vec::new()),
             controllers: Mutex::new(BTreeMap::new()),
             next_cntlid: Mutex::new(1),
             genctr: AtomicU64::new(1),
@@ -244,6 +271,27 @@ impl Target {
         self.ports.read().unwrap().clone()
     }
 
+    /// Replaces the referrals the discovery log lists. When they change,
+    /// GENCTR moves and every discovery controller gets the discovery log
+    /// change notice, as nvmet's `nvmet_referral_enable` / `_disable` call
+    /// `nvmet_port_disc_changed(port, NULL)`. Whether anything changed.
+    pub fn set_referrals(&self, referrals: Vec<Referral>) -> bool {
+        let mut r = self.referrals.write().unwrap();
+        if *r == referrals {
+            return false;
+        }
+        *r = referrals;
+        self.bump_genctr();
+        drop(r);
+        self.notify_discovery(|_| true);
+        true
+    }
+
+    /// The referrals the discovery log lists.
+    pub fn referrals(&self) -> Vec<Referral> {
+        self.referrals.read().unwrap().clone()
+    }
+
     /// The ANA states of port `id`; every group optimized for a port not
     /// registered (queues built without a listener, as in tests).
     pub fn port_ana(&self, id: u16) -> Arc<PortAna> {
@@ -306,10 +354,16 @@ impl Target {
     /// another (nvmet builds the log under `nvmet_config_sem`). libnvme
     /// takes equal GENCTRs before and after its reads as proof that the
     /// entries it read are current.
-    pub fn discovery_snapshot(&self) -> (u64, Vec<Port>, Vec<Arc<Subsystem>>) {
+    pub fn discovery_snapshot(&self) -> DiscoverySnapshot {
         let ports = self.ports.read().unwrap();
         let subsystems = self.subsystems.read().unwrap();
-        (self.genctr(), ports.clone(), subsystems.values().cloned().collect())
+        let referrals = self.referrals.read().unwrap();
+        DiscoverySnapshot {
+            genctr: self.genctr(),
+            ports: ports.clone(),
+            subsystems: subsystems.values().cloned().collect(),
+            referrals: referrals.clone(),
+        }
     }
 
     /// Bumps GENCTR and notifies every discovery controller (AEN F0h).

@@ -87,6 +87,7 @@ use nvmeof_initiator::common::auth::DhchapSecret;
 use nvmeof_initiator::common::spec::discovery::{SubType, TrType};
 use nvmeof_initiator::common::spec::features::aec;
 use nvmeof_initiator::common::spec::log::AnaState;
+use nvmeof_initiator::common::spec::DISCOVERY_NQN;
 use nvmeof_initiator::common::Status;
 use nvmeof_initiator::{
     discover, AuthError, ConnectOptions, Controller, ControllerEvent, HostIdentity, MultipathNamespace,
@@ -121,6 +122,8 @@ struct Args {
     seed: u64,
     /// The auth round: subsystem, host NQN, host secret, controller secret.
     auth: Option<AuthArgs>,
+    /// A referral the discovery log must list: its address and PORTID.
+    referral: Option<(std::net::SocketAddr, u16)>,
 }
 
 #[derive(Clone, Debug)]
@@ -136,7 +139,8 @@ fn usage(msg: &str) -> ! {
     eprintln!(
         "usage: interop_initiator [--addr A] [--port P] --nqn NQN [--ns-size BYTES] [--backend brd|file]\n\
          \x20      [--port2 P] [--fresh 0|1] [--secs S] [--queues N] [--depth D] [--rounds plain,digest,write-queues] [--seed X]\n\
-         (or the environment: NVME_ADDR NVME_PORT NVME_PORT2 NVME_NQN NVME_NS_SIZE NVME_BACKEND NVME_FRESH\n\
+         \x20      [--referral IP:PORT/PORTID]\n\
+         (or the environment: NVME_ADDR NVME_PORT NVME_PORT2 NVME_NQN NVME_NS_SIZE NVME_BACKEND NVME_FRESH NVME_REFERRAL\n\
          \x20INTEROP_IO_SECS INTEROP_QUEUES INTEROP_DEPTH INTEROP_ROUNDS INTEROP_SEED)"
     );
     std::process::exit(2)
@@ -163,7 +167,7 @@ fn parse_args() -> Args {
         kv.iter().rev().find(|(n, _)| n == flag).map(|(_, v)| v.clone()).or_else(|| env(var))
     };
     for (n, _) in &kv {
-        const KNOWN: [&str; 16] = [
+        const KNOWN: [&str; 17] = [
             "addr",
             "port",
             "port2",
@@ -180,6 +184,7 @@ fn parse_args() -> Args {
             "auth-hostnqn",
             "dhchap-key",
             "dhchap-ctrl-key",
+            "referral",
         ];
         if !KNOWN.contains(&n.as_str()) {
             usage(&format!("unknown flag --{n}"));
@@ -227,6 +232,11 @@ fn parse_args() -> Args {
                 key: secret("dhchap-key", "NVME_DHCHAP_KEY"),
                 ctrl_key: secret("dhchap-ctrl-key", "NVME_DHCHAP_CTRL_KEY"),
             }
+        }),
+        referral: get("referral", "NVME_REFERRAL").map(|v| {
+            let bad = || -> ! { usage(&format!("--referral {v:?}: not IP:PORT/PORTID")) };
+            let (a, id) = v.split_once('/').unwrap_or_else(|| bad());
+            (a.parse().unwrap_or_else(|_| bad()), id.parse().unwrap_or_else(|_| bad()))
         }),
     };
     if a.queues == 0 || a.depth < 2 || a.secs == 0 || a.secs > 600 {
@@ -585,6 +595,21 @@ async fn step_discovery(a: &Args) -> Result<(), String> {
         .any(|e| e.subnqn == a.nqn && e.subtype == SubType::NVME && e.trtype == TrType::TCP);
     if !hit {
         return Err(format!("discovery log does not list {} (tcp, nvme subsystem)", a.nqn));
+    }
+    // A referral the target was given (nvmet's ports/1/referrals): decoded
+    // as nvmet encodes it, not followed (its address is the guest's).
+    if let Some((addr, portid)) = a.referral {
+        let r = log
+            .entries
+            .iter()
+            .find(|e| e.subtype == SubType::REFERRAL)
+            .ok_or_else(|| format!("discovery log lists no referral (want {addr} portid {portid})"))?;
+        let got = (r.trtype, r.subnqn.as_str(), r.traddr.clone(), r.trsvcid.clone(), r.portid);
+        let want = (TrType::TCP, DISCOVERY_NQN, addr.ip().to_string(), addr.port().to_string(), portid);
+        if got != want {
+            return Err(format!("referral entry {got:?}, want {want:?}"));
+        }
+        info("discovery", format!("referral to {addr} (portid {portid}, treq {:#x}) listed", r.treq));
     }
     Ok(())
 }

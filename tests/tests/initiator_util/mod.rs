@@ -45,6 +45,7 @@ pub fn config(namespaces: Vec<NamespaceConfig>) -> TargetConfig {
         poll_us: 0,
         send_buffer: nvmeof_net::default_send_buffer(),
         congestion_control: None,
+        referrals: Vec::new(),
     }
 }
 

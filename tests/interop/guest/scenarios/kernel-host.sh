@@ -196,6 +196,16 @@ kh_discover() {
     [ $_rc = 0 ] || fail "nvme discover rc=$_rc: $(tail -n 1 /tmp/disc.txt)"
     grep -q "subnqn: *$NQN\$" /tmp/disc.txt || fail "discovery log lacks $NQN"
     info "discovery log: $(grep -c '^=====Discovery Log Entry' /tmp/disc.txt) entries, $NQN listed"
+    # Our target's configuration refers hosts to port 2's discovery service
+    # (run.sh write_target_config); nvme-cli decodes the entry.
+    if [ "$TARGET" != kernel-guest ]; then
+        _ref=$(grep -A7 '^subtype: *discovery subsystem referral$' /tmp/disc.txt)
+        { echo "$_ref" | grep -q '^traddr: *10\.0\.2\.101$' && echo "$_ref" | grep -q '^trsvcid: *4420$' \
+            && echo "$_ref" | grep -q '^portid: *2$' \
+            && echo "$_ref" | grep -q '^subnqn: *nqn\.2014-08\.org\.nvmexpress\.discovery$'; } \
+            || fail "discovery log lacks the referral to 10.0.2.101:4420 (portid 2): $_ref"
+        info "referral listed: $(echo "$_ref" | grep -E '^(traddr|trsvcid|portid|treq):' | tr -s ' ' | tr '\n' ' ')"
+    fi
 }
 
 # kh_connect [nvme connect options...]

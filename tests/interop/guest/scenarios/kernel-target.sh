@@ -42,7 +42,19 @@ kt_modules() {
 
 kt_net() { net_up || fail "network setup"; }
 
-kt_setup() { nvmet_setup "$BACKEND" 0.0.0.0 "$NVME_PORT" "$NQN" "$NS_SIZE"; }
+# A referral on port 1 (nvmet's ports/1/referrals): the host clients get it
+# passed on (referral=IP:PORT/PORTID) and interop_initiator's discovery step
+# checks the entry nvmet makes of it. TEST-NET-1, never connected to.
+KT_REFERRAL_ADDR=192.0.2.1 KT_REFERRAL_PORT=8009 KT_REFERRAL_PORTID=3
+
+kt_setup() {
+    nvmet_setup "$BACKEND" 0.0.0.0 "$NVME_PORT" "$NQN" "$NS_SIZE"
+    _r=$NVMET/ports/1/referrals/interop
+    mkdir "$_r" && echo tcp >"$_r/addr_trtype" && echo ipv4 >"$_r/addr_adrfam" \
+        && echo "$KT_REFERRAL_ADDR" >"$_r/addr_traddr" && echo "$KT_REFERRAL_PORT" >"$_r/addr_trsvcid" \
+        && echo "$KT_REFERRAL_PORTID" >"$_r/addr_portid" && echo 1 >"$_r/enable" \
+        || fail "nvmet referral on port 1"
+}
 
 kt_selfcheck() { # the target answers discovery on the guest's loopback
     t 30 nvme discover -t tcp -a 127.0.0.1 -s "$NVME_PORT" >/tmp/disc.txt 2>&1 \
@@ -52,7 +64,8 @@ kt_selfcheck() { # the target answers discovery on the guest's loopback
 }
 
 kt_client() { # kt_client NAME
-    hook_call run-client "$CLIENT_TIMEOUT" "$1" "nqn=$NQN" "size=$NS_SIZE" "backend=$BACKEND"
+    hook_call run-client "$CLIENT_TIMEOUT" "$1" "nqn=$NQN" "size=$NS_SIZE" "backend=$BACKEND" \
+        "referral=$KT_REFERRAL_ADDR:$KT_REFERRAL_PORT/$KT_REFERRAL_PORTID"
     _rc=$?
     [ $_rc = 0 ] || fail "host client $1 failed (rc=$_rc): ${HOOK_REPLY:-no reply}"
     info "host client $1: rc=${HOOK_REPLY#HOOKACK run-client }"
@@ -98,6 +111,7 @@ kt_auth() { # our initiator's DH-HMAC-CHAP against nvmet's
 }
 
 kt_teardown() {
+    rmdir "$NVMET/ports/1/referrals/interop" || fail "rmdir the referral"
     nvmet_teardown "$NQN"
 }
 
