@@ -4,7 +4,7 @@
 use nvmeof_common::opcode::AdminOpcode;
 use nvmeof_common::spec::features::{FeatureId, GetFeaturesCmd, NumQueues, SetFeaturesCmd};
 use nvmeof_common::spec::identify::{decode_ns_desc_list, decode_ns_list, Cns, Csi, NsIdDescriptor};
-use nvmeof_common::spec::log::{ChangedNsList, LogPageId};
+use nvmeof_common::spec::log::{ChangedNsList, LogPageId, SmartLog};
 use nvmeof_common::spec::{IdentifyController, IdentifyNamespace};
 use nvmeof_common::{SglDescriptor, Sqe, Status};
 use nvmeof_tests::harness::*;
@@ -225,4 +225,47 @@ async fn smart_log_for_nsid_0_is_invalid_namespace() {
     assert_eq!(r.status(), Status::INVALID_NS.with_dnr().with_more(), "SMART log, inactive NSID");
     assert_eq!(a.get_log_page(LogPageId::SMART, 1, 0, 512, false).await.ok().data.len(), 512);
     assert_eq!(a.get_log_page(LogPageId::SMART, 0xFFFF_FFFF, 0, 512, false).await.ok().data.len(), 512);
+}
+
+/// (Host Read Commands, Data Units Read, Host Write Commands, Data Units
+/// Written) of the SMART log for `nsid`.
+async fn smart_io(c: &mut RawClient, nsid: u32) -> (u128, u128, u128, u128) {
+    let l = SmartLog::decode(&c.get_log_page(LogPageId::SMART, nsid, 0, 512, false).await.ok().data).unwrap();
+    (l.host_reads, l.data_units_read, l.host_writes, l.data_units_written)
+}
+
+/// SMART's Host Read / Write Commands and Data Units Read / Written count
+/// every host's I/O to each namespace (Read and Compare as reads, Write and
+/// Write Zeroes as writes; data units are thousands of 512 bytes, rounded
+/// up); NSID FFFFFFFFh sums the subsystem's namespaces, and a new controller
+/// (here the second host's) sees what the first did.
+#[tokio::test]
+async fn smart_log_counts_the_host_io_of_each_namespace() {
+    let mut cfg = default_config();
+    cfg.subsystems[0].namespaces.push(ram_ns(2, 1 << 20, 4096));
+    let mut s = setup(&cfg).await;
+    assert_eq!(smart_io(&mut s.admin, 0xFFFF_FFFF).await, (0, 0, 0, 0));
+    // Namespace 1 (512-byte blocks): 3 writes of 8 blocks, 2 reads of 1000
+    // blocks (512,000 bytes: exactly one data unit each), one Write Zeroes.
+    for lba in [0, 8, 16] {
+        s.io.write(1, lba, &[7; 4096], NS1_BS).await.ok();
+    }
+    for _ in 0..2 {
+        s.io.read(1, 0, 1000, NS1_BS).await.ok();
+    }
+    let mut wz = Sqe::new(nvmeof_common::opcode::IoOpcode::WRITE_ZEROES.0);
+    wz.set_nsid(1).set_slba(100).set_cdw(12, 7);
+    s.io.submit(wz, None).await.ok();
+    // Namespace 2 (4096-byte blocks): one write of 2 blocks; a read past its
+    // end fails its checks and counts nothing.
+    s.io.write(2, 0, &[9; 8192], 4096).await.ok();
+    assert!(!s.io.read(2, 256, 1, 4096).await.status().is_success());
+    assert_eq!(smart_io(&mut s.admin, 1).await, (2, 2, 4, 1), "3 × 4 KiB = 24 units of 512: 1 data unit");
+    assert_eq!(smart_io(&mut s.admin, 2).await, (0, 0, 1, 1));
+    assert_eq!(smart_io(&mut s.admin, 0xFFFF_FFFF).await, (2, 2, 5, 2));
+    // Another host's controller reads the same totals.
+    let mut other = RawClient::connect(s.addr).await;
+    assert!(other.admin_connect(SUBNQN, "nqn.2024-01.io.nvmeof.test:smart-other").await.status.is_success());
+    other.enable().await;
+    assert_eq!(smart_io(&mut other, 0xFFFF_FFFF).await, (2, 2, 5, 2));
 }

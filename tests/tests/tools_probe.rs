@@ -898,6 +898,46 @@ async fn admin_cli_outputs_and_exit_codes() {
     .await;
 }
 
+/// `nvmeof smart-log`: the target's SMART counters after the probe's I/O,
+/// as nvme-cli names them; of every namespace or of one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_smart_log_counts_the_probes_io() {
+    bounded(60, async {
+        let t = start_target(512, None).await;
+        let a = t.addr.as_str();
+        let w = t.probe(&["--rw", "randwrite", "--bs", "4k", "--count", "300", "--qd", "4"]).await;
+        let r = t.probe(&["--rw", "randread", "--bs", "64k", "--count", "50", "--qd", "4"]).await;
+        assert_eq!((w.write.ops, r.read.ops), (300, 50));
+        for nsid in [None, Some("1")] {
+            let mut args = vec!["nvmeof", "smart-log", a, "--nqn", NQN, "--json"];
+            args.extend(nsid.iter().flat_map(|n| ["--nsid", n]));
+            let j: Value = serde_json::from_str(&admin(&args, b"").await.unwrap()).unwrap();
+            // 300 × 4 KiB = 2400 units of 512 bytes: 3 data units (rounded up);
+            // 50 × 64 KiB = 6400: 7.
+            assert_eq!(
+                (
+                    &j["host_write_commands"],
+                    &j["data_units_written"],
+                    &j["host_read_commands"],
+                    &j["data_units_read"]
+                ),
+                (&Value::from(300), &Value::from(3), &Value::from(50), &Value::from(7)),
+                "{nsid:?}: {j}"
+            );
+            assert_eq!(
+                (&j["critical_warning"], &j["num_err_log_entries"]),
+                (&Value::from(0), &Value::from(0))
+            );
+        }
+        let text = admin(&["nvmeof", "smart-log", a, "--nqn", NQN], b"").await.unwrap();
+        assert!(text.lines().any(|l| l == "host_write_commands: 300"), "{text}");
+        let e = admin(&["nvmeof", "smart-log", a, "--nqn", NQN, "--nsid", "9"], b"").await.unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::NotFound, "{e}");
+        t.stop().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_write_pads_with_zeroes_up_to_count() {
     bounded(60, async {

@@ -1,4 +1,4 @@
-//! The `nvmeof` admin CLI: discover, identify, list, ana-log, events, read, write, resv, gen-dhchap-key.
+//! The `nvmeof` admin CLI: discover, identify, list, ana-log, smart-log, events, read, write, resv, gen-dhchap-key.
 //!
 //! Output goes to the writer the caller passes (the binary passes stdout),
 //! human-readable by default and JSON with `--json`. Every failure is a
@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use nvmeof_common::spec::discovery::{AdrFam, DiscoveryLog, DiscoveryLogEntry, SecType, SubType, TrType};
-use nvmeof_common::spec::log::{AnaLog, AnaState};
+use nvmeof_common::spec::log::{AnaLog, AnaState, GetLogPageCmd, LogPageId, SmartLog, SMART_LOG_LEN};
 use nvmeof_common::spec::reservation::{
     AcquireAction, NotificationType, RegisterAction, ReleaseAction, ReservationStatus, ReservationType,
 };
@@ -32,7 +32,7 @@ use crate::util::{
 #[command(
     name = "nvmeof",
     version,
-    about = "NVMe/TCP admin CLI: discover, identify, list, ana-log, events, read, write, gen-dhchap-key",
+    about = "NVMe/TCP admin CLI: discover, identify, list, ana-log, smart-log, events, read, write, resv, gen-dhchap-key",
     after_help = "ADDR is HOST[:PORT]; the default port is 4420 (nvmeof-target serves discovery and I/O \
                   on the same port; a Linux nvmet discovery port is usually 8009: give it explicitly).\n\
                   Exit codes: 0 ok, 1 NVMe error status (e.g. Connect rejected), 2 usage, \
@@ -105,6 +105,18 @@ pub enum Command {
         /// Subsystem NQN (default: the one NVM subsystem the discovery log lists).
         #[arg(long)]
         nqn: Option<String>,
+    },
+    /// The SMART / Health log (as `nvme smart-log`): host read and write commands, data units
+    /// (thousands of 512 bytes), error log entries, warnings; of every namespace, or of --nsid.
+    SmartLog {
+        /// Target address.
+        addr: String,
+        /// Subsystem NQN (default: the one NVM subsystem the discovery log lists).
+        #[arg(long)]
+        nqn: Option<String>,
+        /// Namespace ID (default: all of them, FFFFFFFFh).
+        #[arg(long, default_value_t = 0xFFFF_FFFF)]
+        nsid: u32,
     },
     /// Watch the asynchronous events of a controller (namespace changes, ANA changes) or, with
     /// --discovery, of the discovery controller (discovery log changes): one line per event
@@ -371,6 +383,13 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
             let ctrl = connect(&addr, nqn.as_deref(), cli.opts(0)).await?;
             let r = ana_log(cli, &ctrl, out).await;
+            close(ctrl).await;
+            r
+        }
+        Command::SmartLog { addr, nqn, nsid } => {
+            let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
+            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(0)).await?;
+            let r = smart_log(cli, &ctrl, *nsid, out).await;
             close(ctrl).await;
             r
         }
@@ -811,6 +830,50 @@ async fn identify(
     } else {
         write!(out, "{}", text_of(&v, "")).map_err(out_err)
     }
+}
+
+/// A SMART / Health log as JSON, with nvme-cli's keys (temperatures in kelvins).
+pub fn smart_log_json(l: &SmartLog) -> Value {
+    // 128-bit counters: numbers while they fit 64 bits, decimal strings past that.
+    let n = |v: u128| u64::try_from(v).map_or_else(|_| Value::from(v.to_string()), Value::from);
+    json!({
+        "critical_warning": l.critical_warning,
+        "temperature": l.composite_temp,
+        "avail_spare": l.avail_spare,
+        "spare_thresh": l.spare_thresh,
+        "percent_used": l.percent_used,
+        "endurance_grp_critical_warning_summary": l.endu_grp_crit_warn,
+        "data_units_read": n(l.data_units_read),
+        "data_units_written": n(l.data_units_written),
+        "host_read_commands": n(l.host_reads),
+        "host_write_commands": n(l.host_writes),
+        "controller_busy_time": n(l.ctrl_busy_time),
+        "power_cycles": n(l.power_cycles),
+        "power_on_hours": n(l.power_on_hours),
+        "unsafe_shutdowns": n(l.unsafe_shutdowns),
+        "media_errors": n(l.media_errors),
+        "num_err_log_entries": n(l.num_err_log_entries),
+        "warning_temp_time": l.warning_temp_time,
+        "critical_comp_time": l.critical_comp_time,
+    })
+}
+
+async fn smart_log(cli: &Cli, ctrl: &Controller, nsid: u32, out: &mut dyn Write) -> Result<(), ToolError> {
+    if nsid != 0xFFFF_FFFF {
+        namespace_info(ctrl, nsid).await?;
+    }
+    let mut buf = vec![0u8; SMART_LOG_LEN];
+    ctrl.get_log_page(GetLogPageCmd::new(LogPageId::SMART, nsid, 0, SMART_LOG_LEN as u32), &mut buf)
+        .await
+        .map_err(|e| ToolError::from_initiator("SMART log", &e))?;
+    let log = SmartLog::decode(&buf).expect("a whole log");
+    let v = smart_log_json(&log);
+    if cli.json {
+        return emit(out, &v);
+    }
+    let of = if nsid == 0xFFFF_FFFF { "all namespaces".to_string() } else { format!("namespace {nsid}") };
+    let s = format!("SMART / Health log of {} ({of}) through {}\n", ctrl.subnqn(), ctrl.addr());
+    write!(out, "{s}{}", text_of(&v, "")).map_err(out_err)
 }
 
 /// ANA state names as nvme-cli prints them.

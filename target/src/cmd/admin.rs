@@ -41,6 +41,7 @@ use crate::backend::IoOp;
 use crate::core::ana::DEFAULT_ANA_GROUP;
 use crate::core::controller::{AEC_ANA_CHANGE, AEC_DISC_CHANGE, MAX_AERS};
 use crate::core::error_log::ERROR_LOG_ENTRIES;
+use crate::core::io_stats::IoTotals;
 use crate::core::{Controller, Namespace, Target};
 
 /// Version reported in Identify Controller VER and the VS property: NVMe 1.3.0.
@@ -508,17 +509,41 @@ fn ana_log(target: &Target, ctrl: &Controller, rgo: bool) -> Vec<u8> {
     .encode()
 }
 
-/// SMART / Health log (LID 02h): controller-wide for NSID FFFFFFFFh, else for
-/// an active namespace; NSID 0 names none and is Invalid Namespace, as nvmet
-/// answers (`nvmet_get_smart_log_nsid` → `nvmet_req_find_ns`). No I/O
-/// counters are kept, so they are zero (as nvmet's for file-backed
-/// namespaces); Number of Error Information Log Entries is the controller's
-/// error count, as nvmet fills it from `err_counter`.
+/// SMART / Health log (LID 02h): for NSID FFFFFFFFh the sum over the
+/// subsystem's namespaces (nvmet's `nvmet_get_smart_log_all`), else for an
+/// active namespace; NSID 0 names none and is Invalid Namespace, as nvmet
+/// answers (`nvmet_get_smart_log_nsid` → `nvmet_req_find_ns`). Data Units
+/// Read / Written and Host Read / Write Commands count every host's I/O to
+/// the namespaces since they were added ([`crate::core::io_stats::IoStats`]; nvmet takes them from
+/// the block device and reports zeros for files); Number of Error
+/// Information Log Entries is the controller's error count, as nvmet fills it
+/// from `err_counter`.
 fn smart_log(ctrl: &Controller, nsid: u32) -> Result<Vec<u8>, Status> {
-    if nsid != 0xFFFF_FFFF && ctrl.subsys.namespace(nsid).is_none() {
-        return Err(invalid_ns());
-    }
-    Ok(SmartLog { num_err_log_entries: ctrl.error_count() as u128, ..Default::default() }.encode())
+    // Each namespace's data units are rounded up before they are added, as
+    // `nvmet_get_smart_log_all` adds DIV_ROUND_UP(sectors, 1000) per namespace.
+    let of = |io: IoTotals| SmartLog {
+        data_units_read: IoTotals::data_units(io.read_bytes),
+        data_units_written: IoTotals::data_units(io.write_bytes),
+        host_reads: io.read_cmds as u128,
+        host_writes: io.write_cmds as u128,
+        ..Default::default()
+    };
+    let mut log = if nsid == 0xFFFF_FFFF {
+        ctrl.subsys.namespaces().values().map(|ns| of(ns.io_stats.totals())).fold(
+            SmartLog::default(),
+            |t, l| SmartLog {
+                data_units_read: t.data_units_read + l.data_units_read,
+                data_units_written: t.data_units_written + l.data_units_written,
+                host_reads: t.host_reads + l.host_reads,
+                host_writes: t.host_writes + l.host_writes,
+                ..t
+            },
+        )
+    } else {
+        of(ctrl.subsys.namespace(nsid).ok_or_else(invalid_ns)?.io_stats.totals())
+    };
+    log.num_err_log_entries = ctrl.error_count() as u128;
+    Ok(log.encode())
 }
 
 /// Firmware Slot Information (LID 03h): slot 1 active, revision = [`FIRMWARE_REVISION`].

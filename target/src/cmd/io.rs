@@ -193,6 +193,13 @@ fn execute_on(
                 Ok(r) => r,
                 Err(s) => return s.into(),
             };
+            // SMART's host commands and data units: counted as the command
+            // goes to the backend (a backend failure after this is rare).
+            match IoOpcode(sqe.opcode()) {
+                IoOpcode::READ | IoOpcode::COMPARE => ns.io_stats.read(len),
+                IoOpcode::WRITE => ns.io_stats.write(len),
+                _ => ns.io_stats.write(0),
+            }
             match IoOpcode(sqe.opcode()) {
                 IoOpcode::READ => {
                     if let Some(r) = ns.backend.read_shared(offset, len as usize, ctx.data_digest) {

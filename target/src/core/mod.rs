@@ -7,6 +7,7 @@ pub mod ana;
 pub mod controller;
 pub mod error_log;
 pub mod inflight;
+pub mod io_stats;
 pub mod namespace;
 pub mod reservation;
 pub mod subsystem;

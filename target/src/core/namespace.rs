@@ -32,6 +32,8 @@ pub struct Namespace {
     /// `resv_enable`, off by default as there): without them the
     /// reservation commands are Invalid Opcode and RESCAP is 0.
     pub reservations: Option<Reservations>,
+    /// Host commands and data, for the SMART / Health log.
+    pub io_stats: super::io_stats::IoStats,
 }
 
 impl Namespace {
@@ -85,6 +87,7 @@ impl Namespace {
             write_protected: AtomicBool::new(false),
             ana_group: AtomicU32::new(super::ana::DEFAULT_ANA_GROUP),
             reservations: None,
+            io_stats: Default::default(),
         }
     }
 
