@@ -26,6 +26,8 @@
 //! [[subsystem]]
 //! nqn = "nqn.2026-11.io.nvmeof:disk"
 //! model = "nvmeof"                       # optional
+//! serial = "0123456789"                  # optional: Identify SN (≤ 20), default derived from the NQN
+//! firmware = "1.0"                       # optional: Identify FR (≤ 8), default this build's version
 //! allowed_hosts = ["nqn.2014-08.org.nvmexpress:uuid:..."]   # omit: any host; SIGHUP applies changes
 //! cntlid_min = 1                         # optional: controller IDs (to 0xFFEF); disjoint ranges
 //! cntlid_max = 65519                     #   for targets exporting one subsystem (multipath)
@@ -436,6 +438,12 @@ pub struct SubsystemConfig {
     pub nqn: String,
     /// Model string.
     pub model: String,
+    /// Serial number (Identify Controller SN, nvmet's `attr_serial`); `None`
+    /// derives one from the NQN.
+    pub serial: Option<String>,
+    /// Firmware revision (Identify Controller FR, nvmet's `attr_firmware`);
+    /// `None` is this build's version.
+    pub firmware: Option<String>,
     /// Allowed host NQNs (None = any).
     pub allowed_hosts: Option<Vec<String>>,
     /// DH-HMAC-CHAP keys by host NQN (each host also in `allowed_hosts`).
@@ -579,6 +587,8 @@ struct RawPort {
 struct RawSubsystem {
     nqn: String,
     model: Option<String>,
+    serial: Option<String>,
+    firmware: Option<String>,
     allowed_hosts: Option<Vec<RawHost>>,
     cntlid_min: Option<u16>,
     cntlid_max: Option<u16>,
@@ -771,14 +781,19 @@ impl TargetConfig {
                 check_host_nqn(&nqn).map_err(|e| invalid(hkey.clone(), e))?;
                 allowed.push(nqn);
             }
-            if let Some(m) = &s.model {
-                // Identify Controller MN: 40 bytes of printable ASCII, space
-                // padded (nvmet refuses anything else in its configfs
-                // `attr_model`); longer text was cut, mid-character for UTF-8.
-                if m.is_empty() || m.len() > 40 || !m.bytes().all(|c| (0x20..=0x7E).contains(&c)) {
+            // Identify Controller MN, SN and FR: 40, 20 and 8 bytes of
+            // printable ASCII, space padded (nvmet refuses anything else in
+            // its configfs `attr_model`, `attr_serial`, `attr_firmware`);
+            // longer text was cut, mid-character for UTF-8.
+            for (field, v, max) in
+                [("model", &s.model, 40), ("serial", &s.serial, 20), ("firmware", &s.firmware, 8)]
+            {
+                if v.as_ref().is_some_and(|v| {
+                    v.is_empty() || v.len() > max || !v.bytes().all(|c| (0x20..=0x7E).contains(&c))
+                }) {
                     return Err(invalid(
-                        format!("{key}.model"),
-                        "must be 1 to 40 printable ASCII characters",
+                        format!("{key}.{field}"),
+                        format!("must be 1 to {max} printable ASCII characters"),
                     ));
                 }
             }
@@ -904,6 +919,8 @@ impl TargetConfig {
             subsystems.push(SubsystemConfig {
                 nqn: s.nqn,
                 model: s.model.unwrap_or_else(|| DEFAULT_MODEL.to_string()),
+                serial: s.serial,
+                firmware: s.firmware,
                 allowed_hosts: listed.then_some(allowed),
                 host_keys: keys,
                 namespaces,
@@ -1026,20 +1043,34 @@ mod tests {
         assert!(e.contains("reservations"), "{e}");
     }
 
-    /// The model is Identify Controller MN: 40 printable ASCII bytes. Longer
-    /// or non-ASCII text was accepted and reported cut (UTF-8 mid-character).
+    /// The model, serial and firmware are Identify Controller MN, SN and FR:
+    /// 40, 20 and 8 printable ASCII bytes. Longer or non-ASCII text was
+    /// accepted and reported cut (UTF-8 mid-character).
     #[test]
-    fn model_is_printable_ascii_up_to_40() {
-        let model = |m: &str| {
-            TargetConfig::from_toml(&format!("[[subsystem]]\nnqn = \"nqn.2026-11.x:y\"\nmodel = \"{m}\"\n"))
-        };
-        assert_eq!(model(&"M".repeat(40)).unwrap().subsystems[0].model, "M".repeat(40));
-        for bad in ["", "Ünïcode disk", "tab\\there"] {
-            let e = model(bad).unwrap_err().to_string();
-            assert!(e.contains("subsystem[0].model"), "{bad:?}: {e}");
+    fn model_serial_and_firmware_are_printable_ascii() {
+        for (field, max) in [("model", 40), ("serial", 20), ("firmware", 8)] {
+            let cfg = |m: &str| {
+                TargetConfig::from_toml(&format!(
+                    "[[subsystem]]\nnqn = \"nqn.2026-11.x:y\"\n{field} = \"{m}\"\n"
+                ))
+            };
+            let ok = cfg(&"M".repeat(max)).unwrap().subsystems.remove(0);
+            let got = match field {
+                "model" => ok.model,
+                "serial" => ok.serial.unwrap(),
+                _ => ok.firmware.unwrap(),
+            };
+            assert_eq!(got, "M".repeat(max));
+            for bad in [String::new(), "Ünïcode".into(), "tab\\there".into(), "M".repeat(max + 1)] {
+                let e = cfg(&bad).unwrap_err().to_string();
+                assert!(
+                    e.contains(&format!("subsystem[0].{field}")) && e.contains(&format!("1 to {max}")),
+                    "{bad:?}: {e}"
+                );
+            }
         }
-        let e = model(&"M".repeat(41)).unwrap_err().to_string();
-        assert!(e.contains("subsystem[0].model"), "{e}");
+        let c = TargetConfig::from_toml("[[subsystem]]\nnqn = \"nqn.2026-11.x:y\"\n").unwrap();
+        assert_eq!((c.subsystems[0].serial.as_ref(), c.subsystems[0].firmware.as_ref()), (None, None));
     }
 
     /// Limits a host is told about are bounded to what the target honours:

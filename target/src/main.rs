@@ -220,6 +220,8 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
         subsystems: vec![SubsystemConfig {
             nqn,
             model: DEFAULT_MODEL.into(),
+            serial: None,
+            firmware: None,
             allowed_hosts: (!a.allow_host.is_empty()).then(|| a.allow_host.clone()),
             host_keys,
             namespaces: nss,

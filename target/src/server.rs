@@ -259,6 +259,8 @@ pub fn build_subsystem(
     subsystem_from_config(&SubsystemConfig {
         nqn: nqn.into(),
         model: model.into(),
+        serial: None,
+        firmware: None,
         allowed_hosts: hosts,
         host_keys: Default::default(),
         namespaces: nss.to_vec(),
@@ -270,11 +272,16 @@ pub fn build_subsystem(
 pub fn subsystem_from_config(cfg: &SubsystemConfig) -> std::io::Result<Arc<Subsystem>> {
     let (nqn, nss) = (cfg.nqn.as_str(), &cfg.namespaces);
     check_subsystem_nqn(nqn)?;
-    let s = Arc::new(
-        Subsystem::new(nqn, &cfg.model, cfg.allowed_hosts.clone(), false)
-            .with_host_keys(&cfg.host_keys)
-            .with_cntlids(cfg.cntlids.clone()),
-    );
+    let mut sub = Subsystem::new(nqn, &cfg.model, cfg.allowed_hosts.clone(), false)
+        .with_host_keys(&cfg.host_keys)
+        .with_cntlids(cfg.cntlids.clone());
+    if let Some(sn) = &cfg.serial {
+        sub = sub.with_serial(sn);
+    }
+    if let Some(fr) = &cfg.firmware {
+        sub = sub.with_firmware(fr);
+    }
+    let s = Arc::new(sub);
     for (nsid, n) in assign_nsids(nss) {
         let b =
             open_backend(n).map_err(|e| std::io::Error::new(e.kind(), format!("namespace {nsid}: {e}")))?;
@@ -356,8 +363,11 @@ impl Server {
                     new_subsystems.insert(sc.nqn.clone(), s);
                 }
                 Some(s) => {
-                    if s.model != sc.model || s.cntlids != sc.cntlids {
-                        warn!(subnqn = %sc.nqn, "reload: the model and controller ID range of a running subsystem are not changed (restart the target to apply them)");
+                    let identity_changed = s.model != sc.model
+                        || sc.serial.as_ref().is_some_and(|sn| *sn != s.serial)
+                        || sc.firmware.as_ref().is_some_and(|fr| *fr != s.firmware);
+                    if identity_changed || s.cntlids != sc.cntlids {
+                        warn!(subnqn = %sc.nqn, "reload: the model, serial, firmware and controller ID range of a running subsystem are not changed (restart the target to apply them)");
                     }
                     for (nsid, n) in assign_nsids(&sc.namespaces) {
                         let key = (sc.nqn.clone(), nsid);

@@ -57,6 +57,8 @@ pub fn default_config() -> TargetConfig {
         subsystems: vec![SubsystemConfig {
             nqn: SUBNQN.to_string(),
             model: "nvmeof-test".to_string(),
+            serial: None,
+            firmware: None,
             allowed_hosts: None,
             host_keys: Default::default(),
             namespaces: vec![ram_ns(1, NS1_SIZE, NS1_BS)],

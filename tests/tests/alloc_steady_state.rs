@@ -110,6 +110,8 @@ async fn steady_state_allocations_per_io() {
         subsystems: vec![SubsystemConfig {
             nqn: NQN.into(),
             model: "alloc".into(),
+            serial: None,
+            firmware: None,
             allowed_hosts: None,
             host_keys: Default::default(),
             namespaces: vec![NamespaceConfig {

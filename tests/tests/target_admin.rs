@@ -4,7 +4,7 @@
 use nvmeof_common::opcode::AdminOpcode;
 use nvmeof_common::spec::features::{FeatureId, GetFeaturesCmd, NumQueues, SetFeaturesCmd};
 use nvmeof_common::spec::identify::{decode_ns_desc_list, decode_ns_list, Cns, Csi, NsIdDescriptor};
-use nvmeof_common::spec::log::{ChangedNsList, LogPageId, SmartLog};
+use nvmeof_common::spec::log::{ChangedNsList, FwSlotLog, LogPageId, SmartLog};
 use nvmeof_common::spec::{IdentifyController, IdentifyNamespace};
 use nvmeof_common::{SglDescriptor, Sqe, Status};
 use nvmeof_tests::harness::*;
@@ -268,4 +268,26 @@ async fn smart_log_counts_the_host_io_of_each_namespace() {
     assert!(other.admin_connect(SUBNQN, "nqn.2024-01.io.nvmeof.test:smart-other").await.status.is_success());
     other.enable().await;
     assert_eq!(smart_io(&mut other, 0xFFFF_FFFF).await, (2, 2, 5, 2));
+}
+
+/// A subsystem's `serial` and `firmware` (nvmet's `attr_serial`,
+/// `attr_firmware`) are what Identify Controller (SN, FR, space padded) and
+/// the Firmware Slot log report; without them, the serial derived from the
+/// NQN and this build's version.
+#[tokio::test]
+async fn configured_serial_and_firmware_are_reported() {
+    let mut cfg = default_config();
+    cfg.subsystems[0].serial = Some("SN-0042".into());
+    cfg.subsystems[0].firmware = Some("fw9.9".into());
+    let mut s = setup(&cfg).await;
+    let raw = s.admin.identify(Cns::CTRL, 0).await.ok().data;
+    assert_eq!((&raw[4..24], &raw[64..72]), (&b"SN-0042             "[..], &b"fw9.9   "[..]));
+    let id = IdentifyController::decode(&raw).unwrap();
+    assert_eq!((id.sn.trim(), id.fr.trim()), ("SN-0042", "fw9.9"));
+    let fw = FwSlotLog::decode(&s.admin.get_log_page(LogPageId::FW_SLOT, 0, 0, 512, false).await.ok().data)
+        .unwrap();
+    assert_eq!((fw.afi, fw.revision(1).unwrap()), (1, "fw9.9".to_string()));
+    let mut d = setup(&default_config()).await;
+    let id = IdentifyController::decode(&d.admin.identify(Cns::CTRL, 0).await.ok().data).unwrap();
+    assert_eq!((id.sn.trim().len(), id.fr.trim()), (20, env!("CARGO_PKG_VERSION")));
 }

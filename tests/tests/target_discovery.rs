@@ -28,6 +28,8 @@ fn restricted_config(nqn: &str, allowed_hosts: Option<Vec<String>>) -> Subsystem
     SubsystemConfig {
         nqn: nqn.into(),
         model: "m".into(),
+        serial: None,
+        firmware: None,
         allowed_hosts,
         host_keys: Default::default(),
         namespaces: vec![ram_ns(1, 1 << 20, 512)],

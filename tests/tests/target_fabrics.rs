@@ -110,6 +110,8 @@ async fn connect_errors() {
     cfg.subsystems.push(SubsystemConfig {
         nqn: RESTRICTED.to_string(),
         model: "m".to_string(),
+        serial: None,
+        firmware: None,
         allowed_hosts: Some(vec![OTHER_HOST.to_string()]),
         host_keys: Default::default(),
         namespaces: vec![ram_ns(1, 1 << 20, 512)],

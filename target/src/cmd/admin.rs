@@ -290,7 +290,7 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
     let common = IdentifyController {
         sn: subsys.serial.clone(),
         mn: subsys.model.clone(),
-        fr: FIRMWARE_REVISION.to_string(),
+        fr: subsys.firmware.clone(),
         mdts: limits.mdts,
         cntlid: ctrl.cntlid,
         ver: VERSION,
@@ -435,7 +435,7 @@ fn get_log_page(
             LogPageId::SUPPORTED => encode_supported_logs(&IO_LOGS),
             LogPageId::ERROR => ctrl.error_log_page(),
             LogPageId::SMART => smart_log(ctrl, cmd.nsid)?,
-            LogPageId::FW_SLOT => fw_slot_log(),
+            LogPageId::FW_SLOT => fw_slot_log(&ctrl.subsys.firmware),
             LogPageId::CHANGED_NS => {
                 // Keep the list (and the notice mask) when the read will fail.
                 let keep = cmd.rae || cmd.lpo > LOG_4K as u64;
@@ -546,12 +546,13 @@ fn smart_log(ctrl: &Controller, nsid: u32) -> Result<Vec<u8>, Status> {
     Ok(log.encode())
 }
 
-/// Firmware Slot Information (LID 03h): slot 1 active, revision = [`FIRMWARE_REVISION`].
-fn fw_slot_log() -> Vec<u8> {
+/// Firmware Slot Information (LID 03h): slot 1 active, its revision the
+/// subsystem's (Identify Controller FR).
+fn fw_slot_log(firmware: &str) -> Vec<u8> {
     let mut log = FwSlotLog { afi: 1, ..Default::default() };
     let mut frs = [b' '; 8];
-    let n = FIRMWARE_REVISION.len().min(8);
-    frs[..n].copy_from_slice(&FIRMWARE_REVISION.as_bytes()[..n]);
+    let n = firmware.len().min(8);
+    frs[..n].copy_from_slice(&firmware.as_bytes()[..n]);
     log.frs[0] = frs;
     log.encode()
 }

@@ -50,6 +50,9 @@ pub struct Subsystem {
     pub serial: String,
     /// Model number (Identify Controller MN).
     pub model: String,
+    /// Firmware revision (Identify Controller FR, Firmware Slot log slot 1;
+    /// ≤ 8 ASCII characters).
+    pub firmware: String,
     /// Whether this is the discovery subsystem.
     pub discovery: bool,
     /// Controller IDs its controllers get (nvmet `attr_cntlid_min/max`).
@@ -69,12 +72,26 @@ impl Subsystem {
             nqn: nqn.to_string(),
             serial,
             model: model.to_string(),
+            firmware: crate::cmd::admin::FIRMWARE_REVISION.chars().take(8).collect(),
             discovery,
             cntlids: super::target::CNTLID_RANGE,
             hosts: ArcSwap::from_pointee(HostAccess { allowed: allowed_hosts, keys: BTreeMap::new() }),
             namespaces: ArcSwap::from_pointee(BTreeMap::new()),
             controllers: Mutex::new(Vec::new()),
         }
+    }
+
+    /// With this serial number (nvmet's `attr_serial`) instead of the one
+    /// derived from the NQN.
+    pub fn with_serial(mut self, serial: &str) -> Self {
+        self.serial = serial.to_string();
+        self
+    }
+
+    /// With this firmware revision (nvmet's `attr_firmware`).
+    pub fn with_firmware(mut self, firmware: &str) -> Self {
+        self.firmware = firmware.to_string();
+        self
     }
 
     /// With controller IDs from `cntlids` only. Two targets that export one

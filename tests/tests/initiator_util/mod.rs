@@ -36,6 +36,8 @@ pub fn config(namespaces: Vec<NamespaceConfig>) -> TargetConfig {
         subsystems: vec![SubsystemConfig {
             nqn: SUBNQN.to_string(),
             model: "nvmeof-e2e".to_string(),
+            serial: None,
+            firmware: None,
             allowed_hosts: None,
             host_keys: Default::default(),
             namespaces,

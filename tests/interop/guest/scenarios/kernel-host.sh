@@ -236,6 +236,8 @@ kh_id_ctrl() {
     info "mn='$_mn' sn='$_sn' fr='$_fr' ver=$_ver cntlid=$_cntlid mdts=$(field mdts </tmp/idctrl.txt) sgls=$(field sgls </tmp/idctrl.txt)"
     [ -n "$_mn" ] || fail "empty model number"
     [ -n "$_sn" ] || fail "empty serial number"
+    # configured: our target's `serial`, nvmet's attr_serial
+    [ "$_sn" = interop0001 ] || fail "serial '$_sn', want the configured interop0001"
     [ "$_sub" = "$NQN" ] || fail "subnqn '$_sub' != '$NQN'"
 }
 
