@@ -13,6 +13,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use rand_core::Rng;
 use rand_distr::Distribution as _;
 
 /// How random modes pick their units.
@@ -94,32 +95,6 @@ fn example(name: &str) -> &'static str {
     }
 }
 
-/// A source of uniform 64-bit values (the probe's generator).
-pub trait Uniform64 {
-    /// The next value.
-    fn next_u64(&mut self) -> u64;
-}
-
-/// Adapts a [`Uniform64`] to `rand`'s generator traits for `rand_distr`.
-struct AsRng<'a, R: Uniform64>(&'a mut R);
-
-impl<R: Uniform64> rand_core::TryRng for AsRng<'_, R> {
-    type Error = std::convert::Infallible;
-
-    fn try_next_u32(&mut self) -> Result<u32, Self::Error> {
-        Ok((self.0.next_u64() >> 32) as u32)
-    }
-    fn try_next_u64(&mut self) -> Result<u64, Self::Error> {
-        Ok(self.0.next_u64())
-    }
-    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Self::Error> {
-        for c in dst.chunks_mut(8) {
-            c.copy_from_slice(&self.0.next_u64().to_le_bytes()[..c.len()]);
-        }
-        Ok(())
-    }
-}
-
 /// Picks units of a region of `units` under a [`Distribution`].
 #[derive(Clone, Debug)]
 pub struct UnitPicker {
@@ -161,10 +136,10 @@ impl UnitPicker {
 
     /// The unit of a request.
     #[inline]
-    pub fn pick<R: Uniform64>(&self, rng: &mut R) -> u64 {
+    pub fn pick<R: Rng>(&self, rng: &mut R) -> u64 {
         match &self.kind {
             Picker::Uniform => ((rng.next_u64() as u128 * self.units as u128) >> 64) as u64,
-            Picker::Zipf(z) => self.place((z.sample(&mut AsRng(rng)) as u64).clamp(1, self.units) - 1),
+            Picker::Zipf(z) => self.place((z.sample(rng) as u64).clamp(1, self.units) - 1),
             Picker::Pareto(pow) => {
                 // fio: (nranges − 1) · u^pow, which crowds at the top; counted
                 // from there, rank 0 is the hottest.
@@ -201,12 +176,19 @@ mod tests {
     use super::*;
 
     struct Xs(u64);
-    impl Uniform64 for Xs {
-        fn next_u64(&mut self) -> u64 {
+    impl rand_core::TryRng for Xs {
+        type Error = std::convert::Infallible;
+        fn try_next_u32(&mut self) -> Result<u32, Self::Error> {
+            self.try_next_u64().map(|v| (v >> 32) as u32)
+        }
+        fn try_next_u64(&mut self) -> Result<u64, Self::Error> {
             self.0 ^= self.0 << 13;
             self.0 ^= self.0 >> 7;
             self.0 ^= self.0 << 17;
-            self.0
+            Ok(self.0)
+        }
+        fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Self::Error> {
+            rand_core::utils::fill_bytes_via_next_word(dst, || self.try_next_u64())
         }
     }
 

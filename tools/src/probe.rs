@@ -33,7 +33,7 @@ use nvmeof_initiator::{
     discover, nvme_subsystems, ConnectOptions, Controller, HostIdentity, Payload, ReconnectPolicy,
 };
 
-use crate::distribution::{parse_distribution, Distribution, Uniform64, UnitPicker};
+use crate::distribution::{parse_distribution, Distribution, UnitPicker};
 use crate::error::{ErrorKind, ToolError};
 use crate::pacer::Pacer;
 use crate::pattern::{self, Mismatch};
@@ -678,10 +678,19 @@ struct SlotOut {
 /// xorshift64* generator.
 struct Rng(u64);
 
-impl Uniform64 for Rng {
+/// The generator `rand_distr` draws from ([`UnitPicker`]'s skewed distributions).
+impl rand_core::TryRng for Rng {
+    type Error = std::convert::Infallible;
     #[inline]
-    fn next_u64(&mut self) -> u64 {
-        self.next()
+    fn try_next_u32(&mut self) -> Result<u32, Self::Error> {
+        Ok((self.next() >> 32) as u32)
+    }
+    #[inline]
+    fn try_next_u64(&mut self) -> Result<u64, Self::Error> {
+        Ok(self.next())
+    }
+    fn try_fill_bytes(&mut self, dst: &mut [u8]) -> Result<(), Self::Error> {
+        rand_core::utils::fill_bytes_via_next_word(dst, || Ok(self.next()))
     }
 }
 

@@ -519,30 +519,20 @@ fn ana_log(target: &Target, ctrl: &Controller, rgo: bool) -> Vec<u8> {
 /// Information Log Entries is the controller's error count, as nvmet fills it
 /// from `err_counter`.
 fn smart_log(ctrl: &Controller, nsid: u32) -> Result<Vec<u8>, Status> {
-    // Each namespace's data units are rounded up before they are added, as
-    // `nvmet_get_smart_log_all` adds DIV_ROUND_UP(sectors, 1000) per namespace.
-    let of = |io: IoTotals| SmartLog {
-        data_units_read: IoTotals::data_units(io.read_bytes),
-        data_units_written: IoTotals::data_units(io.write_bytes),
-        host_reads: io.read_cmds as u128,
-        host_writes: io.write_cmds as u128,
-        ..Default::default()
+    let namespaces = match nsid {
+        0xFFFF_FFFF => ctrl.subsys.namespaces().values().cloned().collect(),
+        _ => vec![ctrl.subsys.namespace(nsid).ok_or_else(invalid_ns)?],
     };
-    let mut log = if nsid == 0xFFFF_FFFF {
-        ctrl.subsys.namespaces().values().map(|ns| of(ns.io_stats.totals())).fold(
-            SmartLog::default(),
-            |t, l| SmartLog {
-                data_units_read: t.data_units_read + l.data_units_read,
-                data_units_written: t.data_units_written + l.data_units_written,
-                host_reads: t.host_reads + l.host_reads,
-                host_writes: t.host_writes + l.host_writes,
-                ..t
-            },
-        )
-    } else {
-        of(ctrl.subsys.namespace(nsid).ok_or_else(invalid_ns)?.io_stats.totals())
-    };
-    log.num_err_log_entries = ctrl.error_count() as u128;
+    let mut log = SmartLog { num_err_log_entries: ctrl.error_count() as u128, ..Default::default() };
+    for ns in namespaces {
+        let io = ns.io_stats.totals();
+        // Each namespace's data units are rounded up before they are added, as
+        // `nvmet_get_smart_log_all` adds DIV_ROUND_UP(sectors, 1000) per namespace.
+        log.data_units_read += IoTotals::data_units(io.read_bytes);
+        log.data_units_written += IoTotals::data_units(io.write_bytes);
+        log.host_reads += io.read_cmds as u128;
+        log.host_writes += io.write_cmds as u128;
+    }
     Ok(log.encode())
 }
 

@@ -49,15 +49,13 @@ pub fn discovery_log_with_local_addr(target: &Target, ctrl: &Controller, local: 
         }
     }
     for r in &referrals {
-        let ip = canonical(r.addr.ip());
-        let fam = if ip.is_ipv4() { AdrFam::IPV4 } else { AdrFam::IPV6 };
-        let trsvcid = r.addr.port().to_string();
+        let (fam, traddr) = address(r.addr.ip());
         let e = DiscoveryLogEntry::tcp(
             SubType::REFERRAL,
             DISCOVERY_NQN,
             fam,
-            &ip.to_string(),
-            &trsvcid,
+            &traddr,
+            &r.addr.port().to_string(),
             r.portid,
         );
         entries.push(DiscoveryLogEntry { treq: 0, ..e });
@@ -78,6 +76,11 @@ fn port_address(port: &Port, local: Option<IpAddr>) -> (AdrFam, String) {
             }
         }
     }
+    address(ip)
+}
+
+/// ADRFAM and TRADDR text for an address (IPv4-mapped ones as IPv4).
+fn address(ip: IpAddr) -> (AdrFam, String) {
     let ip = canonical(ip);
     let fam = if ip.is_ipv4() { AdrFam::IPV4 } else { AdrFam::IPV6 };
     (fam, ip.to_string())

@@ -33,7 +33,7 @@ pub struct IoStats {
     shards: [Shard; SHARDS],
 }
 
-/// Totals of one namespace (or, added up, of several).
+/// Totals of one namespace.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct IoTotals {
     /// Read and Compare commands (SMART Host Read Commands).
@@ -51,18 +51,6 @@ impl IoTotals {
     /// specification, SMART / Health Information log bytes 32–63).
     pub fn data_units(bytes: u64) -> u128 {
         (bytes as u128).div_ceil(512).div_ceil(1000)
-    }
-}
-
-impl std::ops::Add for IoTotals {
-    type Output = Self;
-    fn add(self, o: Self) -> Self {
-        Self {
-            read_cmds: self.read_cmds + o.read_cmds,
-            read_bytes: self.read_bytes + o.read_bytes,
-            write_cmds: self.write_cmds + o.write_cmds,
-            write_bytes: self.write_bytes + o.write_bytes,
-        }
     }
 }
 
@@ -118,14 +106,14 @@ impl IoStats {
 
     /// The counts so far.
     pub fn totals(&self) -> IoTotals {
-        self.shards.iter().fold(IoTotals::default(), |t, s| {
-            t + IoTotals {
-                read_cmds: s.read_cmds.load(Ordering::Relaxed),
-                read_bytes: s.read_bytes.load(Ordering::Relaxed),
-                write_cmds: s.write_cmds.load(Ordering::Relaxed),
-                write_bytes: s.write_bytes.load(Ordering::Relaxed),
-            }
-        })
+        let mut t = IoTotals::default();
+        for s in &self.shards {
+            t.read_cmds += s.read_cmds.load(Ordering::Relaxed);
+            t.read_bytes += s.read_bytes.load(Ordering::Relaxed);
+            t.write_cmds += s.write_cmds.load(Ordering::Relaxed);
+            t.write_bytes += s.write_bytes.load(Ordering::Relaxed);
+        }
+        t
     }
 }
 
