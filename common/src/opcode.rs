@@ -85,6 +85,8 @@ impl IoOpcode {
     pub const RESV_ACQUIRE: Self = Self(0x11);
     /// Reservation Release.
     pub const RESV_RELEASE: Self = Self(0x15);
+    /// Copy.
+    pub const COPY: Self = Self(0x19);
     /// Fabrics command (allowed on I/O queues too).
     pub const FABRICS: Self = Self(0x7F);
 }

@@ -109,6 +109,8 @@ impl Status {
     pub const FEATURE_NOT_PER_NS: Self = st(1, 0x0F);
     /// Conflicting Attributes (NVM: e.g. DSM/Write Zeroes).
     pub const CONFLICTING_ATTRIBUTES: Self = st(1, 0x80);
+    /// Command Size Limits Exceeded (NVM: a Copy past MSSRL, MCL or MSRC).
+    pub const CMD_SIZE_LIMIT: Self = st(1, 0x83);
     /// Fabrics Connect: Incompatible Format.
     pub const CONNECT_FORMAT: Self = st(1, 0x80);
     /// Fabrics Connect: Controller Busy.

@@ -578,6 +578,13 @@ impl MultipathNamespace {
         on_a_path!(self, |ns| ns.deallocate(ranges))
     }
 
+    /// Copies blocks inside the namespace ([`Namespace::copy`]); after a
+    /// path error, the whole copy again on the next path (the same result
+    /// unless a source overlaps the destination).
+    pub async fn copy(&self, ranges: &[(u64, u32)], dest_lba: u64, flags: IoFlags) -> Result<()> {
+        on_a_path!(self, |ns| ns.copy(ranges, dest_lba, flags))
+    }
+
     /// Reservation Register ([`Namespace::reservation_register`]) through
     /// one path: registrations belong to the host ID, shared by every path.
     /// Moved to another path only when refused for its ANA state.

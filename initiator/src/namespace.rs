@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use nvmeof_common::opcode::IoOpcode;
+use nvmeof_common::spec::copy::{self, CopyCmd, CopyRange, ONCS_COPY};
 use nvmeof_common::spec::dsm::{DsmCmd, DsmRange, DSM_MAX_RANGES};
 use nvmeof_common::spec::reservation::{
     AcquireAction, RegisterAction, ReleaseAction, ReservationCmd, ReservationKeys, ReservationStatus,
@@ -24,6 +25,43 @@ const MAX_NLB: u64 = 1 << 16;
 
 /// Commands of a [`Namespace::write_zeroes`] built and submitted at a time.
 const WRITE_ZEROES_GROUP: u64 = 256;
+
+/// Splits a copy of `ranges` into Copy commands within `id`'s limits:
+/// each command's source ranges and block count. MSSRL or MCL 0 count as
+/// the largest the fields can express.
+fn copy_commands(id: &IdentifyNamespace, ranges: &[(u64, u32)]) -> Result<Vec<(Vec<CopyRange>, u64)>> {
+    let mssrl = match id.mssrl {
+        0 => MAX_NLB,
+        n => n as u64,
+    };
+    let mcl = match id.mcl {
+        0 => u32::MAX as u64,
+        n => n as u64,
+    };
+    let per_command = id.msrc as usize + 1;
+    let mut commands: Vec<(Vec<CopyRange>, u64)> = Vec::new();
+    let mut cur: (Vec<CopyRange>, u64) = (Vec::new(), 0);
+    for &(lba, blocks) in ranges {
+        if blocks == 0 {
+            return Err(Error::InvalidArgument(format!("copy range at LBA {lba} of 0 blocks")));
+        }
+        check_range(lba, blocks as u64)?;
+        let (mut lba, mut left) = (lba, blocks as u64);
+        while left > 0 {
+            if cur.0.len() == per_command || cur.1 == mcl {
+                commands.push(std::mem::take(&mut cur));
+            }
+            let n = left.min(mssrl).min(mcl - cur.1);
+            cur.0.push(CopyRange::new(lba, n as u32).expect("1 to 65536 blocks"));
+            cur.1 += n;
+            (lba, left) = (lba + n, left - n);
+        }
+    }
+    if !cur.0.is_empty() {
+        commands.push(cur);
+    }
+    Ok(commands)
+}
 
 /// Refuses a range whose end is past the last 64-bit LBA. Split requests
 /// compute each piece's LBA as `lba + offset`: that overflowed (a panic in
@@ -608,6 +646,41 @@ impl Namespace {
         self.run(ops).await
     }
 
+    /// Copies blocks inside the namespace without moving their data over
+    /// the network (Copy, OPC 19h, source ranges in descriptor format 0):
+    /// the `(lba, blocks)` source ranges, in order, to consecutive blocks
+    /// from `dest_lba`. With `flags.fua` the destination is durable when
+    /// this returns.
+    ///
+    /// A request past the namespace's Copy limits (Identify Namespace
+    /// MSSRL, MCL, MSRC) goes as several Copy commands, one after the
+    /// other; a source that overlaps an earlier command's destination is
+    /// read after that command wrote it. Fails with
+    /// [`Error::InvalidArgument`] where the controller has no Copy (ONCS
+    /// bit 8, or OCFS without format 0: the Linux kernel target has none),
+    /// for a range of 0 blocks, or for a range past the last 64-bit LBA;
+    /// past the namespace's end the controller answers LBA Out of Range.
+    pub async fn copy(&self, ranges: &[(u64, u32)], dest_lba: u64, flags: IoFlags) -> Result<()> {
+        let ctrl = self.ctrl.info();
+        if ctrl.identify.oncs & ONCS_COPY == 0 || ctrl.identify.ocfs & copy::OCFS_FORMAT0 == 0 {
+            return Err(Error::InvalidArgument("the controller does not support Copy (format 0)".into()));
+        }
+        let commands = copy_commands(&self.identify, ranges)?;
+        let total: u64 = ranges.iter().map(|&(_, n)| n as u64).sum();
+        check_range(dest_lba, total)?;
+        let mut dest = dest_lba;
+        for (sources, blocks) in commands {
+            let cmd = CopyCmd::new(self.nsid, dest, sources.len(), flags.fua);
+            let mut sqe = cmd.to_sqe(0);
+            sqe.set_cdw(12, sqe.cdw(12) | flags.cdw12_bits() & CopyCmd::LR);
+            let buf = copy::encode_ranges(&sources)?;
+            let q = self.ctrl.core().pick_io(QueueUse::Default)?;
+            self.run_one(q, sqe, &mut Data::Write(&buf), self.retries(flags)).await?;
+            dest += blocks;
+        }
+        Ok(())
+    }
+
     /// Reservation Register (NVMe Base §8.19): `action` registers
     /// `new_key` for this host, replaces its key with `new_key`, or
     /// unregisters it; Replace and Unregister need `current_key` unless
@@ -777,6 +850,43 @@ mod tests {
     use super::*;
 
     const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    /// Copy commands as (source (slba, blocks) list, block count).
+    fn planned(id: &IdentifyNamespace, ranges: &[(u64, u32)]) -> Vec<(Vec<(u64, u32)>, u64)> {
+        copy_commands(id, ranges)
+            .unwrap()
+            .into_iter()
+            .map(|(r, n)| (r.iter().map(|r| (r.slba, r.blocks())).collect(), n))
+            .collect()
+    }
+
+    #[test]
+    fn a_copy_is_split_at_the_namespace_limits_in_order() {
+        let id = IdentifyNamespace { mssrl: 8, mcl: 20, msrc: 2, ..Default::default() };
+        // Within the limits: one command.
+        assert_eq!(planned(&id, &[(0, 8), (100, 4)]), vec![(vec![(0, 8), (100, 4)], 12)]);
+        // A range over MSSRL is cut; MCL (20) and MSRC (3 ranges) end commands.
+        assert_eq!(
+            planned(&id, &[(0, 19), (50, 9), (70, 1), (80, 1), (90, 1)]),
+            vec![
+                (vec![(0, 8), (8, 8), (16, 3)], 19),
+                (vec![(50, 8), (58, 1), (70, 1)], 10),
+                (vec![(80, 1), (90, 1)], 2),
+            ]
+        );
+        // MCL ends a command inside a range.
+        assert_eq!(
+            planned(&id, &[(0, 8), (10, 8), (20, 8)]),
+            vec![(vec![(0, 8), (10, 8), (20, 4)], 20), (vec![(24, 4)], 4),]
+        );
+        // Zero limits: the largest the fields express (65536 blocks per range, 256 ranges).
+        let open = IdentifyNamespace { mssrl: 0, mcl: 0, msrc: 255, ..Default::default() };
+        assert_eq!(planned(&open, &[(0, 70_000)]), vec![(vec![(0, 65_536), (65_536, 4464)], 70_000)]);
+        // Refused: an empty range, a range past the last LBA.
+        assert!(copy_commands(&id, &[(0, 0)]).is_err());
+        assert!(copy_commands(&id, &[(u64::MAX - 1, 4)]).is_err());
+        assert!(copy_commands(&id, &[]).unwrap().is_empty());
+    }
 
     #[test]
     fn a_status_without_dnr_is_retried_after_its_command_retry_delay() {

@@ -462,7 +462,16 @@ impl QueueState {
             self.free.push(tag);
             return;
         }
-        let r = cmd::complete(p, c);
+        let r = match p {
+            Pending::Copy(job) => match cmd::io::copy_step(&self.ctx, job, c.tag, Some(c)) {
+                Exec::Done(r) => r,
+                Exec::Pending(p) => {
+                    slot.state = SlotState::Executing(p);
+                    return;
+                }
+            },
+            p => cmd::complete(p, c),
+        };
         self.finish(tag, r);
     }
 

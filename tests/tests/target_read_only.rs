@@ -80,6 +80,7 @@ async fn read_only_files_are_read_and_never_written() {
                 ns.write_with(16, &[2u8; 512], IoFlags::FUA).await,
                 ns.write_zeroes(0, 8, false, IoFlags::default()).await,
                 ns.deallocate(&[(0, 8)]).await,
+                ns.copy(&[(0, 8)], 64, IoFlags::default()).await,
             ];
             for (i, r) in refused.into_iter().enumerate() {
                 let e = r.expect_err("a write to a read-only namespace succeeded");

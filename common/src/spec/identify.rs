@@ -262,6 +262,7 @@ pub mod ctrl_off {
     pub const NVSCC: usize = 530;
     pub const NWPC: usize = 531;
     pub const ACWU: usize = 532;
+    pub const OCFS: usize = 534;
     pub const SGLS: usize = 536;
     pub const MNAN: usize = 540;
     pub const SUBNQN: usize = 768;
@@ -378,6 +379,8 @@ pub struct IdentifyController {
     pub nwpc: u8,
     /// Atomic compare & write unit.
     pub acwu: u16,
+    /// Optional copy formats supported (bit 0: Copy source range format 0).
+    pub ocfs: u16,
     /// SGL support (bits 1:0 01b supported; bit 20 address as offset …).
     pub sgls: u32,
     /// Maximum number of allowed namespaces.
@@ -491,6 +494,7 @@ impl IdentifyController {
             nvscc: b[o::NVSCC],
             nwpc: b[o::NWPC],
             acwu: u16_at(b, o::ACWU),
+            ocfs: u16_at(b, o::OCFS),
             sgls: u32_at(b, o::SGLS),
             mnan: u32_at(b, o::MNAN),
             subnqn: cstr(b, o::SUBNQN, 256)?,
@@ -561,6 +565,7 @@ impl IdentifyController {
         b[o::NVSCC] = self.nvscc;
         b[o::NWPC] = self.nwpc;
         put_u16(&mut b, o::ACWU, self.acwu);
+        put_u16(&mut b, o::OCFS, self.ocfs);
         put_u32(&mut b, o::SGLS, self.sgls);
         put_u32(&mut b, o::MNAN, self.mnan);
         put_cstr(&mut b, o::SUBNQN, 256, &self.subnqn);
@@ -631,6 +636,9 @@ pub mod ns_off {
     pub const NPDG: usize = 68;
     pub const NPDA: usize = 70;
     pub const NOWS: usize = 72;
+    pub const MSSRL: usize = 74;
+    pub const MCL: usize = 76;
+    pub const MSRC: usize = 80;
     pub const ANAGRPID: usize = 92;
     pub const NSATTR: usize = 99;
     pub const NVMSETID: usize = 100;
@@ -699,6 +707,12 @@ pub struct IdentifyNamespace {
     pub npda: u16,
     /// Optimal write size (0's based).
     pub nows: u16,
+    /// Maximum single source range length of a Copy (LBAs).
+    pub mssrl: u16,
+    /// Maximum copy length: all source ranges of a Copy together (LBAs).
+    pub mcl: u32,
+    /// Maximum source range count of a Copy (0's based).
+    pub msrc: u8,
     /// ANA group identifier.
     pub anagrpid: u32,
     /// Namespace attributes (bit 0 write protected).
@@ -762,6 +776,9 @@ impl IdentifyNamespace {
             npdg: u16_at(b, o::NPDG),
             npda: u16_at(b, o::NPDA),
             nows: u16_at(b, o::NOWS),
+            mssrl: u16_at(b, o::MSSRL),
+            mcl: u32_at(b, o::MCL),
+            msrc: b[o::MSRC],
             anagrpid: u32_at(b, o::ANAGRPID),
             nsattr: b[o::NSATTR],
             nvmsetid: u16_at(b, o::NVMSETID),
@@ -802,6 +819,9 @@ impl IdentifyNamespace {
         put_u16(&mut b, o::NPDG, self.npdg);
         put_u16(&mut b, o::NPDA, self.npda);
         put_u16(&mut b, o::NOWS, self.nows);
+        put_u16(&mut b, o::MSSRL, self.mssrl);
+        put_u32(&mut b, o::MCL, self.mcl);
+        b[o::MSRC] = self.msrc;
         put_u32(&mut b, o::ANAGRPID, self.anagrpid);
         b[o::NSATTR] = self.nsattr;
         put_u16(&mut b, o::NVMSETID, self.nvmsetid);
@@ -1044,6 +1064,7 @@ mod tests {
             cntlid: 0x0102,
             subnqn: "nqn.2024-01.io.example:sub".into(),
             oncs: 0x2C,
+            ocfs: 1,
             kas: 10,
             sgls: 0x0010_0001,
             ioccsz: (64 + 8192) / 16,
@@ -1073,6 +1094,7 @@ mod tests {
         assert_eq!(&b[516..520], &[0, 4, 0, 0]);
         assert_eq!(&b[520..522], &[0x2C, 0]);
         assert_eq!(b[525], 1);
+        assert_eq!(&b[534..536], &[1, 0]);
         assert_eq!(&b[536..540], &[1, 0, 0x10, 0]);
         assert_eq!(&b[768..768 + 26], c.subnqn.as_bytes());
         assert_eq!(b[768 + 26], 0);
@@ -1102,9 +1124,14 @@ mod tests {
             anagrpid: 1,
             lbaf: vec![LbaFormat::new(9), LbaFormat { ms: 8, lbads: 12, rp: 2 }],
             flbas: 1,
+            mssrl: 0x0102,
+            mcl: 0x0304_0506,
+            msrc: 0x7F,
             ..Default::default()
         };
         let b = ns.encode();
+        // Copy limits (Linux struct nvme_id_ns: mssrl, mcl, msrc after nows).
+        assert_eq!(&b[72..81], &[0, 0, 2, 1, 6, 5, 4, 3, 0x7F]);
         assert_eq!(&b[0..8], &0x1000u64.to_le_bytes());
         assert_eq!(&b[16..24], &0x800u64.to_le_bytes());
         assert_eq!(b[25], 1);

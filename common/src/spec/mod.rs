@@ -14,10 +14,12 @@
 //! - [`discovery`]: Discovery log page (LID 70h) header and entries.
 //! - [`features`]: Set/Get Features, Number of Queues, AER completion, Abort.
 //! - [`dsm`]: Dataset Management command and ranges.
+//! - [`copy`]: Copy command and its source ranges (descriptor format 0).
 //! - [`nqn`]: NQN validation and UUID-form NQNs.
 //! - [`reservation`]: reservation commands, keys, status data and notification log.
 
 pub mod connect;
+pub mod copy;
 pub mod discovery;
 pub mod dsm;
 pub mod features;
@@ -28,6 +30,7 @@ pub mod property;
 pub mod reservation;
 
 pub use connect::{ConnectCmd, ConnectData, CNTLID_DYNAMIC};
+pub use copy::{CopyCmd, CopyRange};
 pub use discovery::{DiscoveryLog, DiscoveryLogEntry, DiscoveryLogHeader};
 pub use dsm::{DsmCmd, DsmRange};
 pub use features::{AsyncEvent, FeatureId, GetFeaturesCmd, NumQueues, SetFeaturesCmd};

@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use nvmeof_common::opcode::{AdminOpcode, IoOpcode};
+use nvmeof_common::spec::copy::{OCFS_FORMAT0, ONCS_COPY};
 use nvmeof_common::spec::features::{
     aec, write_protect, FeatureId, GetFeaturesCmd, NumQueues, SetFeaturesCmd, ABORT_DW0_NOT_ABORTED,
 };
@@ -36,12 +37,13 @@ use nvmeof_common::spec::{
 use nvmeof_common::{Sqe, Status};
 use tracing::debug;
 
-use super::{discovery, expect_len, Exec, Pending, QueueCtx, Response, WriteProtectFlush};
+use super::{discovery, expect_len, io, Exec, Pending, QueueCtx, Response, WriteProtectFlush};
 use crate::backend::IoOp;
 use crate::core::ana::DEFAULT_ANA_GROUP;
 use crate::core::controller::{AEC_ANA_CHANGE, AEC_DISC_CHANGE, MAX_AERS};
 use crate::core::error_log::ERROR_LOG_ENTRIES;
 use crate::core::io_stats::IoTotals;
+use crate::core::target::Limits;
 use crate::core::{Controller, Namespace, Target};
 
 /// Version reported in Identify Controller VER and the VS property: NVMe 1.3.0.
@@ -74,8 +76,9 @@ const ANACAP: u8 = 0x1F;
 const ANATT: u8 = 10;
 /// ONCS: Compare (bit 0), Dataset Management (bit 2), Write Zeroes (bit 3),
 /// Reservations (bit 5; nvmet sets it whether or not a namespace has them
-/// enabled, and RESCAP says which do).
-const ONCS: u16 = (1 << 0) | (1 << 2) | (1 << 3) | (1 << 5);
+/// enabled, and RESCAP says which do), Copy (bit 8; nvmet has no Copy,
+/// SPDK sets it where the bdev can copy; every backend here can).
+const ONCS: u16 = (1 << 0) | (1 << 2) | (1 << 3) | (1 << 5) | ONCS_COPY;
 /// RESCAP of a namespace with reservations: every type and IEKEY as NVMe
 /// 1.3 defines it, as nvmet; [`rescap_of`] adds Persist Through Power Loss.
 const RESCAP: u8 = rescap::ALL_TYPES | rescap::IEKEY_1_3;
@@ -226,7 +229,10 @@ fn identify(target: &Target, ctrl: &Controller, sqe: &Sqe) -> Result<Response, S
             // Inactive NSID: all-zero structure.
             subsys.namespace(cmd.nsid).map_or_else(
                 || vec![0; IDENTIFY_DATA_LEN],
-                |ns| identify_ns(&ns, target.port_ana(ctrl.port_id).state(ns.ana_group())).encode(),
+                |ns| {
+                    let ana = target.port_ana(ctrl.port_id).state(ns.ana_group());
+                    identify_ns(&ns, ana, &target.limits).encode()
+                },
             )
         }
         Cns::CTRL => identify_controller(target, ctrl).encode(),
@@ -319,6 +325,7 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
         cqes: 0x44,
         nn: MAX_NAMESPACES.max(max_nsid),
         oncs: ONCS,
+        ocfs: OCFS_FORMAT0,
         vwc: VOLATILE_WRITE_CACHE as u8,
         mnan: MAX_NAMESPACES,
         ioccsz: (64 + limits.in_capsule_data) / 16,
@@ -341,9 +348,10 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
 /// Identify Namespace (CNS 00h) for an active namespace whose ANA group is
 /// in state `ana` through the asking controller's port: one LBA format, no
 /// metadata, capacity = size = utilisation (0 while inaccessible or lost, as
-/// nvmet), shared, its ANA group.
-pub fn identify_ns(ns: &Namespace, ana: AnaState) -> IdentifyNamespace {
+/// nvmet), shared, its ANA group, its Copy limits ([`io::copy_limits`]).
+pub fn identify_ns(ns: &Namespace, ana: AnaState, limits: &Limits) -> IdentifyNamespace {
     let blocks = ns.blocks();
+    let copy = io::copy_limits(ns.block_shift, limits);
     let nuse = match ana {
         AnaState::INACCESSIBLE | AnaState::PERSISTENT_LOSS => 0,
         _ => blocks,
@@ -360,6 +368,9 @@ pub fn identify_ns(ns: &Namespace, ana: AnaState) -> IdentifyNamespace {
         nguid: ns.nguid,
         eui64: ns.eui64,
         lbaf: vec![LbaFormat::new(ns.block_shift as u8)],
+        mssrl: copy.mssrl,
+        mcl: copy.mcl,
+        msrc: copy.msrc,
         ..Default::default()
     }
 }
@@ -572,7 +583,7 @@ fn command_effects_log() -> Vec<u8> {
     ] {
         log.iocs[op.0 as usize] = effects::CSUPP;
     }
-    for op in [IoOpcode::WRITE, IoOpcode::WRITE_ZEROES, IoOpcode::DSM] {
+    for op in [IoOpcode::WRITE, IoOpcode::WRITE_ZEROES, IoOpcode::DSM, IoOpcode::COPY] {
         log.iocs[op.0 as usize] = effects::CSUPP | effects::LBCC;
     }
     log.encode()
@@ -883,7 +894,7 @@ mod tests {
         assert_eq!(u16_at(&b, o::MAXCMD), 1024);
         assert_eq!(u32_at(&b, o::NN), 1024);
         assert_eq!(u32_at(&b, o::MNAN), 1024);
-        assert_eq!(u16_at(&b, o::ONCS), 0x2D);
+        assert_eq!(u16_at(&b, o::ONCS), 0x12D);
         // Present even with only RAM namespaces: one added later may have a cache.
         assert_eq!(b[o::VWC], 1);
         assert_eq!(b[o::ACL], 3);

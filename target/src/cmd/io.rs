@@ -1,10 +1,14 @@
 //! NVM I/O commands (nvmet `io-cmd-file.c` / `io-cmd-bdev.c`; reference §6):
 //! Read, Write (+FUA), Compare, Flush, Write Zeroes (+deallocate), Dataset
-//! Management (deallocate); Reservation Register, Report, Acquire and
-//! Release on namespaces with reservations (nvmet `pr.c`, [`crate::core::reservation`]).
+//! Management (deallocate), Copy (format 0; SPDK's, as nvmet has none);
+//! Reservation Register, Report, Acquire and Release on namespaces with
+//! reservations (nvmet `pr.c`, [`crate::core::reservation`]).
 
-use bytes::Bytes;
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
 use nvmeof_common::opcode::IoOpcode;
+use nvmeof_common::spec::copy::{self, CopyCmd, COPY_MAX_RANGES};
 use nvmeof_common::spec::dsm::DSM_RANGE_LEN;
 use nvmeof_common::spec::reservation::{
     AcquireAction, RegisterAction, ReleaseAction, ReservationCmd, ReservationKeys, STATUS_EXT_HEADER_LEN,
@@ -14,8 +18,9 @@ use nvmeof_common::{Sqe, Status};
 use tracing::{info, warn};
 
 use super::{complete, expect_len, Exec, Pending, QueueCtx, Response};
-use crate::backend::{IoCompletion, IoOp};
+use crate::backend::{Backend, IoCompletion, IoOp};
 use crate::core::reservation::Access;
+use crate::core::target::Limits;
 use crate::core::{Controller, Namespace};
 
 /// DSM CDW11 bit 2: Attribute - Deallocate.
@@ -141,6 +146,12 @@ fn parse_on(ctx: &QueueCtx, ctrl: &Controller, ns: &Namespace, sqe: &Sqe) -> Res
             check_reservation(ctx, ctrl, ns, Access::Write)?;
             parse_write_group(ns, sqe, sgl_len)
         }
+        IoOpcode::COPY => {
+            // A write for reservations: it changes the destination's blocks
+            // (NVMe Base 2.0 §8.19, Copy is in the write command group).
+            check_reservation(ctx, ctrl, ns, Access::Write)?;
+            parse_copy(ctx, sqe, sgl_len)
+        }
         // The opcodes are disjoint, so looking at the reservation commands
         // last answers as nvmet, which parses them first, and keeps the
         // check off the read and write path.
@@ -165,6 +176,178 @@ fn parse_write_group(ns: &Namespace, sqe: &Sqe, sgl_len: u64) -> Result<(), Stat
             Ok(())
         }
     }
+}
+
+/// Largest Copy in bytes whatever MDTS says: the target holds all of a
+/// Copy's source data before it writes the destination.
+pub const COPY_MAX_BYTES: u32 = 8 << 20;
+
+/// A namespace's Copy limits, as Identify Namespace reports them.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub struct CopyLimits {
+    /// MSSRL: most blocks in one source range.
+    pub mssrl: u16,
+    /// MCL: most blocks in all source ranges together.
+    pub mcl: u32,
+    /// MSRC: most source ranges, 0's based.
+    pub msrc: u8,
+}
+
+/// The Copy limits of a namespace with `block_shift`-sized blocks: a Copy
+/// moves at most what one Write may carry (MDTS), and at most
+/// [`COPY_MAX_BYTES`], as its source data is gathered in memory before the
+/// one write to the destination; every range count NR can express.
+pub fn copy_limits(block_shift: u32, limits: &Limits) -> CopyLimits {
+    let mcl = (limits.max_transfer().min(COPY_MAX_BYTES) >> block_shift).max(1);
+    CopyLimits { mssrl: mcl.min(u16::MAX as u32) as u16, mcl, msrc: (COPY_MAX_RANGES - 1) as u8 }
+}
+
+/// Parse step of Copy: descriptor format 0 only (OCFS bit 0; format 1
+/// carries 64-bit guard protection information, which no namespace here
+/// has) else Invalid Field; the data must hold the NR + 1 source ranges
+/// (Data SGL Length Invalid, as for Dataset Management) and fit MDTS
+/// (Invalid Field). Ranges and limits are checked once the ranges arrive.
+fn parse_copy(ctx: &QueueCtx, sqe: &Sqe, sgl_len: u64) -> Result<(), Status> {
+    let cmd = CopyCmd::from_sqe(sqe);
+    if cmd.format() != 0 {
+        return Err(Status::INVALID_FIELD.with_dnr());
+    }
+    if sgl_len < cmd.data_len() as u64 {
+        return Err(Status::SGL_INVALID_DATA.with_dnr());
+    }
+    let max = ctx.target.limits.max_transfer() as u64;
+    if sgl_len > max {
+        warn!(len = sgl_len, max, "copy source range list larger than MDTS");
+        return Err(Status::INVALID_FIELD.with_dnr());
+    }
+    Ok(())
+}
+
+/// A Copy past its parse step: the source ranges are read one after the
+/// other, then their data is written to the destination in one Write (with
+/// the command's FUA), so the destination gets the sources as they were
+/// before the Copy even where they overlap it.
+#[derive(Clone)]
+pub struct CopyJob {
+    backend: Arc<dyn Backend>,
+    /// Source ranges in bytes: (offset, length).
+    sources: Vec<(u64, u64)>,
+    /// The next source range to read; `sources.len()`: the write is in flight.
+    next: usize,
+    /// Data of the ranges read so far.
+    read: Vec<Bytes>,
+    /// Destination byte offset.
+    dest: u64,
+    /// Total bytes copied.
+    len: usize,
+    fua: bool,
+}
+
+impl std::fmt::Debug for CopyJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CopyJob")
+            .field("ranges", &self.sources.len())
+            .field("next", &self.next)
+            .field("dest", &self.dest)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+/// Execute step of Copy: the limits (Command Size Limits Exceeded: a range
+/// longer than MSSRL, all ranges longer than MCL), then every range and the
+/// destination against the namespace (LBA Out of Range, with the range's
+/// SLBA in the error log), then the first read.
+fn execute_copy(ctx: &QueueCtx, ns: &Namespace, sqe: &Sqe, data: &[u8], tag: u32) -> Exec {
+    let cmd = CopyCmd::from_sqe(sqe);
+    let Ok(ranges) = copy::decode_ranges(data, cmd.num_ranges()) else {
+        return Status::SGL_INVALID_DATA.with_dnr().into();
+    };
+    let limits = copy_limits(ns.block_shift, &ctx.target.limits);
+    let blocks = ns.blocks();
+    let mut total = 0u64;
+    let mut sources = Vec::with_capacity(ranges.len());
+    for r in &ranges {
+        let n = r.blocks() as u64;
+        total += n;
+        if n > limits.mssrl as u64 || total > limits.mcl as u64 {
+            warn!(
+                range_blocks = n,
+                mssrl = limits.mssrl,
+                total_blocks = total,
+                mcl = limits.mcl,
+                "copy larger than the namespace's limits"
+            );
+            return Status::CMD_SIZE_LIMIT.with_dnr().into();
+        }
+        if r.slba.checked_add(n).is_none_or(|e| e > blocks) {
+            let status = Status::LBA_RANGE.with_dnr();
+            return Response { error_lba: Some(r.slba), ..Response::status(status) }.into();
+        }
+        sources.push((r.slba << ns.block_shift, n << ns.block_shift));
+    }
+    if cmd.sdlba.checked_add(total).is_none_or(|e| e > blocks) {
+        return Status::LBA_RANGE.with_dnr().into();
+    }
+    // A host write command for SMART; its blocks never crossed the wire.
+    ns.io_stats.write(0);
+    let job = CopyJob {
+        backend: ns.backend.clone(),
+        sources,
+        next: 0,
+        read: Vec::with_capacity(ranges.len()),
+        dest: cmd.sdlba << ns.block_shift,
+        len: (total << ns.block_shift) as usize,
+        fua: cmd.fua(),
+    };
+    copy_step(ctx, Box::new(job), tag, None)
+}
+
+/// Moves a Copy on by its last operation's completion `done` (`None`: not
+/// started): the next source read, the write once all are read, the
+/// response once the write completes or an operation fails. Called by the
+/// queue for a [`Pending::Copy`] completion; operations a backend finishes
+/// inline are followed at once.
+pub fn copy_step(ctx: &QueueCtx, mut job: Box<CopyJob>, tag: u32, mut done: Option<IoCompletion>) -> Exec {
+    // Bounded: one pass per source range plus the write.
+    for _ in 0..=job.sources.len() + 1 {
+        if let Some(c) = done.take() {
+            if !c.status.is_success() {
+                return Response::status(c.status).into();
+            }
+            if job.next > job.sources.len() {
+                return Response::status(Status::SUCCESS).into();
+            }
+            job.read.push(c.data);
+        }
+        let op = match job.sources.get(job.next) {
+            Some(&(offset, len)) => IoOp::Read { offset, len: len as usize },
+            None => {
+                let data = match job.read.len() {
+                    1 => job.read.pop().unwrap_or_default(),
+                    _ => {
+                        let mut all = BytesMut::with_capacity(job.len);
+                        job.read.drain(..).for_each(|b| all.extend_from_slice(&b));
+                        all.freeze()
+                    }
+                };
+                IoOp::Write { offset: job.dest, data, fua: job.fua }
+            }
+        };
+        job.next += 1;
+        match job.backend.submit(tag, op, &ctx.io) {
+            Some(c) => done = Some(c),
+            None => {
+                // The queue's ring submits at its loop's next pass, which a
+                // completion handler may not reach before the queue sleeps.
+                if let Some(r) = &ctx.io.ring {
+                    r.submit();
+                }
+                return Exec::Pending(Pending::Copy(job));
+            }
+        }
+    }
+    Status::INTERNAL.with_dnr().into()
 }
 
 /// Execute step: hands the operation to the namespace's backend.
@@ -252,6 +435,7 @@ fn execute_on(
             }
             (IoOp::Deallocate { ranges }, Pending::Plain)
         }
+        IoOpcode::COPY => return execute_copy(ctx, ns, sqe, &data, tag),
         op if ns.reservations.is_some() && is_reservation_cmd(op) => {
             return execute_reservation(ctx, ctrl, ns, sqe, &data, tag);
         }

@@ -178,6 +178,8 @@ pub enum Pending {
     Compare(Bytes),
     /// Set Features Write Protect: the flush after setting protection.
     WriteProtect(WriteProtectFlush),
+    /// Copy: its next step ([`io::copy_step`], which the queue calls).
+    Copy(Box<io::CopyJob>),
 }
 
 /// The namespace a Set Features Write Protect flushes (nvmet
@@ -432,6 +434,10 @@ pub fn complete(pending: Pending, c: IoCompletion) -> Response {
             }
             Response::status(c.status)
         }
+        // The queue hands a Copy's completions to `io::copy_step`; one that
+        // ends here fails the Copy rather than half finishing it.
+        Pending::Copy(_) if c.status.is_success() => Response::status(Status::INTERNAL.with_dnr()),
+        Pending::Copy(_) => Response::status(c.status),
         Pending::Compare(expected) => {
             if !c.status.is_success() {
                 Response::status(c.status)

@@ -284,6 +284,40 @@ kh_smart_io() {
         || fail "SMART counts less than dd-verify's 32 MiB written and read back"
 }
 
+# kh_copy: Copy (NVM OPC 19h) as `nvme copy` sends it through the kernel's
+# passthrough ioctl: the second and first 32 KiB of 64 KiB written at 48 MiB
+# gathered to 49 MiB, read back with O_DIRECT, the block after it untouched;
+# Identify shows ONCS bit 8 and the limits. nvmet has no Copy: against it the
+# step checks that the command is refused.
+kh_copy() {
+    need_dev
+    _bs=$(blockdev --getss "$DEV")
+    _s=$(((48 << 20) / _bs)); _n=$((32768 / _bs)); _d=$(((49 << 20) / _bs))
+    head -c 65536 /dev/urandom >/tmp/cp.src
+    t 30 dd if=/tmp/cp.src of="$DEV" bs=65536 seek=$((48 * 16)) oflag=direct status=none || fail "dd write of the source"
+    t 30 dd if=/dev/zero of="$DEV" bs=65536 seek=$((49 * 16)) count=2 oflag=direct status=none || fail "dd zeroing the destination"
+    # --blocks is NLB, 0's based
+    t 30 nvme copy "$DEV" --sdlba=$_d --slbs=$((_s + _n)),$_s --blocks=$((_n - 1)),$((_n - 1)) >/tmp/cp.out 2>&1
+    _rc=$?
+    if [ "$TARGET" = kernel-guest ]; then
+        [ "$_rc" != 0 ] || fail "nvmet ran a Copy: $(cat /tmp/cp.out)"
+        info "nvmet refuses Copy (rc $_rc): $(head -c 200 /tmp/cp.out)"
+        rm -f /tmp/cp.src /tmp/cp.out
+        return 0
+    fi
+    [ "$_rc" = 0 ] || fail "nvme copy failed (rc $_rc): $(cat /tmp/cp.out)"
+    t 30 dd if="$DEV" of=/tmp/cp.dst bs=65536 skip=$((49 * 16)) count=2 iflag=direct status=none || fail "dd read of the destination"
+    { tail -c 32768 /tmp/cp.src; head -c 32768 /tmp/cp.src; } | cmp -n 65536 - /tmp/cp.dst || fail "the destination differs from the gathered source ranges"
+    [ "$(tail -c 65536 /tmp/cp.dst | tr -d '\000' | wc -c)" = 0 ] || fail "the Copy wrote past its destination"
+    _oncs=$(t 30 nvme id-ctrl "/dev/$CTRL" | field oncs)
+    [ $((_oncs & 0x100)) != 0 ] || fail "id-ctrl oncs $_oncs lacks Copy (bit 8)"
+    t 30 nvme id-ns "$DEV" >/tmp/cp.idns || fail "nvme id-ns"
+    _mssrl=$(field mssrl </tmp/cp.idns); _mcl=$(field mcl </tmp/cp.idns); _msrc=$(field msrc </tmp/cp.idns)
+    [ "${_mssrl:-0}" -gt 0 ] && [ "${_mcl:-0}" -ge "${_mssrl:-0}" ] || fail "id-ns copy limits: mssrl '$_mssrl' mcl '$_mcl'"
+    info "copy: 2 ranges of $_n blocks gathered and read back; oncs $_oncs, mssrl $_mssrl, mcl $_mcl, msrc $_msrc"
+    rm -f /tmp/cp.src /tmp/cp.dst /tmp/cp.out /tmp/cp.idns
+}
+
 kh_id_ns() {
     need_dev
     t 30 nvme id-ns "$DEV" >/tmp/idns.txt || fail "nvme id-ns failed"
@@ -1428,6 +1462,7 @@ scenario_main() {
     run_step error-log 40 kh_error_log
     run_step dd-verify 180 kh_dd_verify plain
     run_step smart-io 40 kh_smart_io
+    run_step copy 60 kh_copy
     run_step discard 120 kh_discard
     run_step fio-verify $((FIO_RUNTIME + 90)) kh_fio
     run_step reset-under-io 180 kh_reset_under_io
