@@ -791,6 +791,8 @@ async fn admin_cli_outputs_and_exit_codes() {
         .unwrap();
         assert_eq!(j["subnqn"], NQN);
         assert_eq!(j["mn"], "nvmeof-tools-test");
+        // ONCS with Copy (bit 8) and its format 0.
+        assert_eq!((j["oncs"].as_u64().map(|o| o & 0x100), j["ocfs"].as_u64()), (Some(0x100), Some(1)));
         let j: Value = serde_json::from_str(
             &admin(&["nvmeof", "identify", a, "--nqn", NQN, "--nsid", "1", "--json", h[0], h[1]], b"")
                 .await
@@ -798,6 +800,11 @@ async fn admin_cli_outputs_and_exit_codes() {
         )
         .unwrap();
         assert_eq!((j["nsze"].as_u64(), j["block_size"].as_u64()), (Some(NS_SIZE / 512), Some(512)));
+        // Copy limits: the default MDTS (1 MiB) in 512-byte blocks.
+        assert_eq!(
+            (j["mssrl"].as_u64(), j["mcl"].as_u64(), j["msrc"].as_u64()),
+            (Some(2048), Some(2048), Some(255))
+        );
         // list
         let text = admin(&["nvmeof", "list", a, "--nqn", NQN, h[0], h[1]], b"").await.unwrap();
         assert!(
