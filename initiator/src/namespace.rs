@@ -877,7 +877,7 @@ mod tests {
         // MCL ends a command inside a range.
         assert_eq!(
             planned(&id, &[(0, 8), (10, 8), (20, 8)]),
-            vec![(vec![(0, 8), (10, 8), (20, 4)], 20), (vec![(24, 4)], 4),]
+            vec![(vec![(0, 8), (10, 8), (20, 4)], 20), (vec![(24, 4)], 4)]
         );
         // Zero limits: the largest the fields express (65536 blocks per range, 256 ranges).
         let open = IdentifyNamespace { mssrl: 0, mcl: 0, msrc: 255, ..Default::default() };
