@@ -26,6 +26,9 @@ const MAX_NLB: u64 = 1 << 16;
 /// Commands of a [`Namespace::write_zeroes`] built and submitted at a time.
 const WRITE_ZEROES_GROUP: u64 = 256;
 
+/// Commands of a [`Namespace::copy`] submitted at a time.
+const COPY_GROUP: usize = 256;
+
 /// Splits a copy of `ranges` into Copy commands within `id`'s limits:
 /// each command's source ranges and block count. MSSRL or MCL 0 count as
 /// the largest the fields can express.
@@ -653,9 +656,11 @@ impl Namespace {
     /// this returns.
     ///
     /// A request past the namespace's Copy limits (Identify Namespace
-    /// MSSRL, MCL, MSRC) goes as several Copy commands, one after the
-    /// other; a source that overlaps an earlier command's destination is
-    /// read after that command wrote it. Fails with
+    /// MSSRL, MCL, MSRC) goes as several Copy commands: in flight together
+    /// (256 at a time) where no source overlaps the destination, else one
+    /// after the other, so a source that overlaps an earlier command's
+    /// destination is read after that command wrote it. On an error, the
+    /// commands already sent may have copied their part. Fails with
     /// [`Error::InvalidArgument`] where the controller has no Copy (ONCS
     /// bit 8, or OCFS without format 0: the Linux kernel target has none),
     /// for a range of 0 blocks, or for a range past the last 64-bit LBA;
@@ -669,14 +674,27 @@ impl Namespace {
         let total: u64 = ranges.iter().map(|&(_, n)| n as u64).sum();
         check_range(dest_lba, total)?;
         let mut dest = dest_lba;
+        let mut built = Vec::with_capacity(commands.len());
         for (sources, blocks) in commands {
-            let cmd = CopyCmd::new(self.nsid, dest, sources.len(), flags.fua);
-            let mut sqe = cmd.to_sqe(0);
+            let mut sqe = CopyCmd::new(self.nsid, dest, sources.len(), flags.fua).to_sqe(0);
             sqe.set_cdw(12, sqe.cdw(12) | flags.cdw12_bits() & CopyCmd::LR);
-            let buf = copy::encode_ranges(&sources)?;
-            let q = self.ctrl.core().pick_io(QueueUse::Default)?;
-            self.run_one(q, sqe, &mut Data::Write(&buf), self.retries(flags)).await?;
+            built.push((sqe, copy::encode_ranges(&sources)?));
             dest += blocks;
+        }
+        let overlap = ranges.iter().any(|&(lba, n)| lba < dest_lba + total && dest_lba < lba + n as u64);
+        if overlap {
+            // A later command may read what an earlier one writes: in order.
+            for (sqe, buf) in &built {
+                let q = self.ctrl.core().pick_io(QueueUse::Default)?;
+                self.run_one(q, *sqe, &mut Data::Write(buf), self.retries(flags)).await?;
+            }
+            return Ok(());
+        }
+        // No command reads what another writes: together, as a split write
+        // is, a group at a time (a copy of gigabytes is thousands of them).
+        for group in built.chunks(COPY_GROUP) {
+            let ops = group.iter().map(|(sqe, buf)| self.op(*sqe, Data::Write(buf), flags)).collect();
+            self.run(ops).await?;
         }
         Ok(())
     }

@@ -29,7 +29,7 @@ fn copy_cmd(ranges: &[(u64, u32)], sdlba: u64) -> (nvmeof_common::Sqe, Bytes) {
 /// On each backend: several ranges gathered in order, a copy onto its own
 /// source (the destination gets the sources as they were), FUA, and a copy
 /// longer than the namespace's MCL, which the initiator sends as several
-/// commands.
+/// commands (together, or in order where they overlap).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copy_gathers_ranges_on_every_backend() {
     bounded(60, async {
@@ -89,6 +89,17 @@ async fn copy_gathers_ranges_on_every_backend() {
             let mut got = vec![0u8; 3000 * bs];
             ns.read(0, &mut got).await.unwrap();
             assert!(got == big, "ns {nsid}: split copy differs");
+            // 0..3000 onto 1000..4000: two commands, the second's source
+            // (2048..3000) inside the first's destination, so in order: the
+            // second copies what the first wrote there (the old 1048..2000).
+            ns.copy(&[(0, 3000)], 1000, IoFlags::default()).await.unwrap();
+            let mut got = vec![0u8; 3000 * bs];
+            ns.read(1000, &mut got).await.unwrap();
+            assert!(got[..2048 * bs] == big[..2048 * bs], "ns {nsid}: first command of an overlapping copy");
+            assert!(
+                got[2048 * bs..] == big[1048 * bs..2000 * bs],
+                "ns {nsid}: overlapping commands not in order"
+            );
 
             // Past the namespace: the target's LBA Out of Range.
             let end = ns.blocks();
