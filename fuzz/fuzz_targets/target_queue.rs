@@ -37,7 +37,7 @@
 //! fabrics) moves data to the host; with the fuzz bytes on the I/O queue only, the admin
 //! queue still answers Keep Alive afterwards.
 //!
-//! Seeds cover I/O, admin, authentication, namespace events, write
+//! Seeds cover I/O (Copy among it), admin, authentication, namespace events, write
 //! protection and a Preempt and Abort waiting for a write in flight.
 //! `NVMEOF_FUZZ_SEEDS=DIR` writes the seed inputs into DIR at start-up;
 //! `NVMEOF_FUZZ_TRACE=1` prints the PDUs the target sends.
@@ -53,7 +53,7 @@ use nvmeof_common::auth::{AuthCmd, AuthMessage, DhGroup, DhchapSecret, HashId};
 use nvmeof_common::decoder::{DecoderConfig, PduDecoder, Role};
 use nvmeof_common::pdu::{CapsuleCmd, DigestFlags, EncodeConfig, H2cData, IcReq, Pdu};
 use nvmeof_common::spec::{
-    Cc, ConnectCmd, ConnectData, DsmRange, PropertyOffset, PropertySet, CNTLID_DYNAMIC, DISCOVERY_NQN,
+    Cc, ConnectCmd, ConnectData, CopyCmd, CopyRange, DsmRange, PropertyOffset, PropertySet, CNTLID_DYNAMIC, DISCOVERY_NQN,
 };
 use nvmeof_common::{Cqe, SglDescriptor, Sqe};
 use nvmeof_fuzz::{chunk_len, chunked, fix_digests, trace, write_seeds_if_asked};
@@ -434,6 +434,14 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
     let dsm = DsmRange { cattr: 0, nlb: 8, slba: 16 }.encode();
     let mut dsm_sqe = Sqe::new(0x09);
     dsm_sqe.set_cid(6).set_nsid(1).set_cdw(10, 0).set_cdw(11, 1 << 2).set_sgl(SglDescriptor::in_capsule(16));
+    // Copy: block 2 and blocks 16..24 to 40 (its completion path resumes
+    // through `handle_completion` with deferred completions).
+    let copy_ranges: Vec<u8> = [CopyRange::new(2, 1), CopyRange::new(16, 8)]
+        .iter()
+        .flat_map(|r| r.expect("valid range").encode())
+        .collect();
+    let mut copy_sqe = CopyCmd::new(1, 40, 2, false).to_sqe(7);
+    copy_sqe.set_sgl(SglDescriptor::in_capsule(copy_ranges.len() as u32));
     let h2c = Pdu::H2cData(H2cData {
         cccid: 3,
         ttag: 0,
@@ -450,6 +458,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         cmd(rw(0x00, 4, SglDescriptor::transport(0)), &[]),
         cmd(rw(0x08, 5, SglDescriptor::transport(0)), &[]),
         cmd(dsm_sqe, &dsm),
+        cmd(copy_sqe, &copy_ranges),
     ];
     let mut identify = Sqe::new(0x06);
     identify.set_cid(1).set_cdw(10, 1).set_sgl(SglDescriptor::transport(4096));

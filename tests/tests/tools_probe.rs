@@ -859,6 +859,28 @@ async fn admin_cli_outputs_and_exit_codes() {
         let _ = std::fs::remove_file(&file);
         assert_eq!(&got[..1000], &data[..]);
         assert!(got[1000..].iter().all(|&b| b == 0));
+        // copy: the two blocks at 5, second first, to 60 (Copy on the target), read back.
+        let c = admin(
+            &[
+                "nvmeof", "copy", a, "--nqn", NQN, "--range", "6:1", "--range", "5:1", "--to", "60", h[0],
+                h[1],
+            ],
+            b"",
+        )
+        .await
+        .unwrap();
+        assert!(c.contains("copied 2 blocks") && c.contains("2 range(s) to lba 60"), "{c}");
+        let copied =
+            admin_raw(&["nvmeof", "read", a, "--nqn", NQN, "--lba", "60", "--count", "2", h[0], h[1]], b"")
+                .await
+                .unwrap();
+        assert_eq!((&copied[..512], &copied[512..]), (&raw[512..], &raw[..512]));
+        // A destination past the namespace: a usage error before anything is sent.
+        let past = (NS_SIZE / 512 - 1).to_string();
+        let e = admin(&["nvmeof", "copy", a, "--nqn", NQN, "--range", "5:2", "--to", &past, h[0], h[1]], b"")
+            .await
+            .unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
         // Errors: exit codes and messages.
         let e = admin(
             &["nvmeof", "list", a, "--nqn", NQN, "--hostnqn", "nqn.2024-01.io.nvmeof.test:intruder"],
