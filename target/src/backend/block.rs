@@ -24,7 +24,7 @@ use super::file::{
     IoExecutor, WorkerPool, DEFAULT_WORKERS,
 };
 use super::sys::{block_device_geometry, AlignedBuf, BlockGeometry, BUF_ALIGN};
-use super::{io_error_to_status, Backend, IoCompletion, IoOp, QueueIo};
+use super::{io_error_to_status, Backend, IoCompletion, IoHints, IoOp, QueueIo};
 
 /// `BLKZEROOUT`: zero a byte range (`u64[2]` = start, length).
 const BLKZEROOUT: libc::Ioctl = libc::_IO(0x12, 127);
@@ -74,6 +74,7 @@ struct BlockInner {
     block_size: u32,
     /// Device logical block size: the alignment every I/O must have.
     dev_block_size: u32,
+    io_hints: IoHints,
 }
 
 impl BlockInner {
@@ -204,7 +205,7 @@ impl BlockBackend {
             }
             Err(e) => return Err(e),
         };
-        let BlockGeometry { block_size, dev_block_size, size } =
+        let BlockGeometry { block_size, dev_block_size, size, io_hints } =
             block_device_geometry(&file, path, block_size)?;
         let inner = Arc::new(BlockInner {
             path: path.to_owned(),
@@ -214,6 +215,7 @@ impl BlockBackend {
             size,
             block_size,
             dev_block_size,
+            io_hints,
         });
         let pool = WorkerPool::start("nvmet-bdev", workers, inner.clone())?;
         Ok(Self { pool, inner })
@@ -253,6 +255,10 @@ impl Backend for BlockBackend {
 
     fn submit(&self, tag: u32, op: IoOp, io: &QueueIo) -> Option<IoCompletion> {
         self.pool.submit(tag, op, &io.sink)
+    }
+
+    fn io_hints(&self) -> Option<IoHints> {
+        Some(self.inner.io_hints)
     }
 
     fn sync_all(&self) -> Result<(), String> {
@@ -328,6 +334,7 @@ mod tests {
         assert_eq!(b.size(), 16 << 20);
         assert!(b.volatile_write_cache());
         assert!(b.describe().starts_with("block /dev/loop"));
+        super::super::sys::check_io_hints_match_sysfs(&b, &lo.dev);
         assert!(b.resize(32 << 20).is_err());
         assert!(BlockBackend::open(&lo.dev, Some(100)).is_err());
         let bs = b.block_size() as u64;

@@ -60,6 +60,23 @@ pub enum IoOp {
     },
 }
 
+/// The I/O sizes of the device under a namespace, in bytes (0: the device
+/// names none), which Identify Namespace passes on to hosts as nvmet does
+/// for block devices (`nvmet_bdev_set_limits`: NSFEAT bits 1 and 4, NAWUN,
+/// NAWUPF, NACWU, NPWG, NPWA, NPDG, NPDA, NOWS). The Linux host takes its
+/// device's physical block size, minimum and optimal I/O size from them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoHints {
+    /// Physical block size: the unit the device writes atomically.
+    pub physical_block_size: u32,
+    /// Minimum (preferred) I/O size.
+    pub io_min: u32,
+    /// Optimal I/O size.
+    pub io_opt: u32,
+    /// Discard (deallocate) granularity.
+    pub discard_granularity: u32,
+}
+
 /// Bytes handed out by [`Backend::read_shared`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SharedRead {
@@ -148,6 +165,11 @@ pub trait Backend: Send + Sync + 'static {
     /// their own (aligned) buffers keep the default, which submits a plain Read.
     fn read_into(&self, tag: u32, offset: u64, buf: BytesMut, io: &QueueIo) -> Option<IoCompletion> {
         self.submit(tag, IoOp::Read { offset, len: buf.len() }, io)
+    }
+    /// The I/O sizes of the device under the namespace: block devices have
+    /// them, files and RAM none (nvmet reports them for block devices only).
+    fn io_hints(&self) -> Option<IoHints> {
+        None
     }
     /// Flushes everything durable (used on shutdown). Blocking.
     fn sync_all(&self) -> Result<(), String> {

@@ -15,6 +15,12 @@ pub(crate) const BUF_ALIGN: usize = 4096;
 pub(crate) const BLKGETSIZE64: libc::Ioctl = libc::_IOR::<libc::size_t>(0x12, 114);
 /// `BLKSSZGET`: logical block size (`int`).
 pub(crate) const BLKSSZGET: libc::Ioctl = libc::_IO(0x12, 104);
+/// `BLKIOMIN`: minimum I/O size, the device's preferred granularity (`unsigned int`).
+pub(crate) const BLKIOMIN: libc::Ioctl = libc::_IO(0x12, 120);
+/// `BLKIOOPT`: optimal I/O size, 0 where the device names none (`unsigned int`).
+pub(crate) const BLKIOOPT: libc::Ioctl = libc::_IO(0x12, 121);
+/// `BLKPBSZGET`: physical block size (`unsigned int`).
+pub(crate) const BLKPBSZGET: libc::Ioctl = libc::_IO(0x12, 123);
 
 /// `ioctl` returning an integer through a pointer.
 pub(crate) fn ioctl_get<T: Default>(file: &File, req: libc::Ioctl) -> io::Result<T> {
@@ -97,6 +103,8 @@ pub(crate) struct BlockGeometry {
     pub(crate) dev_block_size: u32,
     /// Capacity in bytes (whole namespace blocks).
     pub(crate) size: u64,
+    /// What the device says about its I/O sizes.
+    pub(crate) io_hints: super::IoHints,
 }
 
 /// Checks that `file` (opened from `path`) is a block device and returns the
@@ -127,7 +135,35 @@ pub(crate) fn block_device_geometry(
     if size == 0 {
         return Err(invalid(format!("{} is smaller than one {block_size}-byte block", path.display())));
     }
-    Ok(BlockGeometry { block_size, dev_block_size, size })
+    Ok(BlockGeometry { block_size, dev_block_size, size, io_hints: block_io_hints(file) })
+}
+
+/// The I/O sizes a block device reports, as nvmet's `nvmet_bdev_set_limits`
+/// reads them (`bdev_physical_block_size`, `bdev_io_min`, `bdev_io_opt`,
+/// `bdev_discard_granularity`): the first three by ioctl, the discard
+/// granularity from sysfs (no ioctl has it; a partition's is its disk's).
+/// What cannot be read is 0.
+pub(crate) fn block_io_hints(file: &File) -> super::IoHints {
+    use std::os::unix::fs::MetadataExt;
+    let get = |req| ioctl_get::<libc::c_uint>(file, req).unwrap_or(0);
+    let discard_granularity = file
+        .metadata()
+        .ok()
+        .and_then(|m| {
+            let (major, minor) = (libc::major(m.rdev()), libc::minor(m.rdev()));
+            let dev = format!("/sys/dev/block/{major}:{minor}");
+            ["queue", "../queue"]
+                .iter()
+                .find_map(|q| std::fs::read_to_string(format!("{dev}/{q}/discard_granularity")).ok())
+        })
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(0);
+    super::IoHints {
+        physical_block_size: get(BLKPBSZGET),
+        io_min: get(BLKIOMIN),
+        io_opt: get(BLKIOOPT),
+        discard_granularity,
+    }
 }
 
 /// A unique temp path for tests, removed on drop.
@@ -234,6 +270,26 @@ pub(crate) fn check_write_zeroes_and_deallocate(b: &dyn super::Backend, path: &s
     let after = blocks(path);
     assert!(after < after_punch);
     after
+}
+
+/// A backend on the block device `dev` reports the I/O sizes sysfs shows
+/// for it (`/sys/block/NAME/queue`), and a loop device has the ones it sets
+/// (physical block and minimum I/O size its logical block size).
+#[cfg(test)]
+pub(crate) fn check_io_hints_match_sysfs(b: &dyn super::Backend, dev: &str) {
+    let name = dev.trim_start_matches("/dev/");
+    let sysfs = |attr: &str| -> u32 {
+        let v = std::fs::read_to_string(format!("/sys/block/{name}/queue/{attr}")).unwrap();
+        v.trim().parse().unwrap()
+    };
+    let want = super::IoHints {
+        physical_block_size: sysfs("physical_block_size"),
+        io_min: sysfs("minimum_io_size"),
+        io_opt: sysfs("optimal_io_size"),
+        discard_granularity: sysfs("discard_granularity"),
+    };
+    assert_eq!(b.io_hints(), Some(want), "{dev}");
+    assert!(want.physical_block_size >= 512 && want.io_min >= 512, "{want:?}");
 }
 
 /// A loop device over a temp file for tests; detached and removed on drop.

@@ -82,7 +82,7 @@ use tokio::io::unix::AsyncFd;
 
 use super::file::{in_range, is_unsupported, IoExecutor, WorkerPool, DEFAULT_WORKERS, ZEROES, ZEROES_LEN};
 use super::sys::{block_device_geometry, invalid, AlignedBuf, BlockGeometry, BUF_ALIGN};
-use super::{io_error_to_status, Backend, CompletionSink, IoCompletion, IoOp, QueueIo};
+use super::{io_error_to_status, Backend, CompletionSink, IoCompletion, IoHints, IoOp, QueueIo};
 
 /// Submission-queue entries of a backend's shared ring.
 const SQ_ENTRIES: u32 = 256;
@@ -925,6 +925,8 @@ struct FileShared {
     fua: File,
     path: PathBuf,
     is_block: bool,
+    /// A block device's I/O sizes.
+    io_hints: Option<IoHints>,
     direct: bool,
     /// Offsets and lengths must be multiples of this (1: any).
     io_align: u64,
@@ -1313,7 +1315,7 @@ impl UringBackend {
         };
         let data = direct.unwrap_or(DataFile { file, direct: false, io_align: 1, mem_align: 1 });
         let fua = data.reopen(path, writable)?;
-        Ok(Self::new(data, fua, path, false, block_size, size, writable))
+        Ok(Self::new(data, fua, path, None, block_size, size, writable))
     }
 
     /// Opens the block device at `path`, like [`BlockBackend::open`](super::BlockBackend::open):
@@ -1347,7 +1349,7 @@ impl UringBackend {
             }
             Err(e) => return Err(e),
         };
-        let BlockGeometry { block_size, dev_block_size, size } =
+        let BlockGeometry { block_size, dev_block_size, size, io_hints } =
             block_device_geometry(&file, path, block_size)?;
         let mem_align = match dio_align(&file) {
             Some((mem, _)) if mem.is_power_of_two() && mem as usize <= BUF_ALIGN => mem as usize,
@@ -1355,15 +1357,16 @@ impl UringBackend {
         };
         let data = DataFile { file, direct, io_align: dev_block_size as u64, mem_align };
         let fua = data.reopen(path, writable)?;
-        Ok(Self::new(data, fua, path, true, block_size, size, writable))
+        Ok(Self::new(data, fua, path, Some(io_hints), block_size, size, writable))
     }
 
     /// `writable` false: a read-only namespace, which needs no writer threads.
+    /// `io_hints`: a block device's (a regular file has none).
     fn new(
         data: DataFile,
         fua: File,
         path: &Path,
-        is_block: bool,
+        io_hints: Option<IoHints>,
         block_size: u32,
         size: u64,
         writable: bool,
@@ -1372,7 +1375,8 @@ impl UringBackend {
             file: data.file,
             fua,
             path: path.to_owned(),
-            is_block,
+            is_block: io_hints.is_some(),
+            io_hints,
             direct: data.direct,
             io_align: data.io_align.max(1),
             mem_align: data.mem_align.max(1),
@@ -1457,6 +1461,10 @@ impl Backend for UringBackend {
 
     fn volatile_write_cache(&self) -> bool {
         true
+    }
+
+    fn io_hints(&self) -> Option<IoHints> {
+        self.file.io_hints
     }
 
     fn describe(&self) -> String {
@@ -2389,6 +2397,7 @@ mod tests {
         eprintln!("{} lbs={}", b.describe(), b.block_size());
         assert_eq!(b.size(), 16 << 20);
         assert!(b.describe().starts_with("block /dev/loop"));
+        crate::backend::sys::check_io_hints_match_sysfs(&b, &lo.dev);
         // A block namespace without a configured engine opens with io_uring
         // (IoEngine::BLOCK_DEFAULT), as `--block` and a config file without
         // `io_engine` do.

@@ -38,7 +38,7 @@ use nvmeof_common::{Sqe, Status};
 use tracing::debug;
 
 use super::{discovery, expect_len, io, Exec, Pending, QueueCtx, Response, WriteProtectFlush};
-use crate::backend::IoOp;
+use crate::backend::{IoHints, IoOp};
 use crate::core::ana::DEFAULT_ANA_GROUP;
 use crate::core::controller::{AEC_ANA_CHANGE, AEC_DISC_CHANGE, MAX_AERS};
 use crate::core::error_log::ERROR_LOG_ENTRIES;
@@ -356,7 +356,7 @@ pub fn identify_ns(ns: &Namespace, ana: AnaState, limits: &Limits) -> IdentifyNa
         AnaState::INACCESSIBLE | AnaState::PERSISTENT_LOSS => 0,
         _ => blocks,
     };
-    IdentifyNamespace {
+    let mut id = IdentifyNamespace {
         nsze: blocks,
         ncap: blocks,
         nuse,
@@ -372,7 +372,37 @@ pub fn identify_ns(ns: &Namespace, ana: AnaState, limits: &Limits) -> IdentifyNa
         mcl: copy.mcl,
         msrc: copy.msrc,
         ..Default::default()
+    };
+    if let Some(h) = ns.backend.io_hints() {
+        apply_io_hints(&mut id, &h, ns.block_shift);
     }
+    id
+}
+
+/// Identify Namespace NSFEAT bit 1: NAWUN, NAWUPF and NACWU are the namespace's.
+const NSFEAT_ATOMICS: u8 = 1 << 1;
+/// Identify Namespace NSFEAT bit 4 (OPTPERF): NPWG, NPWA, NPDG, NPDA and NOWS are given.
+const NSFEAT_IO_OPT: u8 = 1 << 4;
+
+/// A block device's I/O sizes in Identify Namespace, as nvmet's
+/// `nvmet_bdev_set_limits`: the atomic write units are one physical block,
+/// the preferred write granularity and alignment the minimum I/O size, the
+/// preferred deallocate granularity and alignment the discard granularity,
+/// the optimal write size the optimal I/O size; each in namespace blocks,
+/// 0's based (a size under one block counts as one). The Linux host sets
+/// its device's physical block size (the smaller of NPWG and NAWUPF), its
+/// minimum I/O size (NPWG) and its optimal I/O size (NOWS) from them.
+fn apply_io_hints(id: &mut IdentifyNamespace, h: &IoHints, block_shift: u32) {
+    // nvmet's to0based: 1 to 65536 units, 0's based.
+    let blocks0 = |bytes: u32| ((bytes >> block_shift).clamp(1, 1 << 16) - 1) as u16;
+    id.nsfeat |= NSFEAT_ATOMICS | NSFEAT_IO_OPT;
+    let lpp0b = blocks0(h.physical_block_size);
+    (id.nawun, id.nawupf, id.nacwu) = (lpp0b, lpp0b, lpp0b);
+    id.npwg = blocks0(h.io_min);
+    id.npwa = id.npwg;
+    id.npdg = blocks0(h.discard_granularity);
+    id.npda = id.npdg;
+    id.nows = blocks0(h.io_opt);
 }
 
 /// RESCAP (CNS 00h and 08h): [`RESCAP`] where reservations are enabled,
@@ -1420,5 +1450,62 @@ mod tests {
         assert_eq!(e.rx.try_recv().unwrap().tag, 30);
         // Keep Alive on discovery.
         assert!(e.run(&Sqe::new(AdminOpcode::KEEP_ALIVE.0)).is_ok());
+    }
+
+    /// A RAM namespace that reports a block device's I/O sizes.
+    struct Hinted(MemBackend, IoHints);
+
+    impl crate::backend::Backend for Hinted {
+        fn size(&self) -> u64 {
+            self.0.size()
+        }
+        fn block_size(&self) -> u32 {
+            self.0.block_size()
+        }
+        fn volatile_write_cache(&self) -> bool {
+            true
+        }
+        fn describe(&self) -> String {
+            "hinted ram".into()
+        }
+        fn resize(&self, new_size: u64) -> Result<(), String> {
+            self.0.resize(new_size)
+        }
+        fn submit(&self, tag: u32, op: IoOp, io: &crate::backend::QueueIo) -> Option<IoCompletion> {
+            self.0.submit(tag, op, io)
+        }
+        fn io_hints(&self) -> Option<IoHints> {
+            Some(self.1)
+        }
+    }
+
+    #[test]
+    fn a_block_devices_io_sizes_reach_identify_namespace_as_nvmet_reports_them() {
+        use crate::backend::Backend;
+        let identify = |bs: u32, hints: Option<IoHints>| {
+            let ram = MemBackend::new(1 << 20, bs);
+            let backend: Arc<dyn Backend> = match hints {
+                Some(h) => Arc::new(Hinted(ram, h)),
+                None => Arc::new(ram),
+            };
+            identify_ns(&Namespace::new(SUBNQN, 1, backend), AnaState::OPTIMIZED, &Limits::default())
+        };
+        // 512-byte blocks on 4 KiB physical blocks, 64 KiB optimal I/O, 1 MiB discard granularity.
+        let ssd =
+            IoHints { physical_block_size: 4096, io_min: 4096, io_opt: 65536, discard_granularity: 1 << 20 };
+        let id = identify(512, Some(ssd));
+        assert_eq!(id.nsfeat, NSFEAT_ATOMICS | NSFEAT_IO_OPT);
+        assert_eq!((id.nawun, id.nawupf, id.nacwu), (7, 7, 7));
+        assert_eq!((id.npwg, id.npwa, id.npdg, id.npda, id.nows), (7, 7, 2047, 2047, 127));
+        // In 4 KiB namespace blocks; sizes the device does not name (0) count as one block.
+        let id = identify(4096, Some(IoHints { io_opt: 0, discard_granularity: 0, ..ssd }));
+        assert_eq!((id.nawupf, id.npwg, id.npdg, id.nows), (0, 0, 0, 0));
+        assert_eq!(id.nsfeat, 0x12);
+        // At most 65536 blocks.
+        let id = identify(512, Some(IoHints { discard_granularity: 1 << 30, ..ssd }));
+        assert_eq!(id.npdg, u16::MAX);
+        // Files and RAM: none of it, as nvmet (block devices only).
+        let id = identify(512, None);
+        assert_eq!((id.nsfeat, id.nawupf, id.npwg, id.npdg, id.nows), (0, 0, 0, 0, 0));
     }
 }
