@@ -1289,33 +1289,44 @@ mod tests {
         assert_eq!(e.run(&get(1)).unwrap().result, 0);
     }
 
-    /// A RAM backend whose Flush fails, completing through the queue's sink
-    /// as the file and block backends do.
-    struct FlushFails(MemBackend);
+    /// A RAM backend with a twist: its Flush fails (completing through the
+    /// queue's sink, as the file and block backends do), or it reports a
+    /// block device's I/O sizes.
+    struct RamVariant {
+        ram: MemBackend,
+        flush_fails: bool,
+        hints: Option<IoHints>,
+    }
 
-    impl crate::backend::Backend for FlushFails {
+    impl crate::backend::Backend for RamVariant {
         fn size(&self) -> u64 {
-            self.0.size()
+            self.ram.size()
         }
         fn block_size(&self) -> u32 {
-            self.0.block_size()
+            self.ram.block_size()
         }
         fn volatile_write_cache(&self) -> bool {
             true
         }
         fn describe(&self) -> String {
-            "flush fails".into()
+            "ram variant".into()
         }
         fn resize(&self, new_size: u64) -> Result<(), String> {
-            self.0.resize(new_size)
+            self.ram.resize(new_size)
         }
         fn submit(&self, tag: u32, op: IoOp, io: &crate::backend::QueueIo) -> Option<IoCompletion> {
+            if !self.flush_fails {
+                return self.ram.submit(tag, op, io);
+            }
             let c = match op {
                 IoOp::Flush => IoCompletion::status(tag, Status::WRITE_FAULT),
-                op => self.0.submit(tag, op, io).expect("RAM completes inline"),
+                op => self.ram.submit(tag, op, io).expect("RAM completes inline"),
             };
             let _ = io.sink.send(c);
             None
+        }
+        fn io_hints(&self) -> Option<IoHints> {
+            self.hints
         }
     }
 
@@ -1325,7 +1336,7 @@ mod tests {
         e.subsys.add_namespace(Arc::new(Namespace::new(
             SUBNQN,
             7,
-            Arc::new(FlushFails(MemBackend::new(1 << 20, 512))),
+            Arc::new(RamVariant { ram: MemBackend::new(1 << 20, 512), flush_fails: true, hints: None }),
         )));
         e.log(LogPageId::CHANGED_NS, 0, 4096, false).unwrap();
         let mut s = SetFeaturesCmd::new(FeatureId::WRITE_PROTECT, 1).to_sqe(3);
@@ -1452,40 +1463,13 @@ mod tests {
         assert!(e.run(&Sqe::new(AdminOpcode::KEEP_ALIVE.0)).is_ok());
     }
 
-    /// A RAM namespace that reports a block device's I/O sizes.
-    struct Hinted(MemBackend, IoHints);
-
-    impl crate::backend::Backend for Hinted {
-        fn size(&self) -> u64 {
-            self.0.size()
-        }
-        fn block_size(&self) -> u32 {
-            self.0.block_size()
-        }
-        fn volatile_write_cache(&self) -> bool {
-            true
-        }
-        fn describe(&self) -> String {
-            "hinted ram".into()
-        }
-        fn resize(&self, new_size: u64) -> Result<(), String> {
-            self.0.resize(new_size)
-        }
-        fn submit(&self, tag: u32, op: IoOp, io: &crate::backend::QueueIo) -> Option<IoCompletion> {
-            self.0.submit(tag, op, io)
-        }
-        fn io_hints(&self) -> Option<IoHints> {
-            Some(self.1)
-        }
-    }
-
     #[test]
     fn a_block_devices_io_sizes_reach_identify_namespace_as_nvmet_reports_them() {
         use crate::backend::Backend;
         let identify = |bs: u32, hints: Option<IoHints>| {
             let ram = MemBackend::new(1 << 20, bs);
             let backend: Arc<dyn Backend> = match hints {
-                Some(h) => Arc::new(Hinted(ram, h)),
+                Some(h) => Arc::new(RamVariant { ram, flush_fails: false, hints: Some(h) }),
                 None => Arc::new(ram),
             };
             identify_ns(&Namespace::new(SUBNQN, 1, backend), AnaState::OPTIMIZED, &Limits::default())
