@@ -649,26 +649,28 @@ impl Namespace {
         self.run(ops).await
     }
 
-    /// Copies blocks inside the namespace without moving their data over
-    /// the network (Copy, OPC 19h, source ranges in descriptor format 0):
-    /// the `(lba, blocks)` source ranges, in order, to consecutive blocks
-    /// from `dest_lba`. With `flags.fua` the destination is durable when
-    /// this returns.
+    /// Copies blocks inside the namespace: the `(lba, blocks)` source
+    /// ranges, in order, to consecutive blocks from `dest_lba`, with the
+    /// Copy command (OPC 19h, source ranges in descriptor format 0), so the
+    /// data does not cross the network. With `flags.fua` the destination is
+    /// durable when this returns.
     ///
     /// A request past the namespace's Copy limits (Identify Namespace
     /// MSSRL, MCL, MSRC) goes as several Copy commands: in flight together
     /// (256 at a time) where no source overlaps the destination, else one
     /// after the other, so a source that overlaps an earlier command's
-    /// destination is read after that command wrote it. On an error, the
-    /// commands already sent may have copied their part. Fails with
-    /// [`Error::InvalidArgument`] where the controller has no Copy (ONCS
-    /// bit 8, or OCFS without format 0: the Linux kernel target has none),
-    /// for a range of 0 blocks, or for a range past the last 64-bit LBA;
-    /// past the namespace's end the controller answers LBA Out of Range.
+    /// destination is read after that command wrote it. Where the
+    /// controller has no Copy (ONCS bit 8 and OCFS format 0; the Linux
+    /// kernel target has none), the blocks go through this host instead
+    /// ([`Self::copy_through_host`]), as `copy_file_range` falls back to
+    /// reading and writing. On an error, the commands already sent may
+    /// have copied their part. Fails with [`Error::InvalidArgument`] for a
+    /// range of 0 blocks or past the last 64-bit LBA; past the namespace's
+    /// end the controller answers LBA Out of Range.
     pub async fn copy(&self, ranges: &[(u64, u32)], dest_lba: u64, flags: IoFlags) -> Result<()> {
         let ctrl = self.ctrl.info();
         if ctrl.identify.oncs & ONCS_COPY == 0 || ctrl.identify.ocfs & copy::OCFS_FORMAT0 == 0 {
-            return Err(Error::InvalidArgument("the controller does not support Copy (format 0)".into()));
+            return self.copy_through_host(ranges, dest_lba, flags).await;
         }
         let commands = copy_commands(&self.identify, ranges)?;
         let total: u64 = ranges.iter().map(|&(_, n)| n as u64).sum();
@@ -695,6 +697,44 @@ impl Namespace {
         for group in built.chunks(COPY_GROUP) {
             let ops = group.iter().map(|(sqe, buf)| self.op(*sqe, Data::Write(buf), flags)).collect();
             self.run(ops).await?;
+        }
+        Ok(())
+    }
+
+    /// The copy of [`Self::copy`] done by this host: the source blocks are
+    /// read and written to the destination, one maximum transfer at a time
+    /// and in order (so a source that overlaps the destination is read
+    /// after the pieces before it were written, as split Copy commands
+    /// are). The data crosses the network twice; memory use is one
+    /// maximum transfer. [`Self::copy`] takes this way where the
+    /// controller has no Copy command.
+    pub async fn copy_through_host(
+        &self,
+        ranges: &[(u64, u32)],
+        dest_lba: u64,
+        flags: IoFlags,
+    ) -> Result<()> {
+        let pieces = IdentifyNamespace {
+            mssrl: 0,
+            mcl: self.max_blocks.min(u32::MAX as u64) as u32,
+            msrc: (copy::COPY_MAX_RANGES - 1) as u8,
+            ..IdentifyNamespace::default()
+        };
+        let commands = copy_commands(&pieces, ranges)?;
+        let total: u64 = ranges.iter().map(|&(_, n)| n as u64).sum();
+        check_range(dest_lba, total)?;
+        let bs = self.block_size() as usize;
+        let (mut buf, mut dest) = (Vec::new(), dest_lba);
+        for (sources, blocks) in commands {
+            buf.resize(blocks as usize * bs, 0);
+            let mut at = 0;
+            for r in &sources {
+                let len = r.blocks() as usize * bs;
+                self.read(r.slba, &mut buf[at..at + len]).await?;
+                at += len;
+            }
+            self.write_with(dest, &buf[..at], flags).await?;
+            dest += blocks;
         }
         Ok(())
     }

@@ -17,6 +17,7 @@ use bytes::Bytes;
 use nvmeof_common::auth::{AuthCmd, AuthMessage, DhGroup, HashId, Negotiate};
 use nvmeof_common::opcode::{AdminOpcode, IoOpcode};
 use nvmeof_common::spec::connect::{data_off, invalid_param_dw0};
+use nvmeof_common::spec::copy::{CopyCmd, CopyRange};
 use nvmeof_common::spec::dsm::{DsmCmd, DsmRange, DSM_RANGE_LEN};
 use nvmeof_common::spec::features::{FeatureId, GetFeaturesCmd, SetFeaturesCmd};
 use nvmeof_common::spec::identify::{Cns, IdentifyNamespace};
@@ -679,6 +680,12 @@ impl Conformance {
         s.set_sgl(SglDescriptor::in_capsule(bs));
         let c = io.submit(s, Some(Bytes::from(block))).await;
         self.differ("compare: a block with its own data", &c, OK, LOGGED(Status::INVALID_OPCODE));
+        // Copy likewise (ONCS bit 8, as SPDK); block 0 onto itself changes nothing.
+        let range = CopyRange::new(0, 1).expect("one block").encode();
+        let mut s = CopyCmd::new(1, 0, 1, false).to_sqe(0);
+        s.set_sgl(SglDescriptor::in_capsule(range.len() as u32));
+        let c = io.submit(s, Some(Bytes::copy_from_slice(&range))).await;
+        self.differ("copy: a block onto itself", &c, OK, LOGGED(Status::INVALID_OPCODE));
         io
     }
 }

@@ -26,6 +26,17 @@ fn copy_cmd(ranges: &[(u64, u32)], sdlba: u64) -> (nvmeof_common::Sqe, Bytes) {
     (CopyCmd::new(1, sdlba, r.len(), false).to_sqe(0), Bytes::from(encode_ranges(&r).unwrap()))
 }
 
+/// After `big` (3000 blocks) at 0 was copied onto 1000..4000 in two pieces
+/// (2048 blocks, then 952): the second piece's source lies in the first's
+/// destination, so it holds what the first wrote there (the old 1048..2000).
+async fn check_split_in_order(ns: &nvmeof_initiator::Namespace, big: &[u8], what: &str) {
+    let bs = ns.block_size() as usize;
+    let mut got = vec![0u8; 3000 * bs];
+    ns.read(1000, &mut got).await.unwrap();
+    assert!(got[..2048 * bs] == big[..2048 * bs], "{what}: first piece");
+    assert!(got[2048 * bs..] == big[1048 * bs..2000 * bs], "{what}: pieces not in order");
+}
+
 /// On each backend: several ranges gathered in order, a copy onto its own
 /// source (the destination gets the sources as they were), FUA, and a copy
 /// longer than the namespace's MCL, which the initiator sends as several
@@ -89,17 +100,23 @@ async fn copy_gathers_ranges_on_every_backend() {
             let mut got = vec![0u8; 3000 * bs];
             ns.read(0, &mut got).await.unwrap();
             assert!(got == big, "ns {nsid}: split copy differs");
-            // 0..3000 onto 1000..4000: two commands, the second's source
-            // (2048..3000) inside the first's destination, so in order: the
-            // second copies what the first wrote there (the old 1048..2000).
+            // 0..3000 onto 1000..4000: two commands, in order.
             ns.copy(&[(0, 3000)], 1000, IoFlags::default()).await.unwrap();
-            let mut got = vec![0u8; 3000 * bs];
-            ns.read(1000, &mut got).await.unwrap();
-            assert!(got[..2048 * bs] == big[..2048 * bs], "ns {nsid}: first command of an overlapping copy");
-            assert!(
-                got[2048 * bs..] == big[1048 * bs..2000 * bs],
-                "ns {nsid}: overlapping commands not in order"
-            );
+            check_split_in_order(&ns, &big, &format!("ns {nsid}: Copy commands")).await;
+
+            // The same through the host (what `copy` does where the
+            // controller has no Copy): gathered ranges and the overlapping
+            // split copy give what the Copy commands gave.
+            ns.write(0, &big).await.unwrap();
+            ns.copy_through_host(&[(8, 16), (1000, 8), (0, 4)], 5000, IoFlags::FUA).await.unwrap();
+            let mut got = vec![0u8; 28 * bs];
+            ns.read(5000, &mut got).await.unwrap();
+            let mut b_now = vec![0u8; 8 * bs];
+            ns.read(1000, &mut b_now).await.unwrap();
+            let want = [&big[8 * bs..24 * bs], &b_now[..], &big[..4 * bs]].concat();
+            assert!(got == want, "ns {nsid}: gathered through the host");
+            ns.copy_through_host(&[(0, 3000)], 1000, IoFlags::default()).await.unwrap();
+            check_split_in_order(&ns, &big, &format!("ns {nsid}: through the host")).await;
 
             // Past the namespace: the target's LBA Out of Range.
             let end = ns.blocks();

@@ -193,8 +193,8 @@ pub enum Command {
     },
     /// Copy blocks inside a namespace on the target, as `nvme copy` (the Copy command): the
     /// --range source ranges, in order, to consecutive blocks from --to. No data crosses the
-    /// network; a copy past the namespace's Copy limits goes as several commands. Targets
-    /// without Copy (the Linux kernel target) refuse it.
+    /// network; a copy past the namespace's Copy limits goes as several commands. From a target
+    /// without Copy (the Linux kernel target) the blocks are read and written back instead.
     Copy {
         /// Target address.
         addr: String,

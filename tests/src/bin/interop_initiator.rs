@@ -27,6 +27,12 @@
 //!   address) with a type of service set (`tos`); `connect-write-queues`
 //!   checks the split and the source address, and its `io` step re-reads
 //!   the data of the earlier rounds.
+//! * then the round `copy`, after the I/O rounds (it overwrites blocks the
+//!   model knows): `connect-copy`, then `copy`: `Namespace::copy` gathers
+//!   two 64-block ranges near the namespace's end, second first, to the
+//!   blocks after them and reads them back; with a controller without Copy
+//!   (nvmet) through the host, with one that has it by Copy commands (the
+//!   step says which), then `shutdown-copy`.
 //! * or, with the round `events` (its own client step, `host-events`, in the
 //!   interop suite), asynchronous events as the guest changes nvmet under a
 //!   connected controller:
@@ -67,7 +73,7 @@
 //! | `INTEROP_IO_SECS` | `--secs` | 5 | seconds of verified I/O per round |
 //! | `INTEROP_QUEUES` | `--queues` | 3 | I/O queues |
 //! | `INTEROP_DEPTH` | `--depth` | 32 | queue depth (entries per I/O queue) |
-//! | `INTEROP_ROUNDS` | `--rounds` | plain,digest,write-queues | which rounds |
+//! | `INTEROP_ROUNDS` | `--rounds` | plain,digest,write-queues,copy | which rounds |
 //! | `INTEROP_SEED` | `--seed` | time | pattern / LBA seed |
 //! | `NVME_AUTH_NQN` | `--auth-nqn` | | subsystem requiring authentication (auth round) |
 //! | `NVME_AUTH_HOSTNQN` | `--auth-hostnqn` | | host NQN with keys there |
@@ -90,8 +96,8 @@ use nvmeof_initiator::common::spec::log::AnaState;
 use nvmeof_initiator::common::spec::DISCOVERY_NQN;
 use nvmeof_initiator::common::Status;
 use nvmeof_initiator::{
-    discover, AuthError, ConnectOptions, Controller, ControllerEvent, HostIdentity, MultipathNamespace,
-    MultipathOptions, Namespace, ReconnectPolicy,
+    discover, AuthError, ConnectOptions, Controller, ControllerEvent, HostIdentity, IoFlags,
+    MultipathNamespace, MultipathOptions, Namespace, ReconnectPolicy,
 };
 use tokio::sync::broadcast;
 
@@ -138,7 +144,7 @@ fn usage(msg: &str) -> ! {
     eprintln!("interop_initiator: {msg}");
     eprintln!(
         "usage: interop_initiator [--addr A] [--port P] --nqn NQN [--ns-size BYTES] [--backend brd|file]\n\
-         \x20      [--port2 P] [--fresh 0|1] [--secs S] [--queues N] [--depth D] [--rounds plain,digest,write-queues] [--seed X]\n\
+         \x20      [--port2 P] [--fresh 0|1] [--secs S] [--queues N] [--depth D] [--rounds plain,digest,write-queues,copy] [--seed X]\n\
          \x20      [--referral IP:PORT/PORTID]\n\
          (or the environment: NVME_ADDR NVME_PORT NVME_PORT2 NVME_NQN NVME_NS_SIZE NVME_BACKEND NVME_FRESH NVME_REFERRAL\n\
          \x20INTEROP_IO_SECS INTEROP_QUEUES INTEROP_DEPTH INTEROP_ROUNDS INTEROP_SEED)"
@@ -213,7 +219,7 @@ fn parse_args() -> Args {
         queues: num("queues", get("queues", "INTEROP_QUEUES"), 3),
         depth: num("depth", get("depth", "INTEROP_DEPTH"), 32),
         rounds: get("rounds", "INTEROP_ROUNDS")
-            .unwrap_or_else(|| "plain,digest,write-queues".into())
+            .unwrap_or_else(|| "plain,digest,write-queues,copy".into())
             .split(',')
             .map(|s| s.trim().to_string())
             .filter(|s| !s.is_empty())
@@ -243,8 +249,8 @@ fn parse_args() -> Args {
         usage("--queues ≥ 1, --depth ≥ 2, 1 ≤ --secs ≤ 600");
     }
     for r in &a.rounds {
-        if !["plain", "digest", "write-queues", "events", "auth"].contains(&r.as_str()) {
-            usage(&format!("unknown round {r:?} (plain, digest, write-queues, events, auth)"));
+        if !["plain", "digest", "write-queues", "copy", "events", "auth"].contains(&r.as_str()) {
+            usage(&format!("unknown round {r:?} (plain, digest, write-queues, copy, events, auth)"));
         }
         if r == "auth" && a.auth.is_none() {
             usage("the auth round needs --auth-nqn (NVME_AUTH_NQN)");
@@ -699,12 +705,17 @@ async fn step_identify(a: &Args, c: &Controller, name: &str) -> Result<Namespace
     info(
         name,
         format!(
-            "ns1 nsze {} ncap {} block {} size {} max_transfer {}",
+            "ns1 nsze {} ncap {} block {} size {} max_transfer {}; nsfeat {:#x} nawupf {} npwg {} npdg {} nows {}",
             ns.identify().nsze,
             ns.identify().ncap,
             ns.block_size(),
             ns.size_bytes(),
-            ns.max_transfer()
+            ns.max_transfer(),
+            ns.identify().nsfeat,
+            ns.identify().nawupf,
+            ns.identify().npwg,
+            ns.identify().npdg,
+            ns.identify().nows
         ),
     );
     if let Some(sz) = a.ns_size {
@@ -824,6 +835,49 @@ async fn step_shutdown(c: Controller) -> Result<(), String> {
     if st != nvmeof_initiator::ControllerState::Shutdown {
         return Err(format!("state after shutdown: {st:?}"));
     }
+    Ok(())
+}
+
+/// The `copy` round (see the module documentation).
+async fn copy_round(a: &Args, s: &mut Steps) {
+    let Some(c) =
+        s.run("connect-copy", Duration::from_secs(60), step_connect(a, false, false, "connect-copy")).await
+    else {
+        for n in ["copy", "shutdown-copy"] {
+            s.skip(n, "not connected");
+        }
+        return;
+    };
+    s.run("copy", Duration::from_secs(60), step_copy(&c)).await;
+    s.run("shutdown-copy", Duration::from_secs(20), step_shutdown(c)).await;
+}
+
+async fn step_copy(c: &Controller) -> Result<(), String> {
+    let ns = c.namespace(1).await.map_err(|e| format!("namespace 1: {e}"))?;
+    let bs = ns.block_size() as usize;
+    const N: u32 = 64;
+    let src = ns.blocks().checked_sub(4 * N as u64).ok_or("namespace smaller than 256 blocks")?;
+    let mut data = vec![0u8; 2 * N as usize * bs];
+    let mut x = 0xC0B1_u64;
+    data.iter_mut().for_each(|b| *b = splitmix(&mut x) as u8);
+    ns.write(src, &data).await.map_err(|e| format!("write of the source: {e}"))?;
+    let dest = src + 2 * N as u64;
+    ns.copy(&[(src + N as u64, N), (src, N)], dest, IoFlags::default())
+        .await
+        .map_err(|e| format!("copy: {e}"))?;
+    let mut got = vec![0u8; data.len()];
+    ns.read(dest, &mut got).await.map_err(|e| format!("read of the destination: {e}"))?;
+    let half = N as usize * bs;
+    if got[..half] != data[half..] || got[half..] != data[..half] {
+        return Err("the destination differs from the source ranges, second first".into());
+    }
+    let id = &c.info().identify;
+    let how = if id.oncs & (1 << 8) != 0 && id.ocfs & 1 != 0 {
+        "by Copy commands (ONCS bit 8)"
+    } else {
+        "through this host (the controller has no Copy)"
+    };
+    info("copy", format!("2 ranges of {N} blocks gathered at LBA {dest}, read back equal; {how}"));
     Ok(())
 }
 
@@ -1040,6 +1094,10 @@ async fn run(a: Args) -> Steps {
         }
         if round == "auth" {
             auth_round(&a, &mut s).await;
+            continue;
+        }
+        if round == "copy" {
+            copy_round(&a, &mut s).await;
             continue;
         }
         let digest = round == "digest";
