@@ -318,6 +318,15 @@ pub fn copy_step(ctx: &QueueCtx, mut job: Box<CopyJob>, tag: u32, mut done: Opti
             if job.next > job.sources.len() {
                 return Response::status(Status::SUCCESS).into();
             }
+            // A short read would shift every later range in the destination.
+            if c.data.len() as u64 != job.sources[job.next - 1].1 {
+                tracing::error!(
+                    got = c.data.len(),
+                    want = job.sources[job.next - 1].1,
+                    "copy: short source read"
+                );
+                return Status::INTERNAL.with_dnr().into();
+            }
             job.read.push(c.data);
         }
         let op = match job.sources.get(job.next) {
