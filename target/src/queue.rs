@@ -737,6 +737,57 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_moves_on_with_each_backend_completion() {
+        // With completions through the queue's channel (as the thread-pool
+        // and io_uring backends deliver them), each one hands the Copy on to
+        // its next operation: two reads, then the write, then the response.
+        use nvmeof_common::spec::copy::{encode_ranges, CopyCmd, CopyRange};
+        let t = target_with(Arc::new(DeferredMemBackend(MemBackend::new(1 << 20, 512))));
+        let (_admin, (mut io, mut done)) = admin_and_io(&t);
+        let enc = EncodeConfig::default();
+        let mut write = Sqe::new(0x01);
+        write.set_cid(1).set_nsid(1).set_slba(0).set_nlb(1).set_sgl(SglDescriptor::in_capsule(1024));
+        let data: Vec<u8> = (0..1024u32).map(|i| (i % 251) as u8).collect();
+        exchange(&mut io, Pdu::CapsuleCmd(CapsuleCmd { sqe: write, data: Bytes::from(data.clone()) }), &enc);
+        io.handle_completion(done.try_recv().expect("write completion"));
+        io.out.take_all();
+        // Block 1, then block 0, to blocks 8 and 9.
+        let ranges = encode_ranges(&[CopyRange::new(1, 1).unwrap(), CopyRange::new(0, 1).unwrap()]).unwrap();
+        let mut copy = CopyCmd::new(1, 8, 2, false).to_sqe(2);
+        copy.set_sgl(SglDescriptor::in_capsule(ranges.len() as u32));
+        assert!(exchange(
+            &mut io,
+            Pdu::CapsuleCmd(CapsuleCmd { sqe: copy, data: Bytes::from(ranges) }),
+            &enc
+        )
+        .is_empty());
+        for step in 0..3 {
+            assert!(io.out.take_all().is_empty(), "answered before step {step}");
+            io.handle_completion(done.try_recv().unwrap_or_else(|_| panic!("no completion for step {step}")));
+        }
+        assert!(done.try_recv().is_err(), "more than two reads and a write");
+        let out = decode(&io.out.take_all(), &enc);
+        assert!(
+            matches!(&out[..], [Pdu::CapsuleResp(r)] if r.cqe.cid == 2 && r.cqe.status.is_success()),
+            "{out:?}"
+        );
+        let mut read = Sqe::new(0x02);
+        read.set_cid(3).set_nsid(1).set_slba(8).set_nlb(1).set_sgl(SglDescriptor::transport(1024));
+        assert!(exchange(&mut io, Pdu::CapsuleCmd(CapsuleCmd::new(read)), &enc).is_empty());
+        io.handle_completion(done.try_recv().expect("read completion"));
+        let got: Vec<u8> = decode(&io.out.take_all(), &enc)
+            .into_iter()
+            .filter_map(|p| match p {
+                Pdu::C2hData(d) => Some(d.data.to_vec()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(got, [&data[512..], &data[..512]].concat());
+        assert_eq!(io.in_flight(), 0);
+    }
+
+    #[test]
     fn completion_after_c2h_term_req_is_not_sent() {
         // Found by fuzz/fuzz_targets/target_queue.rs: a write completing
         // asynchronously after a malformed PDU behind it had queued the
