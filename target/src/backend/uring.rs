@@ -924,8 +924,7 @@ struct FileShared {
     /// descriptor the same way.
     fua: File,
     path: PathBuf,
-    is_block: bool,
-    /// A block device's I/O sizes.
+    /// A block device's I/O sizes; `None` for a regular file.
     io_hints: Option<IoHints>,
     direct: bool,
     /// Offsets and lengths must be multiples of this (1: any).
@@ -946,6 +945,10 @@ struct FileShared {
 }
 
 impl FileShared {
+    fn is_block(&self) -> bool {
+        self.io_hints.is_some()
+    }
+
     fn fd(&self) -> types::Fd {
         types::Fd(self.file.as_raw_fd())
     }
@@ -1375,7 +1378,6 @@ impl UringBackend {
             file: data.file,
             fua,
             path: path.to_owned(),
-            is_block: io_hints.is_some(),
             io_hints,
             direct: data.direct,
             io_align: data.io_align.max(1),
@@ -1386,7 +1388,7 @@ impl UringBackend {
             live: AtomicUsize::new(0),
             rings: Mutex::new(Vec::new()),
         });
-        let writers = if !writable || file.direct || file.is_block || !punts_buffered_writes(&file.file) {
+        let writers = if !writable || file.direct || file.is_block() || !punts_buffered_writes(&file.file) {
             None
         } else {
             match WorkerPool::start("nvmet-uring-wr", DEFAULT_WORKERS, Arc::new(BufferedWrites(file.clone())))
@@ -1468,7 +1470,7 @@ impl Backend for UringBackend {
     }
 
     fn describe(&self) -> String {
-        let kind = if self.file.is_block { "block" } else { "file" };
+        let kind = if self.file.is_block() { "block" } else { "file" };
         let mode = match (self.file.direct, self.writers.is_some()) {
             (true, _) => "O_DIRECT",
             (false, false) => "buffered",
@@ -1479,7 +1481,7 @@ impl Backend for UringBackend {
 
     fn resize(&self, new_size: u64) -> Result<(), String> {
         let sh = &*self.file;
-        if sh.is_block {
+        if sh.is_block() {
             return Err("block devices cannot be resized by the target".into());
         }
         let bs = sh.block_size as u64;

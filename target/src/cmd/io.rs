@@ -232,14 +232,13 @@ pub struct CopyJob {
     backend: Arc<dyn Backend>,
     /// Source ranges in bytes: (offset, length).
     sources: Vec<(u64, u64)>,
-    /// The next source range to read; `sources.len()`: the write is in flight.
+    /// The next source range to read; past the last (`sources.len() + 1`):
+    /// the write is in flight.
     next: usize,
     /// Data of the ranges read so far.
     read: Vec<Bytes>,
     /// Destination byte offset.
     dest: u64,
-    /// Total bytes copied.
-    len: usize,
     fua: bool,
 }
 
@@ -249,7 +248,6 @@ impl std::fmt::Debug for CopyJob {
             .field("ranges", &self.sources.len())
             .field("next", &self.next)
             .field("dest", &self.dest)
-            .field("len", &self.len)
             .finish()
     }
 }
@@ -297,7 +295,6 @@ fn execute_copy(ctx: &QueueCtx, ns: &Namespace, sqe: &Sqe, data: &[u8], tag: u32
         next: 0,
         read: Vec::with_capacity(ranges.len()),
         dest: cmd.sdlba << ns.block_shift,
-        len: (total << ns.block_shift) as usize,
         fua: cmd.fua(),
     };
     copy_step(ctx, Box::new(job), tag, None)
@@ -335,7 +332,8 @@ pub fn copy_step(ctx: &QueueCtx, mut job: Box<CopyJob>, tag: u32, mut done: Opti
                 let data = match job.read.len() {
                     1 => job.read.pop().unwrap_or_default(),
                     _ => {
-                        let mut all = BytesMut::with_capacity(job.len);
+                        let len = job.sources.iter().map(|&(_, n)| n as usize).sum();
+                        let mut all = BytesMut::with_capacity(len);
                         job.read.drain(..).for_each(|b| all.extend_from_slice(&b));
                         all.freeze()
                     }
@@ -385,15 +383,12 @@ fn execute_on(
                 Ok(r) => r,
                 Err(s) => return s.into(),
             };
-            // SMART's host commands and data units: counted as the command
-            // goes to the backend (a backend failure after this is rare).
-            match IoOpcode(sqe.opcode()) {
-                IoOpcode::READ | IoOpcode::COMPARE => ns.io_stats.read(len),
-                IoOpcode::WRITE => ns.io_stats.write(len),
-                _ => ns.io_stats.write(0),
-            }
+            // SMART's host commands and data units are counted in each arm,
+            // as the command goes to the backend (a backend failure after
+            // this is rare).
             match IoOpcode(sqe.opcode()) {
                 IoOpcode::READ => {
+                    ns.io_stats.read(len);
                     if let Some(r) = ns.backend.read_shared(offset, len as usize, ctx.data_digest) {
                         return match r {
                             Ok(r) => Response {
@@ -412,9 +407,16 @@ fn execute_on(
                         None => Exec::Pending(Pending::Plain),
                     };
                 }
-                IoOpcode::WRITE => (IoOp::Write { offset, data, fua: sqe.fua() }, Pending::Plain),
-                IoOpcode::COMPARE => (IoOp::Read { offset, len: len as usize }, Pending::Compare(data)),
+                IoOpcode::WRITE => {
+                    ns.io_stats.write(len);
+                    (IoOp::Write { offset, data, fua: sqe.fua() }, Pending::Plain)
+                }
+                IoOpcode::COMPARE => {
+                    ns.io_stats.read(len);
+                    (IoOp::Read { offset, len: len as usize }, Pending::Compare(data))
+                }
                 _ => {
+                    ns.io_stats.write(0);
                     let deallocate = sqe.cdw(12) & WZ_DEAC != 0;
                     (IoOp::WriteZeroes { offset, len, deallocate }, Pending::Plain)
                 }

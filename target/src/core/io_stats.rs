@@ -40,9 +40,9 @@ pub struct IoTotals {
     pub read_cmds: u64,
     /// Bytes those commands read.
     pub read_bytes: u64,
-    /// Write and Write Zeroes commands (SMART Host Write Commands).
+    /// Write, Write Zeroes and Copy commands (SMART Host Write Commands).
     pub write_cmds: u64,
-    /// Bytes the Write commands carried (Write Zeroes carries none).
+    /// Bytes the Write commands carried (Write Zeroes and Copy carry none).
     pub write_bytes: u64,
 }
 
@@ -96,7 +96,7 @@ impl IoStats {
         add(i, &self.shards[i].read_bytes, bytes);
     }
 
-    /// A write of `bytes` (0 for Write Zeroes).
+    /// A write of `bytes` (0 for Write Zeroes and Copy).
     #[inline]
     pub fn write(&self, bytes: u64) {
         let i = shard_index();
