@@ -12,7 +12,7 @@ use nvmeof_common::opcode::AdminOpcode;
 use nvmeof_common::spec::discovery::{DiscoveryLog, DiscoveryLogHeader, DISC_RECORD_LEN};
 use nvmeof_common::spec::features::{FeatureId, GetFeaturesCmd, NumQueues, SetFeaturesCmd};
 use nvmeof_common::spec::identify::{
-    ctratt, decode_ns_list, Cns, IdentifyCmd, IDENTIFY_DATA_LEN, NS_LIST_MAX,
+    ctratt, decode_ns_list, Cns, IdentifyCmd, IdentifyCtrlNvm, IDENTIFY_DATA_LEN, NS_LIST_MAX,
 };
 use nvmeof_common::spec::log::{AnaLog, GetLogPageCmd, LogPageId};
 use nvmeof_common::spec::reservation::{ReservationNotification, NOTIFICATION_LOG_LEN};
@@ -84,6 +84,11 @@ pub struct ControllerInfo {
     pub inline_data: u32,
     /// Whether this is a discovery controller.
     pub discovery: bool,
+    /// The NVM command set's size limits for commands that move no data
+    /// (Identify CNS 06h: WZSL, DMRL, DMRSL, ...), read at connect as the Linux
+    /// host's `nvme_init_non_mdts_limits` does; all zero (no limits) where the
+    /// controller refuses the Identify (nvmet: zeroes) or is a discovery controller.
+    pub nvm_limits: IdentifyCtrlNvm,
     /// Asynchronous events enabled (the Asynchronous Event Configuration
     /// value set): those of OAES the host reads logs for, 0 where none or
     /// [`ConnectOptions::async_events`] is off.
@@ -318,6 +323,7 @@ struct AdminSetup {
     cc: Cc,
     identify: IdentifyController,
     discovery: bool,
+    nvm_limits: IdentifyCtrlNvm,
     authentication: Option<Authentication>,
 }
 
@@ -444,7 +450,9 @@ impl Setup<'_> {
             warn!(sgls = identify.sgls, "controller reports no SGL support");
         }
         configure_acre(admin, &identify).await?;
-        Ok(AdminSetup { cntlid, cap, vs, cc, identify, discovery, authentication })
+        let nvm_limits =
+            if discovery { IdentifyCtrlNvm::default() } else { identify_ctrl_nvm(admin).await? };
+        Ok(AdminSetup { cntlid, cap, vs, cc, identify, discovery, nvm_limits, authentication })
     }
 
     /// Set Features Number of Queues; returns the pairs granted (capped by `want`).
@@ -532,6 +540,7 @@ impl Setup<'_> {
             queue_depth: entries,
             inline_data: inline,
             discovery: a.discovery,
+            nvm_limits: a.nvm_limits,
             authentication: a.authentication,
         }
     }
@@ -661,6 +670,23 @@ async fn configure_acre(admin: &QueueShared, identify: &IdentifyController) -> R
 /// Size of the Host Behavior Support data structure (NVMe Base 2.0
 /// §5.27.1.18; Linux `struct nvme_feat_host_behavior`).
 const HOST_BEHAVIOR_LEN: usize = 512;
+
+/// Identify CNS 06h, CSI NVM: the controller's Write Zeroes, Verify and
+/// Dataset Management limits. A controller that refuses it (an NVMe status)
+/// reports none, as Linux tolerates the failure; a lost connection fails
+/// the setup.
+async fn identify_ctrl_nvm(admin: &QueueShared) -> Result<IdentifyCtrlNvm> {
+    let mut buf = vec![0u8; IDENTIFY_DATA_LEN];
+    let sqe = IdentifyCmd::new(Cns::CS_CTRL, 0).to_sqe(0);
+    match admin.execute(sqe, Payload::Read(&mut buf), None, true).await {
+        Ok(_) => Ok(IdentifyCtrlNvm::decode(&buf)?),
+        Err(e @ Error::Nvme { .. }) => {
+            debug!(error = %e, "no NVM command set controller limits");
+            Ok(IdentifyCtrlNvm::default())
+        }
+        Err(e) => Err(e),
+    }
+}
 
 async fn identify_ctrl(admin: &QueueShared, setup: bool) -> Result<IdentifyController> {
     let mut buf = vec![0u8; IDENTIFY_DATA_LEN];

@@ -11,7 +11,7 @@ use nvmeof_common::spec::reservation::{
     AcquireAction, RegisterAction, ReleaseAction, ReservationCmd, ReservationKeys, ReservationStatus,
     ReservationType, REGISTRANT_EXT_LEN, STATUS_EXT_HEADER_LEN,
 };
-use nvmeof_common::spec::IdentifyNamespace;
+use nvmeof_common::spec::{IdentifyCtrlNvm, IdentifyNamespace};
 use nvmeof_common::status::StatusCodeType;
 use nvmeof_common::{Sqe, Status};
 use tracing::debug;
@@ -113,6 +113,8 @@ pub struct Namespace {
     nsze: u64,
     /// Most blocks per command (MDTS, option, 16-bit NLB).
     max_blocks: u64,
+    /// Most blocks per Write Zeroes (the controller's WZSL, 16-bit NLB).
+    zeroes_blocks: u64,
     identify: Arc<IdentifyNamespace>,
     /// [`crate::ConnectOptions::max_retries`].
     max_retries: u8,
@@ -248,6 +250,10 @@ impl Namespace {
         }
         .min(u32::MAX as u64 >> lba_shift)
         .clamp(1, MAX_NLB);
+        // WZSL 0 reports no limit: the command's 16-bit NLB is the bound
+        // (Linux falls back to MDTS there; a target executes either).
+        let zeroes_blocks = IdentifyCtrlNvm::limit_bytes(ctrl.info().nvm_limits.wzsl)
+            .map_or(MAX_NLB, |b| (b >> lba_shift).clamp(1, MAX_NLB));
         let max_retries = ctrl.core().max_retries();
         Ok(Self {
             ctrl,
@@ -255,6 +261,7 @@ impl Namespace {
             lba_shift,
             nsze: id.nsze,
             max_blocks,
+            zeroes_blocks,
             identify: Arc::new(id),
             max_retries,
             fail_over: false,
@@ -595,7 +602,8 @@ impl Namespace {
 
     /// Write Zeroes over `blocks` blocks from `lba`; `deallocate` sets DEAC
     /// (the controller may deallocate instead of writing). Sent as one
-    /// command per 65536 blocks, 256 commands at a time: on an error, the
+    /// command per 65536 blocks or the controller's Write Zeroes Size Limit
+    /// (WZSL), whichever is less, 256 commands at a time: on an error, the
     /// commands already sent may have zeroed part of the range, and the rest
     /// is not sent.
     pub async fn write_zeroes(&self, lba: u64, blocks: u64, deallocate: bool, flags: IoFlags) -> Result<()> {
@@ -607,14 +615,15 @@ impl Namespace {
         // command at once (one per 65536 blocks) could ask for more memory than
         // exists, which aborts the process (e.g. `write_zeroes(0, u64::MAX, ..)`
         // asked for 2^48 commands). A failed group ends the request.
-        let commands = blocks.div_ceil(MAX_NLB);
+        let per = self.zeroes_blocks;
+        let commands = blocks.div_ceil(per);
         let mut first = 0;
         while first < commands {
             let last = commands.min(first + WRITE_ZEROES_GROUP);
             let ops = (first..last)
                 .map(|i| {
-                    let start = i * MAX_NLB;
-                    let n = (blocks - start).min(MAX_NLB);
+                    let start = i * per;
+                    let n = (blocks - start).min(per);
                     let mut s = self.rw_sqe(IoOpcode::WRITE_ZEROES, lba + start, n, flags);
                     s.set_cdw(12, s.cdw(12) | (deallocate as u32) << 25);
                     self.op(s, Data::None, flags)

@@ -814,3 +814,60 @@ async fn requests_fail_when_the_controllers_runtime_is_gone() {
     })
     .await;
 }
+
+/// Write Zeroes follows the controller's Write Zeroes Size Limit: ours
+/// reports WZSL 13 (32 MiB, Identify CNS 06h), so on a 4 KiB namespace a
+/// 20000-block `write_zeroes` goes as three commands (8192, 8192, 3616
+/// blocks; the SMART log counts them) where the 16-bit NLB alone would
+/// allow one, and every block in the range reads back as zeroes while
+/// the blocks on either side keep their data.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn write_zeroes_splits_at_the_controllers_size_limit() {
+    use nvmeof_initiator::common::spec::log::SmartLog;
+    use nvmeof_initiator::common::spec::{GetLogPageCmd, IdentifyCtrlNvm, LogPageId};
+    use nvmeof_target::config::NamespaceConfig;
+    bounded(30, async {
+        let ns_cfg = NamespaceConfig { block_size: 4096, ..ram_ns(1, 128 << 20) };
+        let (server, addr) = start(&config(vec![ns_cfg])).await;
+        let ctrl = Controller::connect(addr, SUBNQN, one_queue(8)).await.unwrap();
+        let limits = ctrl.info().nvm_limits;
+        assert_eq!(limits, IdentifyCtrlNvm { wzsl: 13, ..Default::default() });
+        let ns = ctrl.namespace(1).await.unwrap();
+        assert_eq!(ns.block_size(), 4096);
+        let host_writes = || async {
+            let mut buf = vec![0u8; 512];
+            ctrl.get_log_page(GetLogPageCmd::new(LogPageId::SMART, 1, 0, 512), &mut buf).await.unwrap();
+            SmartLog::decode(&buf).unwrap().host_writes
+        };
+        let d = pattern(4096, 3);
+        for lba in [99, 100, 100 + 19_999, 100 + 20_000] {
+            ns.write(lba, &d).await.unwrap();
+        }
+        let before = host_writes().await;
+        ns.write_zeroes(100, 20_000, false, IoFlags::default()).await.unwrap();
+        assert_eq!(
+            host_writes().await - before,
+            3,
+            "Write Zeroes commands for 20000 blocks at 8192 a command"
+        );
+        let mut b = vec![0u8; 4096];
+        for (lba, zero) in [
+            (99, false),
+            (100, true),
+            (100 + 8191, true),
+            (100 + 8192, true),
+            (100 + 19_999, true),
+            (100 + 20_000, false),
+        ] {
+            ns.read(lba, &mut b).await.unwrap();
+            if zero {
+                assert!(b.iter().all(|&x| x == 0), "block {lba} not zeroed");
+            } else {
+                assert_eq!(b, d, "block {lba} outside the range changed");
+            }
+        }
+        ctrl.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}

@@ -793,6 +793,8 @@ async fn admin_cli_outputs_and_exit_codes() {
         assert_eq!(j["mn"], "nvmeof-tools-test");
         // ONCS with Copy (bit 8) and its format 0.
         assert_eq!((j["oncs"].as_u64().map(|o| o & 0x100), j["ocfs"].as_u64()), (Some(0x100), Some(1)));
+        // The NVM command set's limits (Identify CNS 06h): WZSL 13, 32 MiB.
+        assert_eq!((j["nvm"]["wzsl"].as_u64(), j["nvm"]["dmrsl"].as_u64()), (Some(13), Some(0)));
         let j: Value = serde_json::from_str(
             &admin(&["nvmeof", "identify", a, "--nqn", NQN, "--nsid", "1", "--json", h[0], h[1]], b"")
                 .await

@@ -785,6 +785,15 @@ pub fn controller_json(id: &IdentifyController, ctrl: &Controller) -> Value {
         "anacap": id.anacap,
         "anagrpmax": id.anagrpmax,
         "nanagrpid": id.nanagrpid,
+        // Identify CNS 06h (NVM command set), as `nvme id-ctrl-nvm` prints it.
+        "nvm": {
+            "vsl": info.nvm_limits.vsl,
+            "wzsl": info.nvm_limits.wzsl,
+            "wusl": info.nvm_limits.wusl,
+            "dmrl": info.nvm_limits.dmrl,
+            "dmrsl": info.nvm_limits.dmrsl,
+            "dmsl": info.nvm_limits.dmsl,
+        },
         "connection": {
             "address": ctrl.addr().to_string(),
             "hostnqn": ctrl.host().nqn,

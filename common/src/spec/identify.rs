@@ -1,5 +1,6 @@
 //! Identify (admin OPC 06h): command fields, Identify Controller (CNS 01h),
 //! Identify Namespace (CNS 00h), I/O command set independent namespace (CNS 08h),
+//! the NVM command set's controller limits (CNS 06h),
 //! namespace identification descriptors (CNS 03h) and the active NSID list (CNS 02h)
 //! (NVMe Base 2.0 §5.17; reference §5.3; Linux `struct nvme_id_ctrl`,
 //! `struct nvme_id_ns`, `struct nvme_id_ns_cs_indep`, `nvme_process_ns_desc`).
@@ -895,6 +896,53 @@ impl IdentifyNsIndep {
     }
 }
 
+/// NVM command set specific Identify Controller (CNS 06h, CSI 00h; NVM Command
+/// Set Specification 1.0 §4.1.5.2, Linux `struct nvme_id_ctrl_nvm`): size
+/// limits of the commands that move no data between host and controller, to
+/// which MDTS does not apply. Sizes are powers of two in units of the minimum
+/// memory page size (CAP.MPSMIN: 4 KiB); 0 means no limit is reported. The
+/// Linux host (`nvme_init_non_mdts_limits`) takes WZSL as its
+/// `max_write_zeroes_sectors` (else MDTS), DMRL and DMRSL as its discard limits.
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub struct IdentifyCtrlNvm {
+    /// Verify Size Limit (2^n pages).
+    pub vsl: u8,
+    /// Write Zeroes Size Limit (2^n pages).
+    pub wzsl: u8,
+    /// Write Uncorrectable Size Limit (2^n pages).
+    pub wusl: u8,
+    /// Dataset Management Ranges Limit (ranges per command).
+    pub dmrl: u8,
+    /// Dataset Management Range Size Limit (logical blocks per range).
+    pub dmrsl: u32,
+    /// Dataset Management Size Limit (logical blocks per command).
+    pub dmsl: u64,
+}
+
+impl IdentifyCtrlNvm {
+    /// Decodes from at least 4096 bytes.
+    pub fn decode(b: &[u8]) -> Result<Self, SpecError> {
+        need(b, IDENTIFY_DATA_LEN, "identify ctrl nvm")?;
+        Ok(Self { vsl: b[0], wzsl: b[1], wusl: b[2], dmrl: b[3], dmrsl: u32_at(b, 4), dmsl: u64_at(b, 8) })
+    }
+    /// Encodes to 4096 bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; IDENTIFY_DATA_LEN];
+        b[0] = self.vsl;
+        b[1] = self.wzsl;
+        b[2] = self.wusl;
+        b[3] = self.dmrl;
+        put_u32(&mut b, 4, self.dmrsl);
+        put_u64(&mut b, 8, self.dmsl);
+        b
+    }
+    /// A size limit field (VSL, WZSL, WUSL) in bytes, for a 4 KiB minimum
+    /// page size: `None` where it reports no limit (0).
+    pub fn limit_bytes(field: u8) -> Option<u64> {
+        (field != 0).then(|| 1u64.checked_shl(12 + u32::from(field)).unwrap_or(u64::MAX))
+    }
+}
+
 /// Namespace Identifier Type (NIDT) of a namespace identification descriptor.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug, Default)]
 pub struct Nidt(pub u8);
@@ -1051,6 +1099,30 @@ mod tests {
         assert_eq!(s.0[56], 3);
         assert_eq!(s.sgl(), SglDescriptor::transport(4096));
         assert_eq!(IdentifyCmd::from_sqe(&s), c);
+    }
+
+    #[test]
+    fn identify_ctrl_nvm_offsets() {
+        // struct nvme_id_ctrl_nvm: vsl 0, wzsl 1, wusl 2, dmrl 3, dmrsl 4 (le32), dmsl 8 (le64).
+        let c = IdentifyCtrlNvm {
+            vsl: 8,
+            wzsl: 13,
+            wusl: 2,
+            dmrl: 0xFF,
+            dmrsl: 0x0102_0304,
+            dmsl: 0x1122_3344_5566_7788,
+        };
+        let b = c.encode();
+        assert_eq!(b.len(), IDENTIFY_DATA_LEN);
+        assert_eq!(&b[..16], &[8, 13, 2, 0xFF, 4, 3, 2, 1, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11]);
+        assert!(b[16..].iter().all(|&x| x == 0));
+        // Linux nvme_mps_to_sectors: 1 << (wzsl + 12 - 9) sectors.
+        assert_eq!(IdentifyCtrlNvm::limit_bytes(13), Some(32 << 20));
+        assert_eq!(IdentifyCtrlNvm::limit_bytes(0), None);
+        assert_eq!(IdentifyCtrlNvm::limit_bytes(51), Some(1 << 63));
+        assert_eq!(IdentifyCtrlNvm::limit_bytes(52), Some(u64::MAX));
+        assert_eq!(IdentifyCtrlNvm::limit_bytes(255), Some(u64::MAX));
+        assert!(IdentifyCtrlNvm::decode(&b[..4095]).is_err());
     }
 
     #[test]
@@ -1246,6 +1318,12 @@ mod tests {
                 nsattr: v.5, nvmsetid: v.6, endgid: v.7, nstat: v.8,
             };
             prop_assert_eq!(IdentifyNsIndep::decode(&n.encode()).unwrap(), n);
+        }
+
+        #[test]
+        fn identify_ctrl_nvm_roundtrip(v in any::<(u8, u8, u8, u8, u32, u64)>()) {
+            let c = IdentifyCtrlNvm { vsl: v.0, wzsl: v.1, wusl: v.2, dmrl: v.3, dmrsl: v.4, dmsl: v.5 };
+            prop_assert_eq!(IdentifyCtrlNvm::decode(&c.encode()).unwrap(), c);
         }
 
         #[test]

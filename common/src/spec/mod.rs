@@ -34,7 +34,9 @@ pub use copy::{CopyCmd, CopyRange};
 pub use discovery::{DiscoveryLog, DiscoveryLogEntry, DiscoveryLogHeader};
 pub use dsm::{DsmCmd, DsmRange};
 pub use features::{AsyncEvent, FeatureId, GetFeaturesCmd, NumQueues, SetFeaturesCmd};
-pub use identify::{Cns, IdentifyCmd, IdentifyController, IdentifyNamespace, NsIdDescriptor};
+pub use identify::{
+    Cns, IdentifyCmd, IdentifyController, IdentifyCtrlNvm, IdentifyNamespace, NsIdDescriptor,
+};
 pub use log::{GetLogPageCmd, LogPageId};
 pub use nqn::{NqnError, DISCOVERY_NQN};
 pub use property::{Cap, Cc, Csts, PropertyGet, PropertyOffset, PropertySet, Vs};

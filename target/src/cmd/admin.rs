@@ -22,8 +22,8 @@ use nvmeof_common::spec::features::{
     aec, write_protect, FeatureId, GetFeaturesCmd, NumQueues, SetFeaturesCmd, ABORT_DW0_NOT_ABORTED,
 };
 use nvmeof_common::spec::identify::{
-    ctratt, encode_ns_desc_list, encode_ns_list, Csi, IdentifyNsIndep, LbaFormat, NsIdDescriptor,
-    PowerStateDescriptor, IDENTIFY_DATA_LEN,
+    ctratt, encode_ns_desc_list, encode_ns_list, Csi, IdentifyCtrlNvm, IdentifyNsIndep, LbaFormat,
+    NsIdDescriptor, PowerStateDescriptor, IDENTIFY_DATA_LEN,
 };
 use nvmeof_common::spec::log::{
     effects, encode_supported_logs, log_window, AnaGroupDesc, AnaLog, AnaState, ChangedNsList,
@@ -256,7 +256,7 @@ fn identify(target: &Target, ctrl: &Controller, sqe: &Sqe) -> Result<Response, S
             find()?;
             vec![0; IDENTIFY_DATA_LEN]
         }
-        Cns::CS_CTRL if cmd.csi == Csi::NVM => vec![0; IDENTIFY_DATA_LEN],
+        Cns::CS_CTRL if cmd.csi == Csi::NVM => identify_ctrl_nvm().encode(),
         Cns::IND_CS_NS => {
             let ns = find()?;
             let nsfeat = if ns.backend.volatile_write_cache() { 0 } else { NSFEAT_VWC_NOT_PRESENT };
@@ -273,6 +273,32 @@ fn identify(target: &Target, ctrl: &Controller, sqe: &Sqe) -> Result<Response, S
         _ => return Err(invalid_field()),
     };
     Ok(Response::data(buf))
+}
+
+/// Write Zeroes Size Limit reported in the NVM command set's Identify
+/// Controller: 2^13 pages of 4 KiB, 32 MiB. Linux 6.x hosts take WZSL as the
+/// largest Write Zeroes they send (`nvme_init_non_mdts_limits`; nvmet reports
+/// 0, which leaves them at MDTS, 1 MiB here) and put the size, in blocks,
+/// into the command's 16-bit NLB without a further bound
+/// (`nvme_setup_write_zeroes`). 32 MiB is 65536 blocks of 512 bytes, the
+/// most NLB can carry at the smallest block size a namespace here may have
+/// (namespaces come and go while a host keeps the limit it read at connect),
+/// and at any MDTS: with `mdts` 14 or more and WZSL 0 a host would cut a
+/// Write Zeroes on a 512-byte namespace short. `blkdiscard -z`, mkfs and
+/// BLKZEROOUT thus zero 32 MiB per command instead of 1 MiB. A Write
+/// Zeroes larger than this (nvme-cli on a 4 KiB namespace: up to 256 MiB)
+/// still runs: the limit tells hosts how to split, the target's cost does
+/// not depend on it (a punched hole or fallocate, as for Deallocate, whose
+/// ranges have no size limit either).
+pub const WRITE_ZEROES_SIZE_LIMIT: u8 = 13;
+
+/// NVM command set specific Identify Controller (CNS 06h, CSI 0). nvmet
+/// returns zeroes (`nvmet_execute_identify_ctrl_nvm`); here only WZSL is set
+/// ([`WRITE_ZEROES_SIZE_LIMIT`]): Dataset Management has no range or size
+/// limit (256 ranges, 2^32 blocks each, as the command can carry), and
+/// Verify and Write Uncorrectable are not supported.
+pub fn identify_ctrl_nvm() -> IdentifyCtrlNvm {
+    IdentifyCtrlNvm { wzsl: WRITE_ZEROES_SIZE_LIMIT, ..Default::default() }
 }
 
 /// Identify Controller VWC and Get Features Volatile Write Cache: always
@@ -1036,7 +1062,10 @@ mod tests {
         cs.csi = Csi::ZNS;
         assert_eq!(e.run(&cs.to_sqe(1)).unwrap_err(), invalid_field());
         let mut cc = IdentifyCmd::new(Cns::CS_CTRL, 0);
-        assert!(e.run(&cc.to_sqe(1)).unwrap().data.iter().all(|&x| x == 0));
+        let nvm = IdentifyCtrlNvm::decode(&e.run(&cc.to_sqe(1)).unwrap().data).unwrap();
+        // WZSL 13: 32 MiB, 65536 blocks of 512 bytes (NLB's reach); no other limit.
+        assert_eq!(nvm, IdentifyCtrlNvm { wzsl: 13, ..Default::default() });
+        assert_eq!(IdentifyCtrlNvm::limit_bytes(nvm.wzsl), Some(65536 * 512));
         cc.csi = Csi::KV;
         assert_eq!(e.run(&cc.to_sqe(1)).unwrap_err(), invalid_field());
         let ind = IdentifyNsIndep::decode(&e.identify(Cns::IND_CS_NS, 3).unwrap()).unwrap();
