@@ -138,3 +138,50 @@ async fn io_during_resizes_and_removals() {
     })
     .await;
 }
+
+/// Operations the io_uring backend resubmits on a queue's own ring finish
+/// before the queue sleeps: a Read of blocks the file lost behind the
+/// target's back (the rest of a short read, then end of file: Internal
+/// Error), and a Write Zeroes without DEAC on tmpfs, which has no
+/// FALLOC_FL_ZERO_RANGE (the backend falls back to writing zeroes). Both
+/// used to wait in the ring unsubmitted until the host's timeout, once the
+/// queue had nothing else to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn uring_queue_ring_finishes_resubmitted_operations() {
+    let shm = std::path::Path::new("/dev/shm");
+    let dir = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+    bounded(30, async {
+        let path = dir.join(format!("nvmeof-resubmit-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let (server, addr) = start(&config(vec![file_ns(1, &path, Some(4 * MIB), IoEngine::Auto)])).await;
+        // A short timeout: a hang shows as Timeout.
+        let mut o = opts();
+        o.command_timeout = Duration::from_secs(5);
+        let ctrl = Controller::connect(addr, SUBNQN, o).await.unwrap();
+        let ns = ctrl.namespace(1).await.unwrap();
+        let bs = ns.block_size() as u64;
+        let fill = vec![0x5Au8; (MIB / 2) as usize];
+        ns.write(0, &fill).await.unwrap();
+        ns.write(MIB / bs, &fill).await.unwrap();
+        // Write Zeroes without DEAC over 64 KiB of the written data.
+        ns.write_zeroes(16, 64 * 1024 / bs, false, IoFlags::default()).await.unwrap();
+        let mut back = vec![0u8; 128 * 1024];
+        ns.read(0, &mut back).await.unwrap();
+        let (head, rest) = back.split_at(16 * bs as usize);
+        assert!(head.iter().all(|&x| x == 0x5A));
+        assert!(rest[..64 * 1024].iter().all(|&x| x == 0), "not zeroed");
+        assert!(rest[64 * 1024..].iter().all(|&x| x == 0x5A), "zeroed too much");
+        // The file loses all but its first MiB; a read across that end.
+        std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(MIB).unwrap();
+        let mut buf = vec![0u8; 64 * 1024];
+        let r = ns.read(MIB / bs - 8, &mut buf).await;
+        match r {
+            Err(Error::Nvme { status, .. }) => assert_eq!(status.without_more(), Status::INTERNAL.with_dnr()),
+            other => panic!("read across the file's new end: {other:?}"),
+        }
+        ctrl.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+        let _ = std::fs::remove_file(&path);
+    })
+    .await;
+}

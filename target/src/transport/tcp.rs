@@ -559,6 +559,12 @@ async fn settle_inflight(
 }
 
 /// Submits the queue ring's new SQEs and handles its completions; true if any.
+/// What the reap queued again (the rest of a short read or write, the next
+/// way of a Write Zeroes the filesystem refused, an EAGAIN retry) and what
+/// the completions' handlers queued is submitted before returning: the loop
+/// may sleep next, until a completion that would otherwise never come (a
+/// Read of a file cut short, and a Write Zeroes on tmpfs, which cannot zero
+/// a range, hung so until the host's timeout).
 fn uring_pass(q: &mut QueueState, reaped: &mut Vec<IoCompletion>) -> bool {
     let Some(ring) = &q.ctx.io.ring else { return false };
     ring.submit();
@@ -567,6 +573,9 @@ fn uring_pass(q: &mut QueueState, reaped: &mut Vec<IoCompletion>) -> bool {
     }
     for c in reaped.drain(..) {
         q.handle_completion(c);
+    }
+    if let Some(ring) = &q.ctx.io.ring {
+        ring.submit();
     }
     true
 }
