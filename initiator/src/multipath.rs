@@ -572,6 +572,12 @@ impl MultipathNamespace {
         on_a_path!(self, |ns| ns.write_zeroes(lba, blocks, deallocate, flags))
     }
 
+    /// Verifies `blocks` blocks from `lba` ([`Namespace::verify`]); after a
+    /// path error, the whole range again on the next path.
+    pub async fn verify(&self, lba: u64, blocks: u64, flags: IoFlags) -> Result<()> {
+        on_a_path!(self, |ns| ns.verify(lba, blocks, flags))
+    }
+
     /// Deallocates the `(lba, blocks)` ranges ([`Namespace::deallocate`]);
     /// after a path error, all of them again on the next path.
     pub async fn deallocate(&self, ranges: &[(u64, u32)]) -> Result<()> {

@@ -23,8 +23,9 @@ use crate::error::{Error, Result};
 /// NLB is a 16-bit 0's based field: at most 65536 blocks per command.
 const MAX_NLB: u64 = 1 << 16;
 
-/// Commands of a [`Namespace::write_zeroes`] built and submitted at a time.
-const WRITE_ZEROES_GROUP: u64 = 256;
+/// Commands of a [`Namespace::write_zeroes`] or [`Namespace::verify`] built
+/// and submitted at a time.
+const NO_DATA_GROUP: u64 = 256;
 
 /// Commands of a [`Namespace::copy`] submitted at a time.
 const COPY_GROUP: usize = 256;
@@ -115,6 +116,8 @@ pub struct Namespace {
     max_blocks: u64,
     /// Most blocks per Write Zeroes (the controller's WZSL, 16-bit NLB).
     zeroes_blocks: u64,
+    /// Most blocks per Verify (the controller's VSL, 16-bit NLB).
+    verify_blocks: u64,
     identify: Arc<IdentifyNamespace>,
     /// [`crate::ConnectOptions::max_retries`].
     max_retries: u8,
@@ -250,10 +253,14 @@ impl Namespace {
         }
         .min(u32::MAX as u64 >> lba_shift)
         .clamp(1, MAX_NLB);
-        // WZSL 0 reports no limit: the command's 16-bit NLB is the bound
-        // (Linux falls back to MDTS there; a target executes either).
-        let zeroes_blocks = IdentifyCtrlNvm::limit_bytes(ctrl.info().nvm_limits.wzsl)
-            .map_or(MAX_NLB, |b| (b >> lba_shift).clamp(1, MAX_NLB));
+        // WZSL or VSL 0 reports no limit: the command's 16-bit NLB is the
+        // bound (Linux falls back to MDTS for Write Zeroes there; a target
+        // executes either).
+        let nvm = ctrl.info().nvm_limits;
+        let no_data_blocks = |field| {
+            IdentifyCtrlNvm::limit_bytes(field).map_or(MAX_NLB, |b| (b >> lba_shift).clamp(1, MAX_NLB))
+        };
+        let (zeroes_blocks, verify_blocks) = (no_data_blocks(nvm.wzsl), no_data_blocks(nvm.vsl));
         let max_retries = ctrl.core().max_retries();
         Ok(Self {
             ctrl,
@@ -262,6 +269,7 @@ impl Namespace {
             nsze: id.nsze,
             max_blocks,
             zeroes_blocks,
+            verify_blocks,
             identify: Arc::new(id),
             max_retries,
             fail_over: false,
@@ -610,22 +618,52 @@ impl Namespace {
         if blocks == 0 {
             return Err(Error::InvalidArgument("write_zeroes of 0 blocks".into()));
         }
+        let deac = (deallocate as u32) << 25;
+        self.no_data(IoOpcode::WRITE_ZEROES, lba, blocks, self.zeroes_blocks, deac, flags).await
+    }
+
+    /// Verify (OPC 0Ch): the controller reads `blocks` blocks from `lba`
+    /// and checks them (for a file or block device, that they can be read)
+    /// without sending the data; a block that cannot be read fails it
+    /// (Unrecovered Read Error, as a Read would). Sent as one command per
+    /// 65536 blocks or the controller's Verify Size Limit (VSL), whichever
+    /// is less, 256 at a time; a controller without Verify (ONCS bit 7;
+    /// nvmet) answers Invalid Opcode.
+    pub async fn verify(&self, lba: u64, blocks: u64, flags: IoFlags) -> Result<()> {
+        if blocks == 0 {
+            return Err(Error::InvalidArgument("verify of 0 blocks".into()));
+        }
+        self.no_data(IoOpcode::VERIFY, lba, blocks, self.verify_blocks, 0, flags).await
+    }
+
+    /// Sends `op`, a command with SLBA and NLB and no data (Write Zeroes,
+    /// Verify), over `blocks` blocks from `lba`: one command per `per`
+    /// blocks with `cdw12` OR-ed in, 256 commands at a time. On an error
+    /// the commands already sent have acted, and the rest is not sent.
+    async fn no_data(
+        &self,
+        op: IoOpcode,
+        lba: u64,
+        blocks: u64,
+        per: u64,
+        cdw12: u32,
+        flags: IoFlags,
+    ) -> Result<()> {
         check_range(lba, blocks)?;
         // In groups: the caller picks `blocks` freely, and building every
         // command at once (one per 65536 blocks) could ask for more memory than
         // exists, which aborts the process (e.g. `write_zeroes(0, u64::MAX, ..)`
         // asked for 2^48 commands). A failed group ends the request.
-        let per = self.zeroes_blocks;
         let commands = blocks.div_ceil(per);
         let mut first = 0;
         while first < commands {
-            let last = commands.min(first + WRITE_ZEROES_GROUP);
+            let last = commands.min(first + NO_DATA_GROUP);
             let ops = (first..last)
                 .map(|i| {
                     let start = i * per;
                     let n = (blocks - start).min(per);
-                    let mut s = self.rw_sqe(IoOpcode::WRITE_ZEROES, lba + start, n, flags);
-                    s.set_cdw(12, s.cdw(12) | (deallocate as u32) << 25);
+                    let mut s = self.rw_sqe(op, lba + start, n, flags);
+                    s.set_cdw(12, s.cdw(12) | cdw12);
                     self.op(s, Data::None, flags)
                 })
                 .collect();

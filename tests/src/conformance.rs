@@ -640,7 +640,6 @@ impl Conformance {
 
         for (name, op) in [
             ("I/O opcode 04h (Write Uncorrectable, unsupported)", IoOpcode::WRITE_UNCOR),
-            ("I/O opcode 0Ch (Verify, unsupported)", IoOpcode::VERIFY),
             ("I/O opcode 88h (unknown)", IoOpcode(0x88)),
         ] {
             let c = io.submit_no_data(RawClient::rw_sqe(op, 1, 0, 1)).await;
@@ -686,6 +685,9 @@ impl Conformance {
         s.set_sgl(SglDescriptor::in_capsule(range.len() as u32));
         let c = io.submit(s, Some(Bytes::copy_from_slice(&range))).await;
         self.differ("copy: a block onto itself", &c, OK, LOGGED(Status::INVALID_OPCODE));
+        // And Verify (ONCS bit 7): the target reads the blocks, sends nothing.
+        let c = io.submit_no_data(RawClient::rw_sqe(IoOpcode::VERIFY, 1, 0, 8)).await;
+        self.differ("verify: 8 blocks", &c, OK, LOGGED(Status::INVALID_OPCODE));
         io
     }
 }

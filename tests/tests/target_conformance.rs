@@ -23,5 +23,6 @@ async fn conformance_rows_fail_when_the_answer_differs() {
     let failed: Vec<&str> = rows.iter().filter(|r| !r.passed()).map(|r| r.name).collect();
     assert!(failed.contains(&"set features: Save set"), "{failed:?}");
     assert!(failed.contains(&"compare: a block with its own data"), "{failed:?}");
+    assert!(failed.contains(&"verify: 8 blocks"), "{failed:?}");
     assert!(failed.contains(&"read: past the end"), "{failed:?}");
 }

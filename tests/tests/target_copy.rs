@@ -8,14 +8,13 @@
 mod initiator_util;
 
 use bytes::Bytes;
-use initiator_util::{bounded, config, file_ns, opts, ram_ns, start, SUBNQN};
+use initiator_util::{bounded, every_backend, opts, start, SUBNQN};
 use nvmeof_common::spec::copy::{encode_ranges, CopyCmd, CopyRange, OCFS_FORMAT0, ONCS_COPY};
 use nvmeof_common::spec::identify::Cns;
 use nvmeof_common::spec::log::{effects, ErrorLogEntry};
 use nvmeof_common::spec::{IdentifyController, IdentifyNamespace, LogPageId};
 use nvmeof_common::{SglDescriptor, Status};
 use nvmeof_initiator::{Controller, IoFlags};
-use nvmeof_target::config::IoEngine;
 use nvmeof_tests::harness::{default_config, pattern, setup, NS1_BS, NS1_SIZE};
 
 const NSZE: u64 = NS1_SIZE / NS1_BS as u64;
@@ -44,23 +43,8 @@ async fn check_split_in_order(ns: &nvmeof_initiator::Namespace, big: &[u8], what
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn copy_gathers_ranges_on_every_backend() {
     bounded(60, async {
-        let dir = std::path::PathBuf::from(if std::path::Path::new("/dev/shm").is_dir() {
-            "/dev/shm"
-        } else {
-            "/tmp"
-        });
-        let paths: Vec<_> =
-            (0..2).map(|i| dir.join(format!("nvmeof-copy-{}-{i}", std::process::id()))).collect();
-        for p in &paths {
-            let _ = std::fs::remove_file(p);
-        }
         const SIZE: u64 = 4 << 20;
-        let cfg = config(vec![
-            ram_ns(1, SIZE),
-            file_ns(2, &paths[0], Some(SIZE), IoEngine::Threads),
-            // io_uring where the kernel offers it.
-            file_ns(3, &paths[1], Some(SIZE), IoEngine::Auto),
-        ]);
+        let (cfg, paths) = every_backend("nvmeof-copy", SIZE);
         let (_server, addr) = start(&cfg).await;
         let ctrl = Controller::connect(addr, SUBNQN, opts()).await.unwrap();
         let id = &ctrl.info().identify;

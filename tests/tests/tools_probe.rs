@@ -883,6 +883,24 @@ async fn admin_cli_outputs_and_exit_codes() {
             .await
             .unwrap_err();
         assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
+        // verify: from lba 60 to the end of the namespace (several commands past
+        // VSL, 1 MiB); past the end a usage error.
+        let j: Value = serde_json::from_str(
+            &admin(&["nvmeof", "verify", a, "--nqn", NQN, "--lba", "60", "--json", h[0], h[1]], b"")
+                .await
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!((j["lba"].as_u64(), j["blocks"].as_u64()), (Some(60), Some(NS_SIZE / 512 - 60)), "{j}");
+        let v = admin(&["nvmeof", "verify", a, "--nqn", NQN, "--lba", "5", "--count", "2", h[0], h[1]], b"")
+            .await
+            .unwrap();
+        assert!(v.starts_with("verified 2 blocks (1 KiB) at lba 5 of nsid 1 in "), "{v}");
+        let e =
+            admin(&["nvmeof", "verify", a, "--nqn", NQN, "--lba", &past, "--count", "2", h[0], h[1]], b"")
+                .await
+                .unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
         // Errors: exit codes and messages.
         let e = admin(
             &["nvmeof", "list", a, "--nqn", NQN, "--hostnqn", "nqn.2024-01.io.nvmeof.test:intruder"],

@@ -76,9 +76,12 @@ const ANACAP: u8 = 0x1F;
 const ANATT: u8 = 10;
 /// ONCS: Compare (bit 0), Dataset Management (bit 2), Write Zeroes (bit 3),
 /// Reservations (bit 5; nvmet sets it whether or not a namespace has them
-/// enabled, and RESCAP says which do), Copy (bit 8; nvmet has no Copy,
-/// SPDK sets it where the bdev can copy; every backend here can).
-const ONCS: u16 = (1 << 0) | (1 << 2) | (1 << 3) | (1 << 5) | ONCS_COPY;
+/// enabled, and RESCAP says which do), Verify (bit 7; nvmet has none),
+/// Copy (bit 8; nvmet has no Copy, SPDK sets it where the bdev can copy;
+/// every backend here can).
+const ONCS: u16 = (1 << 0) | (1 << 2) | (1 << 3) | (1 << 5) | ONCS_VERIFY | ONCS_COPY;
+/// ONCS bit 7: Verify.
+pub const ONCS_VERIFY: u16 = 1 << 7;
 /// RESCAP of a namespace with reservations: every type and IEKEY as NVMe
 /// 1.3 defines it, as nvmet; [`rescap_of`] adds Persist Through Power Loss.
 const RESCAP: u8 = rescap::ALL_TYPES | rescap::IEKEY_1_3;
@@ -256,7 +259,7 @@ fn identify(target: &Target, ctrl: &Controller, sqe: &Sqe) -> Result<Response, S
             find()?;
             vec![0; IDENTIFY_DATA_LEN]
         }
-        Cns::CS_CTRL if cmd.csi == Csi::NVM => identify_ctrl_nvm().encode(),
+        Cns::CS_CTRL if cmd.csi == Csi::NVM => identify_ctrl_nvm(&target.limits).encode(),
         Cns::IND_CS_NS => {
             let ns = find()?;
             let nsfeat = if ns.backend.volatile_write_cache() { 0 } else { NSFEAT_VWC_NOT_PRESENT };
@@ -293,12 +296,13 @@ fn identify(target: &Target, ctrl: &Controller, sqe: &Sqe) -> Result<Response, S
 pub const WRITE_ZEROES_SIZE_LIMIT: u8 = 13;
 
 /// NVM command set specific Identify Controller (CNS 06h, CSI 0). nvmet
-/// returns zeroes (`nvmet_execute_identify_ctrl_nvm`); here only WZSL is set
-/// ([`WRITE_ZEROES_SIZE_LIMIT`]): Dataset Management has no range or size
-/// limit (256 ranges, 2^32 blocks each, as the command can carry), and
-/// Verify and Write Uncorrectable are not supported.
-pub fn identify_ctrl_nvm() -> IdentifyCtrlNvm {
-    IdentifyCtrlNvm { wzsl: WRITE_ZEROES_SIZE_LIMIT, ..Default::default() }
+/// returns zeroes (`nvmet_execute_identify_ctrl_nvm`); here WZSL is
+/// [`WRITE_ZEROES_SIZE_LIMIT`] and VSL is MDTS (a Verify reads its blocks
+/// into a buffer as a Read of that size would, and is refused past it).
+/// Dataset Management has no range or size limit (256 ranges, 2^32 blocks
+/// each, as the command can carry); Write Uncorrectable is not supported.
+pub fn identify_ctrl_nvm(limits: &Limits) -> IdentifyCtrlNvm {
+    IdentifyCtrlNvm { vsl: limits.mdts, wzsl: WRITE_ZEROES_SIZE_LIMIT, ..Default::default() }
 }
 
 /// Identify Controller VWC and Get Features Volatile Write Cache: always
@@ -632,6 +636,7 @@ fn command_effects_log() -> Vec<u8> {
         IoOpcode::FLUSH,
         IoOpcode::READ,
         IoOpcode::COMPARE,
+        IoOpcode::VERIFY,
         IoOpcode::RESV_REGISTER,
         IoOpcode::RESV_REPORT,
         IoOpcode::RESV_ACQUIRE,
@@ -1063,8 +1068,8 @@ mod tests {
         assert_eq!(e.run(&cs.to_sqe(1)).unwrap_err(), invalid_field());
         let mut cc = IdentifyCmd::new(Cns::CS_CTRL, 0);
         let nvm = IdentifyCtrlNvm::decode(&e.run(&cc.to_sqe(1)).unwrap().data).unwrap();
-        // WZSL 13: 32 MiB, 65536 blocks of 512 bytes (NLB's reach); no other limit.
-        assert_eq!(nvm, IdentifyCtrlNvm { wzsl: 13, ..Default::default() });
+        // WZSL 13: 32 MiB, 65536 blocks of 512 bytes (NLB's reach); VSL = MDTS.
+        assert_eq!(nvm, IdentifyCtrlNvm { vsl: e.ctx.target.limits.mdts, wzsl: 13, ..Default::default() });
         assert_eq!(IdentifyCtrlNvm::limit_bytes(nvm.wzsl), Some(65536 * 512));
         cc.csi = Csi::KV;
         assert_eq!(e.run(&cc.to_sqe(1)).unwrap_err(), invalid_field());
@@ -1111,6 +1116,7 @@ mod tests {
         assert_eq!(ce.iocs[0x01], effects::CSUPP | effects::LBCC);
         assert_eq!(ce.iocs[0x02], effects::CSUPP);
         assert_eq!(ce.iocs[0x09], effects::CSUPP | effects::LBCC);
+        assert_eq!(ce.iocs[0x0C], effects::CSUPP);
         let mut c = GetLogPageCmd::new(LogPageId::CMD_EFFECTS, 0, 0, 4096);
         c.csi = 2;
         assert_eq!(e.run(&c.to_sqe(1)).unwrap_err(), Status::INVALID_LOG_PAGE);

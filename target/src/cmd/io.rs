@@ -48,13 +48,14 @@ pub fn parse(ctx: &QueueCtx, ctrl: &Controller, sqe: &Sqe) -> Result<(), Status>
 }
 
 /// nvmet `nvmet_io_cmd_check_access`: on a write-protected namespace only
-/// Read and Flush run; everything else (Compare and unknown opcodes
+/// Read and Flush run (and Verify, which nvmet lacks: it changes nothing,
+/// NVMe Base 2.0 §8.13); everything else (Compare and unknown opcodes
 /// included, as nvmet checks before the opcode) is Namespace is Write
 /// Protected, without DNR (the host may retry once protection is lifted).
 fn check_access(ns: &Namespace, sqe: &Sqe) -> Result<(), Status> {
     match IoOpcode(sqe.opcode()) {
         _ if !ns.write_protected() => Ok(()),
-        IoOpcode::READ | IoOpcode::FLUSH => Ok(()),
+        IoOpcode::READ | IoOpcode::FLUSH | IoOpcode::VERIFY => Ok(()),
         _ => Err(Status::NS_WRITE_PROTECTED),
     }
 }
@@ -145,6 +146,20 @@ fn parse_on(ctx: &QueueCtx, ctrl: &Controller, ns: &Namespace, sqe: &Sqe) -> Res
         IoOpcode::FLUSH | IoOpcode::WRITE_ZEROES | IoOpcode::DSM => {
             check_reservation(ctx, ctrl, ns, Access::Write)?;
             parse_write_group(ns, sqe, sgl_len)
+        }
+        IoOpcode::VERIFY => {
+            // In the read command group for reservations (NVMe Base 2.0
+            // §8.19); no data crosses the network, and the blocks are read
+            // into a buffer as a Read's would be: VSL = MDTS.
+            check_reservation(ctx, ctrl, ns, Access::Read)?;
+            expect_len(sqe, 0)?;
+            let (_, len) = lba_range(ns, sqe)?;
+            let max = ctx.target.limits.max_transfer() as u64;
+            if len > max {
+                warn!(len, max, "Verify larger than VSL (MDTS)");
+                return Err(Status::INVALID_FIELD.with_dnr());
+            }
+            Ok(())
         }
         IoOpcode::COPY => {
             // A write for reservations: it changes the destination's blocks
@@ -423,6 +438,21 @@ fn execute_on(
             }
         }
         IoOpcode::FLUSH => (IoOp::Flush, Pending::Plain),
+        IoOpcode::VERIFY => {
+            let (offset, len) = match lba_range(ns, sqe) {
+                Ok(r) => r,
+                Err(s) => return s.into(),
+            };
+            // SMART counts Verify with Read and Compare (NVMe Base 2.0
+            // §5.16.1.3: host read commands, data units read).
+            ns.io_stats.read(len);
+            // A RAM namespace has nothing to check beyond the range; its
+            // shared read costs no copy.
+            if let Some(r) = ns.backend.read_shared(offset, len as usize, false) {
+                return r.map_or_else(Exec::from, |_| Response::status(Status::SUCCESS).into());
+            }
+            (IoOp::Read { offset, len: len as usize }, Pending::Verify)
+        }
         IoOpcode::DSM => {
             if sqe.cdw(11) & DSM_AD == 0 {
                 // Only deallocate has an effect; other attributes are hints.

@@ -176,6 +176,8 @@ pub enum Pending {
     Plain,
     /// Compare: check the read data against these bytes.
     Compare(Bytes),
+    /// Verify: the blocks were read (or failed to be); the data is dropped.
+    Verify,
     /// Set Features Write Protect: the flush after setting protection.
     WriteProtect(WriteProtectFlush),
     /// Copy: its next step ([`io::copy_step`], which the queue calls).
@@ -289,7 +291,7 @@ pub fn error_entry(sqid: u16, sqe: &Sqe, status: Status) -> ErrorLogEntry {
     let admin = sqid == 0 && !fabrics;
     let rw = sqid != 0
         && !fabrics
-        && [IoOpcode::READ, IoOpcode::WRITE, IoOpcode::WRITE_ZEROES, IoOpcode::COMPARE]
+        && [IoOpcode::READ, IoOpcode::WRITE, IoOpcode::WRITE_ZEROES, IoOpcode::COMPARE, IoOpcode::VERIFY]
             .contains(&IoOpcode(opc));
     let slba = sqe.cdw(10) as u64 | (sqe.cdw(11) as u64) << 32;
     let code = status.code();
@@ -438,6 +440,7 @@ pub fn complete(pending: Pending, c: IoCompletion) -> Response {
         // ends here fails the Copy rather than half finishing it.
         Pending::Copy(_) if c.status.is_success() => Response::status(Status::INTERNAL.with_dnr()),
         Pending::Copy(_) => Response::status(c.status),
+        Pending::Verify => Response::status(c.status),
         Pending::Compare(expected) => {
             if !c.status.is_success() {
                 Response::status(c.status)

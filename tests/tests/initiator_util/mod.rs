@@ -79,6 +79,25 @@ pub fn file_ns(nsid: u32, path: &std::path::Path, size: Option<u64>, engine: IoE
     }
 }
 
+/// A target with a namespace on each backend, `size` bytes each: RAM (NSID
+/// 1), a file on worker threads (2) and a file on io_uring where the kernel
+/// offers it (3). The files are `NAME-PID-0` and `-1` on /dev/shm (or the
+/// temporary directory), removed first; the caller removes them at the end.
+pub fn every_backend(name: &str, size: u64) -> (TargetConfig, Vec<std::path::PathBuf>) {
+    let shm = std::path::Path::new("/dev/shm");
+    let dir = if shm.is_dir() { shm.to_path_buf() } else { std::env::temp_dir() };
+    let paths: Vec<_> = (0..2).map(|i| dir.join(format!("{name}-{}-{i}", std::process::id()))).collect();
+    for p in &paths {
+        let _ = std::fs::remove_file(p);
+    }
+    let cfg = config(vec![
+        ram_ns(1, size),
+        file_ns(2, &paths[0], Some(size), IoEngine::Threads),
+        file_ns(3, &paths[1], Some(size), IoEngine::Auto),
+    ]);
+    (cfg, paths)
+}
+
 /// Starts `cfg`; returns the server and its address.
 pub async fn start(cfg: &TargetConfig) -> (Server, SocketAddr) {
     init_tracing();

@@ -408,6 +408,35 @@ kh_discard() {
     info "write-zeroes --deac: 4 MiB read back as zeroes, file allocation $_u2 -> $_u3 bytes"
 }
 
+# kh_verify: Verify (NVM OPC 0Ch) as `nvme verify` sends it through the
+# kernel's passthrough ioctl: 8 blocks at 0 verify, 8 across the end fail with
+# LBA Out of Range; id-ctrl ONCS bit 7, and `nvme nvm-id-ctrl` (Identify CNS
+# 06h) shows VSL = MDTS and WZSL 13. nvmet has neither: against it the step
+# checks the refusal (Invalid Opcode) and prints its limits.
+kh_verify() {
+    need_dev
+    t 30 nvme nvm-id-ctrl "/dev/$CTRL" >/tmp/vf.nic 2>&1 || fail "nvme nvm-id-ctrl: $(cat /tmp/vf.nic)"
+    _vsl=$(field vsl </tmp/vf.nic); _wzsl=$(field wzsl </tmp/vf.nic)
+    t 30 nvme id-ctrl "/dev/$CTRL" >/tmp/vf.idc 2>&1 || fail "nvme id-ctrl: $(cat /tmp/vf.idc)"
+    _oncs=$(field oncs </tmp/vf.idc); _mdts=$(field mdts </tmp/vf.idc)
+    rm -f /tmp/vf.nic /tmp/vf.idc
+    _bs=$(blockdev --getss "$DEV"); _n=$(( $(blockdev --getsize64 "$DEV") / _bs ))
+    if [ "$TARGET" = kernel-guest ]; then
+        t 30 nvme verify "$DEV" -s 0 -c 7 >/tmp/vf.txt 2>&1 && fail "nvmet verified 8 blocks: $(cat /tmp/vf.txt)"
+        grep -qi 'invalid.*opcode' /tmp/vf.txt || fail "nvmet refused Verify with: $(cat /tmp/vf.txt)"
+        info "verify: nvmet refuses it (Invalid Opcode); its ONCS $_oncs, VSL $_vsl, WZSL $_wzsl"
+        rm -f /tmp/vf.txt
+        return 0
+    fi
+    [ $((_oncs & 0x80)) != 0 ] || fail "ONCS $_oncs without Verify (bit 7)"
+    [ "$_vsl" = "$_mdts" ] && [ "$_wzsl" = 13 ] || fail "nvm-id-ctrl: VSL $_vsl (MDTS $_mdts), WZSL $_wzsl; want VSL = MDTS, WZSL 13"
+    t 30 nvme verify "$DEV" -s 0 -c 7 >/tmp/vf.txt 2>&1 || fail "nvme verify of 8 blocks at 0: $(cat /tmp/vf.txt)"
+    t 30 nvme verify "$DEV" -s $((_n - 4)) -c 7 >/tmp/vf.txt 2>&1 && fail "Verify across the end succeeded: $(cat /tmp/vf.txt)"
+    grep -qi 'LBA Out of Range' /tmp/vf.txt || fail "Verify across the end: $(cat /tmp/vf.txt)"
+    rm -f /tmp/vf.txt
+    info "verify: 8 blocks at 0 verified, 8 across the end LBA Out of Range; ONCS $_oncs, VSL $_vsl (MDTS $_mdts), WZSL $_wzsl"
+}
+
 # smart_writes: the controller's Host Write Commands (SMART log, every namespace)
 smart_writes() {
     t 30 nvme smart-log "/dev/$CTRL" -o json >/tmp/swc.json 2>&1 || { rm -f /tmp/swc.json; return 1; }
@@ -1516,6 +1545,7 @@ scenario_main() {
     run_step dd-verify 180 kh_dd_verify plain
     run_step smart-io 40 kh_smart_io
     run_step copy 60 kh_copy
+    run_step verify 60 kh_verify
     run_step discard 120 kh_discard
     run_step zeroout 120 kh_zeroout
     run_step fio-verify $((FIO_RUNTIME + 90)) kh_fio
