@@ -342,6 +342,7 @@ pub async fn run_connection(
             continue;
         }
 
+        submit_before_sleep(&q);
         let kato_sleep = keep_alive_deadline(&q);
         // The deadline runs until the queue is connected, not just until ICReq:
         // a host that sent ICReq (128 bytes) and nothing more otherwise held its
@@ -536,6 +537,7 @@ async fn settle_inflight(
     let deadline = Instant::now() + INFLIGHT_SETTLE_LIMIT;
     loop {
         uring_pass(q, reaped);
+        submit_before_sleep(q);
         if !q.executing_counted() {
             return;
         }
@@ -559,12 +561,6 @@ async fn settle_inflight(
 }
 
 /// Submits the queue ring's new SQEs and handles its completions; true if any.
-/// What the reap queued again (the rest of a short read or write, the next
-/// way of a Write Zeroes the filesystem refused, an EAGAIN retry) and what
-/// the completions' handlers queued is submitted before returning: the loop
-/// may sleep next, until a completion that would otherwise never come (a
-/// Read of a file cut short, and a Write Zeroes on tmpfs, which cannot zero
-/// a range, hung so until the host's timeout).
 fn uring_pass(q: &mut QueueState, reaped: &mut Vec<IoCompletion>) -> bool {
     let Some(ring) = &q.ctx.io.ring else { return false };
     ring.submit();
@@ -574,10 +570,23 @@ fn uring_pass(q: &mut QueueState, reaped: &mut Vec<IoCompletion>) -> bool {
     for c in reaped.drain(..) {
         q.handle_completion(c);
     }
+    true
+}
+
+/// Before the queue sleeps: submits what the last reap queued on its ring
+/// (the rest of a short read or write, the next way of a Write Zeroes the
+/// filesystem refused, an EAGAIN retry, operations that waited for room),
+/// whose completion is what may wake it. Left for the next pass's submit,
+/// they waited for unrelated work: a Read across the end of a file cut short
+/// behind the target's back, or a Write Zeroes on tmpfs (no
+/// FALLOC_FL_ZERO_RANGE), hung until the host's timeout. Not at the end of
+/// every pass: a queue that goes on working submits them with its next
+/// commands, in one io_uring_enter (an extra one at the end of every pass
+/// measured 0.97-0.98x on 4 KiB reads at QD32 from a file through io_uring).
+fn submit_before_sleep(q: &QueueState) {
     if let Some(ring) = &q.ctx.io.ring {
         ring.submit();
     }
-    true
 }
 
 fn keep_alive_deadline(q: &QueueState) -> Option<Instant> {
