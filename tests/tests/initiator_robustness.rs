@@ -831,7 +831,11 @@ async fn write_zeroes_splits_at_the_controllers_size_limit() {
         let (server, addr) = start(&config(vec![ns_cfg])).await;
         let ctrl = Controller::connect(addr, SUBNQN, one_queue(8)).await.unwrap();
         let limits = ctrl.info().nvm_limits;
-        assert_eq!(limits, IdentifyCtrlNvm { wzsl: 13, ..Default::default() });
+        // WZSL 13; VSL = MDTS (Verify); no Dataset Management limits.
+        assert_eq!(
+            limits,
+            IdentifyCtrlNvm { wzsl: 13, vsl: ctrl.info().identify.mdts, ..Default::default() }
+        );
         let ns = ctrl.namespace(1).await.unwrap();
         assert_eq!(ns.block_size(), 4096);
         let host_writes = || async {

@@ -239,7 +239,7 @@ async fn io_error_statuses() {
     io.submit(wz, None).await.ok();
 
     // Unknown / unsupported I/O opcodes.
-    for op in [0x06u8, 0x0C, 0x7E, 0x80] {
+    for op in [0x06u8, 0x7E, 0x80] {
         let mut sqe = Sqe::new(op);
         sqe.set_nsid(1).set_sgl(SglDescriptor::transport(0));
         let r = io.submit(sqe, None).await;
