@@ -87,7 +87,8 @@ pub struct ControllerInfo {
     /// The NVM command set's size limits for commands that move no data
     /// (Identify CNS 06h: WZSL, DMRL, DMRSL, ...), read at connect as the Linux
     /// host's `nvme_init_non_mdts_limits` does; all zero (no limits) where the
-    /// controller refuses the Identify (nvmet: zeroes) or is a discovery controller.
+    /// controller reports none (nvmet), refuses the Identify or is a discovery
+    /// controller.
     pub nvm_limits: IdentifyCtrlNvm,
     /// Asynchronous events enabled (the Asynchronous Event Configuration
     /// value set): those of OAES the host reads logs for, 0 where none or
