@@ -72,6 +72,49 @@ fn copy_commands(id: &IdentifyNamespace, ranges: &[(u64, u32)]) -> Result<Vec<(V
 /// debug builds; in release builds the pieces after the first wrapped around to
 /// LBA 0 and up, so a write near `u64::MAX` overwrote the namespace's first
 /// blocks). No namespace holds such a range, so it is an invalid argument.
+/// Splits a deallocation of `ranges` into Dataset Management commands within
+/// the controller's limits (Identify CNS 06h): at most DMRL ranges per
+/// command (and 256, what NR can say), DMRSL blocks per range and DMSL
+/// blocks per command, each 0 meaning no limit. A range past a limit is cut
+/// into pieces, which may end one command and start the next (deallocating
+/// the same blocks); empty ranges are left out.
+fn dsm_commands(ranges: &[(u64, u32)], limits: &IdentifyCtrlNvm) -> Result<Vec<Vec<DsmRange>>> {
+    let per_cmd = match limits.dmrl {
+        0 => DSM_MAX_RANGES,
+        n => (n as usize).min(DSM_MAX_RANGES),
+    };
+    let per_range = match limits.dmrsl {
+        0 => u32::MAX,
+        n => n,
+    };
+    let cmd_blocks = match limits.dmsl {
+        0 => u64::MAX,
+        n => n,
+    };
+    let mut cmds = Vec::new();
+    let mut cur: Vec<DsmRange> = Vec::new();
+    let mut cur_blocks = 0u64;
+    for &(mut slba, nlb) in ranges {
+        check_range(slba, nlb as u64)?;
+        let mut left = nlb;
+        while left > 0 {
+            if cur.len() == per_cmd || cur_blocks == cmd_blocks {
+                cmds.push(std::mem::take(&mut cur));
+                cur_blocks = 0;
+            }
+            let take = left.min(per_range).min((cmd_blocks - cur_blocks).min(u32::MAX as u64) as u32);
+            cur.push(DsmRange { cattr: 0, nlb: take, slba });
+            cur_blocks += take as u64;
+            slba += take as u64;
+            left -= take;
+        }
+    }
+    if !cur.is_empty() {
+        cmds.push(cur);
+    }
+    Ok(cmds)
+}
+
 fn check_range(lba: u64, blocks: u64) -> Result<()> {
     if lba.checked_add(blocks).is_none() {
         return Err(Error::InvalidArgument(format!(
@@ -674,15 +717,17 @@ impl Namespace {
     }
 
     /// Deallocates (TRIM) the given `(lba, blocks)` ranges with Dataset
-    /// Management (AD), 256 ranges per command.
+    /// Management (AD): 256 ranges per command, or fewer and shorter ones
+    /// where the controller's DMRL, DMRSL and DMSL (Identify CNS 06h) say
+    /// so, as the Linux host's discard limits follow them; empty ranges are
+    /// left out. Fails with [`Error::InvalidArgument`] for a range past the
+    /// last 64-bit LBA, before anything is sent.
     pub async fn deallocate(&self, ranges: &[(u64, u32)]) -> Result<()> {
-        if ranges.is_empty() {
+        let cmds = dsm_commands(ranges, &self.ctrl.info().nvm_limits)?;
+        if cmds.is_empty() {
             return Ok(());
         }
-        let bufs: Vec<Vec<u8>> = ranges
-            .chunks(DSM_MAX_RANGES)
-            .map(|c| c.iter().flat_map(|&(slba, nlb)| DsmRange { cattr: 0, nlb, slba }.encode()).collect())
-            .collect();
+        let bufs: Vec<Vec<u8>> = cmds.iter().map(|c| c.iter().flat_map(|r| r.encode()).collect()).collect();
         let ops = bufs
             .iter()
             .map(|b| {
@@ -955,6 +1000,52 @@ mod tests {
     use super::*;
 
     const MS: fn(u64) -> Duration = Duration::from_millis;
+
+    /// Dataset Management commands as (slba, blocks) lists.
+    fn dsm_planned(ranges: &[(u64, u32)], dmrl: u8, dmrsl: u32, dmsl: u64) -> Vec<Vec<(u64, u32)>> {
+        let limits = IdentifyCtrlNvm { dmrl, dmrsl, dmsl, ..Default::default() };
+        dsm_commands(ranges, &limits)
+            .unwrap()
+            .into_iter()
+            .map(|c| c.iter().map(|r| (r.slba, r.nlb)).collect())
+            .collect()
+    }
+
+    #[test]
+    fn deallocation_splits_at_the_controllers_dsm_limits() {
+        // No limits: 256 ranges a command (NR), as before; empty ranges left out.
+        let many: Vec<(u64, u32)> = (0..600).map(|i| (i * 10, 5)).collect();
+        let p = dsm_planned(&many, 0, 0, 0);
+        assert_eq!(p.iter().map(Vec::len).collect::<Vec<_>>(), vec![256, 256, 88]);
+        assert_eq!(p.concat(), many);
+        assert_eq!(dsm_planned(&[(0, 0), (8, 4), (20, 0)], 0, 0, 0), vec![vec![(8, 4)]]);
+        assert!(dsm_planned(&[(5, 0)], 0, 0, 0).is_empty());
+        // DMRSL 100: a 250-block range in three pieces, in one command.
+        assert_eq!(dsm_planned(&[(1000, 250)], 0, 100, 0), vec![vec![(1000, 100), (1100, 100), (1200, 50)]]);
+        // DMRL 2: five ranges in three commands (a DMRL over 256 stays 256).
+        let five: Vec<(u64, u32)> = (0..5).map(|i| (i * 100, 1)).collect();
+        assert_eq!(dsm_planned(&five, 2, 0, 0).iter().map(Vec::len).collect::<Vec<_>>(), vec![2, 2, 1]);
+        assert_eq!(dsm_planned(&many, 255, 0, 0)[0].len(), 255);
+        // DMSL 150: commands of 150 blocks, a range cut where one ends.
+        assert_eq!(
+            dsm_planned(&[(0, 100), (500, 100), (900, 20)], 0, 0, 150),
+            vec![vec![(0, 100), (500, 50)], vec![(550, 50), (900, 20)]]
+        );
+        // All three at once: no command over any limit, the same blocks overall.
+        let mixed: Vec<(u64, u32)> = vec![(0, 1000), (5000, 7), (9000, 333), (20_000, 64)];
+        let p = dsm_planned(&mixed, 3, 90, 200);
+        for c in &p {
+            assert!(
+                c.len() <= 3
+                    && c.iter().all(|r| r.1 <= 90)
+                    && c.iter().map(|r| r.1 as u64).sum::<u64>() <= 200
+            );
+        }
+        let total: u64 = p.iter().flatten().map(|r| r.1 as u64).sum();
+        assert_eq!(total, 1000 + 7 + 333 + 64);
+        // A range past the last 64-bit LBA is refused before anything is built.
+        assert!(dsm_commands(&[(u64::MAX - 2, 8)], &IdentifyCtrlNvm::default()).is_err());
+    }
 
     /// Copy commands as (source (slba, blocks) list, block count).
     fn planned(id: &IdentifyNamespace, ranges: &[(u64, u32)]) -> Vec<(Vec<(u64, u32)>, u64)> {
