@@ -67,11 +67,6 @@ fn copy_commands(id: &IdentifyNamespace, ranges: &[(u64, u32)]) -> Result<Vec<(V
     Ok(commands)
 }
 
-/// Refuses a range whose end is past the last 64-bit LBA. Split requests
-/// compute each piece's LBA as `lba + offset`: that overflowed (a panic in
-/// debug builds; in release builds the pieces after the first wrapped around to
-/// LBA 0 and up, so a write near `u64::MAX` overwrote the namespace's first
-/// blocks). No namespace holds such a range, so it is an invalid argument.
 /// Splits a deallocation of `ranges` into Dataset Management commands within
 /// the controller's limits (Identify CNS 06h): at most DMRL ranges per
 /// command (and 256, what NR can say), DMRSL blocks per range and DMSL
@@ -115,6 +110,11 @@ fn dsm_commands(ranges: &[(u64, u32)], limits: &IdentifyCtrlNvm) -> Result<Vec<V
     Ok(cmds)
 }
 
+/// Refuses a range whose end is past the last 64-bit LBA. Split requests
+/// compute each piece's LBA as `lba + offset`: that overflowed (a panic in
+/// debug builds; in release builds the pieces after the first wrapped around to
+/// LBA 0 and up, so a write near `u64::MAX` overwrote the namespace's first
+/// blocks). No namespace holds such a range, so it is an invalid argument.
 fn check_range(lba: u64, blocks: u64) -> Result<()> {
     if lba.checked_add(blocks).is_none() {
         return Err(Error::InvalidArgument(format!(
