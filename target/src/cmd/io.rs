@@ -38,6 +38,16 @@ fn lba_range(ns: &Namespace, sqe: &Sqe) -> Result<(u64, u64), Status> {
     }
 }
 
+/// Invalid Field (with a warn line saying `what`) for `len` bytes past MDTS.
+fn within_mdts(ctx: &QueueCtx, len: u64, what: &str) -> Result<(), Status> {
+    let max = ctx.target.limits.max_transfer() as u64;
+    if len > max {
+        warn!(len, max, "{what}");
+        return Err(Status::INVALID_FIELD.with_dnr());
+    }
+    Ok(())
+}
+
 /// Parse step for I/O commands: namespace, ANA state, write protection, opcode, SGL length equal to the
 /// transfer length (nvmet `nvmet_check_transfer_len` → Data SGL Length
 /// Invalid), LBA range, transfer size against MDTS.
@@ -110,12 +120,7 @@ fn parse_reservation(ctx: &QueueCtx, sqe: &Sqe) -> Result<(), Status> {
     if sgl_len < cmd.data_len() {
         return Err(Status::SGL_INVALID_DATA.with_dnr());
     }
-    let max = ctx.target.limits.max_transfer() as u64;
-    if sgl_len > max {
-        warn!(len = sgl_len, max, "reservation command data larger than MDTS");
-        return Err(invalid_field);
-    }
-    Ok(())
+    within_mdts(ctx, sgl_len, "reservation command data larger than MDTS")
 }
 
 fn parse_on(ctx: &QueueCtx, ctrl: &Controller, ns: &Namespace, sqe: &Sqe) -> Result<(), Status> {
@@ -136,12 +141,7 @@ fn parse_on(ctx: &QueueCtx, ctrl: &Controller, ns: &Namespace, sqe: &Sqe) -> Res
                 return Err(Status::SGL_INVALID_DATA.with_dnr());
             }
             lba_range(ns, sqe)?;
-            let max = ctx.target.limits.max_transfer() as u64;
-            if len > max {
-                warn!(len, max, "transfer larger than MDTS");
-                return Err(Status::INVALID_FIELD.with_dnr());
-            }
-            Ok(())
+            within_mdts(ctx, len, "transfer larger than MDTS")
         }
         IoOpcode::FLUSH | IoOpcode::WRITE_ZEROES | IoOpcode::DSM => {
             check_reservation(ctx, ctrl, ns, Access::Write)?;
@@ -154,12 +154,7 @@ fn parse_on(ctx: &QueueCtx, ctrl: &Controller, ns: &Namespace, sqe: &Sqe) -> Res
             check_reservation(ctx, ctrl, ns, Access::Read)?;
             expect_len(sqe, 0)?;
             let (_, len) = lba_range(ns, sqe)?;
-            let max = ctx.target.limits.max_transfer() as u64;
-            if len > max {
-                warn!(len, max, "Verify larger than VSL (MDTS)");
-                return Err(Status::INVALID_FIELD.with_dnr());
-            }
-            Ok(())
+            within_mdts(ctx, len, "Verify larger than VSL (MDTS)")
         }
         IoOpcode::COPY => {
             // A write for reservations: it changes the destination's blocks
@@ -230,12 +225,7 @@ fn parse_copy(ctx: &QueueCtx, sqe: &Sqe, sgl_len: u64) -> Result<(), Status> {
     if sgl_len < cmd.data_len() as u64 {
         return Err(Status::SGL_INVALID_DATA.with_dnr());
     }
-    let max = ctx.target.limits.max_transfer() as u64;
-    if sgl_len > max {
-        warn!(len = sgl_len, max, "copy source range list larger than MDTS");
-        return Err(Status::INVALID_FIELD.with_dnr());
-    }
-    Ok(())
+    within_mdts(ctx, sgl_len, "copy source range list larger than MDTS")
 }
 
 /// A Copy past its parse step: the source ranges are read one after the
@@ -392,7 +382,7 @@ fn execute_on(
         return s.into();
     }
     let (op, pending) = match IoOpcode(sqe.opcode()) {
-        IoOpcode::READ | IoOpcode::WRITE | IoOpcode::COMPARE | IoOpcode::WRITE_ZEROES => {
+        IoOpcode::READ | IoOpcode::WRITE | IoOpcode::COMPARE | IoOpcode::WRITE_ZEROES | IoOpcode::VERIFY => {
             // Re-checked: the namespace may have shrunk while data was in flight.
             let (offset, len) = match lba_range(ns, sqe) {
                 Ok(r) => r,
@@ -430,6 +420,17 @@ fn execute_on(
                     ns.io_stats.read(len);
                     (IoOp::Read { offset, len: len as usize }, Pending::Compare(data))
                 }
+                IoOpcode::VERIFY => {
+                    // SMART counts Verify with Read and Compare (NVMe Base 2.0
+                    // §5.16.1.3: host read commands, data units read).
+                    ns.io_stats.read(len);
+                    // A RAM namespace has nothing to check beyond the range; its
+                    // shared read costs no copy.
+                    if let Some(r) = ns.backend.read_shared(offset, len as usize, false) {
+                        return r.map_or_else(Exec::from, |_| Response::status(Status::SUCCESS).into());
+                    }
+                    (IoOp::Read { offset, len: len as usize }, Pending::Verify)
+                }
                 _ => {
                     ns.io_stats.write(0);
                     let deallocate = sqe.cdw(12) & WZ_DEAC != 0;
@@ -438,21 +439,6 @@ fn execute_on(
             }
         }
         IoOpcode::FLUSH => (IoOp::Flush, Pending::Plain),
-        IoOpcode::VERIFY => {
-            let (offset, len) = match lba_range(ns, sqe) {
-                Ok(r) => r,
-                Err(s) => return s.into(),
-            };
-            // SMART counts Verify with Read and Compare (NVMe Base 2.0
-            // §5.16.1.3: host read commands, data units read).
-            ns.io_stats.read(len);
-            // A RAM namespace has nothing to check beyond the range; its
-            // shared read costs no copy.
-            if let Some(r) = ns.backend.read_shared(offset, len as usize, false) {
-                return r.map_or_else(Exec::from, |_| Response::status(Status::SUCCESS).into());
-            }
-            (IoOp::Read { offset, len: len as usize }, Pending::Verify)
-        }
         IoOpcode::DSM => {
             if sqe.cdw(11) & DSM_AD == 0 {
                 // Only deallocate has an effect; other attributes are hints.
