@@ -44,6 +44,7 @@
 //! buffered_io = true                     # optional (file only): false = O_DIRECT (io_uring)
 //! read_only = false                      # optional (file/block only): export read-only
 //! ana_group = 1                          # optional: ANA group (1..=128)
+//! hosts = ["nqn.2014-08.org.nvmexpress:uuid:..."]   # optional: only these hosts see it; SIGHUP applies
 //! reservations = false                  # optional: persistent reservations (nvmet resv_enable)
 //! reservations_file = "/var/lib/nvmeof/ns1.resv"  # optional: they persist through power loss
 //! uuid = "0b1d8c4e-..."                  # optional: identifiers (also nguid, eui64); see NamespaceIds
@@ -78,6 +79,17 @@
 //! Linux host's `pr_ops` always ask, or Set Features 83h), every change is
 //! written to the file before the command completes, and the target
 //! restores the registrations and the reservation when it starts again.
+//!
+//! `hosts` hides the namespace from every host not listed (namespace
+//! masking, as SPDK's `no_auto_visible` namespaces with `nvmf_ns_add_host`;
+//! nvmet has none): one subsystem can give each host its own namespaces. A
+//! hidden namespace is an inactive NSID to the other hosts: absent from their
+//! active namespace list, ANA log and SMART totals, all zeroes in Identify
+//! Namespace, and Invalid Namespace or Format for their commands. `hosts =
+//! []` hides it from every host. A reload that changes the list tells the
+//! controllers of the hosts that gain or lose the namespace (Namespace
+//! Attribute Changed), and their Linux hosts add or drop its block device.
+//! Where the subsystem lists `allowed_hosts`, every host here must be one.
 //!
 //! `ana_state` and `ana_groups` set what each port reports for Asymmetric
 //! Namespace Access (nvmet's `ports/N/ana_groups/G/ana_state`): every group
@@ -285,6 +297,9 @@ pub struct NamespaceConfig {
     pub reservations: bool,
     /// Where reservations persist through power loss (implies `reservations`).
     pub reservations_file: Option<PathBuf>,
+    /// The hosts that see the namespace (`None`: every host;
+    /// [`crate::core::Namespace::visible_to`]).
+    pub hosts: Option<Vec<String>>,
 }
 
 /// Namespace identifiers a configuration gives (nvmet's `device_uuid` and
@@ -664,6 +679,7 @@ struct RawNamespace {
     ana_group: Option<u32>,
     reservations: Option<bool>,
     reservations_file: Option<PathBuf>,
+    hosts: Option<Vec<String>>,
     uuid: Option<String>,
     nguid: Option<String>,
     eui64: Option<String>,
@@ -866,7 +882,16 @@ impl TargetConfig {
                     ids,
                     reservations: n.reservations.unwrap_or(n.reservations_file.is_some()),
                     reservations_file: n.reservations_file.clone(),
+                    hosts: n.hosts.clone(),
                 };
+                for (h, host) in n.hosts.iter().flatten().enumerate() {
+                    let hkey = format!("{nkey}.hosts[{h}]");
+                    check_host_nqn(host).map_err(|e| invalid(hkey.clone(), e))?;
+                    // A host the subsystem refuses would never see it: a typo.
+                    if listed && !allowed.contains(host) {
+                        return Err(invalid(hkey, format!("{host} is not in {key}.allowed_hosts")));
+                    }
+                }
                 if !ns.reservations && ns.reservations_file.is_some() {
                     return Err(invalid(
                         format!("{nkey}.reservations_file"),

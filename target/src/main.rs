@@ -149,6 +149,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             ids: Default::default(),
             reservations: a.reservations,
             reservations_file: None,
+            hosts: None,
         });
     }
     for r in &a.ram {
@@ -161,6 +162,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             ids: Default::default(),
             reservations: a.reservations,
             reservations_file: None,
+            hosts: None,
         });
     }
     for b in &a.block {
@@ -177,6 +179,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             ids: Default::default(),
             reservations: a.reservations,
             reservations_file: None,
+            hosts: None,
         });
     }
     if nss.is_empty() {

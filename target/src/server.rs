@@ -211,7 +211,8 @@ fn new_namespace(
     let mut ns = Namespace::for_store(nqn, nsid, &store_identity(n), b)
         .with_read_only(n.read_only)
         .with_ana_group(n.ana_group)
-        .with_reservations(n.reservations);
+        .with_reservations(n.reservations)
+        .with_hosts(n.hosts.clone());
     if let Some(path) = &n.reservations_file {
         let r = Reservations::persistent(path.clone())?;
         let st = r.report();
@@ -445,6 +446,11 @@ impl Server {
                     }
                     (None, None) => continue,
                     (Some(ns), None) => {
+                        if s.set_namespace_hosts(nsid, n.hosts.clone()) == Ok(true) {
+                            let hosts =
+                                n.hosts.as_ref().map_or_else(|| "every host".to_string(), |h| h.join(", "));
+                            info!(subnqn = %sc.nqn, nsid, hosts = %hosts, "reload: the hosts that see the namespace replaced; those that gained or lost it are notified");
+                        }
                         if ns.set_ana_group(n.ana_group) {
                             // nvmet's configfs ana_grpid store: nvmet_send_ana_event(subsys, NULL).
                             info!(subnqn = %sc.nqn, nsid, ana_group = n.ana_group, "reload: moving namespace to another ANA group");

@@ -194,6 +194,9 @@ write_target_config() {
         # with DH-HMAC-CHAP keys ("-" for none)
         # or ("NQN acl HOSTS") one open to HOSTS only (NQNs joined by commas;
         # "any": every host)
+        # or ("NQN mask HOSTS") one open to every host, with a second RAM
+        # namespace that HOSTS only see (namespace masking; "any": every
+        # host, "none": no host)
         if [ -f "$DIR/subsys.list" ]; then while read -r nqn kind file key ckey group; do
             [ -n "$nqn" ] || continue
             echo
@@ -206,6 +209,8 @@ write_target_config() {
                 echo ' }]'
             elif [ "$kind" = acl ]; then
                 [ "$file" = any ] || echo "allowed_hosts = [\"${file//,/\", \"}\"]"
+            elif [ "$kind" = mask ]; then
+                : # open to every host: the namespace's hosts decide who sees it
             else
                 [ -n "$INTEROP_ALLOW_HOST" ] && echo "allowed_hosts = [\"$INTEROP_ALLOW_HOST\"]"
             fi
@@ -216,6 +221,16 @@ write_target_config() {
                 echo "read_only = true"
             else
                 echo "ram = \"16M\""
+            fi
+            if [ "$kind" = mask ]; then
+                echo
+                echo "[[subsystem.namespace]]"
+                echo "ram = \"16M\""
+                case $file in
+                    any) ;;
+                    none) echo "hosts = []" ;;
+                    *) echo "hosts = [\"${file//,/\", \"}\"]" ;;
+                esac
             fi
         done <"$DIR/subsys.list"; fi
     } >"$DIR/target.toml.new" && mv "$DIR/target.toml.new" "$DIR/target.toml"
@@ -555,10 +570,11 @@ hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespac
     # (ro) with a read-only 16 MiB file of random bytes (the reply gives its md5), or
     # (auth HOSTNQN KEY CTRLKEY|- DHGROUP|-) open to HOSTNQN only, which must
     # authenticate with DH-HMAC-CHAP, or (acl HOSTS|any) open to the hosts
-    # HOSTS (NQNs joined by commas) only; SIGHUP
+    # HOSTS (NQNs joined by commas) only, or (mask HOSTS|any|none) with a
+    # second namespace that HOSTS only see; SIGHUP
     kh_host_target || { echo "not applicable"; return 2; }
     local nqn=$1 kind=${2:-} file="" sum="" extra=""
-    [[ $nqn =~ ^nqn\.[[:alnum:].:-]+$ ]] && [[ $kind =~ ^(ro|auth|acl)?$ ]] || { echo "usage: add-subsystem NQN [ro|auth ...|acl HOSTS]"; return 2; }
+    [[ $nqn =~ ^nqn\.[[:alnum:].:-]+$ ]] && [[ $kind =~ ^(ro|auth|acl|mask)?$ ]] || { echo "usage: add-subsystem NQN [ro|auth ...|acl HOSTS|mask HOSTS]"; return 2; }
     awk -v n="$nqn" '$1==n{f=1} END{exit !f}' "$DIR/subsys.list" 2>/dev/null && { echo "$nqn already configured"; return 1; }
     if [ "$kind" = ro ]; then
         file=$DIR/ro-$(printf '%s' "$nqn" | md5sum | cut -c1-8).img
@@ -572,6 +588,9 @@ hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespac
     elif [ "$kind" = acl ]; then
         acl_hosts_ok "${3:-}" || { echo "usage: add-subsystem NQN acl HOSTS|any"; return 2; }
         file=$3
+    elif [ "$kind" = mask ]; then
+        { [ "${3:-}" = none ] || acl_hosts_ok "${3:-}"; } || { echo "usage: add-subsystem NQN mask HOSTS|any|none"; return 2; }
+        file=$3
     fi
     echo "$nqn $kind $file $extra" >>"$DIR/subsys.list"
     reload_target || return 1
@@ -581,16 +600,30 @@ hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespac
 # acl_hosts_ok HOSTS: "any" or NQNs joined by commas
 acl_hosts_ok() { [[ $1 =~ ^(any|nqn\.[[:alnum:].:-]+(,nqn\.[[:alnum:].:-]+)*)$ ]]; }
 
+# set_subsys_hosts NQN KIND HOSTS: the hosts field of a subsystem added with
+# KIND (acl, mask) in subsys.list, then a reload
+set_subsys_hosts() {
+    awk -v n="$1" -v k="$2" '$1==n && $2==k{f=1} END{exit !f}' "$DIR/subsys.list" 2>/dev/null \
+        || { echo "$1 not configured with $2"; return 1; }
+    awk -v n="$1" -v h="$3" '$1==n{$3=h} {print}' "$DIR/subsys.list" >"$DIR/subsys.list.new" \
+        && mv "$DIR/subsys.list.new" "$DIR/subsys.list"
+    reload_target
+}
+
 hook_allow_hosts() { # allow-hosts NQN HOSTS|any: the hosts a subsystem added with "acl" is open to; SIGHUP
     kh_host_target || { echo "not applicable"; return 2; }
     local nqn=$1 hosts=${2:-}
     acl_hosts_ok "$hosts" || { echo "usage: allow-hosts NQN HOSTS|any"; return 2; }
-    awk -v n="$nqn" '$1==n && $2=="acl"{f=1} END{exit !f}' "$DIR/subsys.list" 2>/dev/null \
-        || { echo "$nqn not configured with acl"; return 1; }
-    awk -v n="$nqn" -v h="$hosts" '$1==n{$3=h} {print}' "$DIR/subsys.list" >"$DIR/subsys.list.new" \
-        && mv "$DIR/subsys.list.new" "$DIR/subsys.list"
-    reload_target || return 1
+    set_subsys_hosts "$nqn" acl "$hosts" || return 1
     echo "$nqn open to $hosts, target reloaded"
+}
+
+hook_ns_hosts() { # ns-hosts NQN HOSTS|any|none: the hosts that see namespace 2 of a subsystem added with "mask"; SIGHUP
+    kh_host_target || { echo "not applicable"; return 2; }
+    local nqn=$1 hosts=${2:-}
+    { [ "$hosts" = none ] || acl_hosts_ok "$hosts"; } || { echo "usage: ns-hosts NQN HOSTS|any|none"; return 2; }
+    set_subsys_hosts "$nqn" mask "$hosts" || return 1
+    echo "namespace 2 of $nqn visible to $hosts, target reloaded"
 }
 
 hook_remove_subsystem() { # remove-subsystem NQN, SIGHUP
@@ -598,7 +631,8 @@ hook_remove_subsystem() { # remove-subsystem NQN, SIGHUP
     local nqn=$1
     local file
     awk -v n="$nqn" '$1==n{f=1} END{exit !f}' "$DIR/subsys.list" 2>/dev/null || { echo "$nqn not configured"; return 1; }
-    file=$(awk -v n="$nqn" '$1==n{print $3}' "$DIR/subsys.list")
+    # the file of a read-only one (the third field of the others is hosts)
+    file=$(awk -v n="$nqn" '$1==n && $2=="ro"{print $3}' "$DIR/subsys.list")
     awk -v n="$nqn" '$1!=n' "$DIR/subsys.list" >"$DIR/subsys.list.new"; mv "$DIR/subsys.list.new" "$DIR/subsys.list"
     reload_target || return 1
     [ -z "$file" ] || rm -f "$file"

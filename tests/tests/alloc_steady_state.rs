@@ -123,6 +123,7 @@ async fn steady_state_allocations_per_io() {
                 ids: Default::default(),
                 reservations: false,
                 reservations_file: None,
+                hosts: None,
             }]
             .into_iter()
             .chain(uring_file.as_ref().map(|path| NamespaceConfig {
@@ -139,6 +140,7 @@ async fn steady_state_allocations_per_io() {
                 ids: Default::default(),
                 reservations: false,
                 reservations_file: None,
+                hosts: None,
             }))
             .collect(),
             cntlids: nvmeof_target::core::target::CNTLID_RANGE,

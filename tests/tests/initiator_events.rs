@@ -30,14 +30,6 @@ fn cfg(port2: &str, namespaces: u32, extra: &str) -> TargetConfig {
     .unwrap()
 }
 
-/// The next event, within 5 s.
-async fn next(rx: &mut broadcast::Receiver<ControllerEvent>) -> ControllerEvent {
-    tokio::time::timeout(Duration::from_secs(5), rx.recv())
-        .await
-        .expect("an event within 5 s")
-        .expect("event channel open")
-}
-
 /// Group 1's state in an ANA change event.
 fn group1(ev: &ControllerEvent) -> AnaState {
     match ev {
@@ -67,19 +59,19 @@ async fn ana_and_namespace_notices_reach_the_application_and_rearm() {
         let mut rx = ctrl.events();
 
         server.reload(&cfg("inaccessible", 1, "")).unwrap();
-        assert_eq!(group1(&next(&mut rx).await), AnaState::INACCESSIBLE);
+        assert_eq!(group1(&next_event(&mut rx).await), AnaState::INACCESSIBLE);
         // The host read the log with RAE clear and asked again: the next change arrives too.
         server.reload(&cfg("non-optimized", 1, "")).unwrap();
-        assert_eq!(group1(&next(&mut rx).await), AnaState::NON_OPTIMIZED);
+        assert_eq!(group1(&next_event(&mut rx).await), AnaState::NON_OPTIMIZED);
 
         // Namespaces 2 and 3 appear: one notice, the Changed Namespace List names both.
         server.reload(&cfg("non-optimized", 3, "")).unwrap();
-        let ev = next(&mut rx).await;
+        let ev = next_event(&mut rx).await;
         match &ev {
             ControllerEvent::NamespacesChanged(list) => assert_eq!(list, &vec![2, 3]),
             // A namespace also joins group 1: its ANA notice can come first.
             ControllerEvent::AnaChanged(_) => {
-                let ev2 = next(&mut rx).await;
+                let ev2 = next_event(&mut rx).await;
                 assert_eq!(ev2, ControllerEvent::NamespacesChanged(vec![2, 3]), "after {ev:?}");
             }
             other => panic!("expected a namespace change, got {other:?}"),
@@ -114,7 +106,7 @@ async fn events_resume_after_a_reconnect() {
         // The new association has its events enabled and an AER outstanding.
         assert_eq!(aec_at_target(&ctrl).await, aec::NS_ATTR | aec::ANA_CHANGE);
         server.reload(&cfg("change", 1, "")).unwrap();
-        assert_eq!(group1(&next(&mut rx).await), AnaState::CHANGE);
+        assert_eq!(group1(&next_event(&mut rx).await), AnaState::CHANGE);
         ctrl.shutdown().await.unwrap();
         server.shutdown(Duration::from_secs(1)).await;
     })
@@ -179,7 +171,7 @@ async fn persistent_discovery_controller_reports_log_changes() {
         let mut rx = ctrl.events();
         let other = "nqn.2024-01.io.nvmeof.test:events-other";
         server.reload(&cfg("optimized", 1, &format!("[[subsystem]]\nnqn = \"{other}\"\n"))).unwrap();
-        match next(&mut rx).await {
+        match next_event(&mut rx).await {
             ControllerEvent::DiscoveryChanged(log) => {
                 assert!(
                     log.header.genctr > before.header.genctr,

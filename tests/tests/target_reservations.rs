@@ -315,6 +315,7 @@ async fn reservations_persist_through_a_restart() {
         let mut cfg = config(vec![nvmeof_target::config::NamespaceConfig {
             reservations: true,
             reservations_file: Some(file.clone()),
+            hosts: None,
             ..ram_ns(1, SIZE)
         }]);
         let (server, addr) = start(&cfg).await;

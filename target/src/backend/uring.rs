@@ -2312,6 +2312,7 @@ mod tests {
             ids: Default::default(),
             reservations: false,
             reservations_file: None,
+            hosts: None,
         };
         let threads = crate::server::open_backend(&ns(IoEngine::Threads, true)).unwrap();
         assert!(!threads.describe().contains("io_uring"), "{}", threads.describe());
@@ -2415,6 +2416,7 @@ mod tests {
             ids: Default::default(),
             reservations: false,
             reservations_file: None,
+            hosts: None,
         };
         let d = crate::server::open_backend(&default_ns).unwrap();
         assert!(d.describe().contains("(io_uring, O_DIRECT)"), "{}", d.describe());

@@ -222,15 +222,14 @@ fn identify(target: &Target, ctrl: &Controller, sqe: &Sqe) -> Result<Response, S
             _ => Err(invalid_field()),
         };
     }
-    let subsys = &ctrl.subsys;
-    let find = || subsys.namespace(cmd.nsid).ok_or_else(invalid_ns);
+    let find = || ctrl.namespace(cmd.nsid).ok_or_else(invalid_ns);
     let buf = match cmd.cns {
         Cns::NS => {
             if cmd.nsid == 0xFFFF_FFFF {
                 return Err(invalid_ns());
             }
-            // Inactive NSID: all-zero structure.
-            subsys.namespace(cmd.nsid).map_or_else(
+            // Inactive NSID (or one hidden from this host): all-zero structure.
+            ctrl.namespace(cmd.nsid).map_or_else(
                 || vec![0; IDENTIFY_DATA_LEN],
                 |ns| {
                     let ana = target.port_ana(ctrl.port_id).state(ns.ana_group());
@@ -244,7 +243,7 @@ fn identify(target: &Target, ctrl: &Controller, sqe: &Sqe) -> Result<Response, S
                 return Err(invalid_ns());
             }
             let nsids: Vec<u32> = if cmd.cns == Cns::ACTIVE_NS_LIST || cmd.csi == Csi::NVM {
-                subsys.namespaces().keys().copied().collect()
+                ctrl.namespaces().iter().map(|ns| ns.nsid).collect()
             } else {
                 Vec::new()
             };
@@ -554,11 +553,11 @@ fn get_log_page(
 /// `rgo` (Return Groups Only), the NSIDs of its namespaces; one change count
 /// for the header and every group, as nvmet's global `nvmet_ana_chgcnt`.
 fn ana_log(target: &Target, ctrl: &Controller, rgo: bool) -> Vec<u8> {
-    let namespaces = ctrl.subsys.namespaces();
+    let namespaces = ctrl.namespaces();
     // A port not registered (queues built without a listener): all optimized, as `Target::port_ana`.
     let (port, mut groups) = target.port(ctrl.port_id).map(|p| (p.ana, p.ana_groups)).unwrap_or_default();
     groups.insert(DEFAULT_ANA_GROUP);
-    groups.extend(namespaces.values().map(|ns| ns.ana_group()));
+    groups.extend(namespaces.iter().map(|ns| ns.ana_group()));
     let chgcnt = target.ana_chgcnt();
     AnaLog {
         chgcnt,
@@ -571,7 +570,7 @@ fn ana_log(target: &Target, ctrl: &Controller, rgo: bool) -> Vec<u8> {
                 nsids: match rgo {
                     true => Vec::new(),
                     false => {
-                        namespaces.values().filter(|ns| ns.ana_group() == grpid).map(|ns| ns.nsid).collect()
+                        namespaces.iter().filter(|ns| ns.ana_group() == grpid).map(|ns| ns.nsid).collect()
                     }
                 },
             })
@@ -591,8 +590,8 @@ fn ana_log(target: &Target, ctrl: &Controller, rgo: bool) -> Vec<u8> {
 /// from `err_counter`.
 fn smart_log(ctrl: &Controller, nsid: u32) -> Result<Vec<u8>, Status> {
     let namespaces = match nsid {
-        0xFFFF_FFFF => ctrl.subsys.namespaces().values().cloned().collect(),
-        _ => vec![ctrl.subsys.namespace(nsid).ok_or_else(invalid_ns)?],
+        0xFFFF_FFFF => ctrl.namespaces(),
+        _ => vec![ctrl.namespace(nsid).ok_or_else(invalid_ns)?],
     };
     let mut log = SmartLog { num_err_log_entries: ctrl.error_count() as u128, ..Default::default() };
     for ns in namespaces {
@@ -713,7 +712,7 @@ fn with_reservations<R>(
     nsid: u32,
     f: impl FnOnce(&crate::core::Reservations) -> Result<R, Status>,
 ) -> Result<R, Status> {
-    let ns = ctrl.subsys.namespace(nsid).ok_or_else(invalid_ns)?;
+    let ns = ctrl.namespace(nsid).ok_or_else(invalid_ns)?;
     f(ns.reservations.as_ref().ok_or_else(invalid_field)?)
 }
 
@@ -728,7 +727,7 @@ fn set_resv_mask(ctrl: &Controller, nsid: u32, mask: u32) -> Result<Response, St
         return Err(invalid_field());
     }
     if nsid == 0xFFFF_FFFF {
-        for ns in ctrl.subsys.namespaces().values() {
+        for ns in ctrl.namespaces() {
             if let Some(r) = &ns.reservations {
                 r.set_notify_mask(mask)?;
             }
@@ -755,7 +754,7 @@ fn set_write_protect(ctx: &mut QueueCtx, ctrl: &Arc<Controller>, sqe: &Sqe, tag:
     if cmd.sv {
         return Status::FEATURE_NOT_SAVEABLE.with_dnr().into();
     }
-    let Some(ns) = ctrl.subsys.namespace(sqe.nsid()) else {
+    let Some(ns) = ctrl.namespace(sqe.nsid()) else {
         return invalid_ns().into();
     };
     match cmd.cdw11 {
@@ -790,7 +789,7 @@ fn get_features(ctrl: &Controller, sqe: &Sqe) -> Result<Response, Status> {
         FeatureId::VOLATILE_WC if !disc => Ok(Response::result(VOLATILE_WRITE_CACHE as u64)),
         // nvmet_get_feat_write_protect: per namespace, Invalid Namespace if none.
         FeatureId::WRITE_PROTECT if !disc => {
-            let ns = ctrl.subsys.namespace(sqe.nsid()).ok_or_else(invalid_ns)?;
+            let ns = ctrl.namespace(sqe.nsid()).ok_or_else(invalid_ns)?;
             let state = if ns.write_protected() { write_protect::WRITE_PROTECT } else { write_protect::NONE };
             Ok(Response::result(state as u64))
         }

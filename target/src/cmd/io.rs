@@ -52,8 +52,7 @@ fn within_mdts(ctx: &QueueCtx, len: u64, what: &str) -> Result<(), Status> {
 /// transfer length (nvmet `nvmet_check_transfer_len` → Data SGL Length
 /// Invalid), LBA range, transfer size against MDTS.
 pub fn parse(ctx: &QueueCtx, ctrl: &Controller, sqe: &Sqe) -> Result<(), Status> {
-    ctrl.subsys
-        .with_namespace(sqe.nsid(), |ns| parse_on(ctx, ctrl, ns, sqe))
+    ctrl.with_namespace(sqe.nsid(), |ns| parse_on(ctx, ctrl, ns, sqe))
         .unwrap_or(Err(Status::INVALID_NS.with_dnr()))
 }
 
@@ -364,8 +363,7 @@ pub fn copy_step(ctx: &QueueCtx, mut job: Box<CopyJob>, tag: u32, mut done: Opti
 
 /// Execute step: hands the operation to the namespace's backend.
 pub fn execute(ctx: &mut QueueCtx, ctrl: &Controller, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
-    ctrl.subsys
-        .with_namespace(sqe.nsid(), |ns| execute_on(ctx, ctrl, ns, sqe, data, tag))
+    ctrl.with_namespace(sqe.nsid(), |ns| execute_on(ctx, ctrl, ns, sqe, data, tag))
         .unwrap_or_else(|| Status::INVALID_NS.with_dnr().into())
 }
 

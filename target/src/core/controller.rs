@@ -13,7 +13,7 @@ use nvmeof_common::spec::reservation::{NotificationType, ReservationNotification
 use nvmeof_common::Status;
 use tokio::sync::watch;
 
-use super::{ErrorLog, Subsystem};
+use super::{ErrorLog, Namespace, Subsystem};
 use crate::backend::{CompletionSink, IoCompletion};
 
 /// Most outstanding Asynchronous Event Requests (nvmet AERL 3 → 4).
@@ -339,6 +339,26 @@ impl Controller {
         a.outstanding.push((sink.clone(), tag));
         Self::deliver(&mut a);
         Ok(())
+    }
+
+    /// Namespace `nsid` when this controller's host sees it; `None` for an
+    /// inactive NSID, or one hidden from the host ([`Namespace::visible_to`]).
+    pub fn namespace(&self, nsid: u32) -> Option<Arc<Namespace>> {
+        self.subsys.namespace(nsid).filter(|ns| ns.visible_to(&self.hostnqn))
+    }
+
+    /// Runs `f` on namespace `nsid` when this controller's host sees it
+    /// (the per-command form of [`Self::namespace`], borrowing as
+    /// [`Subsystem::with_namespace`] does).
+    #[inline]
+    pub fn with_namespace<R>(&self, nsid: u32, f: impl FnOnce(&Namespace) -> R) -> Option<R> {
+        self.subsys.with_namespace(nsid, |ns| ns.visible_to(&self.hostnqn).then(|| f(ns))).flatten()
+    }
+
+    /// The namespaces this controller's host sees, by ascending NSID: its
+    /// active namespaces.
+    pub fn namespaces(&self) -> Vec<Arc<Namespace>> {
+        self.subsys.namespaces().values().filter(|ns| ns.visible_to(&self.hostnqn)).cloned().collect()
     }
 
     /// Records a namespace change and raises the Namespace Attribute Changed

@@ -3,6 +3,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
+use arc_swap::ArcSwapOption;
+
 use super::Reservations;
 use crate::backend::Backend;
 
@@ -34,6 +36,13 @@ pub struct Namespace {
     pub reservations: Option<Reservations>,
     /// Host commands and data, for the SMART / Health log.
     pub io_stats: super::io_stats::IoStats,
+    /// Whether only the hosts in `hosts` see the namespace (configuration
+    /// `hosts`); kept beside the list so that the I/O path of a namespace
+    /// every host sees reads one flag, not the list.
+    masked: AtomicBool,
+    /// The hosts that see the namespace while `masked` (SPDK's
+    /// `nvmf_ns_add_host` list of a namespace added `no_auto_visible`).
+    hosts: ArcSwapOption<Vec<String>>,
 }
 
 impl Namespace {
@@ -88,6 +97,8 @@ impl Namespace {
             ana_group: AtomicU32::new(super::ana::DEFAULT_ANA_GROUP),
             reservations: None,
             io_stats: Default::default(),
+            masked: AtomicBool::new(false),
+            hosts: ArcSwapOption::empty(),
         }
     }
 
@@ -109,6 +120,58 @@ impl Namespace {
     pub fn with_ana_group(self, grpid: u32) -> Self {
         self.ana_group.store(grpid, Ordering::Relaxed);
         self
+    }
+
+    /// This namespace seen by the hosts in `hosts` only (`None`: by every
+    /// host the subsystem allows).
+    pub fn with_hosts(self, hosts: Option<Vec<String>>) -> Self {
+        let _ = self.set_hosts(hosts);
+        self
+    }
+
+    /// The hosts that see the namespace; `None`: every host.
+    pub fn hosts(&self) -> Option<Vec<String>> {
+        match self.masked.load(Ordering::Acquire) {
+            false => None,
+            true => self.hosts.load().as_deref().cloned(),
+        }
+    }
+
+    /// Replaces the hosts that see the namespace (`None`: every host) and
+    /// returns whether `hostnqn`'s view could have changed, as a predicate
+    /// over host NQNs: the caller notifies those hosts' controllers
+    /// (Namespace Attribute Changed), as SPDK's `nvmf_ns_add_host` and
+    /// `nvmf_ns_remove_host` do.
+    pub fn set_hosts(&self, hosts: Option<Vec<String>>) -> impl Fn(&str) -> bool {
+        let old = self.hosts();
+        // The list goes in before the flag that sends readers to it, and the
+        // flag goes off before the list goes: a reader that sees the flag
+        // finds a list (a stale one at worst, as with any command that
+        // passed its checks just before a reload).
+        match &hosts {
+            Some(h) => {
+                self.hosts.store(Some(Arc::new(h.clone())));
+                self.masked.store(true, Ordering::Release);
+            }
+            None => {
+                self.masked.store(false, Ordering::Release);
+                self.hosts.store(None);
+            }
+        }
+        move |hostnqn: &str| {
+            super::subsystem::host_listed(old.as_deref(), hostnqn)
+                != super::subsystem::host_listed(hosts.as_deref(), hostnqn)
+        }
+    }
+
+    /// Whether the host `hostnqn` sees the namespace: in its controllers'
+    /// active namespace list, Identify, logs and I/O. Others meet it as an
+    /// inactive NSID (Invalid Namespace or Format; Identify Namespace all
+    /// zeroes), as SPDK's `nvmf_ctrlr_ns_is_visible` makes them.
+    #[inline]
+    pub fn visible_to(&self, hostnqn: &str) -> bool {
+        !self.masked.load(Ordering::Acquire)
+            || self.hosts.load().as_ref().is_none_or(|h| h.iter().any(|a| a == hostnqn))
     }
 
     /// ANA group (Identify Namespace ANAGRPID).

@@ -184,16 +184,31 @@ impl Subsystem {
 
     /// Removes a namespace; returns whether it existed.
     pub fn remove_namespace(&self, nsid: u32) -> bool {
-        let mut existed = false;
+        let mut removed = None;
         self.namespaces.rcu(|m| {
             let mut m = NamespaceMap::clone(m);
-            existed = m.remove(&nsid).is_some();
+            removed = m.remove(&nsid);
             m
         });
-        if existed {
-            self.namespace_changed(nsid);
+        if let Some(ns) = &removed {
+            self.notify_hosts(nsid, |hostnqn| ns.visible_to(hostnqn));
         }
-        existed
+        removed.is_some()
+    }
+
+    /// Shows namespace `nsid` to the hosts `hosts` only (`None`: to every
+    /// host; [`Namespace::visible_to`]) and notifies the controllers of the
+    /// hosts that gain or lose it, as SPDK's `nvmf_ns_add_host` /
+    /// `nvmf_ns_remove_host`. Returns whether the list changed; an error if
+    /// there is no such namespace.
+    pub fn set_namespace_hosts(&self, nsid: u32, hosts: Option<Vec<String>>) -> Result<bool, String> {
+        let ns = self.namespace(nsid).ok_or_else(|| format!("namespace {nsid} does not exist"))?;
+        if ns.hosts() == hosts {
+            return Ok(false);
+        }
+        let affected = ns.set_hosts(hosts);
+        self.notify_hosts(nsid, affected);
+        Ok(true)
     }
 
     /// Resizes a namespace's backend and notifies controllers.
@@ -216,10 +231,22 @@ impl Subsystem {
         self.controllers.lock().unwrap().iter().filter_map(Weak::upgrade).collect()
     }
 
-    /// Tells connected controllers that namespace `nsid` was added, removed
-    /// or changed (nvmet `nvmet_ns_changed`), e.g. its write protection.
+    /// Tells the connected controllers that see namespace `nsid` that it was
+    /// added or changed (nvmet `nvmet_ns_changed`), e.g. its write
+    /// protection. Hosts the namespace is hidden from ([`Namespace::visible_to`])
+    /// hear nothing of it, as SPDK's `nvmf_subsystem_ns_changed` skips them.
     pub fn namespace_changed(&self, nsid: u32) {
-        for c in self.controllers() {
+        if let Some(ns) = self.namespace(nsid) {
+            self.notify_hosts(nsid, |hostnqn| ns.visible_to(hostnqn));
+        }
+    }
+
+    /// Raises the Namespace Attribute Changed notice for `nsid` on the
+    /// connected controllers of the hosts `hosts` selects: those that saw a
+    /// removed namespace, or whose view of one changed
+    /// ([`Namespace::set_hosts`]).
+    pub fn notify_hosts(&self, nsid: u32, hosts: impl Fn(&str) -> bool) {
+        for c in self.controllers().into_iter().filter(|c| hosts(&c.hostnqn)) {
             c.ns_changed(nsid);
         }
     }

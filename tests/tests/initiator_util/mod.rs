@@ -8,7 +8,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvmeof_initiator::{ConnectOptions, Controller, ControllerState, HostIdentity, ReconnectPolicy};
+use nvmeof_initiator::{
+    ConnectOptions, Controller, ControllerEvent, ControllerState, HostIdentity, ReconnectPolicy,
+};
 use nvmeof_target::config::{IoEngine, NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig};
 use nvmeof_target::core::Limits;
 use nvmeof_target::server::Server;
@@ -62,6 +64,7 @@ pub fn ram_ns(nsid: u32, size: u64) -> NamespaceConfig {
         ids: Default::default(),
         reservations: false,
         reservations_file: None,
+        hosts: None,
     }
 }
 
@@ -76,6 +79,7 @@ pub fn file_ns(nsid: u32, path: &std::path::Path, size: Option<u64>, engine: IoE
         ids: Default::default(),
         reservations: false,
         reservations_file: None,
+        hosts: None,
     }
 }
 
@@ -323,4 +327,12 @@ pub async fn wait_state(ctrl: &Controller, want: ControllerState, within: Durati
         .await
         .unwrap_or_else(|_| panic!("controller not {want:?} within {within:?} (now {:?})", ctrl.state()))
         .unwrap();
+}
+
+/// The next event of a controller's [`Controller::events`], within 5 s.
+pub async fn next_event(rx: &mut tokio::sync::broadcast::Receiver<ControllerEvent>) -> ControllerEvent {
+    tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .expect("an event within 5 s")
+        .expect("event channel open")
 }

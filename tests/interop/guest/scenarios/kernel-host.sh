@@ -158,6 +158,16 @@
 #                     live and does I/O (nvmet checks the host only for a new
 #                     association); after a disconnect, connect refused.
 #                     "allow-hosts NQN-acl any" -> connects again.
+#   - ns-masking:     a subsystem NQN-mask open to every host whose
+#                     namespace 2 only another host NQN sees (hook
+#                     "add-subsystem NQN-mask mask OTHER"; config `hosts`, as
+#                     SPDK's no_auto_visible namespaces; nvmet has none, so
+#                     TARGET=kernel-guest skips it): this host connects and
+#                     gets namespace 1 only (nvme list-ns, no block device
+#                     for 2). Hook "ns-hosts NQN-mask HOSTNQN" -> namespace 2
+#                     appears (the Namespace Attribute Changed notice, no
+#                     reconnect), dd verify; "ns-hosts NQN-mask none" -> it
+#                     goes, namespace 1 keeps doing I/O.
 #
 # PLACEHOLDERS (not implemented yet):
 #   - TLS:               nvme connect --tls when supported.
@@ -779,6 +789,18 @@ kh_write_protect() {
 NQN_RO=$NQN-ro
 
 # ro_checks MD5: what kh_read_only_ns checks on the connected namespace
+# subsys_checks NQN FUNC [ARGS...]: FUNC in a subshell (its `fail` must not
+# skip the cleanup), then disconnect from NQN and remove it (kh_subsys); fails
+# when FUNC did
+subsys_checks() {
+    _sn=$1; shift
+    ( "$@" )
+    _rc=$?
+    t 30 nvme disconnect -n "$_sn" >/dev/null 2>&1
+    wait_no_ctrl "$_sn" 10 || info "a controller of $_sn is still present after disconnect"
+    _out=$(kh_subsys remove "$_sn") || fail "remove $_sn: $_out"
+    [ $_rc = 0 ] || exit 1
+}
 ro_checks() {
     t 60 nvme connect -t tcp -a "$NVME_ADDR" -s "$NVME_PORT" -n "$NQN_RO" || fail "nvme connect to $NQN_RO failed"
     _d=$(wait_ns_dev "$NQN_RO" 30) || fail "no namespace block device for $NQN_RO within 30s"
@@ -810,12 +832,7 @@ kh_read_only_ns() {
     hook_call add-subsystem 60 "$NQN_RO" ro || fail "add $NQN_RO: ${HOOK_REPLY:-no reply}"
     _md5=$(echo "$HOOK_REPLY" | sed -n 's/.*md5=\([0-9a-f]*\).*/\1/p')
     [ -n "$_md5" ] || fail "no md5 in the hook's reply: $HOOK_REPLY"
-    ( ro_checks "$_md5" )
-    _rc=$?
-    t 30 nvme disconnect -n "$NQN_RO" >/dev/null 2>&1
-    wait_no_ctrl "$NQN_RO" 10 || info "a controller of $NQN_RO is still present after disconnect"
-    _out=$(kh_subsys remove "$NQN_RO") || fail "remove $NQN_RO: $_out"
-    [ $_rc = 0 ] || exit 1
+    subsys_checks "$NQN_RO" ro_checks "$_md5"
 }
 
 NQN_ACL=$NQN-acl
@@ -907,6 +924,65 @@ kh_allowed_hosts() {
         _out=$(kh_subsys remove "$NQN_ACL") || fail "remove $NQN_ACL: $_out"
     fi
     [ $_rc = 0 ] || exit 1
+}
+
+NQN_MASK=$NQN-mask
+# mask_nsids: the active NSIDs of NQN_MASK's controller, from nvme list-ns
+mask_nsids() {
+    t 30 nvme list-ns "/dev/$1" >/tmp/mask-ns.txt 2>&1 || { echo "list-ns: $(tail -n 1 /tmp/mask-ns.txt)"; return 1; }
+    sed -n 's/.*\]: *0x\([0-9a-f]*\).*/\1/p' /tmp/mask-ns.txt | while read -r _x; do echo $((0x$_x)); done | tr '\n' ' '
+}
+# mask_set HOSTS|any|none: who sees namespace 2 of NQN_MASK
+mask_set() { hook_call ns-hosts 60 "$NQN_MASK" "$1" >/dev/null || fail "hook ns-hosts $1: ${HOOK_REPLY:-no reply}"; }
+mask_checks() {
+    t 60 nvme connect -t tcp -a "$NVME_ADDR" -s "$NVME_PORT" -n "$NQN_MASK" >/tmp/mask.txt 2>&1 \
+        || fail "connect: $(tail -n 2 /tmp/mask.txt | tr '\n' ' ')"
+    _d1=$(wait_ns_nsid "$NQN_MASK" 1 30) || fail "no block device for namespace 1"
+    _c=$(ctrls_for_nqn "$NQN_MASK" | head -n 1)
+    [ -n "$_c" ] || fail "no controller of $NQN_MASK"
+    _l=$(mask_nsids "$_c") || fail "$_l"
+    [ "$_l" = "1 " ] || fail "active namespaces '$_l' while namespace 2 is $ACL_OTHER's; want 1"
+    ns_dev_nsid "$NQN_MASK" 2 >/dev/null && fail "a block device for namespace 2, which this host must not see"
+    dd_verify "$_d1" 1 4 mask-ns1
+    # admin commands naming namespace 2 anyway (the kernel refuses I/O
+    # passthru whose NSID is not the device's): Identify Namespace all
+    # zeroes, Get Features 84h (write protection) Invalid Namespace
+    t 30 nvme id-ns "/dev/$_c" -n 2 >/tmp/mask-id.txt 2>&1 || fail "id-ns -n 2: $(tail -n 1 /tmp/mask-id.txt)"
+    _z=$(field nsze </tmp/mask-id.txt)
+    [ -n "$_z" ] && [ $((_z)) -eq 0 ] || fail "Identify Namespace 2 gives nsze '$_z' to a host it is hidden from; want 0"
+    t 30 nvme get-feature "/dev/$_c" -f 0x84 -n 2 >/tmp/mask-gf.txt 2>&1 && fail "Get Features 84h of hidden namespace 2 succeeded: $(tail -n 1 /tmp/mask-gf.txt)"
+    grep -qi "invalid namespace\|0x400b\|0x4b" /tmp/mask-gf.txt \
+        || fail "Get Features 84h of hidden namespace 2: $(tail -n 2 /tmp/mask-gf.txt | tr '\n' ' '), want Invalid Namespace or Format"
+    info "hidden namespace 2: Identify nsze 0, Get Features: $(grep -i "invalid" /tmp/mask-gf.txt | head -n 1)"
+    mask_set "$HOSTNQN"
+    _d2=$(wait_ns_nsid "$NQN_MASK" 2 30) || fail "namespace 2 did not appear within 30 s of being shown to $HOSTNQN"
+    _l=$(mask_nsids "$_c") || fail "$_l"
+    [ "$_l" = "1 2 " ] || fail "active namespaces '$_l' after namespace 2 was shown; want 1 2"
+    t 30 nvme id-ns "/dev/$_c" -n 2 >/tmp/mask-id.txt 2>&1 || fail "id-ns -n 2: $(tail -n 1 /tmp/mask-id.txt)"
+    _z=$(field nsze </tmp/mask-id.txt)
+    [ -n "$_z" ] && [ $((_z)) -eq 32768 ] || fail "Identify Namespace 2 gives nsze '$_z' once shown; want 32768 (16 MiB)"
+    dd_verify "$_d2" 1 4 mask-ns2
+    info "namespace 2 shown to $HOSTNQN: $_d2 appeared on $_c (no reconnect)"
+    mask_set none
+    _i=0
+    while ns_dev_nsid "$NQN_MASK" 2 >/dev/null; do
+        _i=$((_i + 1)); [ $_i -le 150 ] || fail "namespace 2's block device still there 30 s after it was hidden"
+        sleep 0.2
+    done
+    _l=$(mask_nsids "$_c") || fail "$_l"
+    [ "$_l" = "1 " ] || fail "active namespaces '$_l' after namespace 2 was hidden; want 1"
+    [ "$(cat "/sys/class/nvme/$_c/state")" = live ] || fail "$_c not live after namespace 2 was hidden"
+    dd_verify "$_d1" 5 4 mask-ns1-after
+    info "namespace 2 hidden again: its block device went, namespace 1 still does I/O"
+}
+kh_ns_masking() {
+    if [ "$TARGET" = kernel-guest ]; then
+        info "nvmet has no namespace masking: nothing to check"
+        return 0
+    fi
+    HOSTNQN=$(cat /etc/nvme/hostnqn)
+    hook_call add-subsystem 60 "$NQN_MASK" mask "$ACL_OTHER" || fail "add $NQN_MASK: ${HOOK_REPLY:-no reply}"
+    subsys_checks "$NQN_MASK" mask_checks
 }
 
 NQN_AUTH=$NQN-auth
@@ -1087,13 +1163,7 @@ kh_ram_digest() {
         return 0
     fi
     _out=$(kh_subsys add "$NQN_RAM") || fail "add $NQN_RAM: $_out"
-    # in a subshell: its `fail` must not skip the cleanup
-    ( ram_digest_checks )
-    _rc=$?
-    t 30 nvme disconnect -n "$NQN_RAM" >/dev/null 2>&1
-    wait_no_ctrl "$NQN_RAM" 10 || info "a controller of $NQN_RAM is still present after disconnect"
-    _out=$(kh_subsys remove "$NQN_RAM") || fail "remove $NQN_RAM: $_out"
-    [ $_rc = 0 ] || exit 1
+    subsys_checks "$NQN_RAM" ram_digest_checks
 }
 
 # ---------------------------------------------------------------- keep-alive, discovery
@@ -1586,6 +1656,7 @@ scenario_main() {
         info "reconfiguration steps (connect-reconf ... disconnect-reconf) left out: KH_RECONF=$KH_RECONF"
     fi
     run_step allowed-hosts 240 kh_allowed_hosts
+    run_step ns-masking 180 kh_ns_masking
     run_step auth 300 kh_auth
     # PLACEHOLDERS (see the header): TLS.
     run_step final-clean 60 kh_final_clean
