@@ -95,9 +95,12 @@ async fn ana_states_follow_the_configuration_per_port() {
         io_b.read(2, 0, 1, 512).await.expect_status(Status::ANA_INACCESSIBLE);
         io_a.write(1, 0, &d, 512).await.ok();
         assert_eq!(io_a.read(1, 0, 1, 512).await.ok().data, d);
-        // Identify Namespace through port 2: nothing in use, as nvmet.
+        // Identify Namespace through port 2: nothing in use, as nvmet; through
+        // port 1 the RAM chunk (128 KiB, 256 blocks) the write allocated.
         let n = IdentifyNamespace::decode(&admin_b.identify(Cns::NS, 1).await.ok().data).unwrap();
         assert_eq!((n.anagrpid, n.nuse), (1, 0));
+        let n = IdentifyNamespace::decode(&admin_a.identify(Cns::NS, 1).await.ok().data).unwrap();
+        assert_eq!((n.anagrpid, n.nuse), (1, 256));
 
         // Masked until the log is read with RAE=0: the next change raises nothing.
         let aer_b = admin_b.start(aer_sqe()).await;
@@ -124,9 +127,9 @@ async fn ana_states_follow_the_configuration_per_port() {
             states(&ana_log(&mut admin_b, false).await),
             vec![(1, AnaState::CHANGE, vec![1]), (2, AnaState::OPTIMIZED, vec![2])]
         );
-        let n = IdentifyNamespace::decode(&admin_b.identify(Cns::NS, 2).await.ok().data).unwrap();
-        assert_eq!((n.anagrpid, n.nuse, n.nsze), (2, n.nsze, 2048));
         io_b.write(2, 3, &d, 512).await.ok();
+        let n = IdentifyNamespace::decode(&admin_b.identify(Cns::NS, 2).await.ok().data).unwrap();
+        assert_eq!((n.anagrpid, n.nuse, n.nsze), (2, 256, 2048));
         assert_eq!(io_a.read(2, 3, 1, 512).await.ok().data, d, "non-optimized still serves I/O");
         io_b.read(1, 0, 1, 512).await.expect_status(Status::ANA_TRANSITION);
 

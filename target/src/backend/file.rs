@@ -458,6 +458,10 @@ impl Backend for FileBackend {
         format!("file {}", self.inner.path.display())
     }
 
+    fn allocated_bytes(&self) -> Option<u64> {
+        super::file_allocated_bytes(&self.inner.file)
+    }
+
     fn resize(&self, new_size: u64) -> Result<(), String> {
         let bs = self.inner.block_size as u64;
         let new_size = new_size / bs * bs;

@@ -454,6 +454,14 @@ impl Backend for MemBackend {
     fn describe(&self) -> String {
         format!("ram {} MiB", self.size() >> 20)
     }
+    /// The chunks written (and not deallocated since), counted when asked:
+    /// Identify Namespace is rare, and a counter kept by the writes would
+    /// put a shared cache line on the I/O path.
+    fn allocated_bytes(&self) -> Option<u64> {
+        let chunks = self.chunks.read().unwrap();
+        let held = chunks.iter().filter(|c| !c.lock().unwrap().data.is_empty()).count() as u64;
+        Some((held * CHUNK as u64).min(self.size()))
+    }
     fn resize(&self, new_size: u64) -> Result<(), String> {
         Self::check_capacity(new_size)?;
         let new_size = new_size / self.block_size as u64 * self.block_size as u64;
@@ -504,6 +512,9 @@ pub struct DeferredMemBackend(pub MemBackend);
 impl Backend for DeferredMemBackend {
     fn size(&self) -> u64 {
         self.0.size()
+    }
+    fn allocated_bytes(&self) -> Option<u64> {
+        self.0.allocated_bytes()
     }
     fn block_size(&self) -> u32 {
         self.0.block_size()

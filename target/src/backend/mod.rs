@@ -171,10 +171,26 @@ pub trait Backend: Send + Sync + 'static {
     fn io_hints(&self) -> Option<IoHints> {
         None
     }
+    /// Bytes the store holds for the namespace, where it allocates lazily
+    /// (thin provisioning: a sparse file's blocks, the RAM chunks written):
+    /// Identify Namespace reports it as the Namespace Utilization and sets
+    /// NSFEAT THINP. `None` where every block is always there (block
+    /// devices), which reports the whole size, as nvmet does for all.
+    fn allocated_bytes(&self) -> Option<u64> {
+        None
+    }
     /// Flushes everything durable (used on shutdown). Blocking.
     fn sync_all(&self) -> Result<(), String> {
         Ok(())
     }
+}
+
+/// Bytes a file has allocated (`st_blocks` × 512: its data and the
+/// filesystem's delayed allocations; a punched hole frees them), or `None`
+/// if it cannot be stat'ed.
+pub(crate) fn file_allocated_bytes(file: &std::fs::File) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    file.metadata().ok().map(|m| m.blocks() * 512)
 }
 
 /// Maps an I/O error to the NVMe status nvmet gives it (`errno_to_nvme_status`,

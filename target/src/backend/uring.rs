@@ -1469,6 +1469,13 @@ impl Backend for UringBackend {
         self.file.io_hints
     }
 
+    fn allocated_bytes(&self) -> Option<u64> {
+        match self.file.is_block() {
+            true => None,
+            false => super::file_allocated_bytes(&self.file.file),
+        }
+    }
+
     fn describe(&self) -> String {
         let kind = if self.file.is_block() { "block" } else { "file" };
         let mode = match (self.file.direct, self.writers.is_some()) {

@@ -376,16 +376,22 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
 
 /// Identify Namespace (CNS 00h) for an active namespace whose ANA group is
 /// in state `ana` through the asking controller's port: one LBA format, no
-/// metadata, capacity = size = utilisation (0 while inaccessible or lost, as
-/// nvmet), shared, its ANA group, its Copy limits ([`io::copy_limits`]).
+/// metadata, capacity = size, shared, its ANA group, its Copy limits
+/// ([`io::copy_limits`]). The utilisation (NUSE) is what the store holds
+/// where it allocates lazily (sparse files, RAM; NSFEAT THINP set, so a
+/// deallocation shows in it, NVMe Base 2.0 §5.17.2.1 NSFEAT bit 0), else
+/// the size, as nvmet reports it; 0 while the ANA group is inaccessible or
+/// lost, as nvmet.
 pub fn identify_ns(ns: &Namespace, ana: AnaState, limits: &Limits) -> IdentifyNamespace {
     let blocks = ns.blocks();
     let copy = io::copy_limits(ns.block_shift, limits);
+    let allocated = ns.backend.allocated_bytes();
     let nuse = match ana {
         AnaState::INACCESSIBLE | AnaState::PERSISTENT_LOSS => 0,
-        _ => blocks,
+        _ => allocated.map_or(blocks, |b| b.div_ceil(ns.block_size() as u64).min(blocks)),
     };
     let mut id = IdentifyNamespace {
+        nsfeat: if allocated.is_some() { NSFEAT_THINP } else { 0 },
         nsze: blocks,
         ncap: blocks,
         nuse,
@@ -408,6 +414,9 @@ pub fn identify_ns(ns: &Namespace, ana: AnaState, limits: &Limits) -> IdentifyNa
     id
 }
 
+/// Identify Namespace NSFEAT bit 0 (THINP): thin provisioning, NUSE follows
+/// the allocation.
+const NSFEAT_THINP: u8 = 1 << 0;
 /// Identify Namespace NSFEAT bit 1: NAWUN, NAWUPF and NACWU are the namespace's.
 const NSFEAT_ATOMICS: u8 = 1 << 1;
 /// Identify Namespace NSFEAT bit 4 (OPTPERF): NPWG, NPWA, NPDG, NPDA and NOWS are given.
@@ -855,7 +864,10 @@ mod tests {
         let port = target.add_port("127.0.0.1:4420".parse().unwrap());
         let subsys = Arc::new(Subsystem::new(SUBNQN, "nvmeof test", None, false));
         subsys.add_namespace(Arc::new(Namespace::new(SUBNQN, 1, Arc::new(MemBackend::new(1 << 20, 512)))));
-        subsys.add_namespace(Arc::new(Namespace::new(SUBNQN, 3, Arc::new(MemBackend::new(1 << 20, 4096)))));
+        // Namespace 3 holds data in its first 128 KiB chunk (32 blocks): NUSE 32.
+        let ram3 = MemBackend::new(1 << 20, 4096);
+        ram3.corrupt_byte(0);
+        subsys.add_namespace(Arc::new(Namespace::new(SUBNQN, 3, Arc::new(ram3))));
         target.add_subsystem(subsys.clone());
         let s = if discovery { target.discovery.clone() } else { subsys.clone() };
         let max_qid = if discovery { 0 } else { 8 };
@@ -1030,7 +1042,8 @@ mod tests {
         let mut e = env();
         let b = e.identify(Cns::NS, 1).unwrap();
         let id = IdentifyNamespace::decode(&b).unwrap();
-        assert_eq!((id.nsze, id.ncap, id.nuse), (2048, 2048, 2048));
+        // Thin provisioned: nothing written to namespace 1 yet.
+        assert_eq!((id.nsze, id.ncap, id.nuse, id.nsfeat), (2048, 2048, 0, NSFEAT_THINP));
         assert_eq!(id.block_size(), Some(512));
         assert_eq!(b[ns_off::NLBAF], 0);
         assert_eq!(b[ns_off::NMIC], 1);
@@ -1038,7 +1051,7 @@ mod tests {
         assert_eq!(id.nguid, ns1.nguid);
         assert_eq!(id.eui64, ns1.eui64);
         let id3 = IdentifyNamespace::decode(&e.identify(Cns::NS, 3).unwrap()).unwrap();
-        assert_eq!((id3.nsze, id3.block_size()), (256, Some(4096)));
+        assert_eq!((id3.nsze, id3.block_size(), id3.nuse), (256, Some(4096), 32));
         // Inactive ⇒ zeros; broadcast ⇒ Invalid NS.
         assert!(e.identify(Cns::NS, 2).unwrap().iter().all(|&x| x == 0));
         assert_eq!(e.identify(Cns::NS, 0xFFFF_FFFF), Err(invalid_ns()));
@@ -1190,7 +1203,7 @@ mod tests {
         let l = ana(&mut e, 0);
         assert_eq!((l.chgcnt, l.groups.clone()), (0, vec![g(1, 0, AnaState::OPTIMIZED, &[1, 3])]));
         let n = IdentifyNamespace::decode(&e.identify(Cns::NS, 3).unwrap()).unwrap();
-        assert_eq!((n.anagrpid, n.nuse), (1, n.nsze));
+        assert_eq!((n.anagrpid, n.nuse), (1, 32));
         // Namespace 3 into group 2, which this port reports inaccessible.
         assert!(e.subsys.namespace(3).unwrap().set_ana_group(2));
         let groups = BTreeMap::from([(2, AnaState::INACCESSIBLE), (5, AnaState::NON_OPTIMIZED)]);
@@ -1522,8 +1535,8 @@ mod tests {
         // At most 65536 blocks.
         let id = identify(512, Some(IoHints { discard_granularity: 1 << 30, ..ssd }));
         assert_eq!(id.npdg, u16::MAX);
-        // Files and RAM: none of it, as nvmet (block devices only).
+        // Files and RAM: none of it, as nvmet (block devices only); they are thin provisioned.
         let id = identify(512, None);
-        assert_eq!((id.nsfeat, id.nawupf, id.npwg, id.npdg, id.nows), (0, 0, 0, 0, 0));
+        assert_eq!((id.nsfeat, id.nawupf, id.npwg, id.npdg, id.nows), (NSFEAT_THINP, 0, 0, 0, 0));
     }
 }

@@ -355,6 +355,18 @@ kh_dd_verify() { # kh_dd_verify TAG: 16 MiB at the start and 16 MiB at the end
 }
 
 # zeros_at DEV OFFSET_MIB COUNT_MIB: the range reads back as zeroes (O_DIRECT)
+# nuse_matches NUSE_BYTES FILE_BYTES: within 64 KiB of each other (a
+# filesystem's own blocks may count in the file's allocation)
+nuse_matches() {
+    _df=$(( $1 - $2 )); [ $_df -ge 0 ] || _df=$(( -_df ))
+    [ $_df -le $((64 << 10)) ] || fail "NUSE says $1 bytes where the file holds $2"
+}
+# nuse_bytes: namespace 1's utilization (Identify Namespace NUSE) in bytes
+nuse_bytes() {
+    _nu=$(t 30 nvme id-ns "$DEV" 2>/dev/null | field nuse)
+    [ -n "$_nu" ] || { echo "no nuse in id-ns"; return 1; }
+    echo $(( _nu * $(blockdev --getss "$DEV") ))
+}
 zeros_at() {
     t 60 dd if="$1" of=/tmp/zr bs=1M count="$3" skip="$2" iflag=direct 2>/dev/null || fail "dd read ${3}MiB at ${2}MiB"
     t 30 dd if=/dev/zero of=/tmp/zz bs=1M count="$3" 2>/dev/null
@@ -385,6 +397,7 @@ kh_discard() {
     [ "$TARGET" = kernel-guest ] || [ "$_dlfeat" = 9 ] || fail "dlfeat $_dlfeat, want 9"
     dd_verify "$DEV" 32 8 pre-discard
     _u0=$(ns1_usage) || fail "namespace 1's allocation: ${HOOK_REPLY:-no file}"
+    _n0=$(nuse_bytes) || fail "$_n0"
     # Two ranges in one call are sent as separate requests, possibly merged
     # into one DSM with several ranges (max_discard_segments)
     t 60 blkdiscard -o $((32 << 20)) -l $((4 << 20)) "$DEV" || fail "blkdiscard 4 MiB at 32 MiB"
@@ -395,6 +408,17 @@ kh_discard() {
     # can cost the filesystem (st_blocks counts them; a clean-clone CI saw
     # 8 MiB - 4 KiB once)
     [ $((_u0 - _u1)) -ge $(((8 << 20) - (64 << 10))) ] || fail "the file's allocation went from $_u0 to $_u1 bytes: the discard punched no 8 MiB hole"
+    _n1=$(nuse_bytes) || fail "$_n1"
+    if [ "$TARGET" = kernel-guest ]; then
+        info "nvmet: NUSE $_n0 -> $_n1 bytes (it reports the size: no thin provisioning)"
+    else
+        # Ours: thin provisioned (NSFEAT bit 0), NUSE is the file's allocation
+        _f=$(t 30 nvme id-ns "$DEV" 2>/dev/null | field nsfeat)
+        [ $(( ${_f:-0} & 1 )) = 1 ] || fail "nsfeat $_f: THINP (bit 0) not set"
+        nuse_matches "$_n0" "$_u0"
+        nuse_matches "$_n1" "$_u1"
+        info "NUSE follows the file: $_n0 -> $_n1 bytes (file $_u0 -> $_u1), nsfeat $_f"
+    fi
     dd_verify "$DEV" 40 1 after-discard
     info "discard: max $_max bytes, segments $(cat "$_q/max_discard_segments"), dlfeat $_dlfeat; 8 MiB read back as zeroes, file allocation $_u0 -> $_u1 bytes; the next MiB intact"
     # Write Zeroes with DEAC (what the Linux host sends for BLKZEROOUT
