@@ -19,6 +19,7 @@ use nvmeof_target::server::Server;
 use nvmeof_tools::admin;
 use nvmeof_tools::probe::{Hooks, OpKind, ProbeEvent, ProbeOptions, Report};
 use nvmeof_tools::report::{percentile_key, ping_line, PERCENTILES};
+use nvmeof_tools::util::fmt_bytes;
 use nvmeof_tools::{ExitCode, ToolError};
 use serde_json::Value;
 
@@ -819,6 +820,9 @@ async fn admin_cli_outputs_and_exit_codes() {
         )
         .unwrap();
         assert_eq!(j["namespaces"][0]["size_bytes"], NS_SIZE);
+        // Usage (NUSE): nothing written to the thin-provisioned RAM namespace yet.
+        assert_eq!(j["namespaces"][0]["used_bytes"], 0);
+        assert_eq!(text.lines().nth(1).unwrap().split_whitespace().nth(5), Some("0"), "{text}");
         // ana-log: the one port reports group 1 optimized with namespace 1.
         let ana = admin(&["nvmeof", "ana-log", a, "--nqn", NQN, h[0], h[1]], b"").await.unwrap();
         let row: Vec<_> = ana.lines().nth(2).unwrap().split_whitespace().collect();
@@ -843,6 +847,15 @@ async fn admin_cli_outputs_and_exit_codes() {
         let data: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
         let w = admin(&["nvmeof", "write", a, "--nqn", NQN, "--lba", "5", h[0], h[1]], &data).await.unwrap();
         assert!(w.contains("wrote 2 blocks"), "{w}");
+        // The RAM chunk (128 KiB) it went to is in use now.
+        let j: Value = serde_json::from_str(
+            &admin(&["nvmeof", "list", a, "--nqn", NQN, "--json", h[0], h[1]], b"").await.unwrap(),
+        )
+        .unwrap();
+        assert_eq!(j["namespaces"][0]["used_bytes"], 128 << 10);
+        let text = admin(&["nvmeof", "list", a, "--nqn", NQN, h[0], h[1]], b"").await.unwrap();
+        let usage: Vec<_> = text.lines().nth(1).unwrap().split_whitespace().skip(5).take(2).collect();
+        assert_eq!(usage.join(" "), fmt_bytes(128 << 10), "{text}");
         let raw =
             admin_raw(&["nvmeof", "read", a, "--nqn", NQN, "--lba", "5", "--count", "2", h[0], h[1]], b"")
                 .await

@@ -89,7 +89,7 @@ pub enum Command {
         #[arg(long)]
         nsid: Option<u32>,
     },
-    /// List the active namespaces with their size and block size.
+    /// List the active namespaces with their size, block size and usage (NUSE).
     List {
         /// Target address.
         addr: String,
@@ -850,6 +850,8 @@ pub fn namespace_json(nsid: u32, id: &IdentifyNamespace) -> Value {
         "flbas": id.flbas,
         "block_size": bs,
         "size_bytes": id.nsze * bs,
+        // NUSE in bytes: what a thin-provisioned namespace holds (nvme list's "Usage").
+        "used_bytes": id.nuse * bs,
         "nmic": id.nmic,
         "anagrpid": id.anagrpid,
         "mssrl": id.mssrl,
@@ -1161,15 +1163,18 @@ async fn list(cli: &Cli, ctrl: &Controller, out: &mut dyn Write) -> Result<(), T
     if cli.json {
         return emit(out, &json!({ "subnqn": ctrl.subnqn(), "namespaces": rows }));
     }
-    let mut s =
-        format!("{:<6} {:>12} {:>14} {:>10}  {:<32}\n", "NSID", "Size", "Blocks", "Block size", "NGUID");
+    let mut s = format!(
+        "{:<6} {:>12} {:>14} {:>10} {:>12}  {:<32}\n",
+        "NSID", "Size", "Blocks", "Block size", "Usage", "NGUID"
+    );
     for r in &rows {
         s += &format!(
-            "{:<6} {:>12} {:>14} {:>10}  {}\n",
+            "{:<6} {:>12} {:>14} {:>10} {:>12}  {}\n",
             r["nsid"].to_string(),
             fmt_bytes(r["size_bytes"].as_u64().unwrap_or(0)),
             r["nsze"].to_string(),
             r["block_size"].to_string(),
+            fmt_bytes(r["used_bytes"].as_u64().unwrap_or(0)),
             r["nguid"].as_str().unwrap_or("")
         );
     }
