@@ -734,15 +734,18 @@ hook_target_check() { # the target still runs, logged no panic / error, and
 }
 
 handle_hook() { # handle_hook NAME ARGS...
-    local name=$1 fn out rc
+    local name=$1 fn out rc t0
     shift
     fn=hook_${name//-/_}
+    t0=$(date +%s.%N)
     if declare -F "$fn" >/dev/null; then
         out=$("$fn" "$@"); rc=$?
     else
         out="unknown hook"; rc=127
     fi
-    say "[$SCEN] hook $name -> rc=$rc ${out%%$'\n'*}"
+    # when it ended and how long it took: a guest that waited past its
+    # timeout for the HOOKACK can then tell a slow hook from a lost reply
+    say "[$SCEN] hook $name -> rc=$rc ${out%%$'\n'*} ($(date -u +%T.%3N), $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b - a}') s)"
     ctl_send "HOOKACK $name $rc ${out%%$'\n'*}" || say "[$SCEN] could not send HOOKACK $name"
 }
 

@@ -576,6 +576,38 @@ mod tests {
         assert!(b.submit(0, op, &QueueIo::detached(tx.clone())).unwrap().status.is_success());
     }
 
+    /// The bytes held follow the chunks written: a write into an empty
+    /// chunk adds one (a second write into it nothing), zeroing part of a
+    /// chunk keeps it, zeroing all of it releases it, a shrink drops the
+    /// chunks it cuts off (and a grow adds none).
+    #[test]
+    fn allocated_bytes_count_the_chunks_written() {
+        let b = MemBackend::new(1 << 20, 512);
+        let held = |b: &MemBackend| b.allocated_bytes().unwrap() / CHUNK as u64;
+        assert_eq!(held(&b), 0);
+        write(&b, 0, &[1; 512]);
+        write(&b, 512, &[2; 512]);
+        assert_eq!(held(&b), 1);
+        // Across a chunk boundary: two more.
+        write(&b, 3 * CHUNK as u64 - 512, &[3; 1024]);
+        assert_eq!(held(&b), 3);
+        b.zero(0, 512);
+        assert_eq!(held(&b), 3, "part of a chunk zeroed: still held");
+        b.zero(0, CHUNK as u64);
+        assert_eq!(held(&b), 2);
+        b.zero(0, CHUNK as u64);
+        assert_eq!(held(&b), 2, "an empty chunk released twice counts once");
+        // Chunks 2 and 3 hold data; the shrink drops 3 and cuts 2 short.
+        b.resize(2 * CHUNK as u64 + 512).unwrap();
+        assert_eq!(held(&b), 1, "chunk 3 dropped, chunk 2 cut but held");
+        b.resize(CHUNK as u64).unwrap();
+        assert_eq!(held(&b), 0);
+        b.resize(1 << 20).unwrap();
+        assert_eq!(held(&b), 0);
+        write(&b, (1 << 20) - 512, &[4; 512]);
+        assert_eq!(b.allocated_bytes(), Some(CHUNK as u64));
+    }
+
     #[test]
     fn read_write_zero_and_range() {
         let b = MemBackend::new(1 << 20, 512);

@@ -95,10 +95,11 @@ hook_call() {
     _hn=$1; _ht=$2; shift 2
     if [ ! -f "$CTL_FD_OK" ]; then echo "no control channel (ttyS1)"; return 125; fi
     console "HOOK $_hn $*"
+    _hasked=$(date -u +%T)
     _dl=$(( $(date +%s) + _ht ))
     while :; do
         _left=$(( _dl - $(date +%s) ))
-        if [ $_left -le 0 ]; then echo "hook $_hn: no HOOKACK within ${_ht}s"; return 124; fi
+        if [ $_left -le 0 ]; then echo "hook $_hn: no HOOKACK within ${_ht}s (asked at $_hasked, now $(date -u +%T))"; return 124; fi
         if read -t "$_left" _line <&3; then
             _line=$(echo "$_line" | tr -d '\r')
             case $_line in
