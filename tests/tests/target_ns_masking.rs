@@ -49,11 +49,10 @@ async fn next_ns_change(rx: &mut broadcast::Receiver<ControllerEvent>) -> Vec<u3
     panic!("no namespace change among 4 events")
 }
 
+/// The NVMe status `r` failed with ([`Error::status`]).
 fn nvme_status<T: std::fmt::Debug>(r: Result<T, Error>) -> Status {
-    match r {
-        Err(Error::Nvme { status, .. }) => status,
-        other => panic!("expected an NVMe status, got {other:?}"),
-    }
+    let e = r.expect_err("an NVMe status");
+    e.status().unwrap_or_else(|| panic!("expected an NVMe status, got {e:?}"))
 }
 
 /// Host Read Commands of the SMART log for `nsid` (FFFFFFFFh: the sum).
