@@ -31,6 +31,7 @@
 //! allowed_hosts = ["nqn.2014-08.org.nvmexpress:uuid:..."]   # omit: any host; SIGHUP applies changes
 //! cntlid_min = 1                         # optional: controller IDs (to 0xFFEF); disjoint ranges
 //! cntlid_max = 65519                     #   for targets exporting one subsystem (multipath)
+//! max_io_queues = 4                      # optional: I/O queues per controller (nvmet's attr_qid_max)
 //! # An entry may instead be a table that also sets DH-HMAC-CHAP keys for the host:
 //! # { nqn = "...", dhchap_key = "DHHC-1:00:...:", dhchap_ctrl_key = "DHHC-1:...",
 //! #   dhchap_hash = "sha256", dhchap_dhgroup = "null" }
@@ -468,6 +469,9 @@ pub struct SubsystemConfig {
     /// Controller IDs (`cntlid_min`, `cntlid_max`; nvmet's attributes of
     /// those names): disjoint ranges for targets that export one subsystem.
     pub cntlids: std::ops::RangeInclusive<u16>,
+    /// Most I/O queues per controller (`max_io_queues`, nvmet's
+    /// `attr_qid_max`), at most `limits.max_io_queues`; `None`: that limit.
+    pub max_io_queues: Option<u16>,
 }
 
 /// The NSID of each namespace of a subsystem's configuration: its `nsid`, or
@@ -607,6 +611,7 @@ struct RawSubsystem {
     allowed_hosts: Option<Vec<RawHost>>,
     cntlid_min: Option<u16>,
     cntlid_max: Option<u16>,
+    max_io_queues: Option<u16>,
     #[serde(default)]
     namespace: Vec<RawNamespace>,
 }
@@ -824,6 +829,13 @@ impl TargetConfig {
             if cntlids.is_empty() {
                 return Err(invalid(format!("{key}.cntlid_max"), "is below cntlid_min"));
             }
+            // nvmet's attr_qid_max: 1..=NVMET_NR_QUEUES (the target's limit here).
+            if s.max_io_queues.is_some_and(|v| !(1..=limits.max_io_queues).contains(&v)) {
+                return Err(invalid(
+                    format!("{key}.max_io_queues"),
+                    format!("must be 1..={} (limits.max_io_queues)", limits.max_io_queues),
+                ));
+            }
             let mut namespaces = Vec::new();
             for (j, n) in s.namespace.into_iter().enumerate() {
                 let nkey = format!("{key}.namespace[{j}]");
@@ -950,6 +962,7 @@ impl TargetConfig {
                 host_keys: keys,
                 namespaces,
                 cntlids,
+                max_io_queues: s.max_io_queues,
             });
         }
         let send_buffer = l.send_buffer.unwrap_or_else(nvmeof_net::default_send_buffer);
@@ -1428,6 +1441,30 @@ mod tests {
         ] {
             let e = sub(extra).unwrap_err().to_string();
             assert!(e.contains(key), "{extra}: {e}");
+        }
+    }
+
+    /// A subsystem's `max_io_queues` (nvmet's `attr_qid_max`): 1 up to the
+    /// target's `limits.max_io_queues`.
+    #[test]
+    fn subsystem_io_queue_limit() {
+        let sub = |limits: &str, extra: &str| {
+            TargetConfig::from_toml(&format!(
+                "{limits}\n[[subsystem]]\nnqn = \"nqn.2026-11.x:a\"\n{extra}\n[[subsystem.namespace]]\nram = \"1M\"\n"
+            ))
+        };
+        assert_eq!(sub("", "").unwrap().subsystems[0].max_io_queues, None);
+        assert_eq!(sub("", "max_io_queues = 1").unwrap().subsystems[0].max_io_queues, Some(1));
+        assert_eq!(sub("", "max_io_queues = 128").unwrap().subsystems[0].max_io_queues, Some(128));
+        let lim = "[limits]\nmax_io_queues = 8";
+        assert_eq!(sub(lim, "max_io_queues = 8").unwrap().subsystems[0].max_io_queues, Some(8));
+        for (limits, extra, why) in [
+            ("", "max_io_queues = 0", "1..=128"),
+            ("", "max_io_queues = 129", "1..=128"),
+            (lim, "max_io_queues = 9", "1..=8"),
+        ] {
+            let e = sub(limits, extra).unwrap_err().to_string();
+            assert!(e.contains("subsystem[0].max_io_queues") && e.contains(why), "{extra}: {e}");
         }
     }
 

@@ -229,6 +229,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             host_keys,
             namespaces: nss,
             cntlids: nvmeof_target::core::target::CNTLID_RANGE,
+            max_io_queues: None,
         }],
         limits: Limits::default(),
         poll_us: a.poll_us.unwrap_or(0),

@@ -266,6 +266,7 @@ pub fn build_subsystem(
         host_keys: Default::default(),
         namespaces: nss.to_vec(),
         cntlids: crate::core::target::CNTLID_RANGE,
+        max_io_queues: None,
     })
 }
 
@@ -275,7 +276,8 @@ pub fn subsystem_from_config(cfg: &SubsystemConfig) -> std::io::Result<Arc<Subsy
     check_subsystem_nqn(nqn)?;
     let mut sub = Subsystem::new(nqn, &cfg.model, cfg.allowed_hosts.clone(), false)
         .with_host_keys(&cfg.host_keys)
-        .with_cntlids(cfg.cntlids.clone());
+        .with_cntlids(cfg.cntlids.clone())
+        .with_max_io_queues(cfg.max_io_queues);
     if let Some(sn) = &cfg.serial {
         sub = sub.with_serial(sn);
     }
@@ -339,7 +341,10 @@ impl Server {
     /// `poll_us`, `send_buffer`, `congestion_control` and the models and
     /// controller ID ranges of running subsystems are not changed (a warning
     /// says so when the configuration changes them). Allowed hosts and DH-HMAC-CHAP keys are replaced; hosts
-    /// already connected keep their associations, as with nvmet.
+    /// already connected keep their associations, as with nvmet. A changed
+    /// `max_io_queues` deletes the subsystem's controllers so that their
+    /// hosts reconnect and get it, and a removed subsystem's controllers are
+    /// deleted, as nvmet's `attr_qid_max` store and port unlink do.
     ///
     /// "Changed" is against the configuration applied before, not the
     /// namespace's capacity: a file larger than its `size` keeps its length at
@@ -422,6 +427,14 @@ impl Server {
             }
             if change.keys {
                 info!(subnqn = %sc.nqn, hosts = sc.host_keys.len(), "reload: DH-HMAC-CHAP keys replaced; new associations use them");
+            }
+            // nvmet's attr_qid_max store deletes the subsystem's controllers
+            // ("Force reconnect"): a Linux host asks for its queue count only
+            // when it connects, and reconnects with the new limit.
+            if s.set_max_io_queues(sc.max_io_queues) {
+                let deleted = s.delete_controllers();
+                let max = sc.max_io_queues.unwrap_or(self.target.limits.max_io_queues);
+                info!(subnqn = %sc.nqn, max_io_queues = max, controllers_deleted = deleted, "reload: I/O queue limit changed; connected hosts reconnect to get it");
             }
             let mut wanted = Vec::new();
             for (nsid, n) in assign_nsids(&sc.namespaces) {

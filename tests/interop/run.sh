@@ -197,6 +197,7 @@ write_target_config() {
         # or ("NQN mask HOSTS") one open to every host, with a second RAM
         # namespace that HOSTS only see (namespace masking; "any": every
         # host, "none": no host)
+        # or ("NQN qmax N") one with at most N I/O queues per controller
         if [ -f "$DIR/subsys.list" ]; then while read -r nqn kind file key ckey group; do
             [ -n "$nqn" ] || continue
             echo
@@ -214,6 +215,7 @@ write_target_config() {
             else
                 [ -n "$INTEROP_ALLOW_HOST" ] && echo "allowed_hosts = [\"$INTEROP_ALLOW_HOST\"]"
             fi
+            [ "$kind" = qmax ] && echo "max_io_queues = $file"
             echo
             echo "[[subsystem.namespace]]"
             if [ "$kind" = ro ]; then
@@ -571,10 +573,11 @@ hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespac
     # (auth HOSTNQN KEY CTRLKEY|- DHGROUP|-) open to HOSTNQN only, which must
     # authenticate with DH-HMAC-CHAP, or (acl HOSTS|any) open to the hosts
     # HOSTS (NQNs joined by commas) only, or (mask HOSTS|any|none) with a
-    # second namespace that HOSTS only see; SIGHUP
+    # second namespace that HOSTS only see, or (qmax N) with at most N I/O
+    # queues per controller; SIGHUP
     kh_host_target || { echo "not applicable"; return 2; }
     local nqn=$1 kind=${2:-} file="" sum="" extra=""
-    [[ $nqn =~ ^nqn\.[[:alnum:].:-]+$ ]] && [[ $kind =~ ^(ro|auth|acl|mask)?$ ]] || { echo "usage: add-subsystem NQN [ro|auth ...|acl HOSTS|mask HOSTS]"; return 2; }
+    [[ $nqn =~ ^nqn\.[[:alnum:].:-]+$ ]] && [[ $kind =~ ^(ro|auth|acl|mask|qmax)?$ ]] || { echo "usage: add-subsystem NQN [ro|auth ...|acl HOSTS|mask HOSTS|qmax N]"; return 2; }
     awk -v n="$nqn" '$1==n{f=1} END{exit !f}' "$DIR/subsys.list" 2>/dev/null && { echo "$nqn already configured"; return 1; }
     if [ "$kind" = ro ]; then
         file=$DIR/ro-$(printf '%s' "$nqn" | md5sum | cut -c1-8).img
@@ -591,6 +594,9 @@ hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespac
     elif [ "$kind" = mask ]; then
         { [ "${3:-}" = none ] || acl_hosts_ok "${3:-}"; } || { echo "usage: add-subsystem NQN mask HOSTS|any|none"; return 2; }
         file=$3
+    elif [ "$kind" = qmax ]; then
+        [[ ${3:-} =~ ^[1-9][0-9]{0,2}$ ]] || { echo "usage: add-subsystem NQN qmax N"; return 2; }
+        file=$3
     fi
     echo "$nqn $kind $file $extra" >>"$DIR/subsys.list"
     reload_target || return 1
@@ -600,9 +606,9 @@ hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespac
 # acl_hosts_ok HOSTS: "any" or NQNs joined by commas
 acl_hosts_ok() { [[ $1 =~ ^(any|nqn\.[[:alnum:].:-]+(,nqn\.[[:alnum:].:-]+)*)$ ]]; }
 
-# set_subsys_hosts NQN KIND HOSTS: the hosts field of a subsystem added with
-# KIND (acl, mask) in subsys.list, then a reload
-set_subsys_hosts() {
+# set_subsys_field NQN KIND VALUE: the third field of a subsystem added with
+# KIND in subsys.list (acl, mask: its hosts; qmax: its queue limit), then a reload
+set_subsys_field() {
     awk -v n="$1" -v k="$2" '$1==n && $2==k{f=1} END{exit !f}' "$DIR/subsys.list" 2>/dev/null \
         || { echo "$1 not configured with $2"; return 1; }
     awk -v n="$1" -v h="$3" '$1==n{$3=h} {print}' "$DIR/subsys.list" >"$DIR/subsys.list.new" \
@@ -614,7 +620,7 @@ hook_allow_hosts() { # allow-hosts NQN HOSTS|any: the hosts a subsystem added wi
     kh_host_target || { echo "not applicable"; return 2; }
     local nqn=$1 hosts=${2:-}
     acl_hosts_ok "$hosts" || { echo "usage: allow-hosts NQN HOSTS|any"; return 2; }
-    set_subsys_hosts "$nqn" acl "$hosts" || return 1
+    set_subsys_field "$nqn" acl "$hosts" || return 1
     echo "$nqn open to $hosts, target reloaded"
 }
 
@@ -622,8 +628,16 @@ hook_ns_hosts() { # ns-hosts NQN HOSTS|any|none: the hosts that see namespace 2 
     kh_host_target || { echo "not applicable"; return 2; }
     local nqn=$1 hosts=${2:-}
     { [ "$hosts" = none ] || acl_hosts_ok "$hosts"; } || { echo "usage: ns-hosts NQN HOSTS|any|none"; return 2; }
-    set_subsys_hosts "$nqn" mask "$hosts" || return 1
+    set_subsys_field "$nqn" mask "$hosts" || return 1
     echo "namespace 2 of $nqn visible to $hosts, target reloaded"
+}
+
+hook_max_io_queues() { # max-io-queues NQN N: the I/O queue limit of a subsystem added with "qmax"; SIGHUP
+    kh_host_target || { echo "not applicable"; return 2; }
+    local nqn=$1 n=${2:-}
+    [[ $n =~ ^[1-9][0-9]{0,2}$ ]] || { echo "usage: max-io-queues NQN N"; return 2; }
+    set_subsys_field "$nqn" qmax "$n" || return 1
+    echo "$nqn limited to $n I/O queues, target reloaded"
 }
 
 hook_remove_subsystem() { # remove-subsystem NQN, SIGHUP

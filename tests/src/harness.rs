@@ -64,6 +64,7 @@ pub fn default_config() -> TargetConfig {
             host_keys: Default::default(),
             namespaces: vec![ram_ns(1, NS1_SIZE, NS1_BS)],
             cntlids: nvmeof_target::core::target::CNTLID_RANGE,
+            max_io_queues: None,
         }],
         limits: Limits::default(),
         poll_us: 0,

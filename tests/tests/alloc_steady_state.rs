@@ -144,6 +144,7 @@ async fn steady_state_allocations_per_io() {
             }))
             .collect(),
             cntlids: nvmeof_target::core::target::CNTLID_RANGE,
+            max_io_queues: None,
         }],
         limits: Limits::default(),
         poll_us: 0,

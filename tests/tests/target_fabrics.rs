@@ -116,6 +116,7 @@ async fn connect_errors() {
         host_keys: Default::default(),
         namespaces: vec![ram_ns(1, 1 << 20, 512)],
         cntlids: nvmeof_target::core::target::CNTLID_RANGE,
+        max_io_queues: None,
     });
     let (_server, addr) = start(&cfg).await;
 

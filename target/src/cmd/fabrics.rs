@@ -136,7 +136,13 @@ fn connect(ctx: &mut QueueCtx, sqe: &Sqe, data: &[u8]) -> Response {
         // already does here: the timer then matches KAS (1 s) and what Get
         // Features KATO reports.
         let kato = kato.div_ceil(1000).saturating_mul(1000);
-        let max_qid = if subsys.discovery { 0 } else { limits.max_io_queues };
+        // The subsystem's own limit (nvmet's attr_qid_max) applies below the
+        // target's; Set Features Number of Queues reports it.
+        let max_qid = match subsys.max_io_queues() {
+            _ if subsys.discovery => 0,
+            Some(n) => n.min(limits.max_io_queues),
+            None => limits.max_io_queues,
+        };
         let (hostnqn, hostid, port) = (d.hostnqn.clone(), d.hostid, ctx.port_id);
         let keys = subsys.host_keys(&d.hostnqn);
         let Some(ctrl) = target.create_controller_in(subsys.cntlids.clone(), |id| {

@@ -68,6 +68,9 @@ pub enum Teardown {
     Closed,
     /// Keep-alive timer expired.
     KeepAliveExpired,
+    /// Deleted by the target (nvmet's `delete_ctrl`): its subsystem was
+    /// removed, or a setting its host reads only when it connects changed.
+    Deleted,
 }
 
 /// A controller (one association of a host with a subsystem).

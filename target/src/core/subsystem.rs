@@ -1,10 +1,12 @@
 //! NVM subsystems: NQN, identity strings, allowed hosts, namespaces.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use arc_swap::ArcSwap;
 
+use super::controller::Teardown;
 use super::{Controller, Namespace};
 use crate::config::HostKeys;
 
@@ -57,6 +59,9 @@ pub struct Subsystem {
     pub discovery: bool,
     /// Controller IDs its controllers get (nvmet `attr_cntlid_min/max`).
     pub cntlids: std::ops::RangeInclusive<u16>,
+    /// Most I/O queues a controller of this subsystem gets (nvmet's
+    /// `attr_qid_max`); 0: the target's limit only.
+    max_io_queues: AtomicU16,
     /// Who may connect and with which keys; replaced whole by a reload.
     hosts: ArcSwap<HostAccess>,
     namespaces: ArcSwap<NamespaceMap>,
@@ -75,6 +80,7 @@ impl Subsystem {
             firmware: crate::cmd::admin::FIRMWARE_REVISION.chars().take(8).collect(),
             discovery,
             cntlids: super::target::CNTLID_RANGE,
+            max_io_queues: AtomicU16::new(0),
             hosts: ArcSwap::from_pointee(HostAccess { allowed: allowed_hosts, keys: BTreeMap::new() }),
             namespaces: ArcSwap::from_pointee(BTreeMap::new()),
             controllers: Mutex::new(Vec::new()),
@@ -101,6 +107,40 @@ impl Subsystem {
     pub fn with_cntlids(mut self, cntlids: std::ops::RangeInclusive<u16>) -> Self {
         self.cntlids = cntlids;
         self
+    }
+
+    /// With at most `max` I/O queues per controller (nvmet's `attr_qid_max`),
+    /// below the target's own limit; `None`: the target's limit.
+    pub fn with_max_io_queues(self, max: Option<u16>) -> Self {
+        self.max_io_queues.store(max.unwrap_or(0), Ordering::Relaxed);
+        self
+    }
+
+    /// The subsystem's own limit on I/O queues per controller, if it has one.
+    pub fn max_io_queues(&self) -> Option<u16> {
+        Some(self.max_io_queues.load(Ordering::Relaxed)).filter(|&n| n != 0)
+    }
+
+    /// Sets the limit on I/O queues per controller that new associations
+    /// get; returns whether it changed. Connected controllers keep the count
+    /// they were given: the Linux host asks for it only when it connects,
+    /// so a caller that wants them to take the new limit deletes them
+    /// ([`Self::delete_controllers`]), as nvmet's `attr_qid_max` store does.
+    pub fn set_max_io_queues(&self, max: Option<u16>) -> bool {
+        self.max_io_queues.swap(max.unwrap_or(0), Ordering::Relaxed) != max.unwrap_or(0)
+    }
+
+    /// Deletes every controller of the subsystem (nvmet's `delete_ctrl`):
+    /// their queues close once the commands in flight complete, and the hosts
+    /// see the connections end and reconnect (or, when the subsystem is gone,
+    /// get refused and give up). Returns how many were live.
+    pub fn delete_controllers(&self) -> usize {
+        let mut live = self.controllers();
+        live.retain(|c| c.teardown_state() == Teardown::Alive);
+        for c in &live {
+            c.shutdown(Teardown::Deleted);
+        }
+        live.len()
     }
 
     /// With these hosts' DH-HMAC-CHAP keys (each must also be allowed).

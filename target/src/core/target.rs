@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use nvmeof_common::spec::log::AnaState;
 use nvmeof_common::spec::DISCOVERY_NQN;
+use tracing::info;
 
 use crate::cmd::admin::MAX_NAMESPACES;
 
@@ -184,7 +185,8 @@ impl Target {
         })
     }
 
-    /// Adds a subsystem (replacing one with the same NQN).
+    /// Adds a subsystem (replacing one with the same NQN, whose controllers
+    /// are deleted as [`Self::remove_subsystem`] deletes them).
     ///
     /// Discovery controllers of hosts that may use it (or the one it
     /// replaces) get the discovery log change notice; others see only GENCTR
@@ -198,9 +200,17 @@ impl Target {
         self.notify_discovery(|host| {
             s.host_allowed(host) || old.as_ref().is_some_and(|o| o.host_allowed(host))
         });
+        // The subsystem replaced is no longer exported: as when one is removed.
+        if let Some(old) = old.filter(|o| !Arc::ptr_eq(o, &s)) {
+            let deleted = old.delete_controllers();
+            if deleted > 0 {
+                info!(subnqn = %old.nqn, controllers = deleted, "subsystem replaced; the old one's controllers deleted");
+            }
+        }
     }
 
     /// Removes a subsystem; only hosts that could use it get the notice.
+    /// Its controllers are deleted ([`Subsystem::delete_controllers`]).
     pub fn remove_subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
         let mut map = self.subsystems.write().unwrap();
         let s = map.remove(nqn);
@@ -210,6 +220,13 @@ impl Target {
         drop(map);
         if let Some(s) = &s {
             self.notify_discovery(|host| s.host_allowed(host));
+            // nvmet deletes a subsystem's controllers when it leaves a port
+            // (nvmet_port_del_ctrls): its hosts lose the namespaces now, not
+            // whenever they next disconnect, and their reconnects are refused.
+            let deleted = s.delete_controllers();
+            if deleted > 0 {
+                info!(subnqn = %s.nqn, controllers = deleted, "subsystem removed; its controllers deleted");
+            }
         }
         s
     }

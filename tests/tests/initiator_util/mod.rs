@@ -44,6 +44,7 @@ pub fn config(namespaces: Vec<NamespaceConfig>) -> TargetConfig {
             host_keys: Default::default(),
             namespaces,
             cntlids: nvmeof_target::core::target::CNTLID_RANGE,
+            max_io_queues: None,
         }],
         limits: Limits::default(),
         poll_us: 0,

@@ -133,6 +133,17 @@
 #                     processes; disconnect, hook "stop-twin" (no error
 #                     logged).
 #
+# Per-subsystem I/O queue limit (nvmet's attr_qid_max):
+#   - queue-limit:    subsystem NQN-qmax with max_io_queues = 1 (our target:
+#                     hook "add-subsystem NQN-qmax qmax 1"; nvmet: attr_qid_max):
+#                     connect -i 2 -> 1 I/O queue (queue_count, blk-mq);
+#                     limit 2 (hook "max-io-queues"; nvmet: attr_qid_max) ->
+#                     the controller is deleted and the host reconnects
+#                     with 2 I/O queues, data written before intact, dd
+#                     verify; the subsystem taken off (remove-subsystem;
+#                     nvmet: port unlink) while connected -> the controller
+#                     is gone within 20 s (the reconnect is refused with DNR).
+#
 # In-band authentication (DH-HMAC-CHAP):
 #   - auth:           keys from `nvme gen-dhchap-key` (host key with the
 #                     SHA-256 transform, a 48-byte controller key with the
@@ -1009,6 +1020,83 @@ kh_ns_masking() {
     subsys_checks "$NQN_MASK" mask_checks
 }
 
+NQN_QMAX=$NQN-qmax
+# qmax_subsys add|limit N|unlink|remove: the subsystem NQN_QMAX (a 16 MiB
+# namespace) with at most N I/O queues per controller; "unlink" takes it off
+# the port (our target: out of the configuration) while hosts are connected
+qmax_subsys() {
+    _s=$NVMET/subsystems/$NQN_QMAX
+    if [ "$TARGET" = kernel-guest ]; then
+        case $1 in
+            add) mkdir "$_s" && echo 1 >"$_s/attr_allow_any_host" && echo "$2" >"$_s/attr_qid_max" \
+                && truncate -s 16M /srv/qmax.img && mkdir "$_s/namespaces/1" \
+                && echo -n /srv/qmax.img >"$_s/namespaces/1/device_path" && echo 1 >"$_s/namespaces/1/enable" \
+                && ln -s "$_s" "$NVMET/ports/1/subsystems/$NQN_QMAX" ;;
+            limit) echo "$2" >"$_s/attr_qid_max" ;;
+            unlink) rm -f "$NVMET/ports/1/subsystems/$NQN_QMAX" ;;
+            remove) rm -f "$NVMET/ports/1/subsystems/$NQN_QMAX"
+                [ -d "$_s" ] || return 0
+                echo 0 >"$_s/namespaces/1/enable"; rmdir "$_s/namespaces/1" "$_s" && rm -f /srv/qmax.img ;;
+        esac
+    else
+        case $1 in
+            add) hook_call add-subsystem 60 "$NQN_QMAX" qmax "$2" ;;
+            limit) hook_call max-io-queues 60 "$NQN_QMAX" "$2" ;;
+            unlink | remove) hook_call remove-subsystem 60 "$NQN_QMAX" || [ "$1" = remove ] ;;
+        esac || { echo "${HOOK_REPLY:-no reply}"; return 1; }
+    fi
+}
+# qmax_queues CTRL N SECS: wait until CTRL is live with N I/O queues
+# (queue_count counts the admin queue too) and blk-mq maps N hardware queues
+qmax_queues() {
+    _dl=$(( $(date +%s) + $3 ))
+    while [ "$(date +%s)" -le $_dl ]; do
+        _qc=$(cat "/sys/class/nvme/$1/queue_count" 2>/dev/null)
+        _path=$(ls -d /sys/class/nvme/"$1"/nvme*n* 2>/dev/null | head -n 1)
+        _mq=$(ls "$_path/mq" 2>/dev/null | wc -l)
+        [ "$(cat "/sys/class/nvme/$1/state" 2>/dev/null)" = live ] && [ "$_qc" = $(( $2 + 1 )) ] \
+            && [ "$_mq" = "$2" ] && return 0
+        sleep 0.2
+    done
+    echo "state $(cat "/sys/class/nvme/$1/state" 2>/dev/null), queue_count $_qc, blk-mq $_mq"
+    return 1
+}
+qmax_checks() {
+    t 60 nvme connect -t tcp -a "$NVME_ADDR" -s "$NVME_PORT" -n "$NQN_QMAX" -i 2 --reconnect-delay=1 \
+        --ctrl-loss-tmo=30 || fail "nvme connect to $NQN_QMAX failed"
+    _d=$(wait_ns_dev "$NQN_QMAX" 30) || fail "no namespace block device for $NQN_QMAX within 30s"
+    _c=$(ctrls_for_nqn "$NQN_QMAX" | head -n 1)
+    _out=$(qmax_queues "$_c" 1 10) || fail "asked for 2 I/O queues with a limit of 1: $_out"
+    info "limit 1: $_c has 1 I/O queue (asked for 2)"
+    t 60 dd if=/dev/urandom of=/tmp/qmax-pat bs=1M count=2 2>/dev/null
+    t 60 dd if=/tmp/qmax-pat of="$_d" bs=1M seek=8 oflag=direct conv=fsync 2>/dev/null || fail "dd write"
+    _r0=$(dmesg | grep -c "$_c: Successfully reconnected")
+    _t0=$(now_ms)
+    _out=$(qmax_subsys limit 2) || fail "limit 2: $_out"
+    _out=$(qmax_queues "$_c" 2 30) || fail "no reconnect with 2 I/O queues within 30 s of the new limit: $_out"
+    [ "$(dmesg | grep -c "$_c: Successfully reconnected")" -gt "$_r0" ] || fail "no reconnect in the host's log"
+    info "limit 2: $_c reconnected with 2 I/O queues $(( $(now_ms) - _t0 )) ms after the change"
+    _sum=$(t 60 dd if="$_d" bs=1M skip=8 count=2 iflag=direct 2>/dev/null | md5sum | cut -d' ' -f1)
+    [ "$_sum" = "$(md5sum </tmp/qmax-pat | cut -d' ' -f1)" ] || fail "data written before the reconnect changed"
+    dd_verify "$_d" 0 4 qmax
+    _t0=$(now_ms)
+    _out=$(qmax_subsys unlink) || fail "unlink: $_out"
+    # The host's reconnect gets Connect Invalid Parameters with DNR and it
+    # removes the controller, well before ctrl-loss-tmo (30 s).
+    wait_no_ctrl "$NQN_QMAX" 20 || fail "$_c still present 20 s after its subsystem was removed"
+    info "subsystem removed while connected: $_c gone after $(( $(now_ms) - _t0 )) ms"
+    rm -f /tmp/qmax-pat
+}
+kh_queue_limit() {
+    _out=$(qmax_subsys add 1) || fail "add $NQN_QMAX: $_out"
+    ( qmax_checks )
+    _rc=$?
+    t 30 nvme disconnect -n "$NQN_QMAX" >/dev/null 2>&1
+    wait_no_ctrl "$NQN_QMAX" 10 || info "a controller of $NQN_QMAX is still present"
+    _out=$(qmax_subsys remove) || fail "remove $NQN_QMAX: $_out"
+    [ $_rc = 0 ] || exit 1
+}
+
 NQN_AUTH=$NQN-auth
 # auth_connect [nvme connect options]: nvme connect to NQN_AUTH (output in /tmp/auth.txt)
 auth_connect() {
@@ -1681,6 +1769,7 @@ scenario_main() {
     fi
     run_step allowed-hosts 240 kh_allowed_hosts
     run_step ns-masking 180 kh_ns_masking
+    run_step queue-limit 180 kh_queue_limit
     run_step auth 300 kh_auth
     # PLACEHOLDERS (see the header): TLS.
     run_step final-clean 60 kh_final_clean
