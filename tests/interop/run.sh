@@ -344,15 +344,19 @@ stop_target() { # stop_target [PIDFILE]: the target (or the twin, twin.pid)
 }
 
 # ------------------------------------------------------------ host hooks
-# The guest prints "HOOK <name> [args]"; hook_<name with - as _> runs here
-# and its exit code (and first line of stdout) goes back as
-# "HOOKACK <name> <rc> <text>" on the guest's ttyS1.
+# The guest prints "HOOK #<seq> <name> [args]"; hook_<name with - as _> runs
+# here and its exit code (and first line of stdout) goes back as
+# "HOOKACK #<seq> <name> <rc> <text>" on the guest's ttyS1.
 ctl_send() {
     # QEMU holds both FIFOs open read-write, so this never sees EOF/EPIPE and
     # the bytes wait in the pipe until the guest's UART takes them.
     timeout 10 bash -c 'printf "%s\n" "$1" >"$2"' ctl_send "$*" "$DIR/ctl.in" 2>>"$DIR/ctl.err"
 }
 hook_ping() { echo "pong $*"; }
+# ping-lost: as ping, and how many times it ran; handle_hook withholds its
+# first answer (a reply lost on the way), so the guest must ask again
+PING_LOST_RUNS=0
+hook_ping_lost() { PING_LOST_RUNS=$((PING_LOST_RUNS + 1)); echo "pong-lost $* $PING_LOST_RUNS"; }
 
 # kernel-target clients.  client_cmd NAME prints the command (bash -c) for
 # the guest step host-NAME; client_limit NAME its time limit in seconds.
@@ -747,12 +751,28 @@ hook_target_check() { # the target still runs, logged no panic / error, and
     echo "target pid $pid alive, no errors logged, all $created controllers since its last start removed on close"
 }
 
-handle_hook() { # handle_hook NAME ARGS...
-    local name=$1 fn out rc t0
-    shift
+# handle_hook SEQ NAME ARGS...: the guest's request #SEQ. The guest asks again
+# when no reply came (lib.sh hook_call): a repeat of the last request gets the
+# reply already sent, not a second run of the hook; older ones are ignored.
+handle_hook() {
+    local seq=$1 name=$2 fn out rc t0
+    shift 2
+    if [ "$seq" -le "${LAST_HOOK_SEQ:-0}" ]; then
+        if [ "$seq" = "$LAST_HOOK_SEQ" ]; then
+            say "[$SCEN] hook #$seq $name asked again: reply sent again"
+            ctl_send "$LAST_HOOK_ACK" || say "[$SCEN] could not send HOOKACK #$seq $name"
+        else
+            say "[$SCEN] hook #$seq $name: a repeat of an answered request, ignored"
+        fi
+        return 0
+    fi
     fn=hook_${name//-/_}
     t0=$(date +%s.%N)
-    if declare -F "$fn" >/dev/null; then
+    if [ "$fn" = hook_ping_lost ]; then
+        # in this shell, so that its count survives (a $(...) would not keep it)
+        hook_ping_lost "$@" >"$DIR/ping-lost.out"; rc=$?
+        out=$(cat "$DIR/ping-lost.out")
+    elif declare -F "$fn" >/dev/null; then
         out=$("$fn" "$@"); rc=$?
     else
         out="unknown hook"; rc=127
@@ -760,17 +780,23 @@ handle_hook() { # handle_hook NAME ARGS...
     # when it ended and how long it took: a guest that waited past its
     # timeout for the HOOKACK can then tell a slow hook from a lost reply
     say "[$SCEN] hook $name -> rc=$rc ${out%%$'\n'*} ($(date -u +%T.%3N), $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b - a}') s)"
-    ctl_send "HOOKACK $name $rc ${out%%$'\n'*}" || say "[$SCEN] could not send HOOKACK $name"
+    LAST_HOOK_SEQ=$seq
+    LAST_HOOK_ACK="HOOKACK #$seq $name $rc ${out%%$'\n'*}"
+    if [ "$name" = ping-lost ] && [ "$PING_LOST_RUNS" = 1 ]; then
+        say "[$SCEN] hook #$seq ping-lost: answer withheld on purpose (a lost reply)"
+        return 0
+    fi
+    ctl_send "$LAST_HOOK_ACK" || say "[$SCEN] could not send HOOKACK #$seq $name"
 }
 
 # ------------------------------------------------------------ console monitor
 monitor() { # follows console.log until QEMU ($1) exits
     tail -s 0.2 -n +1 -F --pid="$1" "$DIR/console.log" 2>/dev/null | while IFS= read -r line; do
         line=${line//$'\r'/}
-        if [[ $line =~ ^(HOOK\ [^ ]+.*)$ ]]; then
+        if [[ $line =~ ^(HOOK\ #([0-9]{1,9})\ [^ ]+.*)$ ]]; then
             say "[$SCEN] ${BASH_REMATCH[1]}"
             # shellcheck disable=SC2086
-            handle_hook ${BASH_REMATCH[1]#HOOK }
+            handle_hook ${BASH_REMATCH[1]#HOOK #}
         elif [ "$INTEROP_VERBOSE" = 1 ]; then
             say "[$SCEN] $line"
         elif [[ $line =~ ((STEP|INFO|SCENARIO|TARGET\ READY|DMESG|\ \ \|).*)$ ]]; then

@@ -88,30 +88,56 @@ skip_step() {
 }
 
 # ------------------------------------------------------------------ hooks
-# hook_call NAME TIMEOUT [ARGS...]: print "HOOK NAME ARGS" on the console and
-# wait up to TIMEOUT s for "HOOKACK NAME RC [TEXT]" on the control channel.
-# Returns RC (124 on timeout).  HOOK_REPLY holds the whole reply line.
+# hook_call NAME TIMEOUT [ARGS...]: print "HOOK #SEQ NAME ARGS" on the console
+# and wait up to TIMEOUT s for "HOOKACK #SEQ NAME RC [TEXT]" on the control
+# channel. Returns RC (124 on timeout). HOOK_REPLY holds the reply line
+# without its "#SEQ " ("HOOKACK NAME RC TEXT").
+# SEQ numbers the calls of the whole run (a file, since steps call it in
+# subshells). While no reply comes the request is printed again after 15 s
+# (HOOK_RESEND), then 30, 60, ... s: a request or reply lost on the serial lines (a kernel
+# message written into the request's console line, a reply that never
+# arrived) is asked for again, and run.sh answers a repeated SEQ with the
+# reply it already sent instead of running the hook twice. A reply to
+# another SEQ (a late one, or a repeat) is ignored, so it cannot answer a
+# later call of the same hook.
 hook_call() {
     _hn=$1; _ht=$2; shift 2
     if [ ! -f "$CTL_FD_OK" ]; then echo "no control channel (ttyS1)"; return 125; fi
-    console "HOOK $_hn $*"
+    _hseq=$(( $(cat "$STATE/hook.seq" 2>/dev/null || echo 0) + 1 ))
+    echo "$_hseq" >"$STATE/hook.seq"
+    _hreq="HOOK #$_hseq $_hn $*"
+    console "$_hreq"
     _hasked=$(date -u +%T)
     _dl=$(( $(date +%s) + _ht ))
+    _hgap=${HOOK_RESEND:-15}
+    _hresend=$(( $(date +%s) + _hgap ))
     while :; do
-        _left=$(( _dl - $(date +%s) ))
-        if [ $_left -le 0 ]; then echo "hook $_hn: no HOOKACK within ${_ht}s (asked at $_hasked, now $(date -u +%T))"; return 124; fi
-        if read -t "$_left" _line <&3; then
+        _now=$(date +%s)
+        _left=$(( _dl - _now ))
+        if [ $_left -le 0 ]; then echo "hook $_hn: no HOOKACK #$_hseq within ${_ht}s (asked at $_hasked, now $(date -u +%T))"; return 124; fi
+        if [ "$_now" -ge "$_hresend" ]; then
+            echo "hook $_hn: no HOOKACK #$_hseq after $(( _now - _dl + _ht ))s; asking again"
+            console "$_hreq"
+            _hgap=$(( _hgap * 2 ))
+            _hresend=$(( _now + _hgap ))
+        fi
+        _wait=$(( _hresend - _now ))
+        [ $_wait -gt $_left ] && _wait=$_left
+        [ $_wait -lt 1 ] && _wait=1
+        if read -t "$_wait" _line <&3; then
             _line=$(echo "$_line" | tr -d '\r')
             case $_line in
-                "HOOKACK $_hn "*)
-                    HOOK_REPLY=$_line
-                    _hrc=${_line#"HOOKACK $_hn "}; _hrc=${_hrc%% *}
-                    echo "hook $_hn -> $_line"
+                "HOOKACK #$_hseq $_hn "*)
+                    HOOK_REPLY="HOOKACK $_hn ${_line#"HOOKACK #$_hseq $_hn "}"
+                    _hrc=${_line#"HOOKACK #$_hseq $_hn "}; _hrc=${_hrc%% *}
+                    echo "hook $_hn -> $HOOK_REPLY"
                     return "$_hrc" ;;
                 *) [ -n "$_line" ] && echo "control: ignoring '$_line'" ;;
             esac
         else
-            [ $? -gt 128 ] || sleep 1   # EOF/error: do not spin
+            # a timeout (> 128) loops to the resend or deadline check;
+            # EOF/error: do not spin
+            [ $? -gt 128 ] || sleep 1
         fi
     done
 }

@@ -1181,7 +1181,17 @@ kh_auth() {
     [ $_rc = 0 ] || exit 1
 }
 
-kh_hook_ping() { hook_call ping 30 hello || fail "control channel: ${HOOK_REPLY:-no reply}"; }
+kh_hook_ping() {
+    hook_call ping 30 hello || fail "control channel: ${HOOK_REPLY:-no reply}"
+    [ "$HOOK_REPLY" = "HOOKACK ping 0 pong hello" ] || fail "ping answered '$HOOK_REPLY'"
+    # A lost reply: run.sh withholds the first answer to ping-lost; asked
+    # again after 2 s, it sends the answer it kept (the hook ran once).
+    HOOK_RESEND=2 hook_call ping-lost 30 x || fail "no answer to the repeated request: ${HOOK_REPLY:-no reply}"
+    [ "$HOOK_REPLY" = "HOOKACK ping-lost 0 pong-lost x 1" ] || fail "ping-lost answered '$HOOK_REPLY'"
+    # and the next call is not answered with an old reply
+    hook_call ping 30 again || fail "control channel: ${HOOK_REPLY:-no reply}"
+    [ "$HOOK_REPLY" = "HOOKACK ping 0 pong again" ] || fail "ping answered '$HOOK_REPLY'"
+}
 
 kh_queues() { # kh_queues N: expect N I/O queues
     need_dev
