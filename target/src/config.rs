@@ -28,6 +28,7 @@
 //! model = "nvmeof"                       # optional
 //! serial = "0123456789"                  # optional: Identify SN (≤ 20), default derived from the NQN
 //! firmware = "1.0"                       # optional: Identify FR (≤ 8), default this build's version
+//! ieee_oui = 0x0050c2                    # optional: Identify IEEE OUI (24 bits), default 0
 //! allowed_hosts = ["nqn.2014-08.org.nvmexpress:uuid:..."]   # omit: any host; SIGHUP applies changes
 //! cntlid_min = 1                         # optional: controller IDs (to 0xFFEF); disjoint ranges
 //! cntlid_max = 65519                     #   for targets exporting one subsystem (multipath)
@@ -460,6 +461,9 @@ pub struct SubsystemConfig {
     /// Firmware revision (Identify Controller FR, nvmet's `attr_firmware`);
     /// `None` is this build's version.
     pub firmware: Option<String>,
+    /// IEEE OUI (Identify Controller IEEE, nvmet's `attr_ieee_oui`; at most
+    /// 24 bits); `None` reports 0, as nvmet does by default.
+    pub ieee_oui: Option<u32>,
     /// Allowed host NQNs (None = any).
     pub allowed_hosts: Option<Vec<String>>,
     /// DH-HMAC-CHAP keys by host NQN (each host also in `allowed_hosts`).
@@ -608,6 +612,7 @@ struct RawSubsystem {
     model: Option<String>,
     serial: Option<String>,
     firmware: Option<String>,
+    ieee_oui: Option<u32>,
     allowed_hosts: Option<Vec<RawHost>>,
     cntlid_min: Option<u16>,
     cntlid_max: Option<u16>,
@@ -818,6 +823,10 @@ impl TargetConfig {
                     ));
                 }
             }
+            // nvmet's attr_ieee_oui refuses values of 0x1000000 and up (24 bits).
+            if s.ieee_oui.is_some_and(|v| v > 0xFF_FFFF) {
+                return Err(invalid(format!("{key}.ieee_oui"), "must fit 24 bits (0 to 0xFFFFFF)"));
+            }
             // nvmet: NVME_CNTLID_MIN <= cntlid_min <= cntlid_max <= NVME_CNTLID_MAX.
             let all = crate::core::target::CNTLID_RANGE;
             let cntlids = s.cntlid_min.unwrap_or(*all.start())..=s.cntlid_max.unwrap_or(*all.end());
@@ -958,6 +967,7 @@ impl TargetConfig {
                 model: s.model.unwrap_or_else(|| DEFAULT_MODEL.to_string()),
                 serial: s.serial,
                 firmware: s.firmware,
+                ieee_oui: s.ieee_oui,
                 allowed_hosts: listed.then_some(allowed),
                 host_keys: keys,
                 namespaces,
@@ -1441,6 +1451,23 @@ mod tests {
         ] {
             let e = sub(extra).unwrap_err().to_string();
             assert!(e.contains(key), "{extra}: {e}");
+        }
+    }
+
+    /// `ieee_oui` (nvmet's `attr_ieee_oui`): 24 bits, hex in TOML.
+    #[test]
+    fn ieee_oui() {
+        let sub = |extra: &str| {
+            TargetConfig::from_toml(&format!(
+                "[[subsystem]]\nnqn = \"nqn.2026-11.x:a\"\n{extra}\n[[subsystem.namespace]]\nram = \"1M\"\n"
+            ))
+        };
+        assert_eq!(sub("").unwrap().subsystems[0].ieee_oui, None);
+        assert_eq!(sub("ieee_oui = 0x0050c2").unwrap().subsystems[0].ieee_oui, Some(0x0050c2));
+        assert_eq!(sub("ieee_oui = 0xFFFFFF").unwrap().subsystems[0].ieee_oui, Some(0xFF_FFFF));
+        for bad in ["ieee_oui = 0x1000000", "ieee_oui = -1", "ieee_oui = \"0050c2\""] {
+            let e = sub(bad).unwrap_err().to_string();
+            assert!(e.contains("ieee_oui"), "{bad}: {e}");
         }
     }
 

@@ -225,6 +225,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             model: DEFAULT_MODEL.into(),
             serial: None,
             firmware: None,
+            ieee_oui: None,
             allowed_hosts: (!a.allow_host.is_empty()).then(|| a.allow_host.clone()),
             host_keys,
             namespaces: nss,

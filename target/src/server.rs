@@ -262,6 +262,7 @@ pub fn build_subsystem(
         model: model.into(),
         serial: None,
         firmware: None,
+        ieee_oui: None,
         allowed_hosts: hosts,
         host_keys: Default::default(),
         namespaces: nss.to_vec(),
@@ -283,6 +284,9 @@ pub fn subsystem_from_config(cfg: &SubsystemConfig) -> std::io::Result<Arc<Subsy
     }
     if let Some(fr) = &cfg.firmware {
         sub = sub.with_firmware(fr);
+    }
+    if let Some(oui) = cfg.ieee_oui {
+        sub = sub.with_ieee_oui(oui);
     }
     let s = Arc::new(sub);
     for (nsid, n) in assign_nsids(nss) {
@@ -371,9 +375,10 @@ impl Server {
                 Some(s) => {
                     let identity_changed = s.model != sc.model
                         || sc.serial.as_ref().is_some_and(|sn| *sn != s.serial)
-                        || sc.firmware.as_ref().is_some_and(|fr| *fr != s.firmware);
+                        || sc.firmware.as_ref().is_some_and(|fr| *fr != s.firmware)
+                        || sc.ieee_oui.unwrap_or(0) != s.ieee_oui;
                     if identity_changed || s.cntlids != sc.cntlids {
-                        warn!(subnqn = %sc.nqn, "reload: the model, serial, firmware and controller ID range of a running subsystem are not changed (restart the target to apply them)");
+                        warn!(subnqn = %sc.nqn, "reload: the model, serial, firmware, IEEE OUI and controller ID range of a running subsystem are not changed (restart the target to apply them)");
                     }
                     for (nsid, n) in assign_nsids(&sc.namespaces) {
                         let key = (sc.nqn.clone(), nsid);

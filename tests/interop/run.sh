@@ -170,8 +170,9 @@ write_target_config() {
         echo
         echo "[[subsystem]]"
         echo "nqn = \"$NQN\""
-        # the serial nvmet gets too (NVMET_SERIAL; kernel-host step id-ctrl)
+        # the serial and IEEE OUI nvmet gets too (NVMET_SERIAL; kernel-host step id-ctrl)
         echo "serial = \"interop0001\""
+        echo "ieee_oui = 0x12ab34"
         # controller IDs below the twin's (hook start-twin)
         echo "cntlid_max = 999"
         [ -n "$INTEROP_ALLOW_HOST" ] && echo "allowed_hosts = [\"$INTEROP_ALLOW_HOST\"]"
@@ -674,7 +675,7 @@ hook_start_twin() { # start-twin: a second target process exporting NQN's namesp
     [ -f "$DIR/twin.pid" ] && { echo "twin already running"; return 1; }
     file=$(awk '$1==1{print $3}' "$DIR/ns.list")
     [ -f "$file" ] || { echo "no file for namespace 1"; return 1; }
-    printf '[[port]]\nlisten = "127.0.0.1:%s"\n\n[[subsystem]]\nnqn = "%s"\nserial = "interop0001"\ncntlid_min = 1000\n%s\n[[subsystem.namespace]]\nnsid = 1\nuuid = "%s"\nfile = "%s"\n' \
+    printf '[[port]]\nlisten = "127.0.0.1:%s"\n\n[[subsystem]]\nnqn = "%s"\nserial = "interop0001"\nieee_oui = 0x12ab34\ncntlid_min = 1000\n%s\n[[subsystem.namespace]]\nnsid = 1\nuuid = "%s"\nfile = "%s"\n' \
         "$TWIN_PORT" "$NQN" "${INTEROP_ALLOW_HOST:+allowed_hosts = [\"$INTEROP_ALLOW_HOST\"]}" "$NS1_UUID" "$file" >"$DIR/twin.toml"
     # shellcheck disable=SC2086
     setsid "$bin" serve --config "$DIR/twin.toml" $NVMEOF_TARGET_ARGS $SCEN_TARGET_ARGS >>"$DIR/twin.log" 2>&1 </dev/null &

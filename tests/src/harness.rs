@@ -60,6 +60,7 @@ pub fn default_config() -> TargetConfig {
             model: "nvmeof-test".to_string(),
             serial: None,
             firmware: None,
+            ieee_oui: None,
             allowed_hosts: None,
             host_keys: Default::default(),
             namespaces: vec![ram_ns(1, NS1_SIZE, NS1_BS)],

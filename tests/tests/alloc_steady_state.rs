@@ -112,6 +112,7 @@ async fn steady_state_allocations_per_io() {
             model: "alloc".into(),
             serial: None,
             firmware: None,
+            ieee_oui: None,
             allowed_hosts: None,
             host_keys: Default::default(),
             namespaces: vec![NamespaceConfig {

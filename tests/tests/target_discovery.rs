@@ -30,6 +30,7 @@ fn restricted_config(nqn: &str, allowed_hosts: Option<Vec<String>>) -> Subsystem
         model: "m".into(),
         serial: None,
         firmware: None,
+        ieee_oui: None,
         allowed_hosts,
         host_keys: Default::default(),
         namespaces: vec![ram_ns(1, 1 << 20, 512)],

@@ -112,6 +112,7 @@ async fn connect_errors() {
         model: "m".to_string(),
         serial: None,
         firmware: None,
+        ieee_oui: None,
         allowed_hosts: Some(vec![OTHER_HOST.to_string()]),
         host_keys: Default::default(),
         namespaces: vec![ram_ns(1, 1 << 20, 512)],

@@ -326,6 +326,8 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
         sn: subsys.serial.clone(),
         mn: subsys.model.clone(),
         fr: subsys.firmware.clone(),
+        // nvmet_execute_identify_ctrl: put_unaligned_le24(subsys->ieee_oui, id->ieee).
+        ieee: [subsys.ieee_oui as u8, (subsys.ieee_oui >> 8) as u8, (subsys.ieee_oui >> 16) as u8],
         mdts: limits.mdts,
         cntlid: ctrl.cntlid,
         ver: VERSION,
@@ -982,6 +984,24 @@ mod tests {
         assert_eq!(id.mn, "nvmeof test");
         assert_eq!(id.fr, FIRMWARE_REVISION);
         assert_eq!(&b[o::SN..o::SN + 20], e.subsys.serial.as_bytes());
+        // No OUI configured: zeroes, as nvmet's default attr_ieee_oui.
+        assert_eq!(id.ieee, [0; 3]);
+    }
+
+    /// A configured IEEE OUI goes into Identify Controller bytes 73..76 low
+    /// byte first (nvmet's `put_unaligned_le24`), which nvme-cli prints back
+    /// as the OUI ("ieee : 0050c2").
+    #[test]
+    fn identify_controller_ieee_oui() {
+        let target = Target::new(Limits::default());
+        let port = target.add_port("127.0.0.1:4420".parse().unwrap());
+        let s = Arc::new(Subsystem::new(SUBNQN, "m", None, false).with_ieee_oui(0x0050C2));
+        target.add_subsystem(s.clone());
+        let ctrl = target
+            .create_controller(|id| Controller::new(id, s, HOST.into(), [1; 16], port, 5000, 1))
+            .unwrap();
+        let b = identify_controller(&target, &ctrl).encode();
+        assert_eq!(&b[ctrl_off::IEEE..ctrl_off::IEEE + 3], &[0xC2, 0x50, 0x00]);
     }
 
     #[test]

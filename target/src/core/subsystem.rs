@@ -55,6 +55,8 @@ pub struct Subsystem {
     /// Firmware revision (Identify Controller FR, Firmware Slot log slot 1;
     /// ≤ 8 ASCII characters).
     pub firmware: String,
+    /// IEEE OUI (Identify Controller IEEE, 24 bits; nvmet's `attr_ieee_oui`).
+    pub ieee_oui: u32,
     /// Whether this is the discovery subsystem.
     pub discovery: bool,
     /// Controller IDs its controllers get (nvmet `attr_cntlid_min/max`).
@@ -78,6 +80,7 @@ impl Subsystem {
             serial,
             model: model.to_string(),
             firmware: crate::cmd::admin::FIRMWARE_REVISION.chars().take(8).collect(),
+            ieee_oui: 0,
             discovery,
             cntlids: super::target::CNTLID_RANGE,
             max_io_queues: AtomicU16::new(0),
@@ -97,6 +100,12 @@ impl Subsystem {
     /// With this firmware revision (nvmet's `attr_firmware`).
     pub fn with_firmware(mut self, firmware: &str) -> Self {
         self.firmware = firmware.to_string();
+        self
+    }
+
+    /// With this IEEE OUI (nvmet's `attr_ieee_oui`; the low 24 bits count).
+    pub fn with_ieee_oui(mut self, oui: u32) -> Self {
+        self.ieee_oui = oui & 0xFF_FFFF;
         self
     }
 

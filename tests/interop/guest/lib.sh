@@ -270,6 +270,7 @@ nvmet_setup() {
     mkdir "$_s" || fail "mkdir subsystem"
     echo 1 >"$_s/attr_allow_any_host" || fail "allow_any_host"
     echo -n "${NVMET_SERIAL:-interop0001}" >"$_s/attr_serial" 2>/dev/null
+    echo 0x12ab34 >"$_s/attr_ieee_oui" || fail "attr_ieee_oui"
     mkdir "$_s/namespaces/1" || fail "mkdir namespace"
     echo -n "$_path" >"$_s/namespaces/1/device_path" || fail "device_path"
     [ "$_be" = file ] && echo 1 >"$_s/namespaces/1/buffered_io"

@@ -40,6 +40,7 @@ pub fn config(namespaces: Vec<NamespaceConfig>) -> TargetConfig {
             model: "nvmeof-e2e".to_string(),
             serial: None,
             firmware: None,
+            ieee_oui: None,
             allowed_hosts: None,
             host_keys: Default::default(),
             namespaces,

@@ -254,11 +254,14 @@ kh_id_ctrl() {
     _mn=$(field mn </tmp/idctrl.txt); _sn=$(field sn </tmp/idctrl.txt)
     _fr=$(field fr </tmp/idctrl.txt); _sub=$(field subnqn </tmp/idctrl.txt)
     _ver=$(field ver </tmp/idctrl.txt); _cntlid=$(field cntlid </tmp/idctrl.txt)
-    info "mn='$_mn' sn='$_sn' fr='$_fr' ver=$_ver cntlid=$_cntlid mdts=$(field mdts </tmp/idctrl.txt) sgls=$(field sgls </tmp/idctrl.txt)"
+    info "mn='$_mn' sn='$_sn' fr='$_fr' ieee=$(field ieee </tmp/idctrl.txt) ver=$_ver cntlid=$_cntlid mdts=$(field mdts </tmp/idctrl.txt) sgls=$(field sgls </tmp/idctrl.txt)"
     [ -n "$_mn" ] || fail "empty model number"
     [ -n "$_sn" ] || fail "empty serial number"
     # configured: our target's `serial`, nvmet's attr_serial
     [ "$_sn" = interop0001 ] || fail "serial '$_sn', want the configured interop0001"
+    # configured: our target's `ieee_oui`, nvmet's attr_ieee_oui (stored low byte first)
+    _ieee=$(field ieee </tmp/idctrl.txt)
+    [ "$_ieee" = 12ab34 ] || fail "ieee '$_ieee', want the configured OUI 12ab34"
     [ "$_sub" = "$NQN" ] || fail "subnqn '$_sub' != '$NQN'"
 }
 
