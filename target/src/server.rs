@@ -436,10 +436,15 @@ impl Server {
             // nvmet's attr_qid_max store deletes the subsystem's controllers
             // ("Force reconnect"): a Linux host asks for its queue count only
             // when it connects, and reconnects with the new limit.
-            if s.set_max_io_queues(sc.max_io_queues) {
+            // Only a change hosts would see counts (none to 128 under a target
+            // limit of 128 is none).
+            let limit = self.target.limits.max_io_queues;
+            let effective = |m: Option<u16>| m.map_or(limit, |m| m.min(limit));
+            let before = effective(s.max_io_queues());
+            s.set_max_io_queues(sc.max_io_queues);
+            if effective(sc.max_io_queues) != before {
                 let deleted = s.delete_controllers();
-                let max = sc.max_io_queues.unwrap_or(self.target.limits.max_io_queues);
-                info!(subnqn = %sc.nqn, max_io_queues = max, controllers_deleted = deleted, "reload: I/O queue limit changed; connected hosts reconnect to get it");
+                info!(subnqn = %sc.nqn, max_io_queues = effective(sc.max_io_queues), controllers_deleted = deleted, "reload: I/O queue limit changed; connected hosts reconnect to get it");
             }
             let mut wanted = Vec::new();
             for (nsid, n) in assign_nsids(&sc.namespaces) {

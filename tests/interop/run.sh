@@ -70,7 +70,7 @@ NS_SIZE=$((NS_SIZE_MB * 1024 * 1024))
 if [ -n "$HOST_CLIENT_CMD" ]; then
     : "${CLIENT_STEPS:=custom}"
 else
-    : "${CLIENT_STEPS:=icreq initiator statuses probe-randread probe-verify events auth}"
+    : "${CLIENT_STEPS:=icreq initiator statuses probe-randread probe-verify events auth qmax}"
 fi
 
 say() { printf '%s\n' "$*"; }
@@ -376,6 +376,11 @@ client_cmd() {
         # (the hook passes them on: NVME_AUTH_NQN, NVME_AUTH_HOSTNQN,
         # NVME_DHCHAP_KEY, NVME_DHCHAP_CTRL_KEY).
         auth) printf 'RUST_LOG=warn,nvmeof_initiator::auth=info %q --rounds auth' "$INTEROP_INITIATOR_BIN" ;;
+        # nvmet's attr_qid_max: started in the background (start-client), it
+        # prints READY connected with 1 I/O queue, RECONNECTED once it has
+        # reconnected after the guest raised the limit (client-line), and
+        # ends when the guest's unlinking of the subsystem has failed it.
+        qmax) printf '%q --rounds qmax' "$INTEROP_INITIATOR_BIN" ;;
         # Commands a host can get wrong, each against the status nvmet
         # answers with (tests/src/conformance.rs; the same rows run against
         # our target in tests/tests/target_conformance.rs).
@@ -400,6 +405,7 @@ client_limit() {
         statuses) l=75 ;;
         events) l=120 ;;
         auth) l=120 ;;
+        qmax) l=120 ;;
         probe-*) l=90 ;;
         *) l=60 ;;
     esac
@@ -408,7 +414,7 @@ client_limit() {
 }
 client_binary() { # the binary a client needs, or nothing
     case $1 in
-        initiator|events|auth) echo "$INTEROP_INITIATOR_BIN" ;;
+        initiator|events|auth|qmax) echo "$INTEROP_INITIATOR_BIN" ;;
         statuses) echo "$INTEROP_STATUSES_BIN" ;;
         probe-*) echo "$NVMEOF_PROBE_BIN" ;;
     esac
@@ -513,6 +519,18 @@ hook_start_client() {
         sleep 0.1
     done
     echo "no READY within 30s"
+    return 1
+}
+hook_client_line() { # client-line NAME WORD: wait (30 s) for a line starting with WORD in the log of background client NAME
+    local name=${1:-} word=${2:-} log=$DIR/client-${1:-}.log i
+    [[ $word =~ ^[A-Z]+$ ]] || { echo "usage: client-line NAME WORD"; return 2; }
+    [ -f "$DIR/client-$name.pid" ] || { echo "client '$name' was not started"; return 1; }
+    for i in $(seq 1 300); do
+        grep -q "^$word" "$log" 2>/dev/null && { echo "$word after $((i / 10)).$((i % 10))s"; return 0; }
+        [ -e "$DIR/client-$name.rc" ] && { echo "ended before $word (rc $(cat "$DIR/client-$name.rc")): $(grep -E 'FAIL' "$log" | head -n 1 | cut -c1-200)"; return 1; }
+        sleep 0.1
+    done
+    echo "no $word within 30s"
     return 1
 }
 hook_wait_client() {
@@ -871,7 +889,7 @@ run_scenario() {
             build_clients
             local c climits=0
             for c in $CLIENT_STEPS; do
-                client_cmd "$c" >/dev/null || die "unknown client '$c' in CLIENT_STEPS (custom icreq initiator statuses probe-randread probe-verify events auth)"
+                client_cmd "$c" >/dev/null || die "unknown client '$c' in CLIENT_STEPS (custom icreq initiator statuses probe-randread probe-verify events auth qmax)"
                 climits=$((climits + $(client_limit "$c") + 20))
             done
             env="CLIENT_TIMEOUT=$CLIENT_TIMEOUT CLIENT_STEPS='$CLIENT_STEPS'"

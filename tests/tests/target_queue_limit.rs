@@ -97,6 +97,10 @@ async fn the_subsystem_limit_caps_io_queues_and_a_changed_limit_reconnects_its_h
         ns.read(8, &mut back).await.unwrap();
         assert_eq!(back, data);
         assert_ne!(third, new_cntlid);
+        // The target's own limit written out is no change hosts would see.
+        server.reload(&cfg("128", true)).unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!((c.info().cntlid, c.state()), (third, ControllerState::Live));
 
         // The other subsystem's host never noticed.
         assert_eq!((other.info().cntlid, other.state()), (other_cntlid, ControllerState::Live));

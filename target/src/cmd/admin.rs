@@ -35,7 +35,7 @@ use nvmeof_common::spec::{
     Cns, GetLogPageCmd, IdentifyCmd, IdentifyController, IdentifyNamespace, LogPageId,
 };
 use nvmeof_common::{Sqe, Status};
-use tracing::debug;
+use tracing::{debug, info};
 
 use super::{discovery, expect_len, io, Exec, Pending, QueueCtx, Response, WriteProtectFlush};
 use crate::backend::{IoHints, IoOp};
@@ -701,6 +701,17 @@ fn set_features(ctrl: &Controller, sqe: &Sqe) -> Result<Response, Status> {
             let req = NumQueues::from_dw(cmd.cdw11);
             if req.nsq == 0xFFFF || req.ncq == 0xFFFF {
                 return Err(invalid_field());
+            }
+            let asked = req.nsq.max(req.ncq) as u32 + 1;
+            if asked > ctrl.max_qid as u32 {
+                // The limit that binds: the subsystem's max_io_queues or the target's.
+                info!(
+                    cntlid = ctrl.cntlid,
+                    asked,
+                    granted = ctrl.max_qid,
+                    subsystem_limit = ?ctrl.subsys.max_io_queues(),
+                    "host asked for more I/O queues than the limit; granting the limit"
+                );
             }
             Ok(Response::result(num_queues(ctrl)))
         }

@@ -58,6 +58,18 @@
 //!     queues (each authenticates), write 1 MiB through each queue and read
 //!     it back, re-authenticate every queue of the live association, read
 //!     again, shut down.
+//! * or, with the round `qmax` (client step `host-qmax`), a subsystem
+//!   `NQN-qmax` the guest made with nvmet's `attr_qid_max` 1:
+//!   * `connect-qmax`: asks for 2 I/O queues, gets 1 (and Get Features Number
+//!     of Queues says 1), writes 64 KiB, prints `READY`; the guest then raises
+//!     `attr_qid_max` to 2, which makes nvmet delete the controller;
+//!   * `qmax-reconnect`: within 30 s the initiator has reconnected on its own
+//!     to an association that grants 2 queues and reads the 64 KiB back
+//!     equal, then prints `RECONNECTED`; the guest then unlinks the subsystem
+//!     from the port, which deletes the controller again;
+//!   * `qmax-removed`: nvmet refuses the reconnect with DNR, so within 20 s the
+//!     controller is failed (not retrying until its 40 s ctrl-loss timeout),
+//!     and a read fails with `ControllerLost`.
 //!
 //! Configuration (environment, each also as `--flag value`):
 //!
@@ -91,12 +103,12 @@ use std::time::{Duration, Instant};
 
 use nvmeof_initiator::common::auth::DhchapSecret;
 use nvmeof_initiator::common::spec::discovery::{SubType, TrType};
-use nvmeof_initiator::common::spec::features::aec;
+use nvmeof_initiator::common::spec::features::{aec, FeatureId, GetFeaturesCmd};
 use nvmeof_initiator::common::spec::log::AnaState;
 use nvmeof_initiator::common::spec::DISCOVERY_NQN;
 use nvmeof_initiator::common::Status;
 use nvmeof_initiator::{
-    discover, AuthError, ConnectOptions, Controller, ControllerEvent, HostIdentity, IoFlags,
+    discover, AuthError, ConnectOptions, Controller, ControllerEvent, ControllerState, HostIdentity, IoFlags,
     MultipathNamespace, MultipathOptions, Namespace, ReconnectPolicy,
 };
 use tokio::sync::broadcast;
@@ -249,8 +261,8 @@ fn parse_args() -> Args {
         usage("--queues ≥ 1, --depth ≥ 2, 1 ≤ --secs ≤ 600");
     }
     for r in &a.rounds {
-        if !["plain", "digest", "write-queues", "copy", "events", "auth"].contains(&r.as_str()) {
-            usage(&format!("unknown round {r:?} (plain, digest, write-queues, copy, events, auth)"));
+        if !["plain", "digest", "write-queues", "copy", "events", "auth", "qmax"].contains(&r.as_str()) {
+            usage(&format!("unknown round {r:?} (plain, digest, write-queues, copy, events, auth, qmax)"));
         }
         if r == "auth" && a.auth.is_none() {
             usage("the auth round needs --auth-nqn (NVME_AUTH_NQN)");
@@ -1100,6 +1112,10 @@ async fn run(a: Args) -> Steps {
             copy_round(&a, &mut s).await;
             continue;
         }
+        if round == "qmax" {
+            qmax_round(&a, &mut s).await;
+            continue;
+        }
         let digest = round == "digest";
         let split = round == "write-queues";
         let cname = format!("connect-{round}");
@@ -1124,6 +1140,121 @@ async fn run(a: Args) -> Steps {
         s.run(&format!("shutdown-{round}"), Duration::from_secs(20), step_shutdown(c)).await;
     }
     s
+}
+
+/// The `qmax` round (see the module documentation).
+async fn qmax_round(a: &Args, s: &mut Steps) {
+    let Some((c, ns, data)) = s.run("connect-qmax", Duration::from_secs(60), step_connect_qmax(a)).await
+    else {
+        for n in ["qmax-reconnect", "qmax-removed"] {
+            s.skip(n, "not connected");
+        }
+        return;
+    };
+    if s.run("qmax-reconnect", Duration::from_secs(60), step_qmax_reconnect(&c, &ns, &data)).await.is_none() {
+        s.skip("qmax-removed", "no reconnect");
+        let _ = c.shutdown().await;
+        return;
+    }
+    s.run("qmax-removed", Duration::from_secs(60), step_qmax_removed(&c, &ns)).await;
+}
+
+/// Number of Queues as the controller reports it (I/O queues it grants).
+async fn granted_queues(c: &Controller) -> Result<u32, String> {
+    let dw0 = c
+        .get_features(GetFeaturesCmd::new(FeatureId::NUM_QUEUES), None)
+        .await
+        .map_err(|e| format!("get-features number of queues: {e}"))?;
+    Ok((dw0 & 0xFFFF).min(dw0 >> 16) + 1)
+}
+
+type QmaxSetup = (Controller, Namespace, Vec<u8>);
+
+async fn step_connect_qmax(a: &Args) -> Result<QmaxSetup, String> {
+    let nqn = format!("{}-qmax", a.nqn);
+    let o = ConnectOptions {
+        io_queues: 2,
+        queue_depth: 8,
+        // nvmet deletes the controller when attr_qid_max changes: reconnect
+        // quickly, and give up at once on a refusal with DNR.
+        reconnect: ReconnectPolicy {
+            delay: Duration::from_millis(200),
+            max_delay: Duration::from_secs(1),
+            ctrl_loss_timeout: Some(Duration::from_secs(40)),
+            requeue: true,
+            fast_io_fail_timeout: None,
+        },
+        ..opts(a, false)
+    };
+    let c = Controller::connect((a.addr.as_str(), a.port), &nqn, o)
+        .await
+        .map_err(|e| format!("connect {nqn}: {e}"))?;
+    let (n, granted) = (c.io_queue_count(), granted_queues(&c).await?);
+    info(
+        "connect-qmax",
+        format!("cntlid {}: {n} I/O queue(s) of 2 asked for, {granted} granted", c.info().cntlid),
+    );
+    if n != 1 || granted != 1 {
+        let _ = c.shutdown().await;
+        return Err(format!("{n} I/O queues in use, {granted} granted; want 1 (attr_qid_max 1)"));
+    }
+    let ns = c.namespace(1).await.map_err(|e| format!("namespace 1: {e}"))?;
+    let data: Vec<u8> = (0..64 << 10).map(|i: u32| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
+    ns.write(0, &data).await.map_err(|e| format!("write: {e}"))?;
+    // The host hook (start-client) waits for this line before the guest
+    // raises attr_qid_max.
+    println!("READY");
+    Ok((c, ns, data))
+}
+
+/// nvmet deleted the controller (attr_qid_max 2): the initiator reconnects
+/// on its own, to an association that grants 2 queues, with the data there.
+async fn step_qmax_reconnect(c: &Controller, ns: &Namespace, data: &[u8]) -> Result<(), String> {
+    let t0 = Instant::now();
+    for _ in 0..300 {
+        if c.state() == ControllerState::Live && granted_queues(c).await.ok() == Some(2) {
+            let mut back = vec![0u8; data.len()];
+            ns.read(0, &mut back).await.map_err(|e| format!("read after the reconnect: {e}"))?;
+            if back != data {
+                return Err("data changed across the reconnect".into());
+            }
+            info(
+                "qmax-reconnect",
+                format!(
+                    "reconnected (cntlid {}) {} ms after READY; 2 queues granted, {} in use; 64 KiB read back equal",
+                    c.info().cntlid,
+                    t0.elapsed().as_millis(),
+                    c.io_queue_count()
+                ),
+            );
+            // The guest's client-line hook waits for this line before it
+            // takes the subsystem off the port.
+            println!("RECONNECTED");
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Err(format!("no association granting 2 queues within 30 s (state {:?})", c.state()))
+}
+
+/// The subsystem left the port: nvmet deletes the controller and refuses
+/// the reconnect with DNR, so the initiator gives up without waiting for
+/// ctrl_loss_timeout (40 s).
+async fn step_qmax_removed(c: &Controller, ns: &Namespace) -> Result<(), String> {
+    let t0 = Instant::now();
+    let mut state = c.subscribe_state();
+    tokio::time::timeout(Duration::from_secs(20), state.wait_for(|s| *s == ControllerState::Failed))
+        .await
+        .map_err(|_| format!("not failed within 20 s (state {:?})", c.state()))?
+        .map_err(|e| format!("state: {e}"))?;
+    let mut buf = vec![0u8; 4096];
+    match ns.read(0, &mut buf).await {
+        Err(nvmeof_initiator::Error::ControllerLost(why)) => {
+            info("qmax-removed", format!("failed {} ms after RECONNECTED: {why}", t0.elapsed().as_millis()));
+            Ok(())
+        }
+        other => Err(format!("a read after the removal: {other:?}, want ControllerLost")),
+    }
 }
 
 /// The `auth` round (see the module documentation).

@@ -18,6 +18,13 @@
 #                   (the guest makes subsystem NQN-auth for the client's
 #                   host NQN with `nvme gen-dhchap-key` keys, ffdhe3072 and
 #                   SHA-384, and hands them to the client; see kt_auth)
+#   qmax            interop_initiator --rounds qmax            -> host-qmax
+#                   (the guest makes subsystem NQN-qmax with attr_qid_max
+#                   1; the client connects with 1 of 2 queues asked for,
+#                   the guest raises attr_qid_max to 2 (nvmet deletes the
+#                   controller; the client reconnects with 2 granted), then
+#                   unlinks the subsystem (deleted again; the reconnect is
+#                   refused with DNR and the client fails it); see kt_qmax)
 # or "custom" (HOST_CLIENT_CMD)                                -> host-client
 #
 # Parameters: NQN, NS_SIZE (bytes), BACKEND (brd|file), CLIENT_TIMEOUT (s),
@@ -110,6 +117,30 @@ kt_auth() { # our initiator's DH-HMAC-CHAP against nvmet's
     info "host client auth: rc=${HOOK_REPLY#HOOKACK run-client }"
 }
 
+kt_qmax() { # our initiator when nvmet deletes its controller (attr_qid_max, port unlink)
+    _s=$NVMET/subsystems/$NQN-qmax
+    mkdir "$_s" && echo 1 >"$_s/attr_allow_any_host" && echo 1 >"$_s/attr_qid_max" \
+        && mkdir "$_s/namespaces/1" && truncate -s 16M /srv/qmax.img \
+        && echo -n /srv/qmax.img >"$_s/namespaces/1/device_path" && echo 1 >"$_s/namespaces/1/enable" \
+        && ln -s "$_s" "$NVMET/ports/1/subsystems/$NQN-qmax" || fail "nvmet subsystem $NQN-qmax"
+    _rc=0
+    if hook_call start-client 60 qmax; then
+        # nvmet_subsys_attr_qid_max_store deletes every controller ("Force reconnect")
+        echo 2 >"$_s/attr_qid_max" || fail "attr_qid_max 2"
+        hook_call client-line 60 qmax RECONNECTED || info "no RECONNECTED: ${HOOK_REPLY:-no reply}"
+        # nvmet_port_del_ctrls: the subsystem's controllers on the port go
+        rm -f "$NVMET/ports/1/subsystems/$NQN-qmax"
+        hook_call wait-client "$CLIENT_TIMEOUT" qmax
+        _rc=$?
+    else
+        _rc=1
+    fi
+    rm -f "$NVMET/ports/1/subsystems/$NQN-qmax"
+    echo 0 >"$_s/namespaces/1/enable"; rmdir "$_s/namespaces/1" "$_s"; rm -f /srv/qmax.img
+    [ $_rc = 0 ] || fail "host client qmax failed (rc=$_rc): ${HOOK_REPLY:-no reply}"
+    info "host client qmax: rc=${HOOK_REPLY#HOOKACK wait-client }"
+}
+
 kt_teardown() {
     rmdir "$NVMET/ports/1/referrals/interop" || fail "rmdir the referral"
     nvmet_teardown "$NQN"
@@ -128,6 +159,8 @@ scenario_main() {
             run_step "$_sn" $((CLIENT_TIMEOUT + 80)) kt_events
         elif [ "$_c" = auth ]; then
             run_step "$_sn" $((CLIENT_TIMEOUT + 20)) kt_auth
+        elif [ "$_c" = qmax ]; then
+            run_step "$_sn" $((CLIENT_TIMEOUT + 80)) kt_qmax
         else
             run_step "$_sn" $((CLIENT_TIMEOUT + 10)) kt_client "$_c"
         fi
