@@ -504,7 +504,7 @@ client_done() {
 # and answers as run-client does.  Hooks run in a command substitution: the
 # client's output goes to its log only, or the hook would wait for it.
 hook_start_client() {
-    local name=${1:-} cmd lim log pid i
+    local name=${1:-} cmd lim log pid out
     client_setup "$name" || return $?
     rm -f "$DIR/client-$name.rc"
     say "[$SCEN] host client $name in the background (limit ${lim}s): $cmd" >&2
@@ -513,18 +513,13 @@ hook_start_client() {
       echo $? >"$DIR/client-$name.rc" ) </dev/null >/dev/null 2>&1 &
     pid=$!
     echo "$pid" >"$DIR/client-$name.pid"
-    for i in $(seq 1 300); do
-        grep -q '^READY' "$log" 2>/dev/null && { echo "started, pid $pid"; return 0; }
-        [ -e "$DIR/client-$name.rc" ] && { echo "ended before READY (rc $(cat "$DIR/client-$name.rc")): $(tail -n 1 "$log")"; return 1; }
-        sleep 0.1
-    done
-    echo "no READY within 30s"
-    return 1
+    out=$(client_line "$name" READY) || { echo "$out"; return 1; }
+    echo "started, pid $pid"
 }
-hook_client_line() { # client-line NAME WORD: wait (30 s) for a line starting with WORD in the log of background client NAME
-    local name=${1:-} word=${2:-} log=$DIR/client-${1:-}.log i
-    [[ $word =~ ^[A-Z]+$ ]] || { echo "usage: client-line NAME WORD"; return 2; }
-    [ -f "$DIR/client-$name.pid" ] || { echo "client '$name' was not started"; return 1; }
+# client_line NAME WORD: wait (30 s) for a line starting with WORD in the log
+# of background client NAME; says after how long, or why not
+client_line() {
+    local name=$1 word=$2 log=$DIR/client-$1.log i
     for i in $(seq 1 300); do
         grep -q "^$word" "$log" 2>/dev/null && { echo "$word after $((i / 10)).$((i % 10))s"; return 0; }
         [ -e "$DIR/client-$name.rc" ] && { echo "ended before $word (rc $(cat "$DIR/client-$name.rc")): $(grep -E 'FAIL' "$log" | head -n 1 | cut -c1-200)"; return 1; }
@@ -532,6 +527,11 @@ hook_client_line() { # client-line NAME WORD: wait (30 s) for a line starting wi
     done
     echo "no $word within 30s"
     return 1
+}
+hook_client_line() { # client-line NAME WORD: client_line for a background client
+    [[ ${2:-} =~ ^[A-Z]+$ ]] || { echo "usage: client-line NAME WORD"; return 2; }
+    [ -f "$DIR/client-${1:-}.pid" ] || { echo "client '${1:-}' was not started"; return 1; }
+    client_line "$1" "$2"
 }
 hook_wait_client() {
     local name=${1:-} lim log rc i
