@@ -2,7 +2,7 @@
 //! admin commands, keep-alive and reconnect.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -118,6 +118,11 @@ pub(crate) struct Core {
     /// Of `io`, the first ones dedicated to commands other than reads
     /// ([`ConnectOptions::write_queues`]); 0 when every queue takes everything.
     write_queues: usize,
+    /// The I/O queues in use and how many of them take the writes, packed
+    /// as `in_use << 16 | writes` so that a request reads both at once
+    /// ([`layout`]): all of `io` and `write_queues`, unless a reconnect was
+    /// granted fewer queues than `io` has ([`Self::reestablish`]).
+    layout: AtomicU32,
     /// Round-robin position among the read queues when `write_queues` > 0.
     rr_reads: AtomicUsize,
     /// Asynchronous events for [`Controller::events`].
@@ -301,6 +306,15 @@ fn queue_split(io_queues: u16, write_queues: u16, granted: u16) -> (u16, u16) {
     } else {
         (io_queues.min(granted), 0)
     }
+}
+
+/// [`Core::layout`] for `in_use` I/O queues when `write_queues` of all of
+/// them took the writes: the write queues stay while a read queue is left,
+/// else every queue in use takes everything (as [`queue_split`] shares them
+/// when too few are granted).
+fn layout(in_use: usize, write_queues: usize) -> u32 {
+    let writes = if in_use > write_queues { write_queues } else { 0 };
+    ((in_use as u32) << 16) | writes as u32
 }
 
 /// Everything needed to (re)build the association.
@@ -729,14 +743,15 @@ impl Core {
 
     /// An I/O queue for the next request of this kind.
     pub(crate) fn pick_io(&self, usage: QueueUse) -> Result<&QueueShared> {
-        let n = self.io.len();
+        let layout = self.layout.load(Ordering::Relaxed);
+        let (n, writes) = ((layout >> 16) as usize, (layout & 0xFFFF) as usize);
         if n == 0 {
             return Err(Error::InvalidArgument("controller has no I/O queues".into()));
         }
         // With dedicated write queues, the first `write_queues` take everything
         // but reads and the rest take the reads (Linux `nvme_tcp_map_queues`:
         // HCTX_TYPE_DEFAULT at offset 0, HCTX_TYPE_READ after it).
-        let (first, count, rr) = match (self.write_queues, usage) {
+        let (first, count, rr) = match (writes, usage) {
             (0, _) => (0, n, &self.rr),
             (w, QueueUse::Default) => (0, w, &self.rr),
             (w, QueueUse::Read) => (w, n - w, &self.rr_reads),
@@ -758,19 +773,37 @@ impl Core {
     async fn reestablish(&self, epoch: u64) -> Result<ControllerInfo> {
         let s = self.setup();
         let a = s.admin(&self.admin, epoch).await?;
+        let mut in_use = 0;
         if !self.io.is_empty() {
-            let n = s.num_queues(&self.admin, self.io.len() as u16).await?;
-            if (n as usize) < self.io.len() {
-                return Err(Error::Controller(format!(
-                    "controller now grants {n} I/O queues, {} in use",
-                    self.io.len()
-                )));
+            let granted = s.num_queues(&self.admin, self.io.len() as u16).await? as usize;
+            if granted == 0 {
+                return Err(Error::Controller("controller now grants no I/O queues".into()));
             }
-            s.io_queues(&self.io, &a, epoch).await?;
+            // A controller may grant fewer queues than before (nvmet's
+            // attr_qid_max, which deletes the controllers to make hosts
+            // reconnect): go on with that many, as the Linux host shrinks its
+            // hardware queues (blk_mq_update_nr_hw_queues). New requests go to
+            // those; the ones that waited on a queue left out fail with
+            // ConnectionLost (they cannot move to another queue's tags).
+            // A later reconnect granting more brings the others back.
+            in_use = granted.min(self.io.len());
+            if in_use < self.io.len() {
+                warn!(
+                    granted,
+                    queues = self.io.len(),
+                    "the controller now grants fewer I/O queues: using {in_use}; commands waiting on the others fail"
+                );
+            }
+            self.layout.store(layout(in_use, self.write_queues), Ordering::Relaxed);
+            for q in &self.io[in_use..] {
+                q.send_ctrl(DriverCtrl::FailFast);
+            }
+            s.io_queues(&self.io[..in_use], &a, epoch).await?;
         }
         let aec = s.enable_events(&self.admin, &a).await?;
         self.admin.send_ctrl(DriverCtrl::Release);
-        Ok(s.info(a, self.io.len() as u16, self.write_queues as u16, aec))
+        let writes = (self.layout.load(Ordering::Relaxed) & 0xFFFF) as u16;
+        Ok(s.info(a, in_use as u16, writes, aec))
     }
 
     /// Reconnect loop (Linux error recovery + `nvme_tcp_reconnect_or_remove`).
@@ -1039,6 +1072,7 @@ impl Controller {
             max_transfer = ?info.max_transfer, "connected");
         let (state, _) = watch::channel(ControllerState::Live);
         let write_queues = info.write_queues as usize;
+        let io_len = io.len();
         let core = Arc::new(Core {
             addr,
             subnqn: subnqn.to_string(),
@@ -1052,6 +1086,7 @@ impl Controller {
             rr: AtomicUsize::new(0),
             comp_seen,
             write_queues,
+            layout: AtomicU32::new(layout(io_len, write_queues)),
             rr_reads: AtomicUsize::new(0),
             events: events::channel(),
             t_ids: AtomicU16::new(t_ids.into_inner()),
@@ -1177,9 +1212,10 @@ impl Controller {
         self.core().admin.local_addr()
     }
 
-    /// Number of I/O queues.
+    /// Number of I/O queues in use: those the controller granted at connect,
+    /// or fewer after a reconnect to a controller that grants fewer.
     pub fn io_queue_count(&self) -> usize {
-        self.core().io.len()
+        (self.core().layout.load(Ordering::Relaxed) >> 16) as usize
     }
 
     /// Where received read data went, summed over all queues since connect:
@@ -1215,13 +1251,13 @@ impl Controller {
         self.core().pick_io(QueueUse::Default)?.execute(sqe, payload, None, false).await
     }
 
-    /// I/O queue `qid` (1-based).
+    /// I/O queue `qid` (1-based), if in use.
     fn io_queue(&self, qid: u16) -> Result<&QueueShared> {
-        self.core()
-            .io
-            .get((qid as usize).wrapping_sub(1))
-            .map(Arc::as_ref)
-            .ok_or_else(|| Error::InvalidArgument(format!("no I/O queue {qid}")))
+        let in_use = self.io_queue_count();
+        if qid == 0 || qid as usize > in_use {
+            return Err(Error::InvalidArgument(format!("no I/O queue {qid} ({in_use} in use)")));
+        }
+        Ok(&self.core().io[qid as usize - 1])
     }
 
     /// Sends any I/O command on I/O queue `qid` (1-based).

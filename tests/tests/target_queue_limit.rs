@@ -5,7 +5,9 @@
 //! a reload that changes the limit ends the subsystem's associations so that
 //! their hosts reconnect and get it (other subsystems' hosts are not
 //! touched), and a reload that removes the subsystem ends them for good
-//! (the reconnect is refused with DNR).
+//! (the reconnect is refused with DNR). The initiator goes on with fewer
+//! queues when a reconnect grants fewer, and takes them back when it grants
+//! more again.
 
 mod initiator_util;
 
@@ -13,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use initiator_util::*;
 use nvmeof_initiator::common::spec::features::{FeatureId, GetFeaturesCmd};
-use nvmeof_initiator::{Controller, ControllerState, Error};
+use nvmeof_initiator::{ConnectOptions, Controller, ControllerState, Error, Namespace};
 use nvmeof_target::config::TargetConfig;
 
 /// A second subsystem, without a limit of its own.
@@ -139,6 +141,84 @@ async fn removing_a_subsystem_ends_its_associations_and_refuses_reconnects() {
         assert_eq!(keep.state(), ControllerState::Live);
         keep.namespace(1).await.unwrap().read(0, &mut buf).await.unwrap();
         keep.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(5)).await;
+    })
+    .await;
+}
+
+/// Waits (up to 10 s) until `c` is live with `n` I/O queues in use.
+async fn in_use(c: &Controller, n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.state() != ControllerState::Live || c.io_queue_count() != n {
+        assert!(
+            Instant::now() < deadline,
+            "not live with {n} queues within 10 s (state {:?}, {} in use)",
+            c.state(),
+            c.io_queue_count()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// 32 writes of 4 KiB at once (tasks of their own, spread over the queues
+/// in use), then the same read back, with `tag` in every block.
+async fn write_read_all(ns: &Namespace, tag: u8) {
+    let block = move |i: u64| vec![tag ^ i as u8; 4096];
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..32u64 {
+        let ns = ns.clone();
+        set.spawn(async move { ns.write(64 + i * 8, &block(i)).await });
+    }
+    while let Some(r) = set.join_next().await {
+        r.unwrap().unwrap();
+    }
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..32u64 {
+        let ns = ns.clone();
+        set.spawn(async move {
+            let mut b = vec![0u8; 4096];
+            ns.read(64 + i * 8, &mut b).await.unwrap();
+            assert_eq!(b, block(i), "block {i}");
+        });
+    }
+    while let Some(r) = set.join_next().await {
+        r.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_initiator_goes_on_with_fewer_queues_and_takes_them_back() {
+    bounded(60, async {
+        let (server, addr) = start(&cfg("", false)).await;
+        // 2 read queues and 2 write queues (qids 1-2 writes, 3-4 reads).
+        let c = Controller::connect(addr, SUBNQN, ConnectOptions { io_queues: 2, write_queues: 2, ..opts() })
+            .await
+            .unwrap();
+        assert_eq!((c.io_queue_count(), c.info().write_queues), (4, 2));
+        let ns = c.namespace(1).await.unwrap();
+        write_read_all(&ns, 1).await;
+
+        // 3 granted: the write queues stay, one read queue is left.
+        server.reload(&cfg("3", false)).unwrap();
+        in_use(&c, 3).await;
+        assert_eq!((c.info().io_queues, c.info().write_queues), (3, 2));
+        write_read_all(&ns, 2).await;
+        let e =
+            c.io_command_on(4, nvmeof_initiator::common::Sqe::new(0), nvmeof_initiator::Payload::None).await;
+        assert!(matches!(e, Err(Error::InvalidArgument(_))), "queue 4 is out of use: {e:?}");
+
+        // 2 granted: too few for dedicated write queues, both take everything.
+        server.reload(&cfg("2", false)).unwrap();
+        in_use(&c, 2).await;
+        assert_eq!((c.info().io_queues, c.info().write_queues), (2, 0));
+        write_read_all(&ns, 3).await;
+
+        // The limit lifted: all four again, split as at connect.
+        server.reload(&cfg("", false)).unwrap();
+        in_use(&c, 4).await;
+        assert_eq!((c.info().io_queues, c.info().write_queues), (4, 2));
+        write_read_all(&ns, 4).await;
+        c.shutdown().await.unwrap();
         server.shutdown(Duration::from_secs(5)).await;
     })
     .await;

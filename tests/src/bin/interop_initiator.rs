@@ -59,14 +59,15 @@
 //!     it back, re-authenticate every queue of the live association, read
 //!     again, shut down.
 //! * or, with the round `qmax` (client step `host-qmax`), a subsystem
-//!   `NQN-qmax` the guest made with nvmet's `attr_qid_max` 1:
-//!   * `connect-qmax`: asks for 2 I/O queues, gets 1 (and Get Features Number
-//!     of Queues says 1), writes 64 KiB, prints `READY`; the guest then raises
-//!     `attr_qid_max` to 2, which makes nvmet delete the controller;
+//!   `NQN-qmax` the guest made with nvmet's `attr_qid_max` 2:
+//!   * `connect-qmax`: asks for 3 I/O queues, gets 2 (and Get Features Number
+//!     of Queues says 2), writes 64 KiB, prints `READY`; the guest then lowers
+//!     `attr_qid_max` to 1, which makes nvmet delete the controller;
 //!   * `qmax-reconnect`: within 30 s the initiator has reconnected on its own
-//!     to an association that grants 2 queues and reads the 64 KiB back
-//!     equal, then prints `RECONNECTED`; the guest then unlinks the subsystem
-//!     from the port, which deletes the controller again;
+//!     to an association that grants 1 queue and goes on with that one, reads
+//!     the 64 KiB back equal, writes 16 blocks at once and reads them back,
+//!     then prints `RECONNECTED`; the guest then unlinks the subsystem from
+//!     the port, which deletes the controller again;
 //!   * `qmax-removed`: nvmet refuses the reconnect with DNR, so within 20 s the
 //!     controller is failed (not retrying until its 40 s ctrl-loss timeout),
 //!     and a read fails with `ControllerLost`.
@@ -1173,7 +1174,7 @@ type QmaxSetup = (Controller, Namespace, Vec<u8>);
 async fn step_connect_qmax(a: &Args) -> Result<QmaxSetup, String> {
     let nqn = format!("{}-qmax", a.nqn);
     let o = ConnectOptions {
-        io_queues: 2,
+        io_queues: 3,
         queue_depth: 8,
         // nvmet deletes the controller when attr_qid_max changes: reconnect
         // quickly, and give up at once on a refusal with DNR.
@@ -1192,39 +1193,59 @@ async fn step_connect_qmax(a: &Args) -> Result<QmaxSetup, String> {
     let (n, granted) = (c.io_queue_count(), granted_queues(&c).await?);
     info(
         "connect-qmax",
-        format!("cntlid {}: {n} I/O queue(s) of 2 asked for, {granted} granted", c.info().cntlid),
+        format!("cntlid {}: {n} I/O queues of 3 asked for, {granted} granted", c.info().cntlid),
     );
-    if n != 1 || granted != 1 {
+    if n != 2 || granted != 2 {
         let _ = c.shutdown().await;
-        return Err(format!("{n} I/O queues in use, {granted} granted; want 1 (attr_qid_max 1)"));
+        return Err(format!("{n} I/O queues in use, {granted} granted; want 2 (attr_qid_max 2)"));
     }
     let ns = c.namespace(1).await.map_err(|e| format!("namespace 1: {e}"))?;
     let data: Vec<u8> = (0..64 << 10).map(|i: u32| (i.wrapping_mul(2654435761) >> 24) as u8).collect();
     ns.write(0, &data).await.map_err(|e| format!("write: {e}"))?;
     // The host hook (start-client) waits for this line before the guest
-    // raises attr_qid_max.
+    // lowers attr_qid_max.
     println!("READY");
     Ok((c, ns, data))
 }
 
-/// nvmet deleted the controller (attr_qid_max 2): the initiator reconnects
-/// on its own, to an association that grants 2 queues, with the data there.
+/// nvmet deleted the controller (attr_qid_max 1): the initiator reconnects
+/// on its own to an association that grants 1 queue and goes on with that
+/// one (the other left out of use), with the data there.
 async fn step_qmax_reconnect(c: &Controller, ns: &Namespace, data: &[u8]) -> Result<(), String> {
     let t0 = Instant::now();
     for _ in 0..300 {
-        if c.state() == ControllerState::Live && granted_queues(c).await.ok() == Some(2) {
+        if c.state() == ControllerState::Live
+            && c.io_queue_count() == 1
+            && granted_queues(c).await.ok() == Some(1)
+        {
             let mut back = vec![0u8; data.len()];
             ns.read(0, &mut back).await.map_err(|e| format!("read after the reconnect: {e}"))?;
             if back != data {
                 return Err("data changed across the reconnect".into());
             }
+            // Writes several at once on the queue left, then read back.
+            let mut set = tokio::task::JoinSet::new();
+            for i in 0..16u64 {
+                let ns = ns.clone();
+                set.spawn(async move { ns.write(1024 + i * 8, &[i as u8 ^ 0x5A; 4096]).await });
+            }
+            while let Some(r) = set.join_next().await {
+                r.map_err(|e| format!("write task: {e}"))?
+                    .map_err(|e| format!("write after the reconnect: {e}"))?;
+            }
+            for i in 0..16u64 {
+                let mut got = vec![0u8; 4096];
+                ns.read(1024 + i * 8, &mut got).await.map_err(|e| format!("read back: {e}"))?;
+                if got != [i as u8 ^ 0x5A; 4096] {
+                    return Err(format!("block {i} written after the reconnect read back different"));
+                }
+            }
             info(
                 "qmax-reconnect",
                 format!(
-                    "reconnected (cntlid {}) {} ms after READY; 2 queues granted, {} in use; 64 KiB read back equal",
+                    "reconnected (cntlid {}) {} ms after READY, 1 queue granted and in use (of 2); 64 KiB read back equal, 16 concurrent writes read back",
                     c.info().cntlid,
                     t0.elapsed().as_millis(),
-                    c.io_queue_count()
                 ),
             );
             // The guest's client-line hook waits for this line before it
@@ -1234,7 +1255,11 @@ async fn step_qmax_reconnect(c: &Controller, ns: &Namespace, data: &[u8]) -> Res
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Err(format!("no association granting 2 queues within 30 s (state {:?})", c.state()))
+    Err(format!(
+        "no association with 1 queue in use within 30 s (state {:?}, {} in use)",
+        c.state(),
+        c.io_queue_count()
+    ))
 }
 
 /// The subsystem left the port: nvmet deletes the controller and refuses

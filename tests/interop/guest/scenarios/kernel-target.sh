@@ -20,11 +20,11 @@
 #                   SHA-384, and hands them to the client; see kt_auth)
 #   qmax            interop_initiator --rounds qmax            -> host-qmax
 #                   (the guest makes subsystem NQN-qmax with attr_qid_max
-#                   1; the client connects with 1 of 2 queues asked for,
-#                   the guest raises attr_qid_max to 2 (nvmet deletes the
-#                   controller; the client reconnects with 2 granted), then
-#                   unlinks the subsystem (deleted again; the reconnect is
-#                   refused with DNR and the client fails it); see kt_qmax)
+#                   2; the client connects with 2 of 3 queues asked for,
+#                   the guest lowers attr_qid_max to 1 (nvmet deletes the
+#                   controller; the client reconnects and goes on with 1),
+#                   then unlinks the subsystem (deleted again; the reconnect
+#                   is refused with DNR and the client fails it); see kt_qmax)
 # or "custom" (HOST_CLIENT_CMD)                                -> host-client
 #
 # Parameters: NQN, NS_SIZE (bytes), BACKEND (brd|file), CLIENT_TIMEOUT (s),
@@ -119,14 +119,14 @@ kt_auth() { # our initiator's DH-HMAC-CHAP against nvmet's
 
 kt_qmax() { # our initiator when nvmet deletes its controller (attr_qid_max, port unlink)
     _s=$NVMET/subsystems/$NQN-qmax
-    mkdir "$_s" && echo 1 >"$_s/attr_allow_any_host" && echo 1 >"$_s/attr_qid_max" \
+    mkdir "$_s" && echo 1 >"$_s/attr_allow_any_host" && echo 2 >"$_s/attr_qid_max" \
         && mkdir "$_s/namespaces/1" && truncate -s 16M /srv/qmax.img \
         && echo -n /srv/qmax.img >"$_s/namespaces/1/device_path" && echo 1 >"$_s/namespaces/1/enable" \
         && ln -s "$_s" "$NVMET/ports/1/subsystems/$NQN-qmax" || fail "nvmet subsystem $NQN-qmax"
     _rc=0
     if hook_call start-client 60 qmax; then
         # nvmet_subsys_attr_qid_max_store deletes every controller ("Force reconnect")
-        echo 2 >"$_s/attr_qid_max" || fail "attr_qid_max 2"
+        echo 1 >"$_s/attr_qid_max" || fail "attr_qid_max 1"
         hook_call client-line 60 qmax RECONNECTED || info "no RECONNECTED: ${HOOK_REPLY:-no reply}"
         # nvmet_port_del_ctrls: the subsystem's controllers on the port go
         rm -f "$NVMET/ports/1/subsystems/$NQN-qmax"
