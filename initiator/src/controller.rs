@@ -802,8 +802,8 @@ impl Core {
         }
         let aec = s.enable_events(&self.admin, &a).await?;
         self.admin.send_ctrl(DriverCtrl::Release);
-        let writes = (self.layout.load(Ordering::Relaxed) & 0xFFFF) as u16;
-        Ok(s.info(a, in_use as u16, writes, aec))
+        let writes = layout(in_use, self.write_queues) & 0xFFFF;
+        Ok(s.info(a, in_use as u16, writes as u16, aec))
     }
 
     /// Reconnect loop (Linux error recovery + `nvme_tcp_reconnect_or_remove`).

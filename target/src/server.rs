@@ -439,12 +439,12 @@ impl Server {
             // Only a change hosts would see counts (none to 128 under a target
             // limit of 128 is none).
             let limit = self.target.limits.max_io_queues;
-            let effective = |m: Option<u16>| m.map_or(limit, |m| m.min(limit));
-            let before = effective(s.max_io_queues());
+            let before = s.io_queue_limit(limit);
             s.set_max_io_queues(sc.max_io_queues);
-            if effective(sc.max_io_queues) != before {
+            let now = s.io_queue_limit(limit);
+            if now != before {
                 let deleted = s.delete_controllers();
-                info!(subnqn = %sc.nqn, max_io_queues = effective(sc.max_io_queues), controllers_deleted = deleted, "reload: I/O queue limit changed; connected hosts reconnect to get it");
+                info!(subnqn = %sc.nqn, max_io_queues = now, controllers_deleted = deleted, "reload: I/O queue limit changed; connected hosts reconnect to get it");
             }
             let mut wanted = Vec::new();
             for (nsid, n) in assign_nsids(&sc.namespaces) {

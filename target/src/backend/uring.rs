@@ -1470,9 +1470,10 @@ impl Backend for UringBackend {
     }
 
     fn allocated_bytes(&self) -> Option<u64> {
-        match self.file.is_block() {
-            true => None,
-            false => super::file_allocated_bytes(&self.file.file),
+        if self.file.is_block() {
+            None
+        } else {
+            super::file_allocated_bytes(&self.file.file)
         }
     }
 

@@ -327,7 +327,10 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
         mn: subsys.model.clone(),
         fr: subsys.firmware.clone(),
         // nvmet_execute_identify_ctrl: put_unaligned_le24(subsys->ieee_oui, id->ieee).
-        ieee: [subsys.ieee_oui as u8, (subsys.ieee_oui >> 8) as u8, (subsys.ieee_oui >> 16) as u8],
+        ieee: {
+            let [b0, b1, b2, _] = subsys.ieee_oui.to_le_bytes();
+            [b0, b1, b2]
+        },
         mdts: limits.mdts,
         cntlid: ctrl.cntlid,
         ver: VERSION,

@@ -138,11 +138,7 @@ fn connect(ctx: &mut QueueCtx, sqe: &Sqe, data: &[u8]) -> Response {
         let kato = kato.div_ceil(1000).saturating_mul(1000);
         // The subsystem's own limit (nvmet's attr_qid_max) applies below the
         // target's; Set Features Number of Queues reports it.
-        let max_qid = match subsys.max_io_queues() {
-            _ if subsys.discovery => 0,
-            Some(n) => n.min(limits.max_io_queues),
-            None => limits.max_io_queues,
-        };
+        let max_qid = if subsys.discovery { 0 } else { subsys.io_queue_limit(limits.max_io_queues) };
         let (hostnqn, hostid, port) = (d.hostnqn.clone(), d.hostid, ctx.port_id);
         let keys = subsys.host_keys(&d.hostnqn);
         let Some(ctrl) = target.create_controller_in(subsys.cntlids.clone(), |id| {

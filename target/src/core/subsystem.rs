@@ -130,13 +130,19 @@ impl Subsystem {
         Some(self.max_io_queues.load(Ordering::Relaxed)).filter(|&n| n != 0)
     }
 
+    /// The I/O queues a new controller gets under the target's own limit
+    /// `target_limit`: the subsystem's limit where it is lower.
+    pub fn io_queue_limit(&self, target_limit: u16) -> u16 {
+        self.max_io_queues().map_or(target_limit, |m| m.min(target_limit))
+    }
+
     /// Sets the limit on I/O queues per controller that new associations
-    /// get; returns whether it changed. Connected controllers keep the count
-    /// they were given: the Linux host asks for it only when it connects,
-    /// so a caller that wants them to take the new limit deletes them
-    /// ([`Self::delete_controllers`]), as nvmet's `attr_qid_max` store does.
-    pub fn set_max_io_queues(&self, max: Option<u16>) -> bool {
-        self.max_io_queues.swap(max.unwrap_or(0), Ordering::Relaxed) != max.unwrap_or(0)
+    /// get. Connected controllers keep the count they were given: the Linux
+    /// host asks for it only when it connects, so a caller that wants them
+    /// to take the new limit deletes them ([`Self::delete_controllers`]), as
+    /// nvmet's `attr_qid_max` store does.
+    pub fn set_max_io_queues(&self, max: Option<u16>) {
+        self.max_io_queues.store(max.unwrap_or(0), Ordering::Relaxed);
     }
 
     /// Deletes every controller of the subsystem (nvmet's `delete_ctrl`):
