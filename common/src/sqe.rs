@@ -10,6 +10,10 @@ pub const SQE_LEN: usize = 64;
 
 /// PSDT = 01b (SGL for data, MPTR a single buffer): SQE FLAGS value used on fabrics.
 pub const SQE_FLAGS_PSDT_SGL: u8 = 0x40;
+/// FUSE 01b: the first command of a fused operation (NVMe Base 2.0 §3.4.2).
+pub const FUSE_FIRST: u8 = 1;
+/// FUSE 10b: the second command of a fused operation.
+pub const FUSE_SECOND: u8 = 2;
 
 /// SGL descriptor identifier byte (type in bits 7:4, subtype in bits 3:0).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
@@ -142,6 +146,11 @@ impl Sqe {
     /// FUSE (bits 1:0 of FLAGS).
     pub fn fuse(&self) -> u8 {
         self.0[1] & 3
+    }
+    /// Sets FUSE ([`FUSE_FIRST`], [`FUSE_SECOND`], 0: not fused).
+    pub fn set_fuse(&mut self, v: u8) -> &mut Self {
+        self.0[1] = (self.0[1] & !3) | (v & 3);
+        self
     }
     /// PSDT (bits 7:6 of FLAGS); 1 = SGL.
     pub fn psdt(&self) -> u8 {

@@ -51,6 +51,12 @@ impl Status {
     pub const ABORT_REQ: Self = st(0, 0x07);
     /// Command Aborted due to SQ Deletion.
     pub const ABORT_QUEUE: Self = st(0, 0x08);
+    /// Command Aborted due to Failed Fused Command: the other command of its
+    /// fused operation failed (NVMe Base 2.0 §3.4.2).
+    pub const ABORTED_FAILED_FUSED: Self = st(0, 0x09);
+    /// Command Aborted due to Missing Fused Command: the command next to a
+    /// fused one in the submission queue was not its partner.
+    pub const ABORTED_MISSING_FUSED: Self = st(0, 0x0A);
     /// Invalid Namespace or Format.
     pub const INVALID_NS: Self = st(0, 0x0B);
     /// Command Sequence Error.

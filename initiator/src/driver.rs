@@ -524,6 +524,50 @@ impl QueueShared {
         (r.and_then(|c| check_status(c, info)), buf)
     }
 
+    /// Runs the two commands of a fused operation: pushed together, so
+    /// they are adjacent in the submission queue (the driver sends its
+    /// submissions in order), and never resubmitted after a lost connection
+    /// (a resubmitted half would not be next to its partner: see
+    /// [`ONCE_BIT`]). The results come back in the same order.
+    pub(crate) async fn execute_fused(&self, pair: [(Sqe, Payload<'_>); 2]) -> [Result<Cqe>; 2] {
+        for (_, p) in &pair {
+            if let Err(e) = check_len(p.len()) {
+                return [Err(e.clone()), Err(e)];
+            }
+        }
+        let mut tickets = Vec::with_capacity(2);
+        if let Err(e) = self.acquire_many(2, &mut tickets).await {
+            return [Err(e.clone()), Err(e)];
+        }
+        if tickets.len() < 2 {
+            let e = Error::InvalidArgument("a fused operation needs a queue at least 2 commands deep".into());
+            return [Err(e.clone()), Err(e)];
+        }
+        let mut subs = Vec::with_capacity(2);
+        let mut infos = Vec::with_capacity(2);
+        for (t, (sqe, payload)) in tickets.iter().zip(pair) {
+            infos.push(command_info(self.qid, &sqe));
+            let (data, _) = t.prepare(payload.into(), None);
+            lock(&self.tickets[t.idx as usize]).phase = Phase::InFlight;
+            subs.push(Submission {
+                user_data: t.idx as u64 | ONCE_BIT,
+                cmd: Command { sqe, data, timeout: None },
+            });
+        }
+        if let Err(e) = self.push(subs) {
+            for t in &tickets {
+                lock(&self.tickets[t.idx as usize]).phase = Phase::Idle;
+            }
+            return [Err(e.clone()), Err(e)];
+        }
+        let mut out = Vec::with_capacity(2);
+        for (t, info) in tickets.into_iter().zip(infos) {
+            out.push(t.wait().await.and_then(|c| check_status(c, info)));
+        }
+        let second = out.pop().expect("two results");
+        [out.pop().expect("two results"), second]
+    }
+
     /// Runs many commands with one submission (one wake-up of the driver,
     /// one vectored write) per group of up to [`Self::depth`] commands.
     /// Owned read buffers come back with the results (after an error too,

@@ -12,6 +12,7 @@ use nvmeof_common::spec::reservation::{
     ReservationType, REGISTRANT_EXT_LEN, STATUS_EXT_HEADER_LEN,
 };
 use nvmeof_common::spec::{IdentifyCtrlNvm, IdentifyNamespace};
+use nvmeof_common::sqe::{FUSE_FIRST, FUSE_SECOND};
 use nvmeof_common::status::StatusCodeType;
 use nvmeof_common::{Sqe, Status};
 use tracing::debug;
@@ -640,6 +641,72 @@ impl Namespace {
             Ok(()) => Ok(true),
             Err(Error::Nvme { status, .. }) if status.code() == Status::COMPARE_FAILED => Ok(false),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Compare and Write: writes `new` at `lba` only if the blocks there
+    /// hold `expected`, as one atomic operation (a fused Compare, FUSE 01b,
+    /// and Write, FUSE 10b, sent next to each other on one queue; NVMe Base
+    /// 2.0 §3.4.2). Returns `Ok(true)` when it wrote, `Ok(false)` on a
+    /// miscompare (Compare Failure; the Write aborted). A compare-and-swap
+    /// for locks and counters shared by hosts (VMware's ATS does this).
+    ///
+    /// The controller must report the operation (Identify Controller FUSES
+    /// bit 0: this crate's target and SPDK do; the Linux kernel target does
+    /// not), else [`Error::InvalidArgument`]; so must `expected` and `new`:
+    /// the same length, whole blocks, one command's worth (MDTS). `flags`
+    /// apply to the Write. Neither command is sent again, neither after a
+    /// status without DNR nor after a lost connection (the pair must stay
+    /// together): a failure comes back as the command's error, that of the
+    /// command at fault rather than the one aborted for it.
+    pub async fn compare_and_write(
+        &self,
+        lba: u64,
+        expected: &[u8],
+        new: &[u8],
+        flags: IoFlags,
+    ) -> Result<bool> {
+        if self.ctrl.info().identify.fuses & 1 == 0 {
+            return Err(Error::InvalidArgument(
+                "the controller does not support Compare and Write (Identify Controller FUSES bit 0)".into(),
+            ));
+        }
+        if expected.len() != new.len() {
+            return Err(Error::InvalidArgument(format!(
+                "compare and write: {} bytes to compare, {} to write",
+                expected.len(),
+                new.len()
+            )));
+        }
+        let blocks = self.blocks_of(lba, new.len())?;
+        if blocks > self.max_blocks {
+            return Err(Error::InvalidArgument(format!(
+                "compare and write of {blocks} blocks: more than one command ({} blocks)",
+                self.max_blocks
+            )));
+        }
+        let mut compare = self.rw_sqe(IoOpcode::COMPARE, lba, blocks, IoFlags::default());
+        compare.set_fuse(FUSE_FIRST);
+        let mut write = self.rw_sqe(IoOpcode::WRITE, lba, blocks, flags);
+        write.set_fuse(FUSE_SECOND);
+        let q = self.ctrl.core().pick_io(QueueUse::Default)?;
+        let [c, w] =
+            q.execute_fused([(compare, Payload::Write(expected)), (write, Payload::Write(new))]).await;
+        let is = |e: &Error, code: Status| matches!(e, Error::Nvme { status, .. } if status.code() == code);
+        match (c, w) {
+            (Ok(_), Ok(_)) => Ok(true),
+            (Ok(_), Err(we)) => Err(we),
+            (Err(ce), w) => {
+                let write_aborted = w.as_ref().err().is_some_and(|we| is(we, Status::ABORTED_FAILED_FUSED));
+                if is(&ce, Status::COMPARE_FAILED) && write_aborted {
+                    return Ok(false);
+                }
+                match w {
+                    // The Compare was aborted for the Write's failure.
+                    Err(we) if is(&ce, Status::ABORTED_FAILED_FUSED) => Err(we),
+                    _ => Err(ce),
+                }
+            }
         }
     }
 

@@ -11,17 +11,18 @@ use std::collections::VecDeque;
 use bytes::{Bytes, BytesMut};
 use nvmeof_common::decoder::{DecoderConfig, PduDecoder, Role};
 use nvmeof_common::error::{DecodeError, Fes};
-use nvmeof_common::opcode::FabricsType;
+use nvmeof_common::opcode::{FabricsType, IoOpcode};
 use nvmeof_common::out::OutQueue;
 use nvmeof_common::pdu::{
     C2hData, CapsuleCmd, CapsuleResp, DigestFlags, EncodeConfig, H2cData, IcReq, IcResp, Pdu, R2t, TermReq,
     CH_LEN,
 };
-use nvmeof_common::sqe::SglId;
+use nvmeof_common::sqe::{SglId, FUSE_FIRST, FUSE_SECOND};
 use nvmeof_common::{Cqe, Sqe, Status};
 use tracing::{debug, warn};
 
 use crate::backend::IoCompletion;
+use crate::cmd::fused::CompareWriteExec;
 use crate::cmd::{self, Exec, Pending, QueueCtx, Response};
 use crate::core::inflight::InflightGuard;
 
@@ -38,6 +39,35 @@ enum SlotState {
     },
     /// Handed to a backend or waiting for an event (AER).
     Executing(Pending),
+    /// Half of a fused operation with its data in, waiting for the other
+    /// half's (the data is taken when the pair starts; the slot then waits
+    /// for the pair to complete, which the other slot drives).
+    Parked(Bytes),
+}
+
+/// A command's part in a fused operation (NVMe Base 2.0 §3.4.2).
+#[derive(Clone, Copy, Debug, Default)]
+struct FusedLink {
+    /// The first command (a Compare), else the second (a Write).
+    first: bool,
+    /// The other command's slot, once paired.
+    partner: Option<u16>,
+    /// The pair broke while this command's data was arriving: it completes
+    /// with this status once the data is in, instead of running.
+    abort: Option<Status>,
+}
+
+/// Where the queue is in pairing fused commands, which go by arrival order
+/// (SPDK `nvmf_tcp_check_fused_ordering`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum FusedFirst {
+    /// No first command waits for its second.
+    None,
+    /// The first command in this slot waits for the next command to be its second.
+    Waiting(u16),
+    /// The last command was a first command refused before it could run:
+    /// a second right after it is aborted with Failed Fused Command.
+    Failed,
 }
 
 struct Slot {
@@ -50,6 +80,8 @@ struct Slot {
     /// The command counts as in flight on a namespace with reservations
     /// (from its parse step until its slot is freed).
     inflight: Option<InflightGuard>,
+    /// Half of a fused operation.
+    fused: Option<FusedLink>,
 }
 
 /// Connection phase.
@@ -81,6 +113,8 @@ pub struct QueueState {
     unsent: VecDeque<u64>,
     /// Encoded PDUs waiting for the socket.
     pub out: OutQueue,
+    /// Fused commands being paired.
+    fused_first: FusedFirst,
 }
 
 impl QueueState {
@@ -104,6 +138,7 @@ impl QueueState {
             pushed: 0,
             unsent: VecDeque::new(),
             out: OutQueue::default(),
+            fused_first: FusedFirst::None,
         };
         q.grow_slots(INITIAL_SLOTS);
         q
@@ -129,6 +164,10 @@ impl QueueState {
     /// complete normally.
     pub fn set_draining(&mut self) {
         self.draining = true;
+        // A first fused command would wait for a second that is not run.
+        if let FusedFirst::Waiting(first) = std::mem::replace(&mut self.fused_first, FusedFirst::None) {
+            self.abort_fused(first, Status::ABORTED_MISSING_FUSED.with_dnr());
+        }
     }
 
     /// Commands in flight that will complete on their own, i.e. not counting
@@ -157,6 +196,7 @@ impl QueueState {
                 buf: BytesMut::new(),
                 whole: None,
                 inflight: None,
+                fused: None,
             });
         }
         // Lowest tags first, so small queues touch few slots.
@@ -315,8 +355,12 @@ impl QueueState {
         }
         let sgl = sqe.sgl();
         let write = cmd::is_write(&sqe);
-        let flags = if sqe.fuse() != 0 || sqe.psdt() != 1 {
-            // nvmet_req_init: fused commands and PRPs are not supported.
+        let fuse = sqe.fuse();
+        let io_queue = self.ctx.qid.is_some_and(|q| q > 0) && sqe.opcode() != 0x7F;
+        let flags = if sqe.psdt() != 1 || fuse == 3 || (fuse != 0 && !io_queue) {
+            // nvmet_req_init: PRPs are not supported. FUSE 11b is reserved,
+            // and the one fused operation, Compare and Write, is made of
+            // I/O commands.
             Err(Status::INVALID_FIELD.with_dnr())
         } else {
             Ok(())
@@ -352,11 +396,13 @@ impl QueueState {
             self.free.push(tag);
             return;
         }
-        // Flags, then parse, then the data descriptor, so a command for an
+        // Flags, then the fused pairing (SPDK pairs fused commands as they
+        // arrive), then parse, then the data descriptor, so a command for an
         // inactive namespace gets Invalid Namespace whatever its data
         // (nvmet_req_init checks the flags and parses before
         // nvmet_tcp_map_data looks at the SGL).
-        let status = flags.and_then(|()| cmd::parse(&self.ctx, &sqe)).and(data).and_then(|()| {
+        let fused = self.pair_fused(tag, &sqe, if flags.is_ok() { fuse } else { 0 });
+        let status = flags.and(fused).and_then(|()| cmd::parse(&self.ctx, &sqe)).and(data).and_then(|()| {
             let max = self.ctx.target.limits.max_transfer();
             // MDTS bounds every command's data, Dataset Management's too: its
             // ranges fit in 4 KiB, and a larger SGL would otherwise be solicited
@@ -370,6 +416,7 @@ impl QueueState {
         // Dropped with a refused command, kept with an accepted one.
         let inflight = self.ctx.inflight.take();
         if let Err(s) = status {
+            self.fused_refused(tag);
             self.finish(tag, Response::status(s));
             return;
         }
@@ -431,11 +478,134 @@ impl QueueState {
         }
     }
 
+    /// Pairs fused commands by arrival order (SPDK
+    /// `nvmf_tcp_check_fused_ordering`, with the statuses of its
+    /// `nvmf_ctrlr_process_io_fused_cmd`): a first command (FUSE 01b) must be
+    /// a Compare, and the command right after it a Write that is its second
+    /// (FUSE 10b). A first followed by anything else is aborted with Missing
+    /// Fused Command; a second that is no Write is Invalid Opcode (and its
+    /// first aborted), one without a first Missing Fused Command, or Failed
+    /// Fused Command where the first was refused. Returns the status that
+    /// refuses command `tag` (with `fuse`, 0 where its flags are invalid).
+    fn pair_fused(&mut self, tag: u16, sqe: &Sqe, fuse: u8) -> Result<(), Status> {
+        let prev = std::mem::replace(&mut self.fused_first, FusedFirst::None);
+        let op = IoOpcode(sqe.opcode());
+        if let FusedFirst::Waiting(first) = prev {
+            if fuse == FUSE_SECOND && op == IoOpcode::WRITE {
+                if let Some(l) = self.slots[first as usize].fused.as_mut() {
+                    l.partner = Some(tag);
+                }
+                self.slots[tag as usize].fused =
+                    Some(FusedLink { first: false, partner: Some(first), abort: None });
+                return Ok(());
+            }
+            warn!(
+                first_cid = self.slots[first as usize].sqe.cid(),
+                cid = sqe.cid(),
+                opcode = sqe.opcode(),
+                fuse,
+                "fused Compare not followed by its Write: aborted"
+            );
+            self.abort_fused(first, Status::ABORTED_MISSING_FUSED.with_dnr());
+            if fuse == FUSE_SECOND {
+                return Err(Status::INVALID_OPCODE.with_dnr());
+            }
+        } else if fuse == FUSE_SECOND {
+            warn!(cid = sqe.cid(), "second fused command without its first");
+            return Err(if prev == FusedFirst::Failed {
+                Status::ABORTED_FAILED_FUSED.with_dnr()
+            } else {
+                Status::ABORTED_MISSING_FUSED.with_dnr()
+            });
+        }
+        if fuse == FUSE_FIRST {
+            if op != IoOpcode::COMPARE {
+                warn!(cid = sqe.cid(), opcode = sqe.opcode(), "first fused command is not a Compare");
+                self.fused_first = FusedFirst::Failed;
+                return Err(Status::INVALID_OPCODE.with_dnr());
+            }
+            self.slots[tag as usize].fused = Some(FusedLink { first: true, partner: None, abort: None });
+            self.fused_first = FusedFirst::Waiting(tag);
+        }
+        Ok(())
+    }
+
+    /// Command `tag`, half of a fused operation, was refused before it
+    /// could run: the other half is aborted with Failed Fused Command (its
+    /// second, if it comes, where it is the first).
+    fn fused_refused(&mut self, tag: u16) {
+        let Some(link) = self.slots[tag as usize].fused.take() else { return };
+        if link.first {
+            self.fused_first = FusedFirst::Failed;
+        } else if let Some(first) = link.partner {
+            self.abort_fused(first, Status::ABORTED_FAILED_FUSED.with_dnr());
+        }
+    }
+
+    /// Completes fused command `tag` with `status` without running it: now
+    /// if its data is in, else once it is.
+    fn abort_fused(&mut self, tag: u16, status: Status) {
+        let slot = &mut self.slots[tag as usize];
+        match slot.state {
+            SlotState::Parked(_) => self.finish(tag, Response::status(status)),
+            SlotState::AwaitData { .. } => {
+                if let Some(l) = slot.fused.as_mut() {
+                    l.abort = Some(status);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Half of a fused operation has its data: it waits for the other
+    /// half's, or the pair starts.
+    fn run_fused(&mut self, tag: u16, link: FusedLink, data: Bytes) {
+        if let Some(status) = link.abort {
+            self.finish(tag, Response::status(status));
+            return;
+        }
+        let ready = link.partner.filter(|&p| matches!(self.slots[p as usize].state, SlotState::Parked(_)));
+        let Some(partner) = ready else {
+            self.slots[tag as usize].state = SlotState::Parked(data);
+            return;
+        };
+        // The first waits (Parked, empty) for the pair, which the second's slot drives.
+        let other =
+            match std::mem::replace(&mut self.slots[partner as usize].state, SlotState::Parked(Bytes::new()))
+            {
+                SlotState::Parked(d) => d,
+                _ => Bytes::new(),
+            };
+        self.slots[tag as usize].state = SlotState::Parked(Bytes::new());
+        let (first, second, compare, write) =
+            if link.first { (tag, partner, data, other) } else { (partner, tag, other, data) };
+        let (csqe, wsqe) = (self.slots[first as usize].sqe, self.slots[second as usize].sqe);
+        let r = cmd::fused::start(&self.ctx, (&csqe, compare), (&wsqe, write), second as u32);
+        self.fused_step_done(first, second, r);
+    }
+
+    /// Keeps a pair's job in its second's slot, or completes both (the first first, as SPDK).
+    fn fused_step_done(&mut self, first: u16, second: u16, r: CompareWriteExec) {
+        match r {
+            CompareWriteExec::Pending(job) => {
+                self.slots[second as usize].state = SlotState::Executing(Pending::CompareWrite(job));
+            }
+            CompareWriteExec::Done { compare, write } => {
+                self.finish(first, Response::status(compare));
+                self.finish(second, Response::status(write));
+            }
+        }
+    }
+
     fn run(&mut self, tag: u16, data: Bytes) {
         let sqe = self.slots[tag as usize].sqe;
-        match cmd::execute(&mut self.ctx, &sqe, data, tag as u32) {
-            Exec::Done(r) => self.finish(tag, r),
-            Exec::Pending(p) => self.slots[tag as usize].state = SlotState::Executing(p),
+        if let Some(link) = self.slots[tag as usize].fused {
+            self.run_fused(tag, link, data);
+        } else {
+            match cmd::execute(&mut self.ctx, &sqe, data, tag as u32) {
+                Exec::Done(r) => self.finish(tag, r),
+                Exec::Pending(p) => self.slots[tag as usize].state = SlotState::Executing(p),
+            }
         }
         if self.ctx.qid.is_some() {
             let want = (self.ctx.sqsize as usize + 1).max(INITIAL_SLOTS);
@@ -459,10 +629,21 @@ impl QueueState {
             // out: the driver may still hold the TermReq when a backend completes.
             debug!(tag, "completion on a closing queue dropped");
             slot.inflight = None;
+            slot.fused = None;
             self.free.push(tag);
             return;
         }
         let r = match p {
+            Pending::CompareWrite(job) => {
+                let first = slot.fused.and_then(|l| l.partner);
+                let r = cmd::fused::step(&self.ctx, job, c.tag, Some(c));
+                match first {
+                    Some(first) => self.fused_step_done(first, tag, r),
+                    // Not paired: cannot be (the job starts from a pair).
+                    None => self.finish(tag, Response::status(Status::INTERNAL.with_dnr())),
+                }
+                return;
+            }
             Pending::Copy(job) => match cmd::io::copy_step(&self.ctx, job, c.tag, Some(c)) {
                 Exec::Done(r) => r,
                 Exec::Pending(p) => {
@@ -539,6 +720,7 @@ impl QueueState {
         let slot = &mut self.slots[tag as usize];
         slot.state = SlotState::Free;
         slot.inflight = None;
+        slot.fused = None;
         self.free.push(tag);
         if self.ctx.close_requested {
             self.phase = Phase::Closing;

@@ -246,13 +246,18 @@ async fn io_error_statuses() {
         assert_eq!(r.status(), Status::INVALID_OPCODE.with_dnr().with_more(), "opcode {op:#x}");
     }
 
-    // PRPs (PSDT 0) and fused commands: Invalid Field.
+    // PRPs (PSDT 0) and the reserved FUSE 11b: Invalid Field; a Read as the
+    // first command of a fused operation: Invalid Opcode (Compare and
+    // Write is the only one, target_fused.rs).
     let mut sqe = RawClient::rw_sqe(IoOpcode::READ, 1, 0, 1);
     sqe.set_sgl(SglDescriptor::transport(512)).set_flags(0);
     io.submit(sqe, None).await.expect_status(Status::INVALID_FIELD);
     let mut sqe = RawClient::rw_sqe(IoOpcode::READ, 1, 0, 1);
-    sqe.set_sgl(SglDescriptor::transport(512)).set_flags(0x41);
+    sqe.set_sgl(SglDescriptor::transport(512)).set_flags(0x43);
     io.submit(sqe, None).await.expect_status(Status::INVALID_FIELD);
+    let mut sqe = RawClient::rw_sqe(IoOpcode::READ, 1, 0, 1);
+    sqe.set_sgl(SglDescriptor::transport(512)).set_flags(0x41);
+    io.submit(sqe, None).await.expect_status(Status::INVALID_OPCODE);
     // In-capsule descriptor on a read: Invalid Field.
     let mut sqe = RawClient::rw_sqe(IoOpcode::READ, 1, 0, 1);
     sqe.set_sgl(SglDescriptor::in_capsule(512));

@@ -80,6 +80,8 @@ const ANATT: u8 = 10;
 /// Copy (bit 8; nvmet has no Copy, SPDK sets it where the bdev can copy;
 /// every backend here can).
 const ONCS: u16 = (1 << 0) | (1 << 2) | (1 << 3) | (1 << 5) | ONCS_VERIFY | ONCS_COPY;
+/// FUSES bit 0: the Compare and Write fused operation.
+pub const FUSES_COMPARE_WRITE: u16 = 1 << 0;
 /// ONCS bit 7: Verify.
 pub const ONCS_VERIFY: u16 = 1 << 7;
 /// RESCAP of a namespace with reservations: every type and IEKEY as NVMe
@@ -359,6 +361,11 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
         cqes: 0x44,
         nn: MAX_NAMESPACES.max(max_nsid),
         oncs: ONCS,
+        // FUSES bit 0: Compare and Write (SPDK's `fuses.compare_and_write`);
+        // ACWU 0 (0's based: one block), as SPDK reports it, with each
+        // namespace's NACWU beside it (NSFEAT bit 1).
+        fuses: FUSES_COMPARE_WRITE,
+        acwu: 0,
         ocfs: OCFS_FORMAT0,
         vwc: VOLATILE_WRITE_CACHE as u8,
         mnan: MAX_NAMESPACES,

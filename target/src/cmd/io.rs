@@ -29,7 +29,7 @@ const DSM_AD: u32 = 1 << 2;
 const WZ_DEAC: u32 = 1 << 25;
 
 /// Checks SLBA/NLB against the namespace; returns (byte offset, byte length).
-fn lba_range(ns: &Namespace, sqe: &Sqe) -> Result<(u64, u64), Status> {
+pub(super) fn lba_range(ns: &Namespace, sqe: &Sqe) -> Result<(u64, u64), Status> {
     let slba = sqe.slba();
     let nlb = sqe.nlb() as u64 + 1;
     match slba.checked_add(nlb) {
@@ -61,7 +61,7 @@ pub fn parse(ctx: &QueueCtx, ctrl: &Controller, sqe: &Sqe) -> Result<(), Status>
 /// NVMe Base 2.0 §8.13); everything else (Compare and unknown opcodes
 /// included, as nvmet checks before the opcode) is Namespace is Write
 /// Protected, without DNR (the host may retry once protection is lifted).
-fn check_access(ns: &Namespace, sqe: &Sqe) -> Result<(), Status> {
+pub(super) fn check_access(ns: &Namespace, sqe: &Sqe) -> Result<(), Status> {
     match IoOpcode(sqe.opcode()) {
         _ if !ns.write_protected() => Ok(()),
         IoOpcode::READ | IoOpcode::FLUSH | IoOpcode::VERIFY => Ok(()),

@@ -7,6 +7,7 @@ pub mod admin;
 pub mod auth;
 pub mod discovery;
 pub mod fabrics;
+pub mod fused;
 pub mod io;
 
 use std::sync::Arc;
@@ -170,7 +171,7 @@ impl From<Status> for Response {
 }
 
 /// What the queue must remember about an asynchronous command until its completion arrives.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub enum Pending {
     /// Pass the completion through.
     Plain,
@@ -182,6 +183,9 @@ pub enum Pending {
     WriteProtect(WriteProtectFlush),
     /// Copy: its next step ([`io::copy_step`], which the queue calls).
     Copy(Box<io::CopyJob>),
+    /// The Write of a fused Compare and Write: the pair's next step
+    /// ([`fused::step`], which the queue calls).
+    CompareWrite(Box<fused::CompareWriteJob>),
 }
 
 /// The namespace a Set Features Write Protect flushes (nvmet
@@ -299,7 +303,11 @@ pub fn error_entry(sqid: u16, sqe: &Sqe, status: Status) -> ErrorLogEntry {
         IoOpcode(opc),
         IoOpcode::RESV_REGISTER | IoOpcode::RESV_REPORT | IoOpcode::RESV_ACQUIRE | IoOpcode::RESV_RELEASE
     );
-    let location = if code == Status::INVALID_FIELD && (sqe.fuse() != 0 || sqe.psdt() != 1) {
+    // FLAGS where the queue refused them: PSDT other than SGL, FUSE 11b, a
+    // fused command outside the I/O command set (Compare and Write is
+    // the only fused operation).
+    let bad_flags = sqe.psdt() != 1 || sqe.fuse() == 3 || (sqe.fuse() != 0 && (sqid == 0 || fabrics));
+    let location = if code == Status::INVALID_FIELD && bad_flags {
         FLAGS
     } else if code == Status::INVALID_OPCODE
         || (code == Status::RESERVATION_CONFLICT && sqid != 0 && !fabrics && !reservation_cmd)
@@ -440,6 +448,7 @@ pub fn complete(pending: Pending, c: IoCompletion) -> Response {
         // ends here fails the Copy rather than half finishing it.
         Pending::Copy(_) if c.status.is_success() => Response::status(Status::INTERNAL.with_dnr()),
         Pending::Copy(_) => Response::status(c.status),
+        Pending::CompareWrite(_) => Response::status(Status::INTERNAL.with_dnr()),
         Pending::Verify => Response::status(c.status),
         Pending::Compare(expected) => {
             if !c.status.is_success() {
@@ -487,9 +496,14 @@ mod tests {
             location(1, &register, Status::RESERVATION_CONFLICT.with_dnr()),
             (NO_ERROR_LOCATION, 0, 1)
         );
-        // Fused: the FLAGS byte, whatever the opcode.
-        sqe.set_flags(0x41);
+        // FUSE 11b, or fused on the admin queue: the FLAGS byte, whatever
+        // the opcode; a fused I/O command refused for its range names it.
+        sqe.set_flags(0x43);
         assert_eq!(location(1, &sqe, field), (1, 0, 1));
+        sqe.set_flags(0x41);
+        assert_eq!(location(0, &sqe, field), (1, 0, 1));
+        assert_eq!(location(1, &sqe, field), (NO_ERROR_LOCATION, 0, 1));
+        assert_eq!(location(1, &sqe, Status::LBA_RANGE.with_dnr()), (40, 1 << 32 | 0x10, 1));
         // Fabrics: FCTYPE for an unknown one, and no NSID (bytes 4-7 are FCTYPE).
         let mut get = PropertyGet::new(PropertyOffset::CAP).to_sqe(4);
         assert_eq!(location(0, &get, Status::INVALID_OPCODE.with_dnr()), (4, 0, 0));

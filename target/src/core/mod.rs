@@ -6,6 +6,7 @@
 pub mod ana;
 pub mod controller;
 pub mod error_log;
+pub mod fused;
 pub mod inflight;
 pub mod io_stats;
 pub mod namespace;

@@ -43,6 +43,8 @@ pub struct Namespace {
     /// The hosts that see the namespace while `masked` (SPDK's
     /// `nvmf_ns_add_host` list of a namespace added `no_auto_visible`).
     hosts: ArcSwapOption<Vec<String>>,
+    /// Its fused Compare and Write operations run one at a time.
+    pub compare_write: Arc<super::fused::CompareWriteLock>,
 }
 
 impl Namespace {
@@ -99,6 +101,7 @@ impl Namespace {
             io_stats: Default::default(),
             masked: AtomicBool::new(false),
             hosts: ArcSwapOption::empty(),
+            compare_write: Default::default(),
         }
     }
 
