@@ -53,7 +53,8 @@ use nvmeof_common::auth::{AuthCmd, AuthMessage, DhGroup, DhchapSecret, HashId};
 use nvmeof_common::decoder::{DecoderConfig, PduDecoder, Role};
 use nvmeof_common::pdu::{CapsuleCmd, DigestFlags, EncodeConfig, H2cData, IcReq, Pdu};
 use nvmeof_common::spec::{
-    Cc, ConnectCmd, ConnectData, CopyCmd, CopyRange, DsmRange, PropertyOffset, PropertySet, CNTLID_DYNAMIC, DISCOVERY_NQN,
+    Cc, ConnectCmd, ConnectData, CopyCmd, CopyRange, DsmRange, PropertyOffset, PropertySet, CNTLID_DYNAMIC,
+    DISCOVERY_NQN,
 };
 use nvmeof_common::{Cqe, SglDescriptor, Sqe};
 use nvmeof_fuzz::{chunk_len, chunked, fix_digests, trace, write_seeds_if_asked};
@@ -561,6 +562,37 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
                 c
             };
             [vec![3, 0x30], wp(10, 1), input([3, 0x30], &io)[2..].to_vec(), wp(11, 0)].concat()
+        }),
+        ("io-fused-compare-write", {
+            // Compare and Write pairs with completions through the channel:
+            // a match (in-capsule), a pair whose Compare's data comes by
+            // R2T after the Write's, a Compare followed by a Read (aborted),
+            // and a Write alone as the second half.
+            let fused = |op: u8, cid: u16, fuse: u8, sgl: SglDescriptor| {
+                let mut s = rw(op, cid, sgl);
+                s.set_fuse(fuse);
+                s
+            };
+            let h2c_compare = Pdu::H2cData(H2cData {
+                cccid: 32,
+                ttag: 0,
+                datao: 0,
+                data: Bytes::copy_from_slice(&block),
+                last: true,
+            })
+            .encode_to_vec(&EncodeConfig::default());
+            let pdus = vec![
+                cmd(rw(0x01, 29, SglDescriptor::in_capsule(512)), &block),
+                cmd(fused(0x05, 30, 1, SglDescriptor::in_capsule(512)), &block),
+                cmd(fused(0x01, 31, 2, SglDescriptor::in_capsule(512)), &[0x5A; 512]),
+                cmd(fused(0x05, 32, 1, SglDescriptor::transport(512)), &[]),
+                cmd(fused(0x01, 33, 2, SglDescriptor::in_capsule(512)), &block),
+                h2c_compare,
+                cmd(fused(0x05, 34, 1, SglDescriptor::in_capsule(512)), &block),
+                cmd(rw(0x02, 35, SglDescriptor::transport(512)), &[]),
+                cmd(fused(0x01, 36, 2, SglDescriptor::in_capsule(512)), &block),
+            ];
+            input([3, 0x20], &pdus)
         }),
     ]
 }

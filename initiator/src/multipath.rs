@@ -565,6 +565,22 @@ impl MultipathNamespace {
         on_a_path!(self, |ns| ns.compare(lba, buf))
     }
 
+    /// Compare and Write ([`Namespace::compare_and_write`]) through one
+    /// path: `Ok(true)` when it wrote. A pair that ran and whose answer was
+    /// lost must not run again (it would compare against its own write), so
+    /// it moves to another path only when refused for its ANA state, as the
+    /// reservation commands. The namespace's Compare and Writes are atomic
+    /// against each other whichever controller they come through.
+    pub async fn compare_and_write(
+        &self,
+        lba: u64,
+        expected: &[u8],
+        new: &[u8],
+        flags: IoFlags,
+    ) -> Result<bool> {
+        on_a_path!(self, refused_unexecuted, |ns| ns.compare_and_write(lba, expected, new, flags))
+    }
+
     /// Write Zeroes over `blocks` blocks from `lba`
     /// ([`Namespace::write_zeroes`]); after a path error the whole range is
     /// zeroed again on the next path (zeroing is idempotent).

@@ -433,3 +433,64 @@ async fn reservations_through_either_path() {
     })
     .await;
 }
+
+/// Compare and Write through both paths (two ports, two controllers of the
+/// subsystem) in turn: compare-and-swap loops from six tasks count exactly
+/// their wins, so the pairs are atomic against each other whichever
+/// controller they come through; with one path inaccessible they go through
+/// the other.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compare_and_write_is_atomic_across_paths() {
+    bounded(60, async {
+        let (server, _) = start(&cfg("optimized", "optimized")).await;
+        let mp = std::sync::Arc::new(two_paths(&server, opts(), Duration::from_secs(5)).await);
+        let counter = |n: u64| {
+            let mut b = vec![0u8; BS];
+            b[..8].copy_from_slice(&n.to_le_bytes());
+            b
+        };
+        mp.write(9, &counter(0)).await.unwrap();
+        const TASKS: u64 = 6;
+        const WINS: u64 = 20;
+        let mut tasks = Vec::new();
+        for _ in 0..TASKS {
+            let mp = mp.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut wins = 0;
+                let mut now = vec![0u8; BS];
+                // Bounded: at most 100 tries per win.
+                for _ in 0..WINS * 100 {
+                    if wins == WINS {
+                        break;
+                    }
+                    mp.read(9, &mut now).await.unwrap();
+                    let n = u64::from_le_bytes(now[..8].try_into().unwrap());
+                    if mp.compare_and_write(9, &now, &counter(n + 1), Default::default()).await.unwrap() {
+                        wins += 1;
+                    }
+                }
+                wins
+            }));
+        }
+        let mut wins = 0;
+        for t in tasks {
+            wins += t.await.unwrap();
+        }
+        assert_eq!(wins, TASKS * WINS);
+        let mut end = vec![0u8; BS];
+        mp.read(9, &mut end).await.unwrap();
+        assert_eq!(end, counter(wins), "every win counted once");
+        let c = commands(&mp);
+        assert!(c[0] > 0 && c[1] > 0, "both paths used: {c:?}");
+        // Path 2 inaccessible: path 1 takes every pair.
+        server.reload(&cfg("optimized", "inaccessible")).unwrap();
+        wait_ana(&mp, &[AnaState::OPTIMIZED, AnaState::INACCESSIBLE]).await;
+        let before = commands(&mp);
+        assert!(mp.compare_and_write(9, &counter(wins), &counter(0), Default::default()).await.unwrap());
+        assert!(!mp.compare_and_write(9, &counter(wins), &counter(1), Default::default()).await.unwrap());
+        assert_eq!(commands(&mp)[1], before[1]);
+        mp.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await
+}

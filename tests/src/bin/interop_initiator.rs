@@ -107,10 +107,10 @@ use nvmeof_initiator::common::spec::discovery::{SubType, TrType};
 use nvmeof_initiator::common::spec::features::{aec, FeatureId, GetFeaturesCmd};
 use nvmeof_initiator::common::spec::log::AnaState;
 use nvmeof_initiator::common::spec::DISCOVERY_NQN;
-use nvmeof_initiator::common::Status;
+use nvmeof_initiator::common::{Sqe, Status};
 use nvmeof_initiator::{
-    discover, AuthError, ConnectOptions, Controller, ControllerEvent, ControllerState, HostIdentity, IoFlags,
-    MultipathNamespace, MultipathOptions, Namespace, ReconnectPolicy,
+    discover, AuthError, ConnectOptions, Controller, ControllerEvent, ControllerState, Error, HostIdentity,
+    IoFlags, MultipathNamespace, MultipathOptions, Namespace, Payload, ReconnectPolicy,
 };
 use tokio::sync::broadcast;
 
@@ -862,7 +862,56 @@ async fn copy_round(a: &Args, s: &mut Steps) {
         return;
     };
     s.run("copy", Duration::from_secs(60), step_copy(&c)).await;
+    s.run("fused", Duration::from_secs(30), step_fused(&c)).await;
     s.run("shutdown-copy", Duration::from_secs(20), step_shutdown(c)).await;
+}
+
+/// Compare and Write (fused Compare + Write) where the controller reports
+/// it (FUSES bit 0): a match writes, a stale value does not. Where it does
+/// not (nvmet): `compare_and_write` refuses before sending, and a fused
+/// Compare sent anyway is Invalid Field with DNR (`nvmet_req_init`).
+async fn step_fused(c: &Controller) -> Result<(), String> {
+    let ns = c.namespace(1).await.map_err(|e| format!("namespace 1: {e}"))?;
+    let bs = ns.block_size() as usize;
+    let lba = ns.blocks().checked_sub(1).ok_or("empty namespace")?;
+    let mut x = 0xF05E_u64;
+    let mut old = vec![0u8; bs];
+    old.iter_mut().for_each(|b| *b = splitmix(&mut x) as u8);
+    let new: Vec<u8> = old.iter().map(|b| !b).collect();
+    ns.write(lba, &old).await.map_err(|e| format!("write: {e}"))?;
+    if c.info().identify.fuses & 1 == 0 {
+        match ns.compare_and_write(lba, &old, &new, IoFlags::default()).await {
+            Err(Error::InvalidArgument(_)) => {}
+            other => return Err(format!("compare_and_write without FUSES bit 0: {other:?}")),
+        }
+        let mut sqe = Sqe::new(0x05);
+        sqe.set_nsid(1).set_slba(lba).set_nlb(0).set_fuse(1);
+        let status = match c.io_command(sqe, Payload::Write(&old)).await {
+            Err(Error::Nvme { status, .. }) => status,
+            other => return Err(format!("a fused Compare on a controller without FUSES: {other:?}")),
+        };
+        if status.code() != Status::INVALID_FIELD || !status.dnr() {
+            return Err(format!(
+                "a fused Compare on a controller without FUSES: {status}, want Invalid Field, DNR"
+            ));
+        }
+        info("fused", format!("FUSES 0: compare_and_write refused; a fused Compare gets {status}"));
+        return Ok(());
+    }
+    let swapped =
+        ns.compare_and_write(lba, &old, &new, IoFlags::default()).await.map_err(|e| format!("{e}"))?;
+    let stale =
+        ns.compare_and_write(lba, &old, &old, IoFlags::default()).await.map_err(|e| format!("{e}"))?;
+    let mut got = vec![0u8; bs];
+    ns.read(lba, &mut got).await.map_err(|e| format!("read: {e}"))?;
+    if !swapped || stale || got != new {
+        return Err(format!(
+            "compare and write: match wrote {swapped}, stale wrote {stale}, data new {}",
+            got == new
+        ));
+    }
+    info("fused", "FUSES bit 0: a match wrote, a stale value did not");
+    Ok(())
 }
 
 async fn step_copy(c: &Controller) -> Result<(), String> {

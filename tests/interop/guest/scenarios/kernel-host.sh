@@ -262,6 +262,11 @@ kh_id_ctrl() {
     # configured: our target's `ieee_oui`, nvmet's attr_ieee_oui (stored low byte first)
     _ieee=$(field ieee </tmp/idctrl.txt)
     [ "$_ieee" = 12ab34 ] || fail "ieee '$_ieee', want the configured OUI 12ab34"
+    # FUSES bit 0 (Compare and Write): ours reports it, as SPDK; nvmet does
+    # not (nvmet_req_init refuses every fused command).
+    _fuses=$(field fuses </tmp/idctrl.txt)
+    if [ "$TARGET" = kernel-guest ]; then _want=0; else _want=0x1; fi
+    [ "$_fuses" = "$_want" ] || fail "fuses '$_fuses', want $_want"
     [ "$_sub" = "$NQN" ] || fail "subnqn '$_sub' != '$NQN'"
 }
 
