@@ -401,7 +401,12 @@ impl QueueState {
         // inactive namespace gets Invalid Namespace whatever its data
         // (nvmet_req_init checks the flags and parses before
         // nvmet_tcp_map_data looks at the SGL).
-        let fused = self.pair_fused(tag, &sqe, if flags.is_ok() { fuse } else { 0 });
+        let fused = if fuse == 0 && self.fused_first == FusedFirst::None {
+            // The I/O path: nothing to pair.
+            Ok(())
+        } else {
+            self.pair_fused(tag, &sqe, if flags.is_ok() { fuse } else { 0 })
+        };
         let status = flags.and(fused).and_then(|()| cmd::parse(&self.ctx, &sqe)).and(data).and_then(|()| {
             let max = self.ctx.target.limits.max_transfer();
             // MDTS bounds every command's data, Dataset Management's too: its
@@ -487,6 +492,7 @@ impl QueueState {
     /// first aborted), one without a first Missing Fused Command, or Failed
     /// Fused Command where the first was refused. Returns the status that
     /// refuses command `tag` (with `fuse`, 0 where its flags are invalid).
+    #[cold]
     fn pair_fused(&mut self, tag: u16, sqe: &Sqe, fuse: u8) -> Result<(), Status> {
         let prev = std::mem::replace(&mut self.fused_first, FusedFirst::None);
         let op = IoOpcode(sqe.opcode());
