@@ -976,6 +976,55 @@ mod tests {
     }
 
     #[test]
+    fn fused_pairs_wait_for_the_namespace_lock_and_complete_the_compare_first() {
+        // Completions through the queues' channels: queue 1's pair takes
+        // namespace 1's Compare and Write lock with its read; queue 2's
+        // pair waits for it without touching the backend, and is woken
+        // through its channel once queue 1's write completes.
+        let t = target_with(Arc::new(DeferredMemBackend(MemBackend::new(1 << 20, 512))));
+        let (mut admin, (mut io1, mut done1)) = admin_and_io(&t);
+        let cntlid = admin.ctx.ctrl.as_ref().expect("controller").cntlid;
+        let (mut io2, mut done2) = queue_rx(&t);
+        assert!(connect(&mut io2, 2, cntlid).status.is_success());
+        admin.out.take_all();
+        let enc = EncodeConfig::default();
+        let capsule = |op: u8, cid: u16, fuse: u8, data: &[u8]| {
+            let mut s = Sqe::new(op);
+            s.set_cid(cid).set_nsid(1).set_slba(4).set_sgl(SglDescriptor::in_capsule(512)).set_fuse(fuse);
+            Pdu::CapsuleCmd(CapsuleCmd { sqe: s, data: Bytes::copy_from_slice(data) })
+        };
+        let (zero, one, two) = ([0u8; 512], [1u8; 512], [2u8; 512]);
+        assert!(exchange(&mut io1, capsule(0x05, 10, FUSE_FIRST, &zero), &enc).is_empty());
+        assert!(exchange(&mut io1, capsule(0x01, 11, FUSE_SECOND, &one), &enc).is_empty());
+        let read1 = done1.try_recv().expect("queue 1 reads the blocks");
+        // Queue 2 swaps 1 for 2: it waits.
+        assert!(exchange(&mut io2, capsule(0x05, 20, FUSE_FIRST, &one), &enc).is_empty());
+        assert!(exchange(&mut io2, capsule(0x01, 21, FUSE_SECOND, &two), &enc).is_empty());
+        assert!(done2.try_recv().is_err(), "queue 2 went to the backend while the lock was held");
+        io1.handle_completion(read1);
+        assert!(io1.out.take_all().is_empty());
+        io1.handle_completion(done1.try_recv().expect("queue 1 writes"));
+        let statuses = |q: &mut QueueState| -> Vec<(u16, Status)> {
+            decode(&q.out.take_all(), &enc).iter().map(|p| (cqe(p).cid, cqe(p).status)).collect()
+        };
+        assert_eq!(statuses(&mut io1), [(10, Status::SUCCESS), (11, Status::SUCCESS)]);
+        // The wake, then queue 2's read and write.
+        for step in ["wake", "read", "write"] {
+            assert!(io2.out.take_all().is_empty(), "answered before its {step}");
+            io2.handle_completion(done2.try_recv().unwrap_or_else(|_| panic!("no {step} for queue 2")));
+        }
+        assert_eq!(statuses(&mut io2), [(20, Status::SUCCESS), (21, Status::SUCCESS)]);
+        assert!(!t.subsystem(NQN).unwrap().namespace(1).unwrap().compare_write.is_held());
+        assert_eq!((io1.in_flight(), io2.in_flight()), (0, 0));
+        // A first left waiting when the queue drains: Missing Fused Command.
+        assert!(exchange(&mut io1, capsule(0x05, 12, FUSE_FIRST, &two), &enc).is_empty());
+        assert_eq!(io1.in_flight_io(), 1);
+        io1.set_draining();
+        assert_eq!(statuses(&mut io1), [(12, Status::ABORTED_MISSING_FUSED.with_dnr().with_more())]);
+        assert_eq!(io1.in_flight_io(), 0);
+    }
+
+    #[test]
     fn completion_after_c2h_term_req_is_not_sent() {
         // Found by fuzz/fuzz_targets/target_queue.rs: a write completing
         // asynchronously after a malformed PDU behind it had queued the
