@@ -914,6 +914,65 @@ async fn admin_cli_outputs_and_exit_codes() {
                 .await
                 .unwrap_err();
         assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
+        // compare-and-write: blocks 60..62 hold what the copy put there; a
+        // match writes, a stale --expected is exit code 1 and writes
+        // nothing, files of different lengths a usage error.
+        let dir = std::env::temp_dir();
+        let (old_f, new_f) = (
+            dir.join(format!("nvmeof-caw-old-{}", std::process::id())),
+            dir.join(format!("nvmeof-caw-new-{}", std::process::id())),
+        );
+        let fresh = vec![0x3Cu8; 1024];
+        std::fs::write(&old_f, &copied).unwrap();
+        std::fs::write(&new_f, &fresh).unwrap();
+        let (old_s, new_s) = (old_f.to_str().unwrap(), new_f.to_str().unwrap());
+        let caw = |expected: &'static str| {
+            let (o, n) = if expected == "old" { (old_s, new_s) } else { (new_s, old_s) };
+            let (o, n) = (o.to_string(), n.to_string());
+            async move {
+                admin(
+                    &[
+                        "nvmeof",
+                        "compare-and-write",
+                        a,
+                        "--nqn",
+                        NQN,
+                        "--lba",
+                        "60",
+                        "--expected",
+                        &o,
+                        "--new",
+                        &n,
+                        h[0],
+                        h[1],
+                    ],
+                    b"",
+                )
+                .await
+            }
+        };
+        let w = caw("old").await.unwrap();
+        assert_eq!(w.trim(), "compared and wrote 2 blocks at lba 60 of nsid 1");
+        let now = |lba: &str| {
+            let lba = lba.to_string();
+            async move {
+                admin_raw(
+                    &["nvmeof", "read", a, "--nqn", NQN, "--lba", &lba, "--count", "2", h[0], h[1]],
+                    b"",
+                )
+                .await
+                .unwrap()
+            }
+        };
+        assert_eq!(now("60").await, fresh);
+        let e = caw("old").await.unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::NvmeStatus, "{e}");
+        assert!(e.message.contains("miscompare") && e.message.contains("nothing written"), "{e}");
+        assert_eq!(now("60").await, fresh);
+        std::fs::write(&new_f, &fresh[..512]).unwrap();
+        let e = caw("old").await.unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
+        let _ = (std::fs::remove_file(&old_f), std::fs::remove_file(&new_f));
         // Errors: exit codes and messages.
         let e = admin(
             &["nvmeof", "list", a, "--nqn", NQN, "--hostnqn", "nqn.2024-01.io.nvmeof.test:intruder"],

@@ -21,7 +21,7 @@ use nvmeof_initiator::{
 };
 use serde_json::{json, Value};
 
-use crate::error::ToolError;
+use crate::error::{ErrorKind, ToolError};
 use crate::probe::{connect, connect_options, discovery_options, namespace_info, SocketArgs};
 use crate::util::{
     fmt_bytes, parse_dhchap_secret, parse_host_nqn, parse_positive_duration, target_addr, DEFAULT_PORT,
@@ -211,6 +211,33 @@ pub enum Command {
         #[arg(long)]
         to: u64,
         /// Force Unit Access: the destination is durable when the command completes.
+        #[arg(long)]
+        fua: bool,
+    },
+    /// Compare and Write (a fused Compare and Write): the blocks from --lba are written with the
+    /// --new file only if they hold the --expected file, as one operation, atomic against every
+    /// other Compare and Write on the namespace (a compare-and-swap, as VMware's ATS locks use).
+    /// Both files hold the same whole number of blocks. Exit code 1 on a miscompare (nothing
+    /// written) and from a controller without fused Compare and Write (the Linux kernel target).
+    CompareAndWrite {
+        /// Target address.
+        addr: String,
+        /// Subsystem NQN (default: the one NVM subsystem the discovery log lists).
+        #[arg(long)]
+        nqn: Option<String>,
+        /// Namespace ID.
+        #[arg(long, default_value_t = 1)]
+        nsid: u32,
+        /// First LBA.
+        #[arg(long)]
+        lba: u64,
+        /// What the blocks must hold.
+        #[arg(long)]
+        expected: PathBuf,
+        /// What they get where they do.
+        #[arg(long)]
+        new: PathBuf,
+        /// Force Unit Access on the write.
         #[arg(long)]
         fua: bool,
     },
@@ -497,6 +524,17 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
             let ctrl = connect(&addr, nqn.as_deref(), cli.opts(1)).await?;
             let r = copy(cli, &ctrl, *nsid, ranges, *to, *fua, out).await;
+            close(ctrl).await;
+            r
+        }
+        Command::CompareAndWrite { addr, nqn, nsid, lba, expected, new, fua } => {
+            let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
+            let read = |f: &PathBuf| {
+                std::fs::read(f).map_err(|e| ToolError::usage(format!("cannot read {}: {e}", f.display())))
+            };
+            let (expected, new) = (read(expected)?, read(new)?);
+            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(1)).await?;
+            let r = compare_and_write(cli, &ctrl, *nsid, *lba, &expected, &new, *fua, out).await;
             close(ctrl).await;
             r
         }
@@ -1363,6 +1401,58 @@ async fn copy(
             ranges.len()
         )
         .map_err(out_err)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn compare_and_write(
+    cli: &Cli,
+    ctrl: &Controller,
+    nsid: u32,
+    lba: u64,
+    expected: &[u8],
+    new: &[u8],
+    fua: bool,
+    out: &mut dyn Write,
+) -> Result<(), ToolError> {
+    let info = namespace_info(ctrl, nsid).await?;
+    let bs = info.block_size as usize;
+    if expected.len() != new.len() || expected.is_empty() || !expected.len().is_multiple_of(bs) {
+        return Err(ToolError::usage(format!(
+            "compare-and-write: --expected holds {} bytes and --new {}: both must be the same whole number of \
+             {bs}-byte blocks",
+            expected.len(),
+            new.len()
+        )));
+    }
+    let count = (expected.len() / bs) as u64;
+    check_range(nsid, lba, count, info.blocks)?;
+    let ns = ctrl
+        .namespace(nsid)
+        .await
+        .map_err(|e| ToolError::from_initiator(&format!("namespace {nsid}"), &e))?;
+    let what = format!("compare and write of {count} blocks at lba {lba} (nsid {nsid})");
+    let wrote = match ns.compare_and_write(lba, expected, new, IoFlags { fua, ..IoFlags::default() }).await {
+        Ok(w) => w,
+        Err(nvmeof_initiator::Error::InvalidArgument(m)) => {
+            return Err(ToolError::new(ErrorKind::Nvme, format!("{what}: {m}")))
+        }
+        Err(e) => return Err(ToolError::from_initiator(&what, &e)),
+    };
+    if cli.json {
+        emit(out, &json!({ "nsid": nsid, "lba": lba, "blocks": count, "written": wrote, "fua": fua }))?;
+    } else if wrote {
+        writeln!(out, "compared and wrote {count} blocks at lba {lba} of nsid {nsid}").map_err(out_err)?;
+    }
+    if wrote {
+        Ok(())
+    } else {
+        Err(ToolError::new(
+            ErrorKind::Nvme,
+            format!(
+                "{what}: miscompare (Compare Failure): the blocks do not hold --expected; nothing written"
+            ),
+        ))
     }
 }
 
