@@ -49,6 +49,8 @@
 //! hosts = ["nqn.2014-08.org.nvmexpress:uuid:..."]   # optional: only these hosts see it; SIGHUP applies
 //! reservations = false                  # optional: persistent reservations (nvmet resv_enable)
 //! reservations_file = "/var/lib/nvmeof/ns1.resv"  # optional: they persist through power loss
+//! qos_iops = 20000                       # optional: I/O commands per second; SIGHUP applies
+//! qos_bandwidth = "500M"                 # optional: bytes per second (reads and writes together)
 //! uuid = "0b1d8c4e-..."                  # optional: identifiers (also nguid, eui64); see NamespaceIds
 //! ```
 //!
@@ -93,6 +95,15 @@
 //! Attribute Changed), and their Linux hosts add or drop its block device.
 //! Where the subsystem lists `allowed_hosts`, every host here must be one.
 //!
+//! `qos_iops` and `qos_bandwidth` limit the namespace's rate (SPDK's bdev
+//! QoS, `bdev_set_qos_limit`; nvmet has none): I/O commands per second from
+//! every host and queue together (all but Flush and the reservation
+//! commands), and bytes per second that Reads, Writes and Compares move. A
+//! command past them waits in the target until the rate allows it (nothing
+//! is refused), so one tenant's namespace cannot take a shared target's
+//! whole throughput; an idle namespace may use 1 ms of its rate at once. A
+//! reload changes them in place.
+//!
 //! `ana_state` and `ana_groups` set what each port reports for Asymmetric
 //! Namespace Access (nvmet's `ports/N/ana_groups/G/ana_state`): every group
 //! is `optimized` unless configured (`non-optimized`, `inaccessible`,
@@ -116,6 +127,7 @@ use nvmeof_common::auth::{DhGroup, DhchapSecret, HashId};
 use nvmeof_common::spec::log::AnaState;
 
 use crate::core::ana::{parse_ana_state, DEFAULT_ANA_GROUP};
+use crate::core::qos::QosLimits;
 use crate::core::target::Referral;
 use crate::core::Limits;
 
@@ -302,6 +314,8 @@ pub struct NamespaceConfig {
     /// The hosts that see the namespace (`None`: every host;
     /// [`crate::core::Namespace::visible_to`]).
     pub hosts: Option<Vec<String>>,
+    /// Rate limits ([`crate::core::qos`]; `qos_iops`, `qos_bandwidth`).
+    pub qos: crate::core::qos::QosLimits,
 }
 
 /// Namespace identifiers a configuration gives (nvmet's `device_uuid` and
@@ -690,6 +704,8 @@ struct RawNamespace {
     reservations: Option<bool>,
     reservations_file: Option<PathBuf>,
     hosts: Option<Vec<String>>,
+    qos_iops: Option<u64>,
+    qos_bandwidth: Option<String>,
     uuid: Option<String>,
     nguid: Option<String>,
     eui64: Option<String>,
@@ -904,6 +920,22 @@ impl TargetConfig {
                     reservations: n.reservations.unwrap_or(n.reservations_file.is_some()),
                     reservations_file: n.reservations_file.clone(),
                     hosts: n.hosts.clone(),
+                    qos: QosLimits {
+                        iops: match n.qos_iops {
+                            Some(0) => return Err(invalid(format!("{nkey}.qos_iops"), "must be at least 1")),
+                            v => v,
+                        },
+                        bytes_per_sec: match n.qos_bandwidth.as_deref().map(parse_size).transpose() {
+                            Ok(Some(0)) => {
+                                return Err(invalid(
+                                    format!("{nkey}.qos_bandwidth"),
+                                    "must be at least 1 byte/s",
+                                ))
+                            }
+                            Ok(v) => v,
+                            Err(e) => return Err(invalid(format!("{nkey}.qos_bandwidth"), e)),
+                        },
+                    },
                 };
                 for (h, host) in n.hosts.iter().flatten().enumerate() {
                     let hkey = format!("{nkey}.hosts[{h}]");

@@ -150,6 +150,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             reservations: a.reservations,
             reservations_file: None,
             hosts: None,
+            qos: Default::default(),
         });
     }
     for r in &a.ram {
@@ -163,6 +164,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             reservations: a.reservations,
             reservations_file: None,
             hosts: None,
+            qos: Default::default(),
         });
     }
     for b in &a.block {
@@ -180,6 +182,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             reservations: a.reservations,
             reservations_file: None,
             hosts: None,
+            qos: Default::default(),
         });
     }
     if nss.is_empty() {

@@ -640,6 +640,16 @@ impl QueueState {
             return;
         }
         let r = match p {
+            Pending::Throttled(data) => {
+                let sqe = slot.sqe;
+                match cmd::execute_throttled(&mut self.ctx, &sqe, data, c.tag) {
+                    Exec::Done(r) => r,
+                    Exec::Pending(p) => {
+                        self.slots[tag as usize].state = SlotState::Executing(p);
+                        return;
+                    }
+                }
+            }
             Pending::CompareWrite(job) => {
                 let first = slot.fused.and_then(|l| l.partner);
                 let r = cmd::fused::step(&self.ctx, job, c.tag, Some(c));

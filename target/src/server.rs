@@ -212,7 +212,11 @@ fn new_namespace(
         .with_read_only(n.read_only)
         .with_ana_group(n.ana_group)
         .with_reservations(n.reservations)
-        .with_hosts(n.hosts.clone());
+        .with_hosts(n.hosts.clone())
+        .with_qos(n.qos);
+    if n.qos.any() {
+        info!(subnqn = nqn, nsid, limits = %n.qos, "namespace rate limits");
+    }
     if let Some(path) = &n.reservations_file {
         let r = Reservations::persistent(path.clone())?;
         let st = r.report();
@@ -473,6 +477,9 @@ impl Server {
                             let hosts =
                                 n.hosts.as_ref().map_or_else(|| "every host".to_string(), |h| h.join(", "));
                             info!(subnqn = %sc.nqn, nsid, hosts = %hosts, "reload: the hosts that see the namespace replaced; those that gained or lost it are notified");
+                        }
+                        if ns.qos.set(n.qos) {
+                            info!(subnqn = %sc.nqn, nsid, limits = %n.qos, "reload: namespace rate limits changed");
                         }
                         if ns.set_ana_group(n.ana_group) {
                             // nvmet's configfs ana_grpid store: nvmet_send_ana_event(subsys, NULL).

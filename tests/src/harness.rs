@@ -46,6 +46,7 @@ pub fn ram_ns(nsid: u32, size: u64, block_size: u32) -> NamespaceConfig {
         reservations: false,
         reservations_file: None,
         hosts: None,
+        qos: Default::default(),
     }
 }
 

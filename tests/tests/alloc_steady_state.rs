@@ -125,6 +125,7 @@ async fn steady_state_allocations_per_io() {
                 reservations: false,
                 reservations_file: None,
                 hosts: None,
+                qos: Default::default(),
             }]
             .into_iter()
             .chain(uring_file.as_ref().map(|path| NamespaceConfig {
@@ -142,6 +143,7 @@ async fn steady_state_allocations_per_io() {
                 reservations: false,
                 reservations_file: None,
                 hosts: None,
+                qos: Default::default(),
             }))
             .collect(),
             cntlids: nvmeof_target::core::target::CNTLID_RANGE,

@@ -316,6 +316,7 @@ async fn reservations_persist_through_a_restart() {
             reservations: true,
             reservations_file: Some(file.clone()),
             hosts: None,
+            qos: Default::default(),
             ..ram_ns(1, SIZE)
         }]);
         let (server, addr) = start(&cfg).await;

@@ -2321,6 +2321,7 @@ mod tests {
             reservations: false,
             reservations_file: None,
             hosts: None,
+            qos: Default::default(),
         };
         let threads = crate::server::open_backend(&ns(IoEngine::Threads, true)).unwrap();
         assert!(!threads.describe().contains("io_uring"), "{}", threads.describe());
@@ -2425,6 +2426,7 @@ mod tests {
             reservations: false,
             reservations_file: None,
             hosts: None,
+            qos: Default::default(),
         };
         let d = crate::server::open_backend(&default_ns).unwrap();
         assert!(d.describe().contains("(io_uring, O_DIRECT)"), "{}", d.describe());

@@ -363,8 +363,31 @@ pub fn copy_step(ctx: &QueueCtx, mut job: Box<CopyJob>, tag: u32, mut done: Opti
 
 /// Execute step: hands the operation to the namespace's backend.
 pub fn execute(ctx: &mut QueueCtx, ctrl: &Controller, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
-    ctrl.with_namespace(sqe.nsid(), |ns| execute_on(ctx, ctrl, ns, sqe, data, tag))
+    ctrl.with_namespace(sqe.nsid(), |ns| execute_on(ctx, ctrl, ns, sqe, data, tag, true))
         .unwrap_or_else(|| Status::INVALID_NS.with_dnr().into())
+}
+
+/// [`execute`] for a command the namespace's rate limits held back
+/// ([`Pending::Throttled`]), once its time has come: it runs without
+/// reserving again.
+pub fn execute_throttled(ctx: &mut QueueCtx, ctrl: &Controller, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
+    ctrl.with_namespace(sqe.nsid(), |ns| execute_on(ctx, ctrl, ns, sqe, data, tag, false))
+        .unwrap_or_else(|| Status::INVALID_NS.with_dnr().into())
+}
+
+/// The namespace's rate limits ([`crate::core::qos`]): how long command
+/// `sqe` must wait, if it must. Every I/O command counts against the
+/// command rate but Flush and the reservation commands (SPDK counts the
+/// I/O it submits to the bdev); Read, Write and Compare count their data
+/// against the bandwidth.
+fn qos_wait(ns: &Namespace, sqe: &Sqe) -> Option<std::time::Duration> {
+    let bytes = match IoOpcode(sqe.opcode()) {
+        IoOpcode::FLUSH => return None,
+        op if is_reservation_cmd(op) => return None,
+        IoOpcode::READ | IoOpcode::WRITE | IoOpcode::COMPARE => sqe.sgl().length as u64,
+        _ => 0,
+    };
+    ns.qos.reserve(bytes)
 }
 
 fn execute_on(
@@ -374,10 +397,23 @@ fn execute_on(
     sqe: &Sqe,
     data: Bytes,
     tag: u32,
+    throttle: bool,
 ) -> Exec {
     // Again: protection may have been set while the data was in flight.
     if let Err(s) = check_access(ns, sqe) {
         return s.into();
+    }
+    if throttle && ns.qos.active() {
+        if let (Some(wait), Ok(rt)) = (qos_wait(ns, sqe), tokio::runtime::Handle::try_current()) {
+            // Held in its slot, and woken through the queue's channel when
+            // its time comes (a closed queue drops the wake).
+            let sink = ctx.io.sink.clone();
+            rt.spawn(async move {
+                tokio::time::sleep(wait).await;
+                let _ = sink.send(IoCompletion::status(tag, Status::SUCCESS));
+            });
+            return Exec::Pending(Pending::Throttled(data));
+        }
     }
     let (op, pending) = match IoOpcode(sqe.opcode()) {
         IoOpcode::READ | IoOpcode::WRITE | IoOpcode::COMPARE | IoOpcode::WRITE_ZEROES | IoOpcode::VERIFY => {

@@ -186,6 +186,10 @@ pub enum Pending {
     /// The Write of a fused Compare and Write: the pair's next step
     /// ([`fused::step`], which the queue calls).
     CompareWrite(Box<fused::CompareWriteJob>),
+    /// An I/O command its namespace's rate limits hold back, with its data:
+    /// it runs ([`execute_throttled`]) when a completion with its tag says
+    /// its time has come.
+    Throttled(Bytes),
 }
 
 /// The namespace a Set Features Write Protect flushes (nvmet
@@ -431,6 +435,17 @@ pub fn execute(ctx: &mut QueueCtx, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
     exec
 }
 
+/// Runs an I/O command its namespace's rate limits held back
+/// ([`Pending::Throttled`]) once its time has come.
+pub fn execute_throttled(ctx: &mut QueueCtx, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
+    let Some(ctrl) = ctx.ctrl.take() else {
+        return Status::INTERNAL.with_dnr().into();
+    };
+    let exec = io::execute_throttled(ctx, &ctrl, sqe, data, tag);
+    ctx.ctrl = Some(ctrl);
+    exec
+}
+
 /// Turns an asynchronous completion into the command's response.
 pub fn complete(pending: Pending, c: IoCompletion) -> Response {
     match pending {
@@ -448,7 +463,7 @@ pub fn complete(pending: Pending, c: IoCompletion) -> Response {
         // ends here fails the Copy rather than half finishing it.
         Pending::Copy(_) if c.status.is_success() => Response::status(Status::INTERNAL.with_dnr()),
         Pending::Copy(_) => Response::status(c.status),
-        Pending::CompareWrite(_) => Response::status(Status::INTERNAL.with_dnr()),
+        Pending::CompareWrite(_) | Pending::Throttled(_) => Response::status(Status::INTERNAL.with_dnr()),
         Pending::Verify => Response::status(c.status),
         Pending::Compare(expected) => {
             if !c.status.is_success() {

@@ -10,6 +10,7 @@ pub mod fused;
 pub mod inflight;
 pub mod io_stats;
 pub mod namespace;
+pub mod qos;
 pub mod reservation;
 pub mod subsystem;
 pub mod target;

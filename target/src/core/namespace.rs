@@ -45,6 +45,8 @@ pub struct Namespace {
     hosts: ArcSwapOption<Vec<String>>,
     /// Its fused Compare and Write operations run one at a time.
     pub compare_write: Arc<super::fused::CompareWriteLock>,
+    /// Its rate limits (configuration `qos_iops`, `qos_bandwidth`).
+    pub qos: super::qos::Qos,
 }
 
 impl Namespace {
@@ -102,7 +104,14 @@ impl Namespace {
             masked: AtomicBool::new(false),
             hosts: ArcSwapOption::empty(),
             compare_write: Default::default(),
+            qos: Default::default(),
         }
+    }
+
+    /// This namespace with rate limits.
+    pub fn with_qos(self, limits: super::qos::QosLimits) -> Self {
+        self.qos.set(limits);
+        self
     }
 
     /// This namespace, exported read-only when `read_only`: write protected

@@ -67,6 +67,7 @@ pub fn ram_ns(nsid: u32, size: u64) -> NamespaceConfig {
         reservations: false,
         reservations_file: None,
         hosts: None,
+        qos: Default::default(),
     }
 }
 
@@ -82,6 +83,7 @@ pub fn file_ns(nsid: u32, path: &std::path::Path, size: Option<u64>, engine: IoE
         reservations: false,
         reservations_file: None,
         hosts: None,
+        qos: Default::default(),
     }
 }
 
