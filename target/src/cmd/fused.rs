@@ -5,7 +5,7 @@
 //! The queue pairs a Compare sent as the first command of a fused
 //! operation with the Write after it ([`crate::queue`]) and, once both
 //! have their data, starts the pair here: with the namespace's
-//! [`CompareWriteLock`](crate::core::fused::CompareWriteLock) held, the
+//! [`CompareWriteLock`] held, the
 //! blocks are read and compared, and written only if they match. Both
 //! commands complete together, the Compare first, with SPDK's statuses:
 //! a miscompare is Compare Failure on the Compare and Command Aborted due
