@@ -16,6 +16,7 @@ use nvmeof_target::config::{
     SubsystemConfig, TargetConfig, DEFAULT_MODEL,
 };
 use nvmeof_target::core::ana::DEFAULT_ANA_GROUP;
+use nvmeof_target::core::qos::QosLimits;
 use nvmeof_target::core::{Limits, Referral};
 use nvmeof_target::server::Server;
 
@@ -35,7 +36,7 @@ enum Cmd {
 #[derive(clap::Args)]
 struct ServeArgs {
     /// TOML configuration (ports, subsystems, namespaces, allowed hosts); excludes the other export flags.
-    #[arg(long, conflicts_with_all = ["file", "size", "ram", "block", "listen", "nqn", "allow_host", "dhchap_secret", "block_size", "read_only", "reservations", "referral"])]
+    #[arg(long, conflicts_with_all = ["file", "size", "ram", "block", "listen", "nqn", "allow_host", "dhchap_secret", "block_size", "read_only", "reservations", "referral", "qos_iops", "qos_bandwidth"])]
     config: Option<PathBuf>,
     /// Export this regular file (repeat for several namespaces).
     #[arg(long)]
@@ -58,6 +59,14 @@ struct ServeArgs {
     /// Register/Acquire/Release/Report; Linux blkpr ioctls, `nvme resv-*`).
     #[arg(long)]
     reservations: bool,
+    /// Limit each namespace to this many I/O commands per second, from all
+    /// hosts together (configuration `qos_iops`); commands past it wait.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    qos_iops: Option<u64>,
+    /// Limit each namespace to this many bytes per second of reads and
+    /// writes, e.g. 500M (configuration `qos_bandwidth`); commands past it wait.
+    #[arg(long, value_parser = parse_nonzero_size)]
+    qos_bandwidth: Option<u64>,
     /// Listen address (repeatable); default 0.0.0.0:4420.
     #[arg(long)]
     listen: Vec<SocketAddr>,
@@ -132,6 +141,18 @@ fn hostname() -> String {
         .unwrap_or_else(|| "localhost".into())
 }
 
+fn parse_nonzero_size(s: &str) -> Result<u64, String> {
+    match parse_size(s)? {
+        0 => Err("must be at least 1".into()),
+        n => Ok(n),
+    }
+}
+
+/// The rate limits every namespace given by flags gets.
+fn qos(a: &ServeArgs) -> QosLimits {
+    QosLimits { iops: a.qos_iops, bytes_per_sec: a.qos_bandwidth }
+}
+
 fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
     let mut nss = Vec::new();
     for f in &a.file {
@@ -150,7 +171,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             reservations: a.reservations,
             reservations_file: None,
             hosts: None,
-            qos: Default::default(),
+            qos: qos(a),
         });
     }
     for r in &a.ram {
@@ -164,7 +185,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             reservations: a.reservations,
             reservations_file: None,
             hosts: None,
-            qos: Default::default(),
+            qos: qos(a),
         });
     }
     for b in &a.block {
@@ -182,7 +203,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             reservations: a.reservations,
             reservations_file: None,
             hosts: None,
-            qos: Default::default(),
+            qos: qos(a),
         });
     }
     if nss.is_empty() {
@@ -476,6 +497,18 @@ mod tests {
         assert!(c.subsystems[0].namespaces.iter().all(|n| n.reservations));
         assert!(flags(&["--ram", "1M"]).unwrap().subsystems[0].namespaces.iter().all(|n| !n.reservations));
         assert!(args(&["--config", "/x.toml", "--reservations"]).is_err());
+    }
+
+    #[test]
+    fn qos_flags() {
+        let c = flags(&["--file", "/x.img", "--ram", "1M", "--qos-iops", "500", "--qos-bandwidth", "10M"])
+            .unwrap();
+        let want = QosLimits { iops: Some(500), bytes_per_sec: Some(10 << 20) };
+        assert!(c.subsystems[0].namespaces.iter().all(|n| n.qos == want));
+        assert!(flags(&["--ram", "1M"]).unwrap().subsystems[0].namespaces.iter().all(|n| !n.qos.any()));
+        assert!(args(&["--ram", "1M", "--qos-iops", "0"]).is_err());
+        assert!(args(&["--ram", "1M", "--qos-bandwidth", "0"]).is_err());
+        assert!(args(&["--config", "/x.toml", "--qos-iops", "5"]).is_err());
     }
 
     #[test]
