@@ -199,6 +199,7 @@ write_target_config() {
         # namespace that HOSTS only see (namespace masking; "any": every
         # host, "none": no host)
         # or ("NQN qmax N") one with at most N I/O queues per controller
+        # or ("NQN qos N") one whose namespace is limited to N IOPS
         if [ -f "$DIR/subsys.list" ]; then while read -r nqn kind file key ckey group; do
             [ -n "$nqn" ] || continue
             echo
@@ -224,6 +225,9 @@ write_target_config() {
                 echo "read_only = true"
             else
                 echo "ram = \"16M\""
+            fi
+            if [ "$kind" = qos ]; then
+                echo "qos_iops = $file"
             fi
             if [ "$kind" = mask ]; then
                 echo
@@ -597,10 +601,10 @@ hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespac
     # authenticate with DH-HMAC-CHAP, or (acl HOSTS|any) open to the hosts
     # HOSTS (NQNs joined by commas) only, or (mask HOSTS|any|none) with a
     # second namespace that HOSTS only see, or (qmax N) with at most N I/O
-    # queues per controller; SIGHUP
+    # queues per controller, or (qos N) with its namespace limited to N IOPS; SIGHUP
     kh_host_target || { echo "not applicable"; return 2; }
     local nqn=$1 kind=${2:-} file="" sum="" extra=""
-    [[ $nqn =~ ^nqn\.[[:alnum:].:-]+$ ]] && [[ $kind =~ ^(ro|auth|acl|mask|qmax)?$ ]] || { echo "usage: add-subsystem NQN [ro|auth ...|acl HOSTS|mask HOSTS|qmax N]"; return 2; }
+    [[ $nqn =~ ^nqn\.[[:alnum:].:-]+$ ]] && [[ $kind =~ ^(ro|auth|acl|mask|qmax|qos)?$ ]] || { echo "usage: add-subsystem NQN [ro|auth ...|acl HOSTS|mask HOSTS|qmax N|qos N]"; return 2; }
     awk -v n="$nqn" '$1==n{f=1} END{exit !f}' "$DIR/subsys.list" 2>/dev/null && { echo "$nqn already configured"; return 1; }
     if [ "$kind" = ro ]; then
         file=$DIR/ro-$(printf '%s' "$nqn" | md5sum | cut -c1-8).img
@@ -619,6 +623,9 @@ hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespac
         file=$3
     elif [ "$kind" = qmax ]; then
         [[ ${3:-} =~ ^[1-9][0-9]{0,2}$ ]] || { echo "usage: add-subsystem NQN qmax N"; return 2; }
+        file=$3
+    elif [ "$kind" = qos ]; then
+        [[ ${3:-} =~ ^[1-9][0-9]{0,6}$ ]] || { echo "usage: add-subsystem NQN qos N"; return 2; }
         file=$3
     fi
     echo "$nqn $kind $file $extra" >>"$DIR/subsys.list"

@@ -144,6 +144,13 @@
 #                     nvmet: port unlink) while connected -> the controller
 #                     is gone within 20 s (the reconnect is refused with DNR).
 #
+# Per-namespace rate limits (ours only: nvmet has none, kernel-guest: left out):
+#   - qos:            subsystem NQN-qos whose namespace has qos_iops = 200
+#                     (hook "add-subsystem NQN-qos qos 200"): fio 4 KiB
+#                     randread at QD16 for 4 s gets at most 230 and at least
+#                     100 IOPS without an error, and the controller stays
+#                     live (no I/O timeout, no reset).
+#
 # In-band authentication (DH-HMAC-CHAP):
 #   - auth:           keys from `nvme gen-dhchap-key` (host key with the
 #                     SHA-256 transform, a 48-byte controller key with the
@@ -1095,6 +1102,37 @@ qmax_checks() {
     info "subsystem removed while connected: $_c gone after $(( $(now_ms) - _t0 )) ms"
     rm -f /tmp/qmax-pat
 }
+NQN_QOS=$NQN-qos
+qos_checks() {
+    t 60 nvme connect -t tcp -a "$NVME_ADDR" -s "$NVME_PORT" -n "$NQN_QOS" >/dev/null 2>&1 || fail "nvme connect $NQN_QOS failed"
+    _d=$(wait_ns_dev "$NQN_QOS" 30) || fail "no namespace block device for $NQN_QOS"
+    _c=$(ctrls_for_nqn "$NQN_QOS" | head -n 1)
+    _r0=$(dmesg | grep -c -E "$_c.*(timeout|reset)")
+    t 60 fio --name=qos --filename="$_d" --ioengine=libaio --direct=1 --rw=randread --bs=4k --iodepth=16 \
+        --size=16M --time_based --runtime=4 --output-format=terse --terse-version=3 --output=/tmp/qos.fio \
+        >/dev/null 2>&1 || fail "fio: $(cat /tmp/qos.fio 2>/dev/null)"
+    # terse v3: field 5 the error, 8 the read IOPS
+    _err=$(awk -F';' '{print $5; exit}' /tmp/qos.fio); _iops=$(awk -F';' '{print $8; exit}' /tmp/qos.fio)
+    info "fio randread QD16 at qos_iops = 200: $_iops IOPS, error $_err"
+    [ "$_err" = 0 ] || fail "fio error $_err"
+    [ -n "$_iops" ] && [ "$_iops" -le 230 ] && [ "$_iops" -ge 100 ] || fail "$_iops IOPS, want 100..230 (limit 200)"
+    [ "$(cat /sys/class/nvme/"$_c"/state)" = live ] || fail "$_c is $(cat /sys/class/nvme/"$_c"/state)"
+    [ "$(dmesg | grep -c -E "$_c.*(timeout|reset)")" = "$_r0" ] || fail "$_c: $(dmesg | grep "$_c" | tail -n 2)"
+}
+kh_qos() {
+    if [ "$TARGET" = kernel-guest ]; then
+        info "nvmet has no per-namespace rate limits: left out"
+        return 0
+    fi
+    hook_call add-subsystem 60 "$NQN_QOS" qos 200 || fail "add $NQN_QOS: ${HOOK_REPLY:-no reply}"
+    ( qos_checks )
+    _rc=$?
+    t 30 nvme disconnect -n "$NQN_QOS" >/dev/null 2>&1
+    wait_no_ctrl "$NQN_QOS" 10 || info "a controller of $NQN_QOS is still present"
+    hook_call remove-subsystem 60 "$NQN_QOS" >/dev/null || info "remove $NQN_QOS: ${HOOK_REPLY:-no reply}"
+    [ $_rc = 0 ] || exit 1
+}
+
 kh_queue_limit() {
     _out=$(qmax_subsys add 1) || fail "add $NQN_QMAX: $_out"
     ( qmax_checks )
@@ -1788,6 +1826,7 @@ scenario_main() {
     run_step allowed-hosts 240 kh_allowed_hosts
     run_step ns-masking 180 kh_ns_masking
     run_step queue-limit 180 kh_queue_limit
+    run_step qos 120 kh_qos
     run_step auth 300 kh_auth
     # PLACEHOLDERS (see the header): TLS.
     run_step final-clean 60 kh_final_clean
