@@ -530,42 +530,14 @@ impl QueueShared {
     /// (a resubmitted half would not be next to its partner: see
     /// [`ONCE_BIT`]). The results come back in the same order.
     pub(crate) async fn execute_fused(&self, pair: [(Sqe, Payload<'_>); 2]) -> [Result<Cqe>; 2] {
-        for (_, p) in &pair {
-            if let Err(e) = check_len(p.len()) {
-                return [Err(e.clone()), Err(e)];
-            }
-        }
-        let mut tickets = Vec::with_capacity(2);
-        if let Err(e) = self.acquire_many(2, &mut tickets).await {
-            return [Err(e.clone()), Err(e)];
-        }
-        if tickets.len() < 2 {
+        if self.depth() < 2 {
             let e = Error::InvalidArgument("a fused operation needs a queue at least 2 commands deep".into());
             return [Err(e.clone()), Err(e)];
         }
-        let mut subs = Vec::with_capacity(2);
-        let mut infos = Vec::with_capacity(2);
-        for (t, (sqe, payload)) in tickets.iter().zip(pair) {
-            infos.push(command_info(self.qid, &sqe));
-            let (data, _) = t.prepare(payload.into(), None);
-            lock(&self.tickets[t.idx as usize]).phase = Phase::InFlight;
-            subs.push(Submission {
-                user_data: t.idx as u64 | ONCE_BIT,
-                cmd: Command { sqe, data, timeout: None },
-            });
-        }
-        if let Err(e) = self.push(subs) {
-            for t in &tickets {
-                lock(&self.tickets[t.idx as usize]).phase = Phase::Idle;
-            }
-            return [Err(e.clone()), Err(e)];
-        }
-        let mut out = Vec::with_capacity(2);
-        for (t, info) in tickets.into_iter().zip(infos) {
-            out.push(t.wait().await.and_then(|c| check_status(c, info)));
-        }
-        let second = out.pop().expect("two results");
-        [out.pop().expect("two results"), second]
+        let ops = pair.into_iter().map(|(sqe, p)| (sqe, Xfer::P(p))).collect();
+        let mut r = self.execute_batch_with(ops, ONCE_BIT).await.into_iter().map(|(r, _)| r);
+        let missing = || Err(Error::Controller("fused operation: a result missing".into()));
+        [r.next().unwrap_or_else(missing), r.next().unwrap_or_else(missing)]
     }
 
     /// Runs many commands with one submission (one wake-up of the driver,
@@ -575,6 +547,15 @@ impl QueueShared {
     pub(crate) async fn execute_batch(
         &self,
         ops: Vec<(Sqe, Xfer<'_>)>,
+    ) -> Vec<(Result<Cqe>, Option<BytesMut>)> {
+        self.execute_batch_with(ops, 0).await
+    }
+
+    /// [`Self::execute_batch`] with `bits` ([`ONCE_BIT`]) on every command.
+    async fn execute_batch_with(
+        &self,
+        ops: Vec<(Sqe, Xfer<'_>)>,
+        bits: u64,
     ) -> Vec<(Result<Cqe>, Option<BytesMut>)> {
         let mut results = Vec::with_capacity(ops.len());
         let mut ops = ops.into_iter().peekable();
@@ -596,7 +577,10 @@ impl QueueShared {
                 infos.push(command_info(self.qid, &sqe));
                 let (data, read) = t.prepare(payload, None);
                 lock(&self.tickets[t.idx as usize]).phase = Phase::InFlight;
-                subs.push(Submission { user_data: t.idx as u64, cmd: Command { sqe, data, timeout: None } });
+                subs.push(Submission {
+                    user_data: t.idx as u64 | bits,
+                    cmd: Command { sqe, data, timeout: None },
+                });
                 reads.push(read);
             }
             if let Err(e) = self.push(subs.drain(..)) {

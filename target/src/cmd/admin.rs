@@ -1298,7 +1298,7 @@ mod tests {
             return st;
         }
         let data = Bytes::from(vec![0u8; len as usize]);
-        match super::super::io::execute(&mut e.ctx, &ctrl, &s, data, 5) {
+        match super::super::io::execute(&mut e.ctx, &ctrl, &s, data, 5, true) {
             Exec::Done(r) => r.status,
             Exec::Pending(p) => panic!("RAM namespace pending {p:?}"),
         }
@@ -1358,7 +1358,7 @@ mod tests {
         super::super::io::parse(&e.ctx, &e.ctrl, &w).unwrap();
         e.run(&wp(1, 3)).unwrap();
         let ctrl = e.ctrl.clone();
-        match super::super::io::execute(&mut e.ctx, &ctrl, &w, Bytes::from(vec![1u8; 4096]), 6) {
+        match super::super::io::execute(&mut e.ctx, &ctrl, &w, Bytes::from(vec![1u8; 4096]), 6, true) {
             Exec::Done(r) => assert_eq!(r.status, Status::NS_WRITE_PROTECTED),
             Exec::Pending(_) => panic!("pending"),
         }
@@ -1455,7 +1455,7 @@ mod tests {
         s.set_nsid(nsid).set_sgl(SglDescriptor::transport(512)).set_nlb(0);
         let ctrl = e.ctrl.clone();
         super::super::io::parse(&e.ctx, &ctrl, &s).ok()?;
-        match super::super::io::execute(&mut e.ctx, &ctrl, &s, Bytes::from(vec![0u8; 512]), 13) {
+        match super::super::io::execute(&mut e.ctx, &ctrl, &s, Bytes::from(vec![0u8; 512]), 13, true) {
             Exec::Done(r) => Some(r.status),
             Exec::Pending(_) => e.rx.try_recv().ok().map(|c| c.status),
         }

@@ -19,7 +19,7 @@ use nvmeof_common::opcode::IoOpcode;
 use nvmeof_common::{Sqe, Status};
 use tracing::{debug, warn};
 
-use super::io::{check_access, lba_range};
+use super::io::{check_access, lba_range, submit_step};
 use super::QueueCtx;
 use crate::backend::{Backend, IoCompletion, IoOp};
 use crate::core::fused::{CompareWriteGuard, CompareWriteLock};
@@ -177,16 +177,9 @@ pub fn step(
                 };
             }
         };
-        match job.backend.submit(tag, op, &ctx.io) {
+        match submit_step(ctx, job.backend.as_ref(), tag, op) {
             Some(c) => done = Some(c),
-            None => {
-                // As for Copy: a step run from a completion handler must
-                // submit the queue's ring itself.
-                if let Some(r) = &ctx.io.ring {
-                    r.submit();
-                }
-                return CompareWriteExec::Pending(job);
-            }
+            None => return CompareWriteExec::Pending(job),
         }
     }
     CompareWriteExec::failed(Status::INTERNAL.with_dnr(), false)

@@ -346,32 +346,41 @@ pub fn copy_step(ctx: &QueueCtx, mut job: Box<CopyJob>, tag: u32, mut done: Opti
             }
         };
         job.next += 1;
-        match job.backend.submit(tag, op, &ctx.io) {
+        match submit_step(ctx, job.backend.as_ref(), tag, op) {
             Some(c) => done = Some(c),
-            None => {
-                // The queue's ring submits at its loop's next pass, which a
-                // completion handler may not reach before the queue sleeps.
-                if let Some(r) = &ctx.io.ring {
-                    r.submit();
-                }
-                return Exec::Pending(Pending::Copy(job));
-            }
+            None => return Exec::Pending(Pending::Copy(job)),
         }
     }
     Status::INTERNAL.with_dnr().into()
 }
 
-/// Execute step: hands the operation to the namespace's backend.
-pub fn execute(ctx: &mut QueueCtx, ctrl: &Controller, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
-    ctrl.with_namespace(sqe.nsid(), |ns| execute_on(ctx, ctrl, ns, sqe, data, tag, true))
-        .unwrap_or_else(|| Status::INVALID_NS.with_dnr().into())
+/// Submits one operation of a multi-step command (Copy, Compare and Write)
+/// that may run from a completion handler: its completion if the backend
+/// finished it inline, else `None` with the queue's ring submitted, as its
+/// loop's next pass may come only after the queue sleeps.
+pub(super) fn submit_step(ctx: &QueueCtx, backend: &dyn Backend, tag: u32, op: IoOp) -> Option<IoCompletion> {
+    let c = backend.submit(tag, op, &ctx.io);
+    if c.is_none() {
+        if let Some(r) = &ctx.io.ring {
+            r.submit();
+        }
+    }
+    c
 }
 
-/// [`execute`] for a command the namespace's rate limits held back
-/// ([`Pending::Throttled`]), once its time has come: it runs without
-/// reserving again.
-pub fn execute_throttled(ctx: &mut QueueCtx, ctrl: &Controller, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
-    ctrl.with_namespace(sqe.nsid(), |ns| execute_on(ctx, ctrl, ns, sqe, data, tag, false))
+/// Execute step: hands the operation to the namespace's backend.
+/// `throttle`: the namespace's rate limits apply; false for a command they
+/// held back ([`Pending::Throttled`]) whose time has come, which runs
+/// without reserving again.
+pub fn execute(
+    ctx: &mut QueueCtx,
+    ctrl: &Controller,
+    sqe: &Sqe,
+    data: Bytes,
+    tag: u32,
+    throttle: bool,
+) -> Exec {
+    ctrl.with_namespace(sqe.nsid(), |ns| execute_on(ctx, ctrl, ns, sqe, data, tag, throttle))
         .unwrap_or_else(|| Status::INVALID_NS.with_dnr().into())
 }
 

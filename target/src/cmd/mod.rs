@@ -423,6 +423,16 @@ pub fn execute(ctx: &mut QueueCtx, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
         };
         return admin::execute(ctx, &ctrl, sqe, data, tag);
     }
+    execute_io(ctx, sqe, data, tag, true)
+}
+
+/// Runs an I/O command its namespace's rate limits held back
+/// ([`Pending::Throttled`]) once its time has come.
+pub fn execute_throttled(ctx: &mut QueueCtx, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
+    execute_io(ctx, sqe, data, tag, false)
+}
+
+fn execute_io(ctx: &mut QueueCtx, sqe: &Sqe, data: Bytes, tag: u32, throttle: bool) -> Exec {
     // Borrowed out of the context for the call, not cloned: every queue of
     // the controller shares this `Arc`, and a clone per I/O command would
     // move its reference count between their cores. The I/O path does not
@@ -430,18 +440,7 @@ pub fn execute(ctx: &mut QueueCtx, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
     let Some(ctrl) = ctx.ctrl.take() else {
         return Status::INVALID_OPCODE.with_dnr().into();
     };
-    let exec = io::execute(ctx, &ctrl, sqe, data, tag);
-    ctx.ctrl = Some(ctrl);
-    exec
-}
-
-/// Runs an I/O command its namespace's rate limits held back
-/// ([`Pending::Throttled`]) once its time has come.
-pub fn execute_throttled(ctx: &mut QueueCtx, sqe: &Sqe, data: Bytes, tag: u32) -> Exec {
-    let Some(ctrl) = ctx.ctrl.take() else {
-        return Status::INTERNAL.with_dnr().into();
-    };
-    let exec = io::execute_throttled(ctx, &ctrl, sqe, data, tag);
+    let exec = io::execute(ctx, &ctrl, sqe, data, tag, throttle);
     ctx.ctrl = Some(ctrl);
     exec
 }
