@@ -87,6 +87,12 @@ impl IoOpcode {
     pub const RESV_RELEASE: Self = Self(0x15);
     /// Copy.
     pub const COPY: Self = Self(0x19);
+    /// Zone Management Send (Zoned Namespace command set).
+    pub const ZONE_MGMT_SEND: Self = Self(0x79);
+    /// Zone Management Receive (Zoned Namespace command set).
+    pub const ZONE_MGMT_RECV: Self = Self(0x7A);
+    /// Zone Append (Zoned Namespace command set).
+    pub const ZONE_APPEND: Self = Self(0x7D);
     /// Fabrics command (allowed on I/O queues too).
     pub const FABRICS: Self = Self(0x7F);
 }

@@ -133,6 +133,24 @@ impl Status {
     pub const DISCOVERY_RESTART: Self = st(1, 0x90);
     /// Fabrics: Authentication Required.
     pub const AUTH_REQUIRED: Self = st(1, 0x91);
+    /// Zone Boundary Error: a write or Zone Append would cross the end of
+    /// the zone's capacity (Zoned Namespace command set; Linux
+    /// `NVME_SC_ZONE_BOUNDARY_ERROR`).
+    pub const ZONE_BOUNDARY_ERROR: Self = st(1, 0xB8);
+    /// Zone Is Full.
+    pub const ZONE_FULL: Self = st(1, 0xB9);
+    /// Zone Is Read Only.
+    pub const ZONE_READ_ONLY: Self = st(1, 0xBA);
+    /// Zone Is Offline.
+    pub const ZONE_OFFLINE: Self = st(1, 0xBB);
+    /// Zone Invalid Write: a write that does not start at the zone's write pointer.
+    pub const ZONE_INVALID_WRITE: Self = st(1, 0xBC);
+    /// Too Many Active Zones.
+    pub const ZONE_TOO_MANY_ACTIVE: Self = st(1, 0xBD);
+    /// Too Many Open Zones.
+    pub const ZONE_TOO_MANY_OPEN: Self = st(1, 0xBE);
+    /// Invalid Zone State Transition.
+    pub const ZONE_INVALID_TRANSITION: Self = st(1, 0xBF);
 
     /// Write Fault.
     pub const WRITE_FAULT: Self = st(2, 0x80);

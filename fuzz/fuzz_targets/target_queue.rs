@@ -59,6 +59,7 @@ use nvmeof_common::spec::{
 use nvmeof_common::{Cqe, SglDescriptor, Sqe};
 use nvmeof_fuzz::{chunk_len, chunked, fix_digests, trace, write_seeds_if_asked};
 use nvmeof_target::backend::{Backend, DeferredMemBackend, IoCompletion, MemBackend};
+use nvmeof_target::core::zoned::ZoneConfig;
 use nvmeof_target::cmd::QueueCtx;
 use nvmeof_target::config::HostKeys;
 use nvmeof_target::core::controller::Teardown;
@@ -79,6 +80,15 @@ fn ram_namespace(nsid: u32, deferred: bool) -> Arc<Namespace> {
     Arc::new(Namespace::new(NQN, nsid, backend).with_reservations(true))
 }
 
+/// A zoned RAM namespace: 8 zones of 16 blocks, at most 2 open and 3
+/// active, so fuzzed writes and zone commands reach the zone state machine.
+fn zoned_namespace(nsid: u32, deferred: bool) -> Arc<Namespace> {
+    let ram = MemBackend::new(64 << 10, 512);
+    let backend: Arc<dyn Backend> = if deferred { Arc::new(DeferredMemBackend(ram)) } else { Arc::new(ram) };
+    let zones = ZoneConfig { zone_size: 8 << 10, max_open: Some(2), max_active: Some(3) };
+    Arc::new(Namespace::new(NQN, nsid, backend).with_zones(zones).expect("8 zones fit"))
+}
+
 fn target(deferred: bool, auth: bool) -> (Arc<Target>, Arc<Subsystem>) {
     let t = Target::new(Limits::default());
     let mut keys = std::collections::BTreeMap::new();
@@ -91,6 +101,7 @@ fn target(deferred: bool, auth: bool) -> (Arc<Target>, Arc<Subsystem>) {
     }
     let s = Arc::new(Subsystem::new(NQN, "fuzz", None, false).with_host_keys(&keys));
     s.add_namespace(ram_namespace(1, deferred));
+    s.add_namespace(zoned_namespace(3, deferred));
     t.add_subsystem(s.clone());
     (t, s)
 }
@@ -432,6 +443,11 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         s
     };
     let block = [0xA5u8; 512];
+    // The one H2CData PDU of a 512-byte write (or compare) sent by R2T.
+    let h2c_block = |cccid: u16| {
+        Pdu::H2cData(H2cData { cccid, ttag: 0, datao: 0, data: Bytes::copy_from_slice(&block), last: true })
+            .encode_to_vec(&EncodeConfig::default())
+    };
     let dsm = DsmRange { cattr: 0, nlb: 8, slba: 16 }.encode();
     let mut dsm_sqe = Sqe::new(0x09);
     dsm_sqe.set_cid(6).set_nsid(1).set_cdw(10, 0).set_cdw(11, 1 << 2).set_sgl(SglDescriptor::in_capsule(16));
@@ -443,14 +459,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         .collect();
     let mut copy_sqe = CopyCmd::new(1, 40, 2, false).to_sqe(7);
     copy_sqe.set_sgl(SglDescriptor::in_capsule(copy_ranges.len() as u32));
-    let h2c = Pdu::H2cData(H2cData {
-        cccid: 3,
-        ttag: 0,
-        datao: 0,
-        data: Bytes::copy_from_slice(&block),
-        last: true,
-    })
-    .encode_to_vec(&EncodeConfig::default());
+    let h2c = h2c_block(3);
     let io = vec![
         cmd(rw(0x01, 1, SglDescriptor::in_capsule(512)), &block),
         cmd(rw(0x02, 2, SglDescriptor::transport(512)), &[]),
@@ -573,14 +582,7 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
                 s.set_fuse(fuse);
                 s
             };
-            let h2c_compare = Pdu::H2cData(H2cData {
-                cccid: 32,
-                ttag: 0,
-                datao: 0,
-                data: Bytes::copy_from_slice(&block),
-                last: true,
-            })
-            .encode_to_vec(&EncodeConfig::default());
+            let h2c_compare = h2c_block(32);
             let pdus = vec![
                 cmd(rw(0x01, 29, SglDescriptor::in_capsule(512)), &block),
                 cmd(fused(0x05, 30, 1, SglDescriptor::in_capsule(512)), &block),
@@ -591,6 +593,38 @@ fn seeds() -> Vec<(&'static str, Vec<u8>)> {
                 cmd(fused(0x05, 34, 1, SglDescriptor::in_capsule(512)), &block),
                 cmd(rw(0x02, 35, SglDescriptor::transport(512)), &[]),
                 cmd(fused(0x01, 36, 2, SglDescriptor::in_capsule(512)), &block),
+            ];
+            input([3, 0x20], &pdus)
+        }),
+        ("io-zoned", {
+            // On the zoned namespace 3: writes at and off the write pointer,
+            // Zone Appends (in-capsule and by R2T), a report, Finish, Reset
+            // (a deallocate that completes through the channel when
+            // deferred), and a Reset of every zone.
+            let z = |opc: u8, cid: u16, slba: u64, sgl: SglDescriptor| {
+                let mut s = Sqe::new(opc);
+                s.set_cid(cid).set_nsid(3).set_slba(slba).set_nlb(0).set_sgl(sgl);
+                s
+            };
+            let send = |cid: u16, slba: u64, zsa: u32| {
+                let mut s = z(0x79, cid, slba, SglDescriptor::transport(0));
+                s.set_cdw(12, 0).set_cdw(13, zsa);
+                s
+            };
+            let mut report = z(0x7A, 45, 0, SglDescriptor::transport(4096));
+            report.set_cdw(12, 1023).set_cdw(13, 1 << 16);
+            let h2c_append = h2c_block(44);
+            let pdus = vec![
+                cmd(z(0x01, 40, 0, SglDescriptor::in_capsule(512)), &block),
+                cmd(z(0x01, 41, 0, SglDescriptor::in_capsule(512)), &block),
+                cmd(z(0x7D, 42, 16, SglDescriptor::in_capsule(512)), &block),
+                cmd(z(0x7D, 43, 17, SglDescriptor::in_capsule(512)), &block),
+                cmd(z(0x7D, 44, 32, SglDescriptor::transport(512)), &[]),
+                h2c_append,
+                cmd(report, &[]),
+                cmd(send(46, 16, 2), &[]),
+                cmd(send(47, 0, 4), &[]),
+                cmd(send(48, 0, 4 | 1 << 8), &[]),
             ];
             input([3, 0x20], &pdus)
         }),

@@ -7,11 +7,16 @@ use bytes::{Bytes, BytesMut};
 use nvmeof_common::opcode::IoOpcode;
 use nvmeof_common::spec::copy::{self, CopyCmd, CopyRange, ONCS_COPY};
 use nvmeof_common::spec::dsm::{DsmCmd, DsmRange, DSM_MAX_RANGES};
+use nvmeof_common::spec::identify::{Csi, IdentifyCmd, IDENTIFY_DATA_LEN};
 use nvmeof_common::spec::reservation::{
     AcquireAction, RegisterAction, ReleaseAction, ReservationCmd, ReservationKeys, ReservationStatus,
     ReservationType, REGISTRANT_EXT_LEN, STATUS_EXT_HEADER_LEN,
 };
-use nvmeof_common::spec::{IdentifyCtrlNvm, IdentifyNamespace};
+use nvmeof_common::spec::zns::{
+    IdentifyNsZns, ZoneDescriptor, ZoneMgmtRecvCmd, ZoneMgmtSendCmd, ZoneReport, ZoneReportFilter,
+    ZoneSendAction, ZONE_DESCRIPTOR_LEN, ZONE_REPORT_HEADER_LEN,
+};
+use nvmeof_common::spec::{Cns, IdentifyCtrlNvm, IdentifyNamespace};
 use nvmeof_common::sqe::{FUSE_FIRST, FUSE_SECOND};
 use nvmeof_common::status::StatusCodeType;
 use nvmeof_common::{Sqe, Status};
@@ -975,6 +980,85 @@ impl Namespace {
             len = need.next_multiple_of(4);
         }
         Err(Error::Controller("reservation report: the registrants kept growing while being read".into()))
+    }
+
+    /// The Zoned Namespace command set's Identify Namespace (CNS 05h, CSI
+    /// 02h): zone size (`zsze[FLBAS]`, in blocks), MAR and MOR. A namespace
+    /// that is not zoned answers zeroes (nvmet) or an error.
+    pub async fn identify_zoned(&self) -> Result<IdentifyNsZns> {
+        let mut buf = [0u8; IDENTIFY_DATA_LEN];
+        let mut cmd = IdentifyCmd::new(Cns::CS_NS, self.nsid);
+        cmd.csi = Csi::ZNS;
+        self.ctrl.identify_raw(cmd, &mut buf).await?;
+        Ok(IdentifyNsZns::decode(&buf)?)
+    }
+
+    /// Report Zones (Zone Management Receive): the zones `filter` selects
+    /// from the zone holding `lba` on, at most `max_zones` descriptors (and
+    /// no more than one command carries); Number of Zones counts every zone
+    /// selected. Walk a large namespace with [`Self::zones`].
+    pub async fn report_zones(
+        &self,
+        lba: u64,
+        filter: ZoneReportFilter,
+        max_zones: usize,
+    ) -> Result<ZoneReport> {
+        let most =
+            (self.max_transfer() as usize).saturating_sub(ZONE_REPORT_HEADER_LEN) / ZONE_DESCRIPTOR_LEN;
+        let len = ZONE_REPORT_HEADER_LEN + max_zones.clamp(1, most.max(1)) * ZONE_DESCRIPTOR_LEN;
+        let mut buf = vec![0u8; len];
+        let cmd = ZoneMgmtRecvCmd::report(self.nsid, lba, len as u32, filter, false);
+        self.ctrl.io_command(cmd.to_sqe(0), Payload::Read(&mut buf)).await?;
+        Ok(ZoneReport::decode(&buf)?)
+    }
+
+    /// Every zone of the namespace, in order (one Report Zones per
+    /// maximum transfer).
+    pub async fn zones(&self) -> Result<Vec<ZoneDescriptor>> {
+        let mut all: Vec<ZoneDescriptor> = Vec::new();
+        let mut lba = 0;
+        // Bounded: each pass reports at least one more zone, or ends.
+        while lba < self.nsze {
+            let r = self.report_zones(lba, ZoneReportFilter::ALL, usize::MAX).await?;
+            let Some(last) = r.zones.last() else { break };
+            let next = last.slba.saturating_add(last.capacity.max(1));
+            if next <= lba {
+                return Err(Error::Controller(format!("zone report from LBA {lba} did not move on")));
+            }
+            all.extend(r.zones);
+            lba = next;
+        }
+        Ok(all)
+    }
+
+    /// Zone Management Send `action` (Open, Close, Finish, Reset) on the
+    /// zone starting at `zslba`, or with `select_all` on every zone it
+    /// applies to. Sent once, never resubmitted.
+    pub async fn manage_zone(&self, action: ZoneSendAction, zslba: u64, select_all: bool) -> Result<()> {
+        let cmd = ZoneMgmtSendCmd { nsid: self.nsid, slba: zslba, action, select_all };
+        self.ctrl
+            .core()
+            .pick_io(QueueUse::Default)?
+            .execute_once(cmd.to_sqe(0), Payload::None)
+            .await
+            .map(drop)
+    }
+
+    /// Zone Append: writes `data` (whole blocks, one command) at the write
+    /// pointer of the zone starting at `zslba` and returns the LBA it went
+    /// to. Sent once, never resubmitted (a second try could append twice).
+    pub async fn zone_append(&self, zslba: u64, data: &[u8], flags: IoFlags) -> Result<u64> {
+        let blocks = self.blocks_of(zslba, data.len())?;
+        if blocks > self.max_blocks {
+            return Err(Error::InvalidArgument(format!(
+                "zone append of {blocks} blocks: more than one command ({} blocks)",
+                self.max_blocks
+            )));
+        }
+        let sqe = self.rw_sqe(IoOpcode::ZONE_APPEND, zslba, blocks, flags);
+        let q = self.ctrl.core().pick_io(QueueUse::Default)?;
+        let cqe = q.execute_once(sqe, Payload::Write(data)).await?;
+        Ok(cqe.dw0() as u64 | (cqe.dw1() as u64) << 32)
     }
 
     /// Starts a batch of requests submitted together.

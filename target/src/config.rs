@@ -51,6 +51,10 @@
 //! reservations_file = "/var/lib/nvmeof/ns1.resv"  # optional: they persist through power loss
 //! qos_iops = 20000                       # optional: I/O commands per second; SIGHUP applies
 //! qos_bandwidth = "500M"                 # optional: bytes per second (reads and writes together)
+//! zoned = true                           # optional: a zoned namespace (Zoned Namespace command set)
+//! zone_size = "64M"                      # optional (zoned): a power of two; default 64M
+//! max_open_zones = 14                    # optional (zoned): MOR + 1; default no limit
+//! max_active_zones = 14                  # optional (zoned): MAR + 1; default no limit
 //! uuid = "0b1d8c4e-..."                  # optional: identifiers (also nguid, eui64); see NamespaceIds
 //! ```
 //!
@@ -103,6 +107,17 @@
 //! is refused), so one tenant's namespace cannot take a shared target's
 //! whole throughput; an idle namespace may use 1 ms of its rate at once. A
 //! reload changes them in place.
+//!
+//! `zoned` exports the namespace with the Zoned Namespace command set, as
+//! SPDK's zoned bdev emulates one over any bdev (nvmet exports only zoned
+//! block devices so): zones of `zone_size`, sequential write required,
+//! Zone Append, Zone Management Send and Receive
+//! ([`crate::core::zoned`]). A Linux host sees a host-managed zoned block
+//! device (`/sys/block/nvmeXnY/queue/zoned`), for zonefs, f2fs, btrfs or
+//! ZenFS. Zone states live in memory: at start a zone whose blocks hold no
+//! data (a hole of a sparse file; RAM) is Empty, any other Full. A zoned
+//! namespace keeps the size it started with: a reload that changes its
+//! size or zone settings replaces it.
 //!
 //! `ana_state` and `ana_groups` set what each port reports for Asymmetric
 //! Namespace Access (nvmet's `ports/N/ana_groups/G/ana_state`): every group
@@ -316,6 +331,9 @@ pub struct NamespaceConfig {
     pub hosts: Option<Vec<String>>,
     /// Rate limits ([`crate::core::qos`]; `qos_iops`, `qos_bandwidth`).
     pub qos: crate::core::qos::QosLimits,
+    /// Exported zoned, with these zones (`zoned`, `zone_size`,
+    /// `max_open_zones`, `max_active_zones`; [`crate::core::zoned`]).
+    pub zoned: Option<crate::core::zoned::ZoneConfig>,
 }
 
 /// Namespace identifiers a configuration gives (nvmet's `device_uuid` and
@@ -368,6 +386,76 @@ fn parse_id<const N: usize>(text: &str) -> Result<[u8; N], String> {
         return Err(format!("{text:?}: all zeroes means \"no identifier\""));
     }
     Ok(out)
+}
+
+/// The zone keys of a `[[subsystem.namespace]]` table.
+struct ZoneKeys {
+    zoned: Option<bool>,
+    zone_size: Option<String>,
+    max_open_zones: Option<u32>,
+    max_active_zones: Option<u32>,
+}
+
+impl RawNamespace {
+    fn zoned_keys(&self) -> ZoneKeys {
+        ZoneKeys {
+            zoned: self.zoned,
+            zone_size: self.zone_size.clone(),
+            max_open_zones: self.max_open_zones,
+            max_active_zones: self.max_active_zones,
+        }
+    }
+}
+
+/// The zones of a namespace's `zoned`, `zone_size`, `max_open_zones` and
+/// `max_active_zones` keys (the last three need the first).
+fn zone_config(
+    n: &ZoneKeys,
+    nkey: &str,
+    block_size: u32,
+) -> Result<Option<crate::core::zoned::ZoneConfig>, ConfigError> {
+    use crate::core::zoned::ZoneConfig;
+    if n.zoned != Some(true) {
+        for (set, key) in [
+            (n.zone_size.is_some(), "zone_size"),
+            (n.max_open_zones.is_some(), "max_open_zones"),
+            (n.max_active_zones.is_some(), "max_active_zones"),
+        ] {
+            if set {
+                return Err(invalid(
+                    format!("{nkey}.{key}"),
+                    "applies to zoned namespaces only (zoned = true)",
+                ));
+            }
+        }
+        return Ok(None);
+    }
+    let zone_size = match n.zone_size.as_deref().map(parse_size).transpose() {
+        Ok(v) => v.unwrap_or(ZoneConfig::default().zone_size),
+        Err(e) => return Err(invalid(format!("{nkey}.zone_size"), e)),
+    };
+    if !zone_size.is_power_of_two() || zone_size < block_size as u64 {
+        return Err(invalid(
+            format!("{nkey}.zone_size"),
+            format!(
+                "must be a power of two of at least the block size ({block_size}); Linux hosts refuse others"
+            ),
+        ));
+    }
+    for (v, key) in [(n.max_open_zones, "max_open_zones"), (n.max_active_zones, "max_active_zones")] {
+        if v == Some(0) {
+            return Err(invalid(format!("{nkey}.{key}"), "must be at least 1"));
+        }
+    }
+    if let (Some(o), Some(a)) = (n.max_open_zones, n.max_active_zones) {
+        if o > a {
+            return Err(invalid(
+                format!("{nkey}.max_open_zones"),
+                format!("more than max_active_zones ({a})"),
+            ));
+        }
+    }
+    Ok(Some(ZoneConfig { zone_size, max_open: n.max_open_zones, max_active: n.max_active_zones }))
 }
 
 /// [`parse_id`] of an optional key; the error names `key()`.
@@ -706,6 +794,10 @@ struct RawNamespace {
     hosts: Option<Vec<String>>,
     qos_iops: Option<u64>,
     qos_bandwidth: Option<String>,
+    zoned: Option<bool>,
+    zone_size: Option<String>,
+    max_open_zones: Option<u32>,
+    max_active_zones: Option<u32>,
     uuid: Option<String>,
     nguid: Option<String>,
     eui64: Option<String>,
@@ -874,6 +966,7 @@ impl TargetConfig {
                 if n.buffered_io.is_some() && n.file.is_none() {
                     return Err(invalid(format!("{nkey}.buffered_io"), "applies to file namespaces only"));
                 }
+                let zoned = zone_config(&n.zoned_keys(), &nkey, n.block_size.unwrap_or(512))?;
                 let source = match (n.file, n.ram, n.block) {
                     (Some(path), None, None) => NamespaceSource::File {
                         path,
@@ -936,6 +1029,7 @@ impl TargetConfig {
                             Err(e) => return Err(invalid(format!("{nkey}.qos_bandwidth"), e)),
                         },
                     },
+                    zoned,
                 };
                 for (h, host) in n.hosts.iter().flatten().enumerate() {
                     let hkey = format!("{nkey}.hosts[{h}]");

@@ -17,6 +17,7 @@ use nvmeof_target::config::{
 };
 use nvmeof_target::core::ana::DEFAULT_ANA_GROUP;
 use nvmeof_target::core::qos::QosLimits;
+use nvmeof_target::core::zoned::ZoneConfig;
 use nvmeof_target::core::{Limits, Referral};
 use nvmeof_target::server::Server;
 
@@ -36,7 +37,7 @@ enum Cmd {
 #[derive(clap::Args)]
 struct ServeArgs {
     /// TOML configuration (ports, subsystems, namespaces, allowed hosts); excludes the other export flags.
-    #[arg(long, conflicts_with_all = ["file", "size", "ram", "block", "listen", "nqn", "allow_host", "dhchap_secret", "block_size", "read_only", "reservations", "referral", "qos_iops", "qos_bandwidth"])]
+    #[arg(long, conflicts_with_all = ["file", "size", "ram", "block", "listen", "nqn", "allow_host", "dhchap_secret", "block_size", "read_only", "reservations", "referral", "qos_iops", "qos_bandwidth", "zoned"])]
     config: Option<PathBuf>,
     /// Export this regular file (repeat for several namespaces).
     #[arg(long)]
@@ -67,6 +68,21 @@ struct ServeArgs {
     /// writes, e.g. 500M (configuration `qos_bandwidth`); commands past it wait.
     #[arg(long, value_parser = parse_nonzero_size)]
     qos_bandwidth: Option<u64>,
+    /// Export every namespace zoned (Zoned Namespace command set, as SPDK's
+    /// zoned bdev; configuration `zoned`): Linux hosts see host-managed
+    /// zoned block devices. A zone whose blocks hold no data starts Empty,
+    /// any other Full.
+    #[arg(long)]
+    zoned: bool,
+    /// Zone size of --zoned namespaces, a power of two; default 64M.
+    #[arg(long, value_parser = parse_size, requires = "zoned")]
+    zone_size: Option<u64>,
+    /// Most zones of a --zoned namespace open at once; default no limit.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), requires = "zoned")]
+    max_open_zones: Option<u32>,
+    /// Most zones of a --zoned namespace open or closed at once; default no limit.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..), requires = "zoned")]
+    max_active_zones: Option<u32>,
     /// Listen address (repeatable); default 0.0.0.0:4420.
     #[arg(long)]
     listen: Vec<SocketAddr>,
@@ -153,7 +169,29 @@ fn qos(a: &ServeArgs) -> QosLimits {
     QosLimits { iops: a.qos_iops, bytes_per_sec: a.qos_bandwidth }
 }
 
+/// The zones every namespace given by flags gets, with `--zoned`.
+fn zoned(a: &ServeArgs) -> Option<ZoneConfig> {
+    a.zoned.then(|| ZoneConfig {
+        zone_size: a.zone_size.unwrap_or(ZoneConfig::default().zone_size),
+        max_open: a.max_open_zones,
+        max_active: a.max_active_zones,
+    })
+}
+
 fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
+    if let Some(z) = zoned(a) {
+        if !z.zone_size.is_power_of_two() || z.zone_size < a.block_size as u64 {
+            return Err(format!(
+                "--zone-size: {} is not a power of two of at least the block size ({}); Linux hosts refuse others",
+                z.zone_size, a.block_size
+            ));
+        }
+        if let (Some(o), Some(m)) = (z.max_open, z.max_active) {
+            if o > m {
+                return Err(format!("--max-open-zones: {o} is more than --max-active-zones ({m})"));
+            }
+        }
+    }
     let mut nss = Vec::new();
     for f in &a.file {
         nss.push(NamespaceConfig {
@@ -172,6 +210,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             reservations_file: None,
             hosts: None,
             qos: qos(a),
+            zoned: zoned(a),
         });
     }
     for r in &a.ram {
@@ -186,6 +225,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             reservations_file: None,
             hosts: None,
             qos: qos(a),
+            zoned: zoned(a),
         });
     }
     for b in &a.block {
@@ -204,6 +244,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             reservations_file: None,
             hosts: None,
             qos: qos(a),
+            zoned: zoned(a),
         });
     }
     if nss.is_empty() {

@@ -56,6 +56,9 @@ fn same_store(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
         && a.reservations_file == b.reservations_file
         // New identifiers make hosts drop the namespace and add it again.
         && a.ids == b.ids
+        // A zoned namespace keeps the zones (and the size) it started with.
+        && a.zoned == b.zoned
+        && (a.zoned.is_none() || configured_size(a) == configured_size(b))
         && match (&a.source, &b.source) {
             (
                 File { path: p, io_engine: e, buffered_io: bu, .. },
@@ -214,6 +217,15 @@ fn new_namespace(
         .with_reservations(n.reservations)
         .with_hosts(n.hosts.clone())
         .with_qos(n.qos);
+    if let Some(z) = n.zoned {
+        ns = ns.with_zones(z).map_err(|e| {
+            std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("zoned namespace: {e}"))
+        })?;
+        if let Some(zones) = &ns.zones {
+            let (empty, full) = zones.initial_counts();
+            info!(subnqn = nqn, nsid, zone_size = z.zone_size, zones = zones.count(), empty, full, max_open = ?z.max_open, max_active = ?z.max_active, "zoned namespace");
+        }
+    }
     if n.qos.any() {
         info!(subnqn = nqn, nsid, limits = %n.qos, "namespace rate limits");
     }

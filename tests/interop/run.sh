@@ -200,6 +200,8 @@ write_target_config() {
         # host, "none": no host)
         # or ("NQN qmax N") one with at most N I/O queues per controller
         # or ("NQN qos N") one whose namespace is limited to N IOPS
+        # or ("NQN zoned") one whose namespace is zoned: 4 zones of 4 MiB,
+        # at most 2 open and 3 active
         if [ -f "$DIR/subsys.list" ]; then while read -r nqn kind file key ckey group; do
             [ -n "$nqn" ] || continue
             echo
@@ -228,6 +230,12 @@ write_target_config() {
             fi
             if [ "$kind" = qos ]; then
                 echo "qos_iops = $file"
+            fi
+            if [ "$kind" = zoned ]; then
+                echo "zoned = true"
+                echo "zone_size = \"4M\""
+                echo "max_open_zones = 2"
+                echo "max_active_zones = 3"
             fi
             if [ "$kind" = mask ]; then
                 echo
@@ -601,10 +609,11 @@ hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespac
     # authenticate with DH-HMAC-CHAP, or (acl HOSTS|any) open to the hosts
     # HOSTS (NQNs joined by commas) only, or (mask HOSTS|any|none) with a
     # second namespace that HOSTS only see, or (qmax N) with at most N I/O
-    # queues per controller, or (qos N) with its namespace limited to N IOPS; SIGHUP
+    # queues per controller, or (qos N) with its namespace limited to N IOPS,
+    # or (zoned) with a zoned namespace (4 zones of 4 MiB); SIGHUP
     kh_host_target || { echo "not applicable"; return 2; }
     local nqn=$1 kind=${2:-} file="" sum="" extra=""
-    [[ $nqn =~ ^nqn\.[[:alnum:].:-]+$ ]] && [[ $kind =~ ^(ro|auth|acl|mask|qmax|qos)?$ ]] || { echo "usage: add-subsystem NQN [ro|auth ...|acl HOSTS|mask HOSTS|qmax N|qos N]"; return 2; }
+    [[ $nqn =~ ^nqn\.[[:alnum:].:-]+$ ]] && [[ $kind =~ ^(ro|auth|acl|mask|qmax|qos|zoned)?$ ]] || { echo "usage: add-subsystem NQN [ro|auth ...|acl HOSTS|mask HOSTS|qmax N|qos N|zoned]"; return 2; }
     awk -v n="$nqn" '$1==n{f=1} END{exit !f}' "$DIR/subsys.list" 2>/dev/null && { echo "$nqn already configured"; return 1; }
     if [ "$kind" = ro ]; then
         file=$DIR/ro-$(printf '%s' "$nqn" | md5sum | cut -c1-8).img

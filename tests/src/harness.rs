@@ -47,6 +47,7 @@ pub fn ram_ns(nsid: u32, size: u64, block_size: u32) -> NamespaceConfig {
         reservations_file: None,
         hosts: None,
         qos: Default::default(),
+        zoned: None,
     }
 }
 

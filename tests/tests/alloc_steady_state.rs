@@ -126,6 +126,7 @@ async fn steady_state_allocations_per_io() {
                 reservations_file: None,
                 hosts: None,
                 qos: Default::default(),
+                zoned: None,
             }]
             .into_iter()
             .chain(uring_file.as_ref().map(|path| NamespaceConfig {
@@ -144,6 +145,7 @@ async fn steady_state_allocations_per_io() {
                 reservations_file: None,
                 hosts: None,
                 qos: Default::default(),
+                zoned: None,
             }))
             .collect(),
             cntlids: nvmeof_target::core::target::CNTLID_RANGE,

@@ -373,6 +373,7 @@ async fn random_io_verified_on_io_uring_files() {
             reservations_file: None,
             hosts: None,
             qos: Default::default(),
+            zoned: None,
         };
         bounded(60, random_io_on(ns, ran == 1, Duration::from_secs(2))).await;
         let _ = std::fs::remove_file(&path);

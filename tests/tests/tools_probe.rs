@@ -1447,3 +1447,47 @@ async fn admin_cli_reservations() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zones_lists_and_manages_a_zoned_namespace() {
+    bounded(60, async {
+        init_tracing();
+        let cfg = TargetConfig::from_toml(&format!(
+            "[[port]]\nlisten = \"127.0.0.1:0\"\n\n[[subsystem]]\nnqn = \"{NQN}\"\n\
+             [[subsystem.namespace]]\nram = \"4M\"\nzoned = true\nzone_size = \"1M\"\n"
+        ))
+        .unwrap();
+        let server = Server::start(&cfg).await.expect("target starts");
+        let a = server.local_addrs[0].to_string();
+        let zones = |args: &'static [&'static str]| {
+            let a = a.clone();
+            async move {
+                let mut v = vec!["nvmeof", "zones", a.as_str(), "--nqn", NQN];
+                v.extend_from_slice(args);
+                admin(&v, b"").await
+            }
+        };
+        let report = zones(&[]).await.unwrap();
+        let lines: Vec<&str> = report.lines().collect();
+        assert_eq!(lines.len(), 4, "{report}");
+        assert_eq!(lines[1], "zone 1: slba 2048 wp 2048 capacity 2048 EMPTY");
+        assert_eq!(
+            zones(&["finish", "--lba", "2048"]).await.unwrap().trim(),
+            "finish: the zone at lba 2048 of nsid 1"
+        );
+        let v: Value = serde_json::from_str(&zones(&["--json"]).await.unwrap()).unwrap();
+        assert_eq!(
+            (v["zones"][1]["state"].as_str(), v["zones"][1]["wp"].as_u64()),
+            (Some("FULL"), Some(4096))
+        );
+        // A full zone cannot be opened: the status, exit code 1.
+        let e = zones(&["open", "--lba", "2048"]).await.unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::NvmeStatus, "{e}");
+        let e = zones(&["reset"]).await.unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
+        zones(&["reset", "--all"]).await.unwrap();
+        assert!(zones(&[]).await.unwrap().lines().all(|l| l.ends_with("EMPTY")));
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}

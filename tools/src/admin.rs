@@ -292,6 +292,44 @@ pub enum Command {
         #[arg(long)]
         ignore_key: bool,
     },
+    /// Zones of a zoned namespace, as `nvme zns report-zones / open-zone / close-zone /
+    /// finish-zone / reset-zone`: `report` (the default) lists every zone (first LBA, write
+    /// pointer, capacity, state); the other actions act on the zone starting at --lba, or with
+    /// --all on every zone they apply to. Exit code 1 names the status a refused action got.
+    Zones {
+        /// Target address.
+        addr: String,
+        /// Subsystem NQN (default: the one NVM subsystem the discovery log lists).
+        #[arg(long)]
+        nqn: Option<String>,
+        /// Namespace ID.
+        #[arg(long, default_value_t = 1)]
+        nsid: u32,
+        /// What to do.
+        #[arg(value_enum, default_value_t = ZoneAction::Report)]
+        action: ZoneAction,
+        /// The zone's first LBA (open, close, finish, reset).
+        #[arg(long, conflicts_with = "all")]
+        lba: Option<u64>,
+        /// Every zone the action applies to (Select All).
+        #[arg(long)]
+        all: bool,
+    },
+}
+
+/// `nvmeof zones` actions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ZoneAction {
+    /// Report every zone.
+    Report,
+    /// Open Zone.
+    Open,
+    /// Close Zone.
+    Close,
+    /// Finish Zone.
+    Finish,
+    /// Reset Zone.
+    Reset,
 }
 
 /// `nvmeof resv` actions (the Register, Acquire and Release actions, and Report).
@@ -545,6 +583,16 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
             close(ctrl).await;
             r
         }
+        Command::Zones { addr, nqn, nsid, action, lba, all } => {
+            if *action != ZoneAction::Report && lba.is_none() && !all {
+                return Err(ToolError::usage("zones: --lba or --all is required for this action"));
+            }
+            let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
+            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(1)).await?;
+            let r = zones(cli, &ctrl, *nsid, *action, lba.unwrap_or(0), *all, out).await;
+            close(ctrl).await;
+            r
+        }
         Command::Resv { addr, nqn, nsid, action, key, new_key, preempt_key, rtype, ignore_key } => {
             let needs_type = matches!(
                 action,
@@ -582,10 +630,7 @@ async fn resv(
     rtype: Option<ReservationType>,
     out: &mut dyn Write,
 ) -> Result<(), ToolError> {
-    let ns = ctrl
-        .namespace(nsid)
-        .await
-        .map_err(|e| ToolError::from_initiator(&format!("namespace {nsid}"), &e))?;
+    let ns = open_namespace(ctrl, nsid).await?;
     let t = rtype.unwrap_or(ReservationType::NONE);
     let r = match action {
         ResvAction::Report => {
@@ -1249,10 +1294,7 @@ async fn read(
 ) -> Result<(), ToolError> {
     let info = namespace_info(ctrl, nsid).await?;
     check_range(nsid, lba, count, info.blocks)?;
-    let ns = ctrl
-        .namespace(nsid)
-        .await
-        .map_err(|e| ToolError::from_initiator(&format!("namespace {nsid}"), &e))?;
+    let ns = open_namespace(ctrl, nsid).await?;
     let bs = info.block_size as u64;
     let per = (CHUNK / bs).max(1);
     let mut fout = match file {
@@ -1325,10 +1367,7 @@ async fn write(
         None => need,
     };
     check_range(nsid, lba, count, info.blocks)?;
-    let ns = ctrl
-        .namespace(nsid)
-        .await
-        .map_err(|e| ToolError::from_initiator(&format!("namespace {nsid}"), &e))?;
+    let ns = open_namespace(ctrl, nsid).await?;
     let flags = IoFlags { fua, ..IoFlags::default() };
     let per = (CHUNK / bs).max(1);
     // The input's last block and any further blocks up to --count are zeroes.
@@ -1379,10 +1418,7 @@ async fn copy(
     }
     let total: u64 = ranges.iter().map(|&(_, n)| n as u64).sum();
     check_range(nsid, to, total, info.blocks)?;
-    let ns = ctrl
-        .namespace(nsid)
-        .await
-        .map_err(|e| ToolError::from_initiator(&format!("namespace {nsid}"), &e))?;
+    let ns = open_namespace(ctrl, nsid).await?;
     ns.copy(ranges, to, IoFlags { fua, ..IoFlags::default() }).await.map_err(|e| {
         ToolError::from_initiator(&format!("copy of {total} blocks to lba {to} (nsid {nsid})"), &e)
     })?;
@@ -1427,10 +1463,7 @@ async fn compare_and_write(
     }
     let count = (expected.len() / bs) as u64;
     check_range(nsid, lba, count, info.blocks)?;
-    let ns = ctrl
-        .namespace(nsid)
-        .await
-        .map_err(|e| ToolError::from_initiator(&format!("namespace {nsid}"), &e))?;
+    let ns = open_namespace(ctrl, nsid).await?;
     let what = format!("compare and write of {count} blocks at lba {lba} (nsid {nsid})");
     let wrote = match ns.compare_and_write(lba, expected, new, IoFlags { fua, ..IoFlags::default() }).await {
         Ok(w) => w,
@@ -1473,10 +1506,7 @@ async fn verify(
         )));
     }
     check_range(nsid, lba, count, info.blocks)?;
-    let ns = ctrl
-        .namespace(nsid)
-        .await
-        .map_err(|e| ToolError::from_initiator(&format!("namespace {nsid}"), &e))?;
+    let ns = open_namespace(ctrl, nsid).await?;
     let started = std::time::Instant::now();
     ns.verify(lba, count, IoFlags::default()).await.map_err(|e| {
         ToolError::from_initiator(&format!("verify of {count} blocks at lba {lba} (nsid {nsid})"), &e)
@@ -1493,6 +1523,66 @@ async fn verify(
             secs
         )
         .map_err(out_err)
+    }
+}
+
+/// Namespace `nsid` of `ctrl` (Identify Namespace); the error names it.
+async fn open_namespace(ctrl: &Controller, nsid: u32) -> Result<nvmeof_initiator::Namespace, ToolError> {
+    ctrl.namespace(nsid).await.map_err(|e| ToolError::from_initiator(&format!("namespace {nsid}"), &e))
+}
+
+/// `nvmeof zones`: a report of every zone, or one Zone Management Send.
+async fn zones(
+    cli: &Cli,
+    ctrl: &Controller,
+    nsid: u32,
+    action: ZoneAction,
+    lba: u64,
+    all: bool,
+    out: &mut dyn Write,
+) -> Result<(), ToolError> {
+    use nvmeof_common::spec::zns::ZoneSendAction;
+    let ns = open_namespace(ctrl, nsid).await?;
+    let zsa = match action {
+        ZoneAction::Report => {
+            let zones = ns
+                .zones()
+                .await
+                .map_err(|e| ToolError::from_initiator(&format!("report zones of nsid {nsid}"), &e))?;
+            if cli.json {
+                let list: Vec<Value> = zones
+                    .iter()
+                    .map(|z| json!({ "slba": z.slba, "wp": z.wp, "capacity": z.capacity, "state": z.state.name() }))
+                    .collect();
+                return emit(out, &json!({ "nsid": nsid, "zones": list }));
+            }
+            for (i, z) in zones.iter().enumerate() {
+                writeln!(
+                    out,
+                    "zone {i}: slba {} wp {} capacity {} {}",
+                    z.slba,
+                    z.wp,
+                    z.capacity,
+                    z.state.name()
+                )
+                .map_err(out_err)?;
+            }
+            return Ok(());
+        }
+        ZoneAction::Open => ZoneSendAction::OPEN,
+        ZoneAction::Close => ZoneSendAction::CLOSE,
+        ZoneAction::Finish => ZoneSendAction::FINISH,
+        ZoneAction::Reset => ZoneSendAction::RESET,
+    };
+    let name = format!("{action:?}").to_lowercase();
+    let what = if all { "every zone".to_string() } else { format!("the zone at lba {lba}") };
+    ns.manage_zone(zsa, lba, all)
+        .await
+        .map_err(|e| ToolError::from_initiator(&format!("{name} {what} (nsid {nsid})"), &e))?;
+    if cli.json {
+        emit(out, &json!({ "nsid": nsid, "action": name, "lba": (!all).then_some(lba), "all": all }))
+    } else {
+        writeln!(out, "{name}: {what} of nsid {nsid}").map_err(out_err)
     }
 }
 

@@ -17,6 +17,8 @@
 //! - [`copy`]: Copy command and its source ranges (descriptor format 0).
 //! - [`nqn`]: NQN validation and UUID-form NQNs.
 //! - [`reservation`]: reservation commands, keys, status data and notification log.
+//! - [`zns`]: Zoned Namespace command set: zone management commands, zone
+//!   reports, its Identify Namespace and Identify Controller structures.
 
 pub mod connect;
 pub mod copy;
@@ -28,6 +30,7 @@ pub mod log;
 pub mod nqn;
 pub mod property;
 pub mod reservation;
+pub mod zns;
 
 pub use connect::{ConnectCmd, ConnectData, CNTLID_DYNAMIC};
 pub use copy::{CopyCmd, CopyRange};

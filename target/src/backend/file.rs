@@ -462,6 +462,10 @@ impl Backend for FileBackend {
         super::file_allocated_bytes(&self.inner.file)
     }
 
+    fn holds_data(&self, offset: u64, len: u64) -> bool {
+        super::file_holds_data(&self.inner.file, offset, len)
+    }
+
     fn resize(&self, new_size: u64) -> Result<(), String> {
         let bs = self.inner.block_size as u64;
         let new_size = new_size / bs * bs;

@@ -462,6 +462,12 @@ impl Backend for MemBackend {
         let held = chunks.iter().filter(|c| !c.lock().unwrap().data.is_empty()).count() as u64;
         Some((held * CHUNK as u64).min(self.size()))
     }
+    fn holds_data(&self, offset: u64, len: u64) -> bool {
+        let chunks = self.chunks.read().unwrap();
+        let first = (offset / CHUNK as u64) as usize;
+        let last = offset.saturating_add(len).div_ceil(CHUNK as u64) as usize;
+        chunks.iter().take(last).skip(first).any(|c| !c.lock().unwrap().data.is_empty())
+    }
     fn resize(&self, new_size: u64) -> Result<(), String> {
         Self::check_capacity(new_size)?;
         let new_size = new_size / self.block_size as u64 * self.block_size as u64;
@@ -515,6 +521,9 @@ impl Backend for DeferredMemBackend {
     }
     fn allocated_bytes(&self) -> Option<u64> {
         self.0.allocated_bytes()
+    }
+    fn holds_data(&self, offset: u64, len: u64) -> bool {
+        self.0.holds_data(offset, len)
     }
     fn block_size(&self) -> u32 {
         self.0.block_size()

@@ -179,6 +179,14 @@ pub trait Backend: Send + Sync + 'static {
     fn allocated_bytes(&self) -> Option<u64> {
         None
     }
+    /// Whether `len` bytes at `offset` may hold data: false only where the
+    /// store knows they hold none (a hole of a sparse file, RAM never
+    /// written). A zoned namespace starts such zones Empty, others Full
+    /// ([`crate::core::zoned`]). Blocking (a file is asked with `lseek`).
+    fn holds_data(&self, offset: u64, len: u64) -> bool {
+        let _ = (offset, len);
+        true
+    }
     /// Flushes everything durable (used on shutdown). Blocking.
     fn sync_all(&self) -> Result<(), String> {
         Ok(())
@@ -191,6 +199,22 @@ pub trait Backend: Send + Sync + 'static {
 pub(crate) fn file_allocated_bytes(file: &std::fs::File) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     file.metadata().ok().map(|m| m.blocks() * 512)
+}
+
+/// Whether `len` bytes of `file` at `offset` hold data: `lseek(SEEK_DATA)`
+/// finds none there only in a hole (or past the end). Where the filesystem
+/// cannot tell (an error), they may.
+pub(crate) fn file_holds_data(file: &std::fs::File, offset: u64, len: u64) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(off) = libc::off_t::try_from(offset) else { return true };
+    // SAFETY: lseek on a descriptor this file owns; the position it moves
+    // is not used (reads and writes give their offsets).
+    let next = unsafe { libc::lseek(file.as_raw_fd(), off, libc::SEEK_DATA) };
+    if next < 0 {
+        // ENXIO: no data at or after `offset`.
+        return std::io::Error::last_os_error().raw_os_error() != Some(libc::ENXIO);
+    }
+    (next as u64) < offset.saturating_add(len)
 }
 
 /// Maps an I/O error to the NVMe status nvmet gives it (`errno_to_nvme_status`,

@@ -1477,6 +1477,10 @@ impl Backend for UringBackend {
         }
     }
 
+    fn holds_data(&self, offset: u64, len: u64) -> bool {
+        self.file.is_block() || super::file_holds_data(&self.file.file, offset, len)
+    }
+
     fn describe(&self) -> String {
         let kind = if self.file.is_block() { "block" } else { "file" };
         let mode = match (self.file.direct, self.writers.is_some()) {
@@ -2322,6 +2326,7 @@ mod tests {
             reservations_file: None,
             hosts: None,
             qos: Default::default(),
+            zoned: None,
         };
         let threads = crate::server::open_backend(&ns(IoEngine::Threads, true)).unwrap();
         assert!(!threads.describe().contains("io_uring"), "{}", threads.describe());
@@ -2427,6 +2432,7 @@ mod tests {
             reservations_file: None,
             hosts: None,
             qos: Default::default(),
+            zoned: None,
         };
         let d = crate::server::open_backend(&default_ns).unwrap();
         assert!(d.describe().contains("(io_uring, O_DIRECT)"), "{}", d.describe());

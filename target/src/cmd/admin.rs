@@ -31,6 +31,7 @@ use nvmeof_common::spec::log::{
 };
 use nvmeof_common::spec::property::{Csts, Vs};
 use nvmeof_common::spec::reservation::rescap;
+use nvmeof_common::spec::zns::{IdentifyCtrlZns, IdentifyNsZns, OZCS_RAZB};
 use nvmeof_common::spec::{
     Cns, GetLogPageCmd, IdentifyCmd, IdentifyController, IdentifyNamespace, LogPageId,
 };
@@ -244,11 +245,14 @@ fn identify(target: &Target, ctrl: &Controller, sqe: &Sqe) -> Result<Response, S
             if cmd.nsid >= 0xFFFF_FFFE {
                 return Err(invalid_ns());
             }
-            let nsids: Vec<u32> = if cmd.cns == Cns::ACTIVE_NS_LIST || cmd.csi == Csi::NVM {
-                ctrl.namespaces().iter().map(|ns| ns.nsid).collect()
-            } else {
-                Vec::new()
-            };
+            // CNS 07h lists the namespaces of one command set (nvmet
+            // `nvmet_execute_identify_nslist` with `match_css`).
+            let nsids: Vec<u32> = ctrl
+                .namespaces()
+                .iter()
+                .filter(|ns| cmd.cns == Cns::ACTIVE_NS_LIST || ns.csi() == cmd.csi)
+                .map(|ns| ns.nsid)
+                .collect();
             encode_ns_list(&nsids, cmd.nsid)
         }
         Cns::NS_DESC_LIST => {
@@ -260,7 +264,19 @@ fn identify(target: &Target, ctrl: &Controller, sqe: &Sqe) -> Result<Response, S
             find()?;
             vec![0; IDENTIFY_DATA_LEN]
         }
+        Cns::CS_NS if cmd.csi == Csi::ZNS => {
+            // nvmet_execute_identify_cns_cs_ns: NSID FFFFFFFFh is Invalid
+            // Namespace; a namespace that is not zoned answers zeroes.
+            if cmd.nsid == 0xFFFF_FFFF {
+                return Err(invalid_ns());
+            }
+            let ns = find()?;
+            ns.zones.as_ref().map_or_else(|| vec![0; IDENTIFY_DATA_LEN], |z| identify_ns_zns(z).encode())
+        }
         Cns::CS_CTRL if cmd.csi == Csi::NVM => identify_ctrl_nvm(&target.limits).encode(),
+        // ZASL 0: Zone Append follows MDTS (nvmet reports the smaller of
+        // MDTS and the zoned device's limit; every namespace here takes MDTS).
+        Cns::CS_CTRL if cmd.csi == Csi::ZNS => IdentifyCtrlZns { zasl: 0 }.encode(),
         Cns::IND_CS_NS => {
             let ns = find()?;
             let nsfeat = if ns.backend.volatile_write_cache() { 0 } else { NSFEAT_VWC_NOT_PRESENT };
@@ -277,6 +293,16 @@ fn identify(target: &Target, ctrl: &Controller, sqe: &Sqe) -> Result<Response, S
         _ => return Err(invalid_field()),
     };
     Ok(Response::data(buf))
+}
+
+/// The Zoned Namespace command set's Identify Namespace of a zoned
+/// namespace: no zone operation characteristics (the Linux host refuses
+/// any), reads across zone boundaries allowed, MAR and MOR, and the zone
+/// size of its one LBA format (nvmet `nvmet_execute_identify_cns_cs_ns`).
+fn identify_ns_zns(z: &crate::core::zoned::Zones) -> IdentifyNsZns {
+    let mut id = IdentifyNsZns { ozcs: OZCS_RAZB, mar: z.mar(), mor: z.mor(), ..Default::default() };
+    id.zsze[0] = z.zone_blocks();
+    id
 }
 
 /// Write Zeroes Size Limit reported in the NVM command set's Identify
@@ -472,7 +498,8 @@ fn nsattr(ns: &Namespace) -> u8 {
 }
 
 /// Namespace identification descriptors (CNS 03h): EUI-64, NGUID, UUID (those
-/// that are non-zero) and the CSI (NVM).
+/// that are non-zero) and the CSI (NVM, or Zoned Namespace for a zoned one:
+/// the Linux host learns the command set here).
 fn ns_descriptors(ns: &Namespace) -> Vec<NsIdDescriptor> {
     let mut d = Vec::with_capacity(4);
     if ns.eui64 != [0; 8] {
@@ -484,7 +511,7 @@ fn ns_descriptors(ns: &Namespace) -> Vec<NsIdDescriptor> {
     if ns.uuid != [0; 16] {
         d.push(NsIdDescriptor::Uuid(ns.uuid));
     }
-    d.push(NsIdDescriptor::Csi(Csi::NVM));
+    d.push(NsIdDescriptor::Csi(ns.csi()));
     d
 }
 
@@ -532,12 +559,14 @@ fn get_log_page(
                 let keep = cmd.rae || cmd.lpo > LOG_4K as u64;
                 ChangedNsList::List(ctrl.changed_ns_log(keep)).encode()
             }
-            LogPageId::CMD_EFFECTS => {
-                if cmd.csi != Csi::NVM.0 {
-                    return Err(Status::INVALID_LOG_PAGE);
-                }
-                command_effects_log()
-            }
+            LogPageId::CMD_EFFECTS => match Csi(cmd.csi) {
+                Csi::NVM => command_effects_log(false),
+                // The Linux host reads the zoned set's log for a zoned
+                // namespace and makes it read-only without Zone Append there
+                // (`nvme_update_zone_info`).
+                Csi::ZNS => command_effects_log(true),
+                _ => return Err(Status::INVALID_LOG_PAGE),
+            },
             LogPageId::ANA => {
                 // As long as the log can be (header, NANAGRPID groups, MNAN
                 // NSIDs), zero padded: the Linux host reads that much at
@@ -638,8 +667,10 @@ fn fw_slot_log(firmware: &str) -> Vec<u8> {
     log.encode()
 }
 
-/// Commands Supported and Effects (LID 05h, CSI 0).
-fn command_effects_log() -> Vec<u8> {
+/// Commands Supported and Effects (LID 05h) of the NVM command set (CSI
+/// 0), or with `zoned` of the Zoned Namespace command set (CSI 2): the NVM
+/// commands and the zone commands, as nvmet's `nvmet_get_cmd_effects_zns`.
+fn command_effects_log(zoned: bool) -> Vec<u8> {
     let mut log = CommandEffectsLog::default();
     for op in [
         AdminOpcode::GET_LOG_PAGE,
@@ -666,6 +697,11 @@ fn command_effects_log() -> Vec<u8> {
     }
     for op in [IoOpcode::WRITE, IoOpcode::WRITE_ZEROES, IoOpcode::DSM, IoOpcode::COPY] {
         log.iocs[op.0 as usize] = effects::CSUPP | effects::LBCC;
+    }
+    if zoned {
+        log.iocs[IoOpcode::ZONE_APPEND.0 as usize] = effects::CSUPP | effects::LBCC;
+        log.iocs[IoOpcode::ZONE_MGMT_SEND.0 as usize] = effects::CSUPP | effects::LBCC;
+        log.iocs[IoOpcode::ZONE_MGMT_RECV.0 as usize] = effects::CSUPP;
     }
     log.encode()
 }
@@ -1117,7 +1153,14 @@ mod tests {
         // CSI-specific structures.
         let mut cs = IdentifyCmd::new(Cns::CS_NS, 1);
         assert!(e.run(&cs.to_sqe(1)).unwrap().data.iter().all(|&x| x == 0));
+        // The zoned set's structure of a namespace that is not zoned: zeroes
+        // (nvmet); of no namespace: Invalid Namespace.
         cs.csi = Csi::ZNS;
+        assert!(e.run(&cs.to_sqe(1)).unwrap().data.iter().all(|&x| x == 0));
+        cs.nsid = 0xFFFF_FFFF;
+        assert_eq!(e.run(&cs.to_sqe(1)).unwrap_err(), invalid_ns());
+        cs.csi = Csi::KV;
+        cs.nsid = 1;
         assert_eq!(e.run(&cs.to_sqe(1)).unwrap_err(), invalid_field());
         let mut cc = IdentifyCmd::new(Cns::CS_CTRL, 0);
         let nvm = IdentifyCtrlNvm::decode(&e.run(&cc.to_sqe(1)).unwrap().data).unwrap();
@@ -1170,8 +1213,17 @@ mod tests {
         assert_eq!(ce.iocs[0x02], effects::CSUPP);
         assert_eq!(ce.iocs[0x09], effects::CSUPP | effects::LBCC);
         assert_eq!(ce.iocs[0x0C], effects::CSUPP);
+        assert_eq!(ce.iocs[0x7D], 0);
+        // The Zoned Namespace set's: its commands too; other sets: none.
         let mut c = GetLogPageCmd::new(LogPageId::CMD_EFFECTS, 0, 0, 4096);
         c.csi = 2;
+        let zns = CommandEffectsLog::decode(&e.run(&c.to_sqe(1)).unwrap().data).unwrap();
+        assert_eq!(
+            (zns.iocs[0x7D], zns.iocs[0x79], zns.iocs[0x7A]),
+            (ce.iocs[0x01], ce.iocs[0x01], ce.iocs[0x02])
+        );
+        assert_eq!(zns.iocs[0x02], effects::CSUPP);
+        c.csi = 1;
         assert_eq!(e.run(&c.to_sqe(1)).unwrap_err(), Status::INVALID_LOG_PAGE);
     }
 

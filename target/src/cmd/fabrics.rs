@@ -204,10 +204,20 @@ fn connected(ctx: &mut QueueCtx, cntlid: u16, auth: bool) -> Response {
     Response::result((cntlid as u32 | atr) as u64)
 }
 
-/// CAP as reported by this target (reference §4.6).
+/// CAP as reported by this target (reference §4.6). CSS: the NVM command
+/// set and I/O command sets (bit 6), as nvmet's `nvmet_init_cap`: a host
+/// then enables the controller with CC.CSS 110b and learns each
+/// namespace's command set from its CSI descriptor, which a zoned
+/// namespace needs.
 pub fn cap(ctx: &QueueCtx) -> Cap {
     let mqes = (ctx.target.limits.max_queue_entries - 1).min(0xFFFF) as u16;
-    Cap(0).with_mqes(mqes).with_cqr(true).with_to(15).with_css(Cap::CSS_NVM).with_mpsmin(0).with_mpsmax(0)
+    Cap(0)
+        .with_mqes(mqes)
+        .with_cqr(true)
+        .with_to(15)
+        .with_css(Cap::CSS_NVM | Cap::CSS_IOCS)
+        .with_mpsmin(0)
+        .with_mpsmax(0)
 }
 
 /// ATTRIB bit 0: an 8-byte access. nvmet looks at this bit alone and ignores

@@ -113,6 +113,12 @@ pub fn start(ctx: &QueueCtx, compare: (&Sqe, Bytes), write: (&Sqe, Bytes), tag: 
     }
     let job = ctrl.with_namespace(csqe.nsid(), |ns| {
         check_access(ns, wsqe).map_err(|s| (s, false))?;
+        if ns.zones.is_some() {
+            // Its Write would have to start at the zone's write pointer,
+            // where no data is to compare; the pair is not offered there.
+            warn!(nsid = ns.nsid, "fused Compare and Write on a zoned namespace");
+            return Err((Status::INVALID_FIELD.with_dnr(), true));
+        }
         let (offset, len) = lba_range(ns, csqe).map_err(|s| (s, true))?;
         ns.io_stats.read(len);
         ns.io_stats.write(len);

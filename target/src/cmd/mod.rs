@@ -190,6 +190,11 @@ pub enum Pending {
     /// it runs ([`execute_throttled`]) when a completion with its tag says
     /// its time has come.
     Throttled(Bytes),
+    /// Zone Append: the LBA its data went to, the result on success.
+    ZoneAppend(u64),
+    /// Zone Management Send Reset: the zones to empty once the backend
+    /// dropped their blocks.
+    ZoneReset(Arc<crate::core::zoned::Zones>, Vec<u64>),
 }
 
 /// The namespace a Set Features Write Protect flushes (nvmet
@@ -464,6 +469,14 @@ pub fn complete(pending: Pending, c: IoCompletion) -> Response {
         Pending::Copy(_) => Response::status(c.status),
         Pending::CompareWrite(_) | Pending::Throttled(_) => Response::status(Status::INTERNAL.with_dnr()),
         Pending::Verify => Response::status(c.status),
+        Pending::ZoneAppend(lba) if c.status.is_success() => Response::result(lba),
+        Pending::ZoneAppend(_) => Response::status(c.status),
+        Pending::ZoneReset(zones, which) => {
+            if c.status.is_success() {
+                zones.finish_reset(&which);
+            }
+            Response::status(c.status)
+        }
         Pending::Compare(expected) => {
             if !c.status.is_success() {
                 Response::status(c.status)

@@ -14,6 +14,7 @@ pub mod qos;
 pub mod reservation;
 pub mod subsystem;
 pub mod target;
+pub mod zoned;
 
 pub use ana::PortAna;
 pub use controller::Controller;

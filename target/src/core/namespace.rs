@@ -47,6 +47,8 @@ pub struct Namespace {
     pub compare_write: Arc<super::fused::CompareWriteLock>,
     /// Its rate limits (configuration `qos_iops`, `qos_bandwidth`).
     pub qos: super::qos::Qos,
+    /// Its zones, where it is exported zoned (configuration `zoned`).
+    pub zones: Option<Arc<super::zoned::Zones>>,
 }
 
 impl Namespace {
@@ -105,6 +107,30 @@ impl Namespace {
             hosts: ArcSwapOption::empty(),
             compare_write: Default::default(),
             qos: Default::default(),
+            zones: None,
+        }
+    }
+
+    /// This namespace exported zoned (Zoned Namespace command set) with
+    /// zones as `cfg` sets them: a zone whose blocks hold no data starts
+    /// Empty, any other Full ([`super::zoned`]). Fails where the zone size
+    /// does not suit the namespace.
+    pub fn with_zones(mut self, cfg: super::zoned::ZoneConfig) -> Result<Self, String> {
+        let blocks = self.backend.size() >> self.block_shift;
+        let backend = self.backend.clone();
+        let zones =
+            super::zoned::Zones::new(cfg, blocks, self.block_shift, |off, len| backend.holds_data(off, len))?;
+        self.zones = Some(Arc::new(zones));
+        Ok(self)
+    }
+
+    /// Command Set Identifier: Zoned Namespace for a zoned namespace, else NVM.
+    pub fn csi(&self) -> nvmeof_common::spec::identify::Csi {
+        use nvmeof_common::spec::identify::Csi;
+        if self.zones.is_some() {
+            Csi::ZNS
+        } else {
+            Csi::NVM
         }
     }
 
@@ -198,9 +224,13 @@ impl Namespace {
         self.ana_group.swap(grpid, Ordering::Relaxed) != grpid
     }
 
-    /// Size in logical blocks.
+    /// Size in logical blocks (of a zoned namespace: its whole zones).
     pub fn blocks(&self) -> u64 {
-        self.backend.size() >> self.block_shift
+        let blocks = self.backend.size() >> self.block_shift;
+        match &self.zones {
+            None => blocks,
+            Some(z) => z.blocks().min(blocks),
+        }
     }
 
     /// Block size in bytes.

@@ -68,6 +68,7 @@ pub fn ram_ns(nsid: u32, size: u64) -> NamespaceConfig {
         reservations_file: None,
         hosts: None,
         qos: Default::default(),
+        zoned: None,
     }
 }
 
@@ -84,6 +85,7 @@ pub fn file_ns(nsid: u32, path: &std::path::Path, size: Option<u64>, engine: IoE
         reservations_file: None,
         hosts: None,
         qos: Default::default(),
+        zoned: None,
     }
 }
 

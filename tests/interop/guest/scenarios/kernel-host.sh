@@ -151,6 +151,22 @@
 #                     100 IOPS without an error, and the controller stays
 #                     live (no I/O timeout, no reset).
 #
+# Zoned namespaces (ours only: nvmet exports zoned block devices alone,
+# kernel-guest: left out):
+#   - zoned:          subsystem NQN-zoned whose namespace is zoned, 4 zones of
+#                     4 MiB, at most 2 open and 3 active (hook "add-subsystem
+#                     NQN-zoned zoned"): the host shows a host-managed zoned
+#                     block device (queue/zoned, nr_zones 4, chunk_sectors
+#                     8192, max_open_zones 2, max_active_zones 3), writable
+#                     (the zoned effects log has Zone Append); fio
+#                     --zonemode=zbd writes zones 0-1 and verifies them; a
+#                     write to a full zone fails; through nvme-cli's zns
+#                     commands (no block layer): two Zone Appends to zone 2
+#                     land at its start and 8 blocks on, a Write at the
+#                     zone's start is refused with Zone Invalid Write, the
+#                     appended data reads back, Reset Zone sends the next
+#                     append to the start again, report-zones lists 4 zones.
+#
 # In-band authentication (DH-HMAC-CHAP):
 #   - auth:           keys from `nvme gen-dhchap-key` (host key with the
 #                     SHA-256 transform, a 48-byte controller key with the
@@ -1102,6 +1118,20 @@ qmax_checks() {
     info "subsystem removed while connected: $_c gone after $(( $(now_ms) - _t0 )) ms"
     rm -f /tmp/qmax-pat
 }
+# hooked_subsystem NQN CHECKS ARGS...: hook "add-subsystem NQN ARGS", CHECKS
+# in a subshell, then the host's controllers of NQN disconnected and the
+# subsystem removed whatever CHECKS did; the step fails where CHECKS failed
+hooked_subsystem() {
+    _nqn=$1 _checks=$2
+    shift 2
+    hook_call add-subsystem 60 "$_nqn" "$@" || fail "add $_nqn: ${HOOK_REPLY:-no reply}"
+    ( $_checks )
+    _rc=$?
+    t 30 nvme disconnect -n "$_nqn" >/dev/null 2>&1
+    wait_no_ctrl "$_nqn" 10 || info "a controller of $_nqn is still present"
+    hook_call remove-subsystem 60 "$_nqn" >/dev/null || info "remove $_nqn: ${HOOK_REPLY:-no reply}"
+    [ $_rc = 0 ] || exit 1
+}
 NQN_QOS=$NQN-qos
 qos_checks() {
     t 60 nvme connect -t tcp -a "$NVME_ADDR" -s "$NVME_PORT" -n "$NQN_QOS" >/dev/null 2>&1 || fail "nvme connect $NQN_QOS failed"
@@ -1124,13 +1154,64 @@ kh_qos() {
         info "nvmet has no per-namespace rate limits: left out"
         return 0
     fi
-    hook_call add-subsystem 60 "$NQN_QOS" qos 200 || fail "add $NQN_QOS: ${HOOK_REPLY:-no reply}"
-    ( qos_checks )
-    _rc=$?
-    t 30 nvme disconnect -n "$NQN_QOS" >/dev/null 2>&1
-    wait_no_ctrl "$NQN_QOS" 10 || info "a controller of $NQN_QOS is still present"
-    hook_call remove-subsystem 60 "$NQN_QOS" >/dev/null || info "remove $NQN_QOS: ${HOOK_REPLY:-no reply}"
-    [ $_rc = 0 ] || exit 1
+    hooked_subsystem "$NQN_QOS" qos_checks qos 200
+}
+
+NQN_ZONED=$NQN-zoned
+# zoned_append DEV ZSLBA: nvme zns zone-append of /tmp/zoned-4k; echo the LBA
+# it reports (nvme-cli prints it in hex)
+zoned_append() {
+    t 30 nvme zns zone-append "$1" -s "$2" -z 4096 -d /tmp/zoned-4k >/tmp/zoned-append.txt 2>&1 \
+        || { cat /tmp/zoned-append.txt; return 1; }
+    _l=$(awk '/LBA/{print $NF}' /tmp/zoned-append.txt | tail -n 1)
+    case $_l in 0x*) ;; *) _l=0x$_l ;; esac
+    echo $((_l))
+}
+zoned_checks() {
+    t 60 nvme connect -t tcp -a "$NVME_ADDR" -s "$NVME_PORT" -n "$NQN_ZONED" >/dev/null 2>&1 || fail "nvme connect $NQN_ZONED failed"
+    _d=$(wait_ns_dev "$NQN_ZONED" 30) || fail "no namespace block device for $NQN_ZONED"
+    _b=/sys/block/${_d##*/}
+    _q=$_b/queue
+    info "$_d: zoned $(cat $_q/zoned), nr_zones $(cat $_q/nr_zones), chunk_sectors $(cat $_q/chunk_sectors), max_open_zones $(cat $_q/max_open_zones), max_active_zones $(cat $_q/max_active_zones), ro $(cat $_b/ro)"
+    [ "$(cat $_q/zoned)" = host-managed ] || fail "not host-managed: $(dmesg | grep -i zone | tail -n 2)"
+    [ "$(cat $_q/nr_zones)" = 4 ] && [ "$(cat $_q/chunk_sectors)" = 8192 ] || fail "want 4 zones of 8192 sectors"
+    [ "$(cat $_q/max_open_zones)" = 2 ] && [ "$(cat $_q/max_active_zones)" = 3 ] || fail "want max_open_zones 2, max_active_zones 3"
+    [ "$(cat $_b/ro)" = 0 ] || fail "read-only: $(dmesg | grep -i 'zone append' | tail -n 1)"
+    # The block layer's zoned writes: fio writes zones 0-1 in order and verifies.
+    t 120 fio --name=zbd --filename="$_d" --ioengine=psync --direct=1 --zonemode=zbd --rw=write --bs=64k \
+        --offset=0 --size=8M --verify=crc32c --do_verify=1 --output-format=terse --terse-version=3 \
+        --output=/tmp/zoned.fio >/dev/null 2>&1 || fail "fio: $(cat /tmp/zoned.fio 2>/dev/null)"
+    _err=$(awk -F';' '{print $5; exit}' /tmp/zoned.fio)
+    [ "$_err" = 0 ] || fail "fio error $_err"
+    info "fio --zonemode=zbd wrote and verified zones 0-1"
+    head -c 4096 /dev/urandom >/tmp/zoned-4k
+    t 30 dd if=/tmp/zoned-4k of="$_d" bs=4k count=1 oflag=direct 2>/dev/null && fail "a write to a full zone was accepted"
+    # Zone 2 through passthrough commands.
+    _z=16384
+    _l1=$(zoned_append "$_d" $_z) || fail "zone-append: $_l1"
+    _l2=$(zoned_append "$_d" $_z) || fail "zone-append: $_l2"
+    info "zone appends to zone 2 (LBA $_z) went to LBAs $_l1 and $_l2"
+    [ "$_l1" = $_z ] && [ "$_l2" = $((_z + 8)) ] || fail "appends at $_l1, $_l2; want $_z, $((_z + 8))"
+    t 30 nvme write "$_d" -s $_z -c 7 -z 4096 -d /tmp/zoned-4k >/tmp/zoned-write.txt 2>&1 \
+        && fail "a write at the zone's start, behind its write pointer, was accepted"
+    grep -qi -E 'invalid.?write|1bc' /tmp/zoned-write.txt || fail "write refused with: $(cat /tmp/zoned-write.txt)"
+    info "write behind the write pointer: $(tail -n 1 /tmp/zoned-write.txt)"
+    _sum=$(t 30 dd if="$_d" bs=4k skip=$((_z / 8 + 1)) count=1 iflag=direct 2>/dev/null | md5sum | cut -d' ' -f1)
+    [ "$_sum" = "$(md5sum </tmp/zoned-4k | cut -d' ' -f1)" ] || fail "appended data reads back differently"
+    t 30 nvme zns reset-zone "$_d" -s $_z >/tmp/zoned-reset.txt 2>&1 || fail "reset-zone: $(cat /tmp/zoned-reset.txt)"
+    _l3=$(zoned_append "$_d" $_z) || fail "zone-append after reset: $_l3"
+    [ "$_l3" = $_z ] || fail "append after reset at $_l3, want $_z"
+    t 30 nvme zns report-zones "$_d" >/tmp/zoned-report.txt 2>&1 || fail "report-zones: $(cat /tmp/zoned-report.txt)"
+    [ "$(grep -c SLBA /tmp/zoned-report.txt)" = 4 ] || fail "report-zones: $(cat /tmp/zoned-report.txt)"
+    info "report-zones: $(grep SLBA /tmp/zoned-report.txt | tr -s ' ' | tr '\n' ';')"
+    rm -f /tmp/zoned-4k
+}
+kh_zoned() {
+    if [ "$TARGET" = kernel-guest ]; then
+        info "nvmet exports zoned block devices only: left out"
+        return 0
+    fi
+    hooked_subsystem "$NQN_ZONED" zoned_checks zoned
 }
 
 kh_queue_limit() {
@@ -1827,6 +1908,7 @@ scenario_main() {
     run_step ns-masking 180 kh_ns_masking
     run_step queue-limit 180 kh_queue_limit
     run_step qos 120 kh_qos
+    run_step zoned 240 kh_zoned
     run_step auth 300 kh_auth
     # PLACEHOLDERS (see the header): TLS.
     run_step final-clean 60 kh_final_clean
