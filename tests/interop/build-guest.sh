@@ -203,7 +203,7 @@ echo "interop" >"$ROOT/etc/hostname"
 
 # ------------------------------------------------------------ kernel modules
 # Wanted modules; their dependencies are resolved from the package's depmod.
-MODULES=(nvme_tcp nvme_fabrics nvme_core nvmet nvmet_tcp configfs brd loop
+MODULES=(nvme_tcp nvme_fabrics nvme_core nvmet nvmet_tcp configfs brd loop null_blk
          ext4 crc32c_generic crc32c_intel virtio_net)
 MODDIR=$ROOT/lib/modules/$KVER
 mkdir -p "$MODDIR"

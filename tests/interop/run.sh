@@ -70,7 +70,7 @@ NS_SIZE=$((NS_SIZE_MB * 1024 * 1024))
 if [ -n "$HOST_CLIENT_CMD" ]; then
     : "${CLIENT_STEPS:=custom}"
 else
-    : "${CLIENT_STEPS:=icreq initiator statuses probe-randread probe-verify events auth qmax}"
+    : "${CLIENT_STEPS:=icreq initiator statuses probe-randread probe-verify events auth qmax zoned}"
 fi
 
 say() { printf '%s\n' "$*"; }
@@ -393,6 +393,9 @@ client_cmd() {
         # reconnected after the guest raised the limit (client-line), and
         # ends when the guest's unlinking of the subsystem has failed it.
         qmax) printf '%q --rounds qmax' "$INTEROP_INITIATOR_BIN" ;;
+        # Zones: a subsystem NQN-zoned the guest made with nvmet over a
+        # zoned null_blk device.
+        zoned) printf '%q --rounds zoned' "$INTEROP_INITIATOR_BIN" ;;
         # Commands a host can get wrong, each against the status nvmet
         # answers with (tests/src/conformance.rs; the same rows run against
         # our target in tests/tests/target_conformance.rs).
@@ -418,6 +421,7 @@ client_limit() {
         events) l=120 ;;
         auth) l=120 ;;
         qmax) l=120 ;;
+        zoned) l=90 ;;
         probe-*) l=90 ;;
         *) l=60 ;;
     esac
@@ -426,7 +430,7 @@ client_limit() {
 }
 client_binary() { # the binary a client needs, or nothing
     case $1 in
-        initiator|events|auth|qmax) echo "$INTEROP_INITIATOR_BIN" ;;
+        initiator|events|auth|qmax|zoned) echo "$INTEROP_INITIATOR_BIN" ;;
         statuses) echo "$INTEROP_STATUSES_BIN" ;;
         probe-*) echo "$NVMEOF_PROBE_BIN" ;;
     esac
@@ -905,7 +909,7 @@ run_scenario() {
             build_clients
             local c climits=0
             for c in $CLIENT_STEPS; do
-                client_cmd "$c" >/dev/null || die "unknown client '$c' in CLIENT_STEPS (custom icreq initiator statuses probe-randread probe-verify events auth qmax)"
+                client_cmd "$c" >/dev/null || die "unknown client '$c' in CLIENT_STEPS (custom icreq initiator statuses probe-randread probe-verify events auth qmax zoned)"
                 climits=$((climits + $(client_limit "$c") + 20))
             done
             env="CLIENT_TIMEOUT=$CLIENT_TIMEOUT CLIENT_STEPS='$CLIENT_STEPS'"

@@ -25,6 +25,11 @@
 #                   controller; the client reconnects and goes on with 1),
 #                   then unlinks the subsystem (deleted again; the reconnect
 #                   is refused with DNR and the client fails it); see kt_qmax)
+#   zoned           interop_initiator --rounds zoned           -> host-zoned
+#                   (the guest makes a zoned null_blk device, 4 zones of 4
+#                   MiB, memory backed, and subsystem NQN-zoned over it;
+#                   the client reports, writes, appends, finishes and
+#                   resets zones; see kt_zoned)
 # or "custom" (HOST_CLIENT_CMD)                                -> host-client
 #
 # Parameters: NQN, NS_SIZE (bytes), BACKEND (brd|file), CLIENT_TIMEOUT (s),
@@ -141,6 +146,32 @@ kt_qmax() { # our initiator when nvmet deletes its controller (attr_qid_max, por
     info "host client qmax: rc=${HOOK_REPLY#HOOKACK wait-client }"
 }
 
+kt_zoned() { # our initiator's zone commands against nvmet over a zoned null_blk device
+    _z=/sys/kernel/config/nullb/zoned
+    _s=$NVMET/subsystems/$NQN-zoned
+    # nr_devices=0: no default (unzoned) nullb0; the device comes from configfs.
+    t 30 modprobe null_blk nr_devices=0 || fail "modprobe null_blk"
+    mkdir "$_z" && echo 16 >"$_z/size" && echo 512 >"$_z/blocksize" && echo 1 >"$_z/memory_backed" \
+        && echo 1 >"$_z/zoned" && echo 4 >"$_z/zone_size" && echo 2 >"$_z/zone_max_open" \
+        && echo 3 >"$_z/zone_max_active" && echo 1 >"$_z/power" || fail "zoned null_blk device"
+    # Linux 6.0+ names the disk after the configfs directory, older ones nullbINDEX.
+    _dev=/dev/zoned
+    [ -b "$_dev" ] || _dev=/dev/nullb$(cat "$_z/index")
+    [ -b "$_dev" ] || fail "no block device for the zoned null_blk ($(ls /dev | grep -E 'nullb|zoned' | tr '\n' ' '))"
+    _q=/sys/block/${_dev##*/}/queue
+    info "$_dev: zoned $(cat $_q/zoned), $(cat $_q/nr_zones) zones of $(cat $_q/chunk_sectors) sectors"
+    mkdir "$_s" && echo 1 >"$_s/attr_allow_any_host" && mkdir "$_s/namespaces/1" \
+        && echo -n "$_dev" >"$_s/namespaces/1/device_path" && echo 1 >"$_s/namespaces/1/enable" \
+        && ln -s "$_s" "$NVMET/ports/1/subsystems/$NQN-zoned" || fail "nvmet subsystem $NQN-zoned over $_dev"
+    hook_call run-client "$CLIENT_TIMEOUT" zoned
+    _rc=$?
+    rm -f "$NVMET/ports/1/subsystems/$NQN-zoned"
+    echo 0 >"$_s/namespaces/1/enable"; rmdir "$_s/namespaces/1" "$_s"
+    echo 0 >"$_z/power"; rmdir "$_z"
+    [ $_rc = 0 ] || fail "host client zoned failed (rc=$_rc): ${HOOK_REPLY:-no reply}"
+    info "host client zoned: rc=${HOOK_REPLY#HOOKACK run-client }"
+}
+
 kt_teardown() {
     rmdir "$NVMET/ports/1/referrals/interop" || fail "rmdir the referral"
     nvmet_teardown "$NQN"
@@ -161,6 +192,8 @@ scenario_main() {
             run_step "$_sn" $((CLIENT_TIMEOUT + 20)) kt_auth
         elif [ "$_c" = qmax ]; then
             run_step "$_sn" $((CLIENT_TIMEOUT + 80)) kt_qmax
+        elif [ "$_c" = zoned ]; then
+            run_step "$_sn" $((CLIENT_TIMEOUT + 40)) kt_zoned
         else
             run_step "$_sn" $((CLIENT_TIMEOUT + 10)) kt_client "$_c"
         fi
