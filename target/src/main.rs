@@ -553,6 +553,35 @@ mod tests {
     }
 
     #[test]
+    fn zoned_flags() {
+        let c = flags(&[
+            "--ram",
+            "4M",
+            "--file",
+            "/x.img",
+            "--zoned",
+            "--zone-size",
+            "1M",
+            "--max-open-zones",
+            "2",
+        ])
+        .unwrap();
+        let want = ZoneConfig { zone_size: 1 << 20, max_open: Some(2), max_active: None };
+        assert!(c.subsystems[0].namespaces.iter().all(|n| n.zoned == Some(want)));
+        let c = flags(&["--ram", "4M", "--zoned"]).unwrap();
+        assert_eq!(c.subsystems[0].namespaces[0].zoned, Some(ZoneConfig::default()));
+        assert!(flags(&["--ram", "4M"]).unwrap().subsystems[0].namespaces[0].zoned.is_none());
+        let e = flags(&["--ram", "4M", "--zoned", "--zone-size", "3M"]).unwrap_err();
+        assert!(e.contains("--zone-size") && e.contains("power of two"), "{e}");
+        let e = flags(&["--ram", "4M", "--zoned", "--max-open-zones", "4", "--max-active-zones", "2"])
+            .unwrap_err();
+        assert!(e.contains("--max-open-zones"), "{e}");
+        assert!(args(&["--ram", "4M", "--zone-size", "1M"]).is_err());
+        assert!(args(&["--ram", "4M", "--zoned", "--max-open-zones", "0"]).is_err());
+        assert!(args(&["--config", "/x.toml", "--zoned"]).is_err());
+    }
+
+    #[test]
     fn read_only_flag() {
         let c = flags(&["--file", "/x.img", "--block", "/dev/x", "--read-only"]).unwrap();
         assert!(c.subsystems[0].namespaces.iter().all(|n| n.read_only));

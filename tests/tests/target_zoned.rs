@@ -342,3 +342,31 @@ async fn zone_settings_are_checked() {
         Server::start(&cfg("ram = \"4M\"\nzoned = true\nzone_size = \"8M\"")).await.err().expect("refused");
     assert!(err.to_string().contains("zone size"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_the_zones_unless_their_settings_change() {
+    bounded(60, async {
+        let zoned = |size: &str| format!("ram = \"4M\"\nzoned = true\nzone_size = \"{size}\"");
+        let (server, addr) = start(&cfg(&zoned("1M"))).await;
+        let ctrl = Controller::connect(addr, SUBNQN, opts()).await.unwrap();
+        let ns = ctrl.namespace(1).await.unwrap();
+        ns.write(0, &data(4096, 4)).await.unwrap();
+        // The same settings: the namespace and its zones stay as they are.
+        server.reload(&cfg(&zoned("1M"))).unwrap();
+        assert_eq!(state(&ns, 0).await, (ZoneState::IMPLICITLY_OPEN, 8));
+        // Another zone size: another namespace (a new RAM store) with 2 MiB zones.
+        server.reload(&cfg(&zoned("2M"))).unwrap();
+        assert_eq!(ns.identify_zoned().await.unwrap().zsze[0], 2 * ZB);
+        let zones = ns.zones().await.unwrap();
+        assert_eq!(zones.len(), 2);
+        assert!(zones.iter().all(|z| z.state == ZoneState::EMPTY));
+        // Not zoned any more: an NVM namespace, whose writes go anywhere.
+        server.reload(&cfg("ram = \"4M\"")).unwrap();
+        assert_eq!(ns.identify_zoned().await.unwrap().zsze[0], 0);
+        ns.write(100, &data(512, 5)).await.unwrap();
+        assert_eq!(status(ns.report_zones(0, ZoneReportFilter::ALL, 1).await), Status::INVALID_OPCODE);
+        drop((ctrl, ns));
+        server.shutdown(std::time::Duration::from_secs(1)).await;
+    })
+    .await;
+}
