@@ -1013,15 +1013,24 @@ impl Namespace {
     }
 
     /// Every zone of the namespace, in order (one Report Zones per
-    /// maximum transfer).
+    /// maximum transfer). The zone size comes from [`Self::identify_zoned`]
+    /// (a zone's capacity may be less).
     pub async fn zones(&self) -> Result<Vec<ZoneDescriptor>> {
+        let zsze =
+            self.identify_zoned().await?.zsze.get(self.identify.lba_format_index()).copied().unwrap_or(0);
+        if zsze == 0 {
+            return Err(Error::Controller(format!(
+                "namespace {} reports no zone size: not zoned",
+                self.nsid
+            )));
+        }
         let mut all: Vec<ZoneDescriptor> = Vec::new();
         let mut lba = 0;
         // Bounded: each pass reports at least one more zone, or ends.
         while lba < self.nsze {
             let r = self.report_zones(lba, ZoneReportFilter::ALL, usize::MAX).await?;
             let Some(last) = r.zones.last() else { break };
-            let next = last.slba.saturating_add(last.capacity.max(1));
+            let next = last.slba.saturating_add(zsze);
             if next <= lba {
                 return Err(Error::Controller(format!("zone report from LBA {lba} did not move on")));
             }

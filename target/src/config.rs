@@ -434,28 +434,9 @@ fn zone_config(
         Ok(v) => v.unwrap_or(ZoneConfig::default().zone_size),
         Err(e) => return Err(invalid(format!("{nkey}.zone_size"), e)),
     };
-    if !zone_size.is_power_of_two() || zone_size < block_size as u64 {
-        return Err(invalid(
-            format!("{nkey}.zone_size"),
-            format!(
-                "must be a power of two of at least the block size ({block_size}); Linux hosts refuse others"
-            ),
-        ));
-    }
-    for (v, key) in [(n.max_open_zones, "max_open_zones"), (n.max_active_zones, "max_active_zones")] {
-        if v == Some(0) {
-            return Err(invalid(format!("{nkey}.{key}"), "must be at least 1"));
-        }
-    }
-    if let (Some(o), Some(a)) = (n.max_open_zones, n.max_active_zones) {
-        if o > a {
-            return Err(invalid(
-                format!("{nkey}.max_open_zones"),
-                format!("more than max_active_zones ({a})"),
-            ));
-        }
-    }
-    Ok(Some(ZoneConfig { zone_size, max_open: n.max_open_zones, max_active: n.max_active_zones }))
+    let z = ZoneConfig { zone_size, max_open: n.max_open_zones, max_active: n.max_active_zones };
+    z.check(block_size as u64).map_err(|(key, why)| invalid(format!("{nkey}.{key}"), why))?;
+    Ok(Some(z))
 }
 
 /// [`parse_id`] of an optional key; the error names `key()`.

@@ -180,17 +180,8 @@ fn zoned(a: &ServeArgs) -> Option<ZoneConfig> {
 
 fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
     if let Some(z) = zoned(a) {
-        if !z.zone_size.is_power_of_two() || z.zone_size < a.block_size as u64 {
-            return Err(format!(
-                "--zone-size: {} is not a power of two of at least the block size ({}); Linux hosts refuse others",
-                z.zone_size, a.block_size
-            ));
-        }
-        if let (Some(o), Some(m)) = (z.max_open, z.max_active) {
-            if o > m {
-                return Err(format!("--max-open-zones: {o} is more than --max-active-zones ({m})"));
-            }
-        }
+        // The flags are the configuration keys: `zone_size` is --zone-size.
+        z.check(a.block_size as u64).map_err(|(key, why)| format!("--{}: {why}", key.replace('_', "-")))?;
     }
     let mut nss = Vec::new();
     for f in &a.file {

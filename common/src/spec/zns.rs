@@ -345,9 +345,9 @@ impl ZoneReport {
 
 /// Zoned Namespace command set Identify Namespace (CNS 05h, CSI 02h): ZOC,
 /// OZCS, MAR, MOR (0's based, [`NO_ZONE_LIMIT`] for none), RRL, FRL and the
-/// LBA format extensions at byte 2816 (ZSZE: zone size in blocks; ZDES:
-/// descriptor extension size in 64-byte units).
-#[derive(Clone, PartialEq, Eq, Debug, Default)]
+/// 64 LBA format extensions at byte 2816, 16 bytes each (ZSZE: zone size in
+/// blocks; ZDES: descriptor extension size in 64-byte units).
+#[derive(Clone, PartialEq, Eq, Debug)]
 pub struct IdentifyNsZns {
     /// Zone Operation Characteristics (the Linux host refuses non-zero).
     pub zoc: u16,
@@ -361,14 +361,20 @@ pub struct IdentifyNsZns {
     pub rrl: u32,
     /// Finish Recommended Limit (seconds).
     pub frl: u32,
-    /// Zone size in blocks per LBA format (index as FLBAS).
-    pub zsze: [u64; 16],
+    /// Zone size in blocks per LBA format (indexed as FLBAS; 64 formats).
+    pub zsze: [u64; 64],
     /// Zone Descriptor Extension Size per LBA format.
-    pub zdes: [u8; 16],
+    pub zdes: [u8; 64],
 }
 
 /// Byte offset of the LBA format extensions in [`IdentifyNsZns`].
 const LBAFE_OFFSET: usize = 2816;
+
+impl Default for IdentifyNsZns {
+    fn default() -> Self {
+        Self { zoc: 0, ozcs: 0, mar: 0, mor: 0, rrl: 0, frl: 0, zsze: [0; 64], zdes: [0; 64] }
+    }
+}
 
 impl IdentifyNsZns {
     /// Decodes from at least 4096 bytes.
@@ -383,7 +389,7 @@ impl IdentifyNsZns {
             frl: u32_at(b, 16),
             ..Self::default()
         };
-        for i in 0..16 {
+        for i in 0..64 {
             let at = LBAFE_OFFSET + i * 16;
             id.zsze[i] = u64_at(b, at);
             id.zdes[i] = b[at + 8];
@@ -399,7 +405,7 @@ impl IdentifyNsZns {
         put_u32(&mut b, 8, self.mor);
         put_u32(&mut b, 12, self.rrl);
         put_u32(&mut b, 16, self.frl);
-        for i in 0..16 {
+        for i in 0..64 {
             let at = LBAFE_OFFSET + i * 16;
             put_u64(&mut b, at, self.zsze[i]);
             b[at + 8] = self.zdes[i];
@@ -506,7 +512,9 @@ mod tests {
     proptest! {
         #[test]
         fn identify_round_trip(zoc: u16, ozcs: u16, mar: u32, mor: u32, zsze: [u64; 16], zdes: [u8; 16], zasl: u8) {
-            let id = IdentifyNsZns { zoc, ozcs, mar, mor, rrl: 1, frl: 2, zsze, zdes };
+            let mut id = IdentifyNsZns { zoc, ozcs, mar, mor, rrl: 1, frl: 2, ..Default::default() };
+            id.zsze[..16].copy_from_slice(&zsze);
+            id.zdes[48..].copy_from_slice(&zdes);
             let b = id.encode();
             prop_assert_eq!(b.len(), 4096);
             prop_assert_eq!(u64_at(&b, 2816), zsze[0]);

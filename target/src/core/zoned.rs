@@ -53,6 +53,37 @@ pub struct ZoneConfig {
 /// size and `null_blk`'s `zone_size` default's order.
 pub const DEFAULT_ZONE_SIZE: u64 = 64 << 20;
 
+impl ZoneConfig {
+    /// Checks the settings for blocks of `block_size` bytes; an error names
+    /// the configuration key at fault and why. The zone size must be a
+    /// power of two (the Linux host refuses other sizes,
+    /// `nvme_update_zone_info`) of at least one block; the limits at least
+    /// 1, with no more open than active zones.
+    pub fn check(&self, block_size: u64) -> Result<(), (&'static str, String)> {
+        if !self.zone_size.is_power_of_two() || self.zone_size < block_size {
+            return Err((
+                "zone_size",
+                format!(
+                    "{} is not a power of two of at least the block size ({block_size}); Linux hosts refuse others",
+                    self.zone_size
+                ),
+            ));
+        }
+        if self.max_open == Some(0) {
+            return Err(("max_open_zones", "must be at least 1".into()));
+        }
+        if self.max_active == Some(0) {
+            return Err(("max_active_zones", "must be at least 1".into()));
+        }
+        if let (Some(o), Some(a)) = (self.max_open, self.max_active) {
+            if o > a {
+                return Err(("max_open_zones", format!("{o} is more than max_active_zones ({a})")));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Default for ZoneConfig {
     fn default() -> Self {
         Self { zone_size: DEFAULT_ZONE_SIZE, max_open: None, max_active: None }
@@ -119,13 +150,7 @@ impl Zones {
         block_shift: u32,
         holds_data: impl Fn(u64, u64) -> bool,
     ) -> Result<Self, String> {
-        let bs = 1u64 << block_shift;
-        if !cfg.zone_size.is_power_of_two() || cfg.zone_size < bs {
-            return Err(format!(
-                "zone size {} is not a power of two of at least the block size ({bs})",
-                cfg.zone_size
-            ));
-        }
+        cfg.check(1 << block_shift).map_err(|(key, why)| format!("{key}: {why}"))?;
         let shift = (cfg.zone_size >> block_shift).trailing_zeros();
         let count = blocks >> shift;
         if count == 0 {
@@ -134,14 +159,6 @@ impl Zones {
                 cfg.zone_size,
                 blocks << block_shift
             ));
-        }
-        if cfg.max_open == Some(0) || cfg.max_active == Some(0) {
-            return Err("max_open_zones and max_active_zones must be at least 1".into());
-        }
-        if let (Some(o), Some(a)) = (cfg.max_open, cfg.max_active) {
-            if o > a {
-                return Err(format!("max_open_zones ({o}) is more than max_active_zones ({a})"));
-            }
         }
         let zones = (0..count)
             .map(|i| {
