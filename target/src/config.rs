@@ -55,6 +55,7 @@
 //! zone_size = "64M"                      # optional (zoned): a power of two; default 64M
 //! max_open_zones = 14                    # optional (zoned): MOR + 1; default no limit
 //! max_active_zones = 14                  # optional (zoned): MAR + 1; default no limit
+//! zone_state_file = "/var/lib/nvmeof/ns1.zones"  # optional (zoned): zone states kept across clean restarts
 //! uuid = "0b1d8c4e-..."                  # optional: identifiers (also nguid, eui64); see NamespaceIds
 //! ```
 //!
@@ -115,9 +116,12 @@
 //! ([`crate::core::zoned`]). A Linux host sees a host-managed zoned block
 //! device (`/sys/block/nvmeXnY/queue/zoned`), for zonefs, f2fs, btrfs or
 //! ZenFS. Zone states live in memory: at start a zone whose blocks hold no
-//! data (a hole of a sparse file; RAM) is Empty, any other Full. A zoned
-//! namespace keeps the size it started with: a reload that changes its
-//! size or zone settings replaces it.
+//! data (a hole of a sparse file; RAM) is Empty, any other Full; with a
+//! `zone_state_file` a clean stop saves the zone states there (after the
+//! data is flushed) and the next start restores them and deletes the file,
+//! so after a crash the zones come from the store again. A zoned namespace
+//! keeps the size it started with: a reload that changes its size or zone
+//! settings replaces it.
 //!
 //! `ana_state` and `ana_groups` set what each port reports for Asymmetric
 //! Namespace Access (nvmet's `ports/N/ana_groups/G/ana_state`): every group
@@ -334,6 +338,9 @@ pub struct NamespaceConfig {
     /// Exported zoned, with these zones (`zoned`, `zone_size`,
     /// `max_open_zones`, `max_active_zones`; [`crate::core::zoned`]).
     pub zoned: Option<crate::core::zoned::ZoneConfig>,
+    /// Where a clean stop saves the zone states of a zoned namespace, for
+    /// the next start (`zone_state_file`).
+    pub zone_state_file: Option<PathBuf>,
 }
 
 /// Namespace identifiers a configuration gives (nvmet's `device_uuid` and
@@ -394,6 +401,7 @@ struct ZoneKeys {
     zone_size: Option<String>,
     max_open_zones: Option<u32>,
     max_active_zones: Option<u32>,
+    zone_state_file: bool,
 }
 
 impl RawNamespace {
@@ -403,6 +411,7 @@ impl RawNamespace {
             zone_size: self.zone_size.clone(),
             max_open_zones: self.max_open_zones,
             max_active_zones: self.max_active_zones,
+            zone_state_file: self.zone_state_file.is_some(),
         }
     }
 }
@@ -420,6 +429,7 @@ fn zone_config(
             (n.zone_size.is_some(), "zone_size"),
             (n.max_open_zones.is_some(), "max_open_zones"),
             (n.max_active_zones.is_some(), "max_active_zones"),
+            (n.zone_state_file, "zone_state_file"),
         ] {
             if set {
                 return Err(invalid(
@@ -779,6 +789,7 @@ struct RawNamespace {
     zone_size: Option<String>,
     max_open_zones: Option<u32>,
     max_active_zones: Option<u32>,
+    zone_state_file: Option<PathBuf>,
     uuid: Option<String>,
     nguid: Option<String>,
     eui64: Option<String>,
@@ -1011,6 +1022,7 @@ impl TargetConfig {
                         },
                     },
                     zoned,
+                    zone_state_file: n.zone_state_file.clone(),
                 };
                 for (h, host) in n.hosts.iter().flatten().enumerate() {
                     let hkey = format!("{nkey}.hosts[{h}]");
@@ -1019,6 +1031,12 @@ impl TargetConfig {
                     if listed && !allowed.contains(host) {
                         return Err(invalid(hkey, format!("{host} is not in {key}.allowed_hosts")));
                     }
+                }
+                if matches!(ns.source, NamespaceSource::Ram(_)) && ns.zone_state_file.is_some() {
+                    return Err(invalid(
+                        format!("{nkey}.zone_state_file"),
+                        "applies to file and block namespaces (a RAM namespace starts empty)",
+                    ));
                 }
                 if !ns.reservations && ns.reservations_file.is_some() {
                     return Err(invalid(

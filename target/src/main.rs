@@ -202,6 +202,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             hosts: None,
             qos: qos(a),
             zoned: zoned(a),
+            zone_state_file: None,
         });
     }
     for r in &a.ram {
@@ -217,6 +218,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             hosts: None,
             qos: qos(a),
             zoned: zoned(a),
+            zone_state_file: None,
         });
     }
     for b in &a.block {
@@ -236,6 +238,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             hosts: None,
             qos: qos(a),
             zoned: zoned(a),
+            zone_state_file: None,
         });
     }
     if nss.is_empty() {

@@ -58,6 +58,7 @@ fn same_store(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
         && a.ids == b.ids
         // A zoned namespace keeps the zones (and the size) it started with.
         && a.zoned == b.zoned
+        && a.zone_state_file == b.zone_state_file
         && (a.zoned.is_none() || configured_size(a) == configured_size(b))
         && match (&a.source, &b.source) {
             (
@@ -221,6 +222,10 @@ fn new_namespace(
         ns = ns.with_zones(z).map_err(|e| {
             std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("zoned namespace: {e}"))
         })?;
+        if let (Some(zones), Some(path)) = (&ns.zones, &n.zone_state_file) {
+            restore_zone_states(nqn, nsid, zones, path)?;
+            ns.zone_state_file = Some(path.clone());
+        }
         if let Some(zones) = &ns.zones {
             let (empty, full) = zones.initial_counts();
             info!(subnqn = nqn, nsid, zone_size = z.zone_size, zones = zones.count(), empty, full, max_open = ?z.max_open, max_active = ?z.max_active, "zoned namespace");
@@ -242,6 +247,55 @@ fn new_namespace(
     ns.nguid = n.ids.nguid.unwrap_or(ns.nguid);
     ns.eui64 = n.ids.eui64.unwrap_or(ns.eui64);
     Ok(ns)
+}
+
+/// Restores a zoned namespace's zone states from `path`, which the last
+/// clean stop wrote ([`save_zone_states`]), then deletes it: from then on
+/// only another clean stop writes it, so a crash cannot bring back write
+/// pointers older than the data written since (the zones then come from
+/// the store: Full where it holds data). A file that does not fit the zones
+/// is logged and deleted too; one that cannot be deleted fails the
+/// namespace.
+fn restore_zone_states(
+    nqn: &str,
+    nsid: u32,
+    zones: &crate::core::zoned::Zones,
+    path: &std::path::Path,
+) -> std::io::Result<()> {
+    match std::fs::read(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => warn!(subnqn = nqn, nsid, file = %path.display(), error = %e, "zone state file not read"),
+        Ok(b) => match zones.restore(&b) {
+            Ok(()) => {
+                info!(subnqn = nqn, nsid, file = %path.display(), "zone states restored (saved by the last clean stop)")
+            }
+            Err(e) => {
+                warn!(subnqn = nqn, nsid, file = %path.display(), error = %e, "zone state file not used")
+            }
+        },
+    }
+    std::fs::remove_file(path)
+        .and_then(|()| sync_parent(path))
+        .map_err(|e| std::io::Error::new(e.kind(), format!("zone state file {}: {e}", path.display())))
+}
+
+/// Writes `zones`' states to `path` (a temporary file synced and renamed
+/// over it, the directory synced), after the namespace's data was flushed.
+fn save_zone_states(zones: &crate::core::zoned::Zones, path: &std::path::Path) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(&zones.save())?;
+    f.sync_all()?;
+    std::fs::rename(&tmp, path)?;
+    sync_parent(path)
+}
+
+/// Syncs the directory holding `path`, so a file created, renamed or
+/// removed there stays so.
+fn sync_parent(path: &std::path::Path) -> std::io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// Applies the configured ANA states to the target's ports (port IDs follow
@@ -575,6 +629,16 @@ impl Server {
             for ns in s.namespaces().values() {
                 if let Err(e) = ns.backend.sync_all() {
                     warn!(nsid = ns.nsid, error = %e, "flush on shutdown failed");
+                    continue;
+                }
+                // Only over flushed data: the next start trusts these write pointers.
+                if let (Some(z), Some(path)) = (&ns.zones, &ns.zone_state_file) {
+                    match save_zone_states(z, path) {
+                        Ok(()) => info!(nsid = ns.nsid, file = %path.display(), "zone states saved"),
+                        Err(e) => {
+                            warn!(nsid = ns.nsid, file = %path.display(), error = %e, "zone states not saved")
+                        }
+                    }
                 }
             }
         }

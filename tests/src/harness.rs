@@ -48,6 +48,7 @@ pub fn ram_ns(nsid: u32, size: u64, block_size: u32) -> NamespaceConfig {
         hosts: None,
         qos: Default::default(),
         zoned: None,
+        zone_state_file: None,
     }
 }
 

@@ -127,6 +127,7 @@ async fn steady_state_allocations_per_io() {
                 hosts: None,
                 qos: Default::default(),
                 zoned: None,
+                zone_state_file: None,
             }]
             .into_iter()
             .chain(uring_file.as_ref().map(|path| NamespaceConfig {
@@ -146,6 +147,7 @@ async fn steady_state_allocations_per_io() {
                 hosts: None,
                 qos: Default::default(),
                 zoned: None,
+                zone_state_file: None,
             }))
             .collect(),
             cntlids: nvmeof_target::core::target::CNTLID_RANGE,

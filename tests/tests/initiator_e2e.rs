@@ -374,6 +374,7 @@ async fn random_io_verified_on_io_uring_files() {
             hosts: None,
             qos: Default::default(),
             zoned: None,
+            zone_state_file: None,
         };
         bounded(60, random_io_on(ns, ran == 1, Duration::from_secs(2))).await;
         let _ = std::fs::remove_file(&path);

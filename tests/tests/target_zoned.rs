@@ -333,6 +333,8 @@ async fn zone_settings_are_checked() {
     .to_string()
     };
     assert!(bad("zone_size = \"1M\"").contains("zone_size"));
+    assert!(bad("zone_state_file = \"/x.zones\"").contains("zone_state_file"));
+    assert!(bad("zoned = true\nzone_state_file = \"/x.zones\"").contains("RAM"));
     assert!(bad("zoned = true\nzone_size = \"3M\"").contains("power of two"));
     assert!(bad("zoned = true\nzone_size = \"256\"").contains("power of two"));
     assert!(bad("zoned = true\nmax_open_zones = 0").contains("max_open_zones"));
@@ -367,6 +369,65 @@ async fn a_reload_keeps_the_zones_unless_their_settings_change() {
         assert_eq!(status(ns.report_zones(0, ZoneReportFilter::ALL, 1).await), Status::INVALID_OPCODE);
         drop((ctrl, ns));
         server.shutdown(std::time::Duration::from_secs(1)).await;
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_stop_keeps_the_zone_states_for_the_next_start() {
+    bounded(60, async {
+        let dir = std::env::temp_dir();
+        let (path, states) = (
+            dir.join(format!("nvmeof-zstate-{}.img", std::process::id())),
+            dir.join(format!("nvmeof-zstate-{}.zones", std::process::id())),
+        );
+        let toml = format!(
+            "file = \"{}\"\nsize = \"4M\"\nzoned = true\nzone_size = \"1M\"\nzone_state_file = \"{}\"",
+            path.display(),
+            states.display()
+        );
+        let start_zoned = || async {
+            let (server, addr) = start(&cfg(&toml)).await;
+            let ctrl = Controller::connect(addr, SUBNQN, opts()).await.unwrap();
+            let ns = ctrl.namespace(1).await.unwrap();
+            (server, ctrl, ns)
+        };
+        let (server, ctrl, ns) = start_zoned().await;
+        let a = data(4096, 6);
+        ns.write(0, &a).await.unwrap();
+        assert_eq!(ns.zone_append(ZB, &a, IoFlags::default()).await.unwrap(), ZB);
+        ns.manage_zone(ZoneSendAction::FINISH, 3 * ZB, false).await.unwrap();
+        drop((ctrl, ns));
+        server.shutdown(std::time::Duration::from_secs(1)).await;
+        assert!(states.exists(), "a clean stop saves the zone states");
+        // The next start: open zones come back Closed at their write
+        // pointers, the file is gone (a crash now falls back to the store).
+        let (server, ctrl, ns) = start_zoned().await;
+        assert!(!states.exists(), "the start deletes the zone state file");
+        let got: Vec<(ZoneState, u64)> = ns.zones().await.unwrap().iter().map(|z| (z.state, z.wp)).collect();
+        assert_eq!(
+            got,
+            [
+                (ZoneState::CLOSED, 8),
+                (ZoneState::CLOSED, ZB + 8),
+                (ZoneState::EMPTY, 2 * ZB),
+                (ZoneState::FULL, 4 * ZB)
+            ]
+        );
+        ns.write(8, &a).await.unwrap();
+        let mut back = vec![0u8; 8192];
+        ns.read(0, &mut back).await.unwrap();
+        assert_eq!((&back[..4096], &back[4096..]), (&a[..], &a[..]));
+        drop((ctrl, ns));
+        server.shutdown(std::time::Duration::from_secs(1)).await;
+        // Without the file (as after a crash): the zones holding data start Full.
+        std::fs::remove_file(&states).unwrap();
+        let (server, ctrl, ns) = start_zoned().await;
+        let got: Vec<ZoneState> = ns.zones().await.unwrap().iter().map(|z| z.state).collect();
+        assert_eq!(got, [ZoneState::FULL, ZoneState::FULL, ZoneState::EMPTY, ZoneState::EMPTY]);
+        drop((ctrl, ns));
+        server.shutdown(std::time::Duration::from_secs(1)).await;
+        let _ = (std::fs::remove_file(&path), std::fs::remove_file(&states));
     })
     .await;
 }

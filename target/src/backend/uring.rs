@@ -2327,6 +2327,7 @@ mod tests {
             hosts: None,
             qos: Default::default(),
             zoned: None,
+            zone_state_file: None,
         };
         let threads = crate::server::open_backend(&ns(IoEngine::Threads, true)).unwrap();
         assert!(!threads.describe().contains("io_uring"), "{}", threads.describe());
@@ -2433,6 +2434,7 @@ mod tests {
             hosts: None,
             qos: Default::default(),
             zoned: None,
+            zone_state_file: None,
         };
         let d = crate::server::open_backend(&default_ns).unwrap();
         assert!(d.describe().contains("(io_uring, O_DIRECT)"), "{}", d.describe());

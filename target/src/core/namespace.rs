@@ -49,6 +49,8 @@ pub struct Namespace {
     pub qos: super::qos::Qos,
     /// Its zones, where it is exported zoned (configuration `zoned`).
     pub zones: Option<Arc<super::zoned::Zones>>,
+    /// Where a clean stop saves its zone states (configuration `zone_state_file`).
+    pub zone_state_file: Option<std::path::PathBuf>,
 }
 
 impl Namespace {
@@ -108,6 +110,7 @@ impl Namespace {
             compare_write: Default::default(),
             qos: Default::default(),
             zones: None,
+            zone_state_file: None,
         }
     }
 

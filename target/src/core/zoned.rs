@@ -21,10 +21,15 @@
 //! its zone by closing an implicitly opened one, as `null_blk` does, and
 //! fails with Too Many Open Zones where none is.
 //!
-//! Zone states are not kept on disk: a zone whose blocks hold no data
-//! where the namespace starts (a hole of a sparse file, RAM) starts Empty,
-//! any other Full, so what a file holds stays readable and is overwritten
-//! only after a Reset (SPDK's zoned bdev starts every zone Full).
+//! Zone states are not kept on disk while the target runs: a zone whose
+//! blocks hold no data where the namespace starts (a hole of a sparse file,
+//! RAM) starts Empty, any other Full, so what a file holds stays readable
+//! and is overwritten only after a Reset (SPDK's zoned bdev starts every
+//! zone Full). With a `zone_state_file`, a clean stop saves the states
+//! ([`Zones::save`]) after the data is flushed, and the next start restores
+//! them ([`Zones::restore`]) and deletes the file, so a crash later can
+//! never bring back write pointers older than the data acknowledged since:
+//! it falls back to Full.
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -48,6 +53,9 @@ pub struct ZoneConfig {
     /// Most zones open or closed at once (MAR + 1); `None`: no limit.
     pub max_active: Option<u32>,
 }
+
+/// First bytes of a zone state file ([`Zones::save`]).
+const STATE_MAGIC: &[u8; 8] = b"NVMFZST1";
 
 /// Zone size when the configuration gives none: 64 MiB, a common ZNS SSD
 /// size and `null_blk`'s `zone_size` default's order.
@@ -409,6 +417,80 @@ impl Zones {
         Ok(ZoneMgmt::Reset { zones: reset.0, ranges: reset.1 })
     }
 
+    /// The zone states as a `zone_state_file` holds them: magic, zone size
+    /// in blocks, zone count, then each zone's state and write pointer, and
+    /// the CRC32C of all that.
+    pub fn save(&self) -> Vec<u8> {
+        let t = lock(&self.table);
+        let mut b = Vec::with_capacity(28 + t.zones.len() * 9);
+        b.extend_from_slice(STATE_MAGIC);
+        b.extend_from_slice(&self.zone_blocks().to_le_bytes());
+        b.extend_from_slice(&self.count.to_le_bytes());
+        for z in &t.zones {
+            b.push(z.state.0);
+            b.extend_from_slice(&z.wp.to_le_bytes());
+        }
+        let crc = nvmeof_common::digest::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Restores the zone states [`Self::save`] wrote, for zones of the same
+    /// size and count; a zone open when they were saved comes back Closed
+    /// (Empty if nothing was written to it), as ZNS zones do across a power
+    /// cycle. Nothing changes where the bytes do not fit these zones.
+    pub fn restore(&self, b: &[u8]) -> Result<(), String> {
+        let want = 24 + self.count as usize * 9 + 4;
+        if b.len() != want || &b[..8] != STATE_MAGIC {
+            return Err(format!(
+                "not a zone state file for {} zones ({} bytes, want {want})",
+                self.count,
+                b.len()
+            ));
+        }
+        let (body, crc) = b.split_at(b.len() - 4);
+        if nvmeof_common::digest::crc32c(body).to_le_bytes() != crc {
+            return Err("zone state file: CRC mismatch".into());
+        }
+        let u64_at = |at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+        if u64_at(8) != self.zone_blocks() || u64_at(16) != self.count {
+            return Err(format!(
+                "zone state file is for {} zones of {} blocks, not {} of {}",
+                u64_at(16),
+                u64_at(8),
+                self.count,
+                self.zone_blocks()
+            ));
+        }
+        let mut zones = Vec::with_capacity(self.count as usize);
+        for i in 0..self.count {
+            let at = 24 + i as usize * 9;
+            let (zslba, end) = (i << self.shift, self.zone_end(i as usize));
+            let (state, wp) = (ZoneState(b[at]), u64_at(at + 1));
+            let state = match state {
+                s if s.is_open() && wp == zslba => ZoneState::EMPTY,
+                s if s.is_open() => ZoneState::CLOSED,
+                s => s,
+            };
+            let valid = match state {
+                ZoneState::EMPTY => wp == zslba,
+                ZoneState::FULL => true,
+                ZoneState::CLOSED => wp > zslba && wp < end,
+                _ => false,
+            };
+            if !valid {
+                return Err(format!("zone state file: zone {i} in state {:#x} at {wp}", b[at]));
+            }
+            zones.push(Zone { state, wp: if state == ZoneState::FULL { end } else { wp } });
+        }
+        let active = zones.iter().filter(|z| z.state.is_active()).count() as u32;
+        if self.max_active.is_some_and(|m| active > m) {
+            return Err(format!("zone state file: {active} closed zones, more than max_active_zones"));
+        }
+        *lock(&self.table) = Table { zones, open: 0, active };
+        Ok(())
+    }
+
     fn reset_zone(t: &mut Table, idx: usize, shift: u32) {
         if matches!(t.zones[idx].state, ZoneState::READ_ONLY | ZoneState::OFFLINE) {
             return;
@@ -608,6 +690,43 @@ mod tests {
         z.write(48, 1, false).unwrap();
         z.manage(ZoneSendAction::FINISH, 0, true).unwrap();
         assert_eq!((state(&z, 48), state(&z, 0)), (ZoneState::FULL, ZoneState::EMPTY));
+    }
+
+    #[test]
+    fn states_saved_and_restored() {
+        let z = zones(Some(2), Some(3));
+        z.write(0, 3, false).unwrap();
+        z.manage(ZoneSendAction::OPEN, 16, false).unwrap();
+        z.write(32, 16, false).unwrap();
+        z.write(48, 1, false).unwrap();
+        z.manage(ZoneSendAction::CLOSE, 48, false).unwrap();
+        let saved = z.save();
+        let back = zones(Some(2), Some(3));
+        back.restore(&saved).unwrap();
+        // Open zones come back Closed, or Empty where nothing was written.
+        assert_eq!(back.zone_of(0), Some((ZoneState::CLOSED, 3)));
+        assert_eq!(back.zone_of(16), Some((ZoneState::EMPTY, 16)));
+        assert_eq!(back.zone_of(32), Some((ZoneState::FULL, 48)));
+        assert_eq!(back.zone_of(48), Some((ZoneState::CLOSED, 49)));
+        // The counts came along: two active, none open.
+        assert_eq!(back.write(3, 1, false), Ok(3));
+        assert_eq!(back.write(64, 1, false), Ok(64));
+        assert_eq!(back.write(80, 1, false), Err(Status::ZONE_TOO_MANY_ACTIVE.with_dnr()));
+        // Other zones, a damaged file: refused, nothing changed.
+        let other = Zones::new(
+            ZoneConfig { zone_size: 32 * 512, max_open: None, max_active: None },
+            128,
+            9,
+            |_, _| false,
+        )
+        .unwrap();
+        assert!(other.restore(&saved).is_err());
+        let mut bad = saved.clone();
+        bad[30] ^= 1;
+        let fresh = zones(None, None);
+        assert!(fresh.restore(&bad).unwrap_err().contains("CRC"));
+        assert!(fresh.restore(&saved[..saved.len() - 1]).is_err());
+        assert_eq!(fresh.zone_of(0), Some((ZoneState::EMPTY, 0)));
     }
 
     #[test]

@@ -69,6 +69,7 @@ pub fn ram_ns(nsid: u32, size: u64) -> NamespaceConfig {
         hosts: None,
         qos: Default::default(),
         zoned: None,
+        zone_state_file: None,
     }
 }
 
@@ -86,6 +87,7 @@ pub fn file_ns(nsid: u32, path: &std::path::Path, size: Option<u64>, engine: IoE
         hosts: None,
         qos: Default::default(),
         zoned: None,
+        zone_state_file: None,
     }
 }
 
