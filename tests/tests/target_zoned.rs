@@ -50,6 +50,14 @@ async fn state(ns: &Namespace, zone: u64) -> (ZoneState, u64) {
     (r.zones[0].state, r.zones[0].wp)
 }
 
+/// A target whose namespace 1 is `ns1` (TOML), a controller, and that namespace.
+async fn start_ns(ns1: &str) -> (Server, Controller, Namespace) {
+    let (server, addr) = start(&cfg(ns1)).await;
+    let ctrl = Controller::connect(addr, SUBNQN, opts()).await.unwrap();
+    let ns = ctrl.namespace(1).await.unwrap();
+    (server, ctrl, ns)
+}
+
 fn data(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
@@ -289,13 +297,7 @@ async fn a_files_zones_start_from_what_it_holds() {
             f.write_all_at(&[9u8; 4096], 2 << 20).unwrap();
         }
         let toml = format!("file = \"{}\"\nzoned = true\nzone_size = \"1M\"", path.display());
-        let start_zoned = || async {
-            let (server, addr) = start(&cfg(&toml)).await;
-            let ctrl = Controller::connect(addr, SUBNQN, opts()).await.unwrap();
-            let ns = ctrl.namespace(1).await.unwrap();
-            (server, ctrl, ns)
-        };
-        let (server, ctrl, ns) = start_zoned().await;
+        let (server, ctrl, ns) = start_ns(&toml).await;
         let states: Vec<ZoneState> = ns.zones().await.unwrap().iter().map(|z| z.state).collect();
         assert_eq!(states, [ZoneState::EMPTY, ZoneState::EMPTY, ZoneState::FULL, ZoneState::EMPTY]);
         assert_eq!(state(&ns, 2).await.1, 3 * ZB);
@@ -309,7 +311,7 @@ async fn a_files_zones_start_from_what_it_holds() {
         ns.flush().await.unwrap();
         drop((ctrl, ns));
         server.shutdown(std::time::Duration::from_secs(1)).await;
-        let (server, ctrl, ns) = start_zoned().await;
+        let (server, ctrl, ns) = start_ns(&toml).await;
         let states: Vec<ZoneState> = ns.zones().await.unwrap().iter().map(|z| z.state).collect();
         assert_eq!(states, [ZoneState::FULL, ZoneState::EMPTY, ZoneState::EMPTY, ZoneState::EMPTY]);
         ns.read(0, &mut back).await.unwrap();
@@ -386,13 +388,7 @@ async fn a_clean_stop_keeps_the_zone_states_for_the_next_start() {
             path.display(),
             states.display()
         );
-        let start_zoned = || async {
-            let (server, addr) = start(&cfg(&toml)).await;
-            let ctrl = Controller::connect(addr, SUBNQN, opts()).await.unwrap();
-            let ns = ctrl.namespace(1).await.unwrap();
-            (server, ctrl, ns)
-        };
-        let (server, ctrl, ns) = start_zoned().await;
+        let (server, ctrl, ns) = start_ns(&toml).await;
         let a = data(4096, 6);
         ns.write(0, &a).await.unwrap();
         assert_eq!(ns.zone_append(ZB, &a, IoFlags::default()).await.unwrap(), ZB);
@@ -402,7 +398,7 @@ async fn a_clean_stop_keeps_the_zone_states_for_the_next_start() {
         assert!(states.exists(), "a clean stop saves the zone states");
         // The next start: open zones come back Closed at their write
         // pointers, the file is gone (a crash now falls back to the store).
-        let (server, ctrl, ns) = start_zoned().await;
+        let (server, ctrl, ns) = start_ns(&toml).await;
         assert!(!states.exists(), "the start deletes the zone state file");
         let got: Vec<(ZoneState, u64)> = ns.zones().await.unwrap().iter().map(|z| (z.state, z.wp)).collect();
         assert_eq!(
@@ -422,7 +418,7 @@ async fn a_clean_stop_keeps_the_zone_states_for_the_next_start() {
         server.shutdown(std::time::Duration::from_secs(1)).await;
         // Without the file (as after a crash): the zones holding data start Full.
         std::fs::remove_file(&states).unwrap();
-        let (server, ctrl, ns) = start_zoned().await;
+        let (server, ctrl, ns) = start_ns(&toml).await;
         let got: Vec<ZoneState> = ns.zones().await.unwrap().iter().map(|z| z.state).collect();
         assert_eq!(got, [ZoneState::FULL, ZoneState::FULL, ZoneState::EMPTY, ZoneState::EMPTY]);
         drop((ctrl, ns));
