@@ -395,31 +395,10 @@ fn parse_id<const N: usize>(text: &str) -> Result<[u8; N], String> {
     Ok(out)
 }
 
-/// The zone keys of a `[[subsystem.namespace]]` table.
-struct ZoneKeys {
-    zoned: Option<bool>,
-    zone_size: Option<String>,
-    max_open_zones: Option<u32>,
-    max_active_zones: Option<u32>,
-    zone_state_file: bool,
-}
-
-impl RawNamespace {
-    fn zoned_keys(&self) -> ZoneKeys {
-        ZoneKeys {
-            zoned: self.zoned,
-            zone_size: self.zone_size.clone(),
-            max_open_zones: self.max_open_zones,
-            max_active_zones: self.max_active_zones,
-            zone_state_file: self.zone_state_file.is_some(),
-        }
-    }
-}
-
 /// The zones of a namespace's `zoned`, `zone_size`, `max_open_zones` and
 /// `max_active_zones` keys (the last three need the first).
 fn zone_config(
-    n: &ZoneKeys,
+    n: &RawNamespace,
     nkey: &str,
     block_size: u32,
 ) -> Result<Option<crate::core::zoned::ZoneConfig>, ConfigError> {
@@ -429,7 +408,7 @@ fn zone_config(
             (n.zone_size.is_some(), "zone_size"),
             (n.max_open_zones.is_some(), "max_open_zones"),
             (n.max_active_zones.is_some(), "max_active_zones"),
-            (n.zone_state_file, "zone_state_file"),
+            (n.zone_state_file.is_some(), "zone_state_file"),
         ] {
             if set {
                 return Err(invalid(
@@ -958,7 +937,7 @@ impl TargetConfig {
                 if n.buffered_io.is_some() && n.file.is_none() {
                     return Err(invalid(format!("{nkey}.buffered_io"), "applies to file namespaces only"));
                 }
-                let zoned = zone_config(&n.zoned_keys(), &nkey, n.block_size.unwrap_or(512))?;
+                let zoned = zone_config(&n, &nkey, n.block_size.unwrap_or(512))?;
                 let source = match (n.file, n.ram, n.block) {
                     (Some(path), None, None) => NamespaceSource::File {
                         path,

@@ -125,9 +125,7 @@ async fn writes_go_to_the_write_pointer() {
     bounded(60, async {
         let zoned =
             "ram = \"4M\"\nzoned = true\nzone_size = \"1M\"\nmax_open_zones = 2\nmax_active_zones = 3";
-        let (server, addr) = start(&cfg(zoned)).await;
-        let ctrl = Controller::connect(addr, SUBNQN, opts()).await.unwrap();
-        let ns = ctrl.namespace(1).await.unwrap();
+        let (server, ctrl, ns) = start_ns(zoned).await;
         let a = data(4096, 1);
         ns.write(0, &a).await.unwrap();
         assert_eq!(state(&ns, 0).await, (ZoneState::IMPLICITLY_OPEN, 8));
@@ -230,9 +228,7 @@ async fn recv(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_zone_commands_get_nvmets_statuses() {
     bounded(60, async {
-        let (server, addr) = start(&cfg("ram = \"4M\"\nzoned = true\nzone_size = \"1M\"")).await;
-        let ctrl = Controller::connect(addr, SUBNQN, opts()).await.unwrap();
-        let ns = ctrl.namespace(1).await.unwrap();
+        let (server, ctrl, ns) = start_ns("ram = \"4M\"\nzoned = true\nzone_size = \"1M\"").await;
         let id = ns.identify_zoned().await.unwrap();
         assert_eq!((id.mor, id.mar), (NO_ZONE_LIMIT, NO_ZONE_LIMIT));
         // Extended report (no descriptor extensions here), an undefined
@@ -351,9 +347,7 @@ async fn zone_settings_are_checked() {
 async fn a_reload_keeps_the_zones_unless_their_settings_change() {
     bounded(60, async {
         let zoned = |size: &str| format!("ram = \"4M\"\nzoned = true\nzone_size = \"{size}\"");
-        let (server, addr) = start(&cfg(&zoned("1M"))).await;
-        let ctrl = Controller::connect(addr, SUBNQN, opts()).await.unwrap();
-        let ns = ctrl.namespace(1).await.unwrap();
+        let (server, ctrl, ns) = start_ns(&zoned("1M")).await;
         ns.write(0, &data(4096, 4)).await.unwrap();
         // The same settings: the namespace and its zones stay as they are.
         server.reload(&cfg(&zoned("1M"))).unwrap();

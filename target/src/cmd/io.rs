@@ -138,14 +138,7 @@ fn parse_on(ctx: &QueueCtx, ctrl: &Controller, ns: &Namespace, sqe: &Sqe) -> Res
         IoOpcode::READ | IoOpcode::WRITE | IoOpcode::COMPARE => {
             let access = if op == IoOpcode::WRITE { Access::Write } else { Access::Read };
             check_reservation(ctx, ctrl, ns, access)?;
-            // The SGL length first, as nvmet_{file,bdev}_execute_rw call
-            // nvmet_check_transfer_len before anything looks at the range.
-            let len = (sqe.nlb() as u64 + 1) << ns.block_shift;
-            if sgl_len != len {
-                return Err(Status::SGL_INVALID_DATA.with_dnr());
-            }
-            lba_range(ns, sqe)?;
-            within_mdts(ctx, len, "transfer larger than MDTS")
+            parse_blocks_data(ctx, ns, sqe, sgl_len, "transfer larger than MDTS")
         }
         IoOpcode::FLUSH | IoOpcode::WRITE_ZEROES | IoOpcode::DSM => {
             check_reservation(ctx, ctrl, ns, Access::Write)?;
@@ -177,10 +170,29 @@ fn parse_on(ctx: &QueueCtx, ctrl: &Controller, ns: &Namespace, sqe: &Sqe) -> Res
     }
 }
 
+/// The data of a command that moves its blocks (Read, Write, Compare,
+/// Zone Append): the SGL length first, as nvmet_{file,bdev}_execute_rw call
+/// nvmet_check_transfer_len before anything looks at the range, then the
+/// range, then MDTS (Invalid Field, with a warn line saying `what`).
+fn parse_blocks_data(
+    ctx: &QueueCtx,
+    ns: &Namespace,
+    sqe: &Sqe,
+    sgl_len: u64,
+    what: &str,
+) -> Result<(), Status> {
+    let len = (sqe.nlb() as u64 + 1) << ns.block_shift;
+    if sgl_len != len {
+        return Err(Status::SGL_INVALID_DATA.with_dnr());
+    }
+    lba_range(ns, sqe)?;
+    within_mdts(ctx, len, what)
+}
+
 /// Parse step of the Zoned Namespace commands on a zoned namespace (nvmet
 /// `nvmet_bdev_zns_parse_io_cmd`; elsewhere they are Invalid Opcode, as
-/// there): Zone Append as a Write (the SGL length NLB's, the range, MDTS,
-/// which ZASL 0 refers to) in the write group for reservations; Zone
+/// there): Zone Append as a Write ([`parse_blocks_data`]; ZASL 0 refers to
+/// MDTS) in the write group for reservations; Zone
 /// Management Send without data (Set Zone Descriptor Extension, the one
 /// action with data, is refused) in the write group; Zone Management
 /// Receive with the data NUMD asks for (nvmet `nvmet_check_transfer_len`:
@@ -195,12 +207,7 @@ fn parse_zoned(
     match IoOpcode(sqe.opcode()) {
         IoOpcode::ZONE_APPEND => {
             check_reservation(ctx, ctrl, ns, Access::Write)?;
-            let len = (sqe.nlb() as u64 + 1) << ns.block_shift;
-            if sgl_len != len {
-                return Err(Status::SGL_INVALID_DATA.with_dnr());
-            }
-            lba_range(ns, sqe)?;
-            within_mdts(ctx, len, "Zone Append larger than ZASL (MDTS)")
+            parse_blocks_data(ctx, ns, sqe, sgl_len, "Zone Append larger than ZASL (MDTS)")
         }
         IoOpcode::ZONE_MGMT_SEND => {
             check_reservation(ctx, ctrl, ns, Access::Write)?;
