@@ -12,7 +12,8 @@ use nvmeof_common::opcode::AdminOpcode;
 use nvmeof_common::spec::discovery::{DiscoveryLog, DiscoveryLogHeader, DISC_RECORD_LEN};
 use nvmeof_common::spec::features::{FeatureId, GetFeaturesCmd, NumQueues, SetFeaturesCmd};
 use nvmeof_common::spec::identify::{
-    ctratt, decode_ns_list, Cns, IdentifyCmd, IdentifyCtrlNvm, IDENTIFY_DATA_LEN, NS_LIST_MAX,
+    ctratt, decode_ns_desc_list, decode_ns_list, Cns, IdentifyCmd, IdentifyCtrlNvm, NsIdDescriptor,
+    IDENTIFY_DATA_LEN, NS_LIST_MAX,
 };
 use nvmeof_common::spec::log::{AnaLog, GetLogPageCmd, LogPageId};
 use nvmeof_common::spec::reservation::{ReservationNotification, NOTIFICATION_LOG_LEN};
@@ -1266,6 +1267,16 @@ impl Controller {
         q.execute(sqe, payload, None, false).await
     }
 
+    /// Sends an I/O command on I/O queue `qid` (1-based) exactly once: a
+    /// connection lost while it runs fails it with [`Error::ConnectionLost`]
+    /// instead of resubmitting it after the reconnect (commands sent through
+    /// [`Self::io_command_on`] are resubmitted per the reconnect policy). For
+    /// commands that must not run twice, such as Zone Append: a second try
+    /// could append the data twice.
+    pub async fn io_command_once_on(&self, qid: u16, sqe: Sqe, payload: Payload<'_>) -> Result<Cqe> {
+        self.io_queue(qid)?.execute_once(sqe, payload).await
+    }
+
     /// Sends a controller-to-host I/O command (Read or any command that
     /// returns `len` bytes) on I/O queue `qid` (1-based) and appends the data
     /// to `buf`, which is returned. As with
@@ -1293,6 +1304,16 @@ impl Controller {
         let mut buf = [0u8; IDENTIFY_DATA_LEN];
         self.identify_raw(IdentifyCmd::new(Cns::NS, nsid), &mut buf).await?;
         Ok(IdentifyNamespace::decode(&buf)?)
+    }
+
+    /// The Namespace Identification Descriptor list of namespace `nsid`
+    /// (CNS 03h): its EUI-64, NGUID, UUID and Command Set Identifier
+    /// ([`NsIdDescriptor::Csi`]: `Csi::ZNS` for a zoned namespace), as
+    /// `nvme ns-descs` shows them.
+    pub async fn namespace_id_descriptors(&self, nsid: u32) -> Result<Vec<NsIdDescriptor>> {
+        let mut buf = [0u8; IDENTIFY_DATA_LEN];
+        self.identify_raw(IdentifyCmd::new(Cns::NS_DESC_LIST, nsid), &mut buf).await?;
+        Ok(decode_ns_desc_list(&buf)?)
     }
 
     /// Active namespace IDs (CNS 02h, continued while the 1024-entry list is full).

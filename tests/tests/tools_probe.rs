@@ -1491,3 +1491,155 @@ async fn zones_lists_and_manages_a_zoned_namespace() {
     })
     .await;
 }
+
+/// `--zonemode zbd` on a zoned namespace (16 zones of 256 KiB, 3 open and 4
+/// active at most): every write lands on a write pointer (the target refuses
+/// others with Zone Invalid Write, which would end the run), sequential and
+/// random runs reset full zones and go on, mixed runs verify, Zone Append
+/// shares zones; writes without the mode, or the mode on a conventional
+/// namespace, are usage errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probe_zonemode_zbd_writes_a_zoned_namespace() {
+    bounded(60, async {
+        init_tracing();
+        let cfg = TargetConfig::from_toml(&format!(
+            "[[port]]\nlisten = \"127.0.0.1:0\"\n\n[[subsystem]]\nnqn = \"{NQN}\"\n\
+             [[subsystem.namespace]]\nram = \"4M\"\nzoned = true\nzone_size = \"256K\"\n\
+             max_open_zones = 3\nmax_active_zones = 4\n\
+             [[subsystem.namespace]]\nram = \"1M\"\n"
+        ))
+        .unwrap();
+        let server = Server::start(&cfg).await.expect("target starts");
+        let a = server.local_addrs[0].to_string();
+        let opts = |extra: &[&str]| {
+            let mut args = vec!["nvmeof-probe", a.as_str(), "--nqn", NQN, "-q"];
+            args.extend_from_slice(extra);
+            ProbeOptions::parse_args(&args).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+        };
+        let probe = |extra: &'static [&'static str]| {
+            let o = opts(extra);
+            async move {
+                let r = nvmeof_tools::run_probe(&o).await.unwrap_or_else(|e| panic!("{extra:?}: {e}"));
+                assert!(r.error.is_none(), "{extra:?}: {:?}", r.error);
+                r
+            }
+        };
+        let usage = |extra: &'static [&'static str], says: &'static str| {
+            let o = opts(extra);
+            async move {
+                let e = nvmeof_tools::run_probe(&o).await.map(drop).unwrap_err();
+                assert_eq!(e.exit_code(), ExitCode::Usage, "{extra:?}: {e}");
+                assert!(e.to_string().contains(says), "{extra:?}: {e}");
+            }
+        };
+        let ctrl = nvmeof_initiator::Controller::connect(server.local_addrs[0], NQN, Default::default())
+            .await
+            .unwrap();
+        let ns = ctrl.namespace(1).await.unwrap();
+        let written = || async {
+            let z = ns.zones().await.unwrap();
+            assert_eq!(z.len(), 16);
+            let active = z.iter().filter(|d| d.state.is_active()).count();
+            assert!(active <= 4, "{active} active zones");
+            z.iter().map(|d| d.wp - d.slba).sum::<u64>()
+        };
+
+        // Writes without the mode would fail: refused up front. Reads are fine.
+        usage(&["--rw", "randwrite", "--count", "1"], "--zonemode zbd").await;
+        probe(&["--rw", "randread", "--count", "20"]).await;
+        usage(&["--rw", "write", "--zonemode", "zbd", "--nsid", "2", "--count", "1"], "not zoned").await;
+        usage(&["--zonemode", "zbd", "--zone-append", "--verify", "--rw", "randwrite"], "--zone-append")
+            .await;
+        usage(&["--rw", "write", "--zone-append", "--count", "1"], "--zonemode zbd").await;
+
+        // Sequential 64 KiB writes, 4 in flight over the 3 zones the target
+        // lets be open: 8 of them fill two zones' worth of blocks.
+        let r =
+            probe(&["--zonemode", "zbd", "--rw", "write", "--bs", "64k", "--qd", "4", "--count", "8"]).await;
+        assert_eq!(r.write.ops, 8);
+        let z = r.zones.clone().expect("zone summary");
+        assert_eq!((z.zones, z.max_open, z.append, z.resets, z.zone_bytes), (16, 3, false, 0, 256 << 10));
+        assert_eq!(written().await, 8 * 128);
+        // 100 more: the 16 zones hold 64, so zones are reset and written again.
+        let r = probe(&["--zonemode", "zbd", "--rw", "write", "--bs", "64k", "--qd", "4", "--count", "100"])
+            .await;
+        assert_eq!(r.write.ops, 100);
+        let resets = r.zones.as_ref().unwrap().resets;
+        assert!(resets >= 9, "{resets} resets");
+        let text = r.to_text();
+        assert!(
+            text.contains(&format!("  zones: 16 of 256 KiB, 3 written at a time (Write), {resets} resets")),
+            "{text}"
+        );
+        let j = r.to_fio_json();
+        assert_eq!(j["jobs"][0]["zone_resets"].as_u64(), Some(resets));
+        assert_eq!(j["jobs"][0]["job options"]["zonemode"].as_str(), Some("zbd"));
+        written().await;
+
+        // Random mixed reads and writes, verified, on emptied zones (the runs
+        // above wrote data without the pattern): reads of zones being reset
+        // are not held against the target.
+        ns.manage_zone(nvmeof_common::spec::zns::ZoneSendAction::RESET, 0, true).await.unwrap();
+        let r = probe(&[
+            "--zonemode",
+            "zbd",
+            "--rw",
+            "randrw",
+            "--bs",
+            "4k",
+            "--qd",
+            "8",
+            "--verify",
+            "--count",
+            "3000",
+        ])
+        .await;
+        let v = r.verify.clone().unwrap();
+        assert_eq!(v.mismatches, 0, "{:?}", v.first);
+        assert!(v.checked_blocks > 0 && r.write.ops > 1000, "{v:?}");
+        assert!(r.zones.as_ref().unwrap().resets > 0);
+        written().await;
+
+        // Zone Append: 8 in flight share the open zones.
+        let r = probe(&[
+            "--zonemode",
+            "zbd",
+            "--zone-append",
+            "--rw",
+            "randwrite",
+            "--bs",
+            "16k",
+            "--qd",
+            "8",
+            "--count",
+            "500",
+        ])
+        .await;
+        assert_eq!(r.write.ops, 500);
+        assert!(r.zones.as_ref().unwrap().append);
+        written().await;
+        // --max-open-zones 1: one zone at a time.
+        let r = probe(&[
+            "--zonemode",
+            "zbd",
+            "--rw",
+            "randwrite",
+            "--max-open-zones",
+            "1",
+            "--qd",
+            "4",
+            "--count",
+            "50",
+        ])
+        .await;
+        assert_eq!((r.write.ops, r.zones.as_ref().unwrap().max_open), (50, 1));
+        // Ping mode writes too.
+        let r = probe(&["--zonemode", "zbd", "--ping", "--rw", "write", "--count", "5", "--interval", "1ms"])
+            .await;
+        assert_eq!(r.write.ops, 5);
+
+        ctrl.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await;
+}

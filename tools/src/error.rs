@@ -219,6 +219,14 @@ pub fn status_meaning(s: Status) -> String {
         Status::ACCESS_DENIED => "access denied",
         Status::ANA_INACCESSIBLE => "ANA inaccessible",
         Status::HOST_PATH_ERROR => "host path error",
+        Status::ZONE_BOUNDARY_ERROR => "zone boundary error",
+        Status::ZONE_FULL => "zone is full",
+        Status::ZONE_READ_ONLY => "zone is read only",
+        Status::ZONE_OFFLINE => "zone is offline",
+        Status::ZONE_INVALID_WRITE => "zone invalid write (not at the write pointer)",
+        Status::ZONE_TOO_MANY_ACTIVE => "too many active zones",
+        Status::ZONE_TOO_MANY_OPEN => "too many open zones",
+        Status::ZONE_INVALID_TRANSITION => "invalid zone state transition",
         _ => "NVMe error status",
     };
     m.to_string()
@@ -249,6 +257,19 @@ mod tests {
             ToolError::from_initiator("connect", &connect_err(Status::CONNECT_INVALID_PARAM.with_dnr(), dw0));
         assert_eq!(e.exit_code(), ExitCode::NotFound);
         assert!(e.message.contains("subsystem not found") && e.message.contains("SC 0x82"), "{e}");
+    }
+
+    #[test]
+    fn zone_statuses_are_named() {
+        let e = Error::Nvme {
+            status: Status::ZONE_INVALID_WRITE.with_dnr(),
+            result: 0,
+            command: CommandInfo { qid: 1, opcode: 0x01, fctype: None, nsid: 1 },
+        };
+        let t = ToolError::from_initiator("write", &e);
+        assert_eq!(t.exit_code(), ExitCode::NvmeStatus);
+        assert!(t.message.contains("zone invalid write") && t.message.contains("SC 0xbc"), "{t}");
+        assert_eq!(status_meaning(Status::ZONE_TOO_MANY_OPEN), "too many open zones");
     }
 
     #[test]

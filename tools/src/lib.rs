@@ -39,6 +39,7 @@ pub mod plot;
 pub mod probe;
 pub mod report;
 pub mod util;
+pub mod zbd;
 
 pub use error::{ExitCode, ToolError};
 pub use probe::{run_probe, run_probe_with, Hooks, ProbeEvent, ProbeOptions, Report};

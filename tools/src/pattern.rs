@@ -144,6 +144,15 @@ impl WrittenUnits {
         }
     }
 
+    /// Forgets the writes of `n` units from `first` (their blocks were reset).
+    pub fn clear_range(&self, first: u64, n: u64) {
+        for unit in first..first.saturating_add(n) {
+            if let Some(w) = self.0.get((unit / 64) as usize) {
+                w.fetch_and(!(1 << (unit % 64)), Ordering::Relaxed);
+            }
+        }
+    }
+
     /// Whether a write of `unit` has completed (ask before sending the read).
     pub fn contains(&self, unit: u64) -> bool {
         self.0.get((unit / 64) as usize).is_some_and(|w| w.load(Ordering::Relaxed) & (1 << (unit % 64)) != 0)

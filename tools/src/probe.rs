@@ -28,6 +28,8 @@ use bytes::{Bytes, BytesMut};
 use hdrhistogram::Histogram;
 use nvmeof_common::opcode::IoOpcode;
 use nvmeof_common::spec::discovery::DiscoveryLog;
+use nvmeof_common::spec::identify::{Cns, Csi, IdentifyCmd, NsIdDescriptor, IDENTIFY_DATA_LEN};
+use nvmeof_common::spec::zns::{IdentifyCtrlZns, IdentifyNsZns, ZoneMgmtSendCmd, ZoneSendAction};
 use nvmeof_common::{Sqe, Status};
 use nvmeof_initiator::{
     discover, nvme_subsystems, ConnectOptions, Controller, HostIdentity, Payload, ReconnectPolicy,
@@ -38,6 +40,7 @@ use crate::error::{ErrorKind, ToolError};
 use crate::pacer::Pacer;
 use crate::pattern::{self, Mismatch};
 use crate::util::{self, parse_duration, parse_size, DEFAULT_PORT};
+use crate::zbd::{ZonePlan, ZonePlanOptions, ZoneStart, ZoneWrite, ZonedWrites};
 
 /// Most verify mismatches kept in the report (all are counted).
 pub const MAX_MISMATCHES_KEPT: usize = 100;
@@ -87,6 +90,29 @@ impl RwMode {
     /// Whether the mode issues writes.
     pub fn writes(self) -> bool {
         !matches!(self, RwMode::Read | RwMode::Randread)
+    }
+}
+
+/// How writes treat a zoned namespace (fio's `zonemode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum ZoneMode {
+    /// Blocks are written where the pattern says: for conventional
+    /// namespaces (a zoned one refuses writes off its write pointers).
+    #[default]
+    None,
+    /// Zoned namespaces: each write goes to a zone's write pointer, one in
+    /// flight per zone (or many with --zone-append); full zones are reset
+    /// before they are written again.
+    Zbd,
+}
+
+impl ZoneMode {
+    /// fio's name of the mode.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ZoneMode::None => "none",
+            ZoneMode::Zbd => "zbd",
+        }
     }
 }
 
@@ -187,6 +213,21 @@ pub struct ProbeOptions {
     /// Start of the region in bytes (a multiple of the block size).
     #[arg(long, default_value = "0", value_parser = parse_size)]
     pub offset: u64,
+    /// Zoned namespaces, as fio's zonemode: zbd sends each write to a zone's write
+    /// pointer (random modes pick a random zone, sequential ones go zone after zone), one
+    /// in flight per zone, and resets a zone that has no room left before writing it again;
+    /// the region is rounded to whole zones. Reads go anywhere in the region. Without it,
+    /// writes to a zoned namespace are refused (usage error), as they would fail.
+    #[arg(long, value_enum, default_value_t = ZoneMode::None)]
+    pub zonemode: ZoneMode,
+    /// With --zonemode zbd: write with Zone Append, so many writes share a zone (the
+    /// target picks where each lands and says so in its completion).
+    #[arg(long)]
+    pub zone_append: bool,
+    /// With --zonemode zbd: most zones written at a time (fio's max_open_zones; default:
+    /// the namespace's open and active zone limits, and no more than the writes in flight).
+    #[arg(long, value_name = "N")]
+    pub max_open_zones: Option<u32>,
     /// ioping mode: one request at a time, one line each, then a summary.
     #[arg(long)]
     pub ping: bool,
@@ -318,6 +359,19 @@ impl ProbeOptions {
         }
         if self.interval.is_some() && !self.ping {
             return Err(ToolError::usage("--interval applies to --ping only (use --rate to pace a run)"));
+        }
+        if self.zonemode == ZoneMode::None && (self.zone_append || self.max_open_zones.is_some()) {
+            return Err(ToolError::usage("--zone-append and --max-open-zones apply to --zonemode zbd"));
+        }
+        if self.max_open_zones == Some(0) {
+            return Err(ToolError::usage("--max-open-zones must be at least 1"));
+        }
+        if self.zone_append && self.verify {
+            // The pattern names each block's LBA, and only the completion
+            // says where an append went.
+            return Err(ToolError::usage(
+                "--verify cannot be used with --zone-append: the target picks where each append lands",
+            ));
         }
         if self.threads == Some(0) {
             return Err(ToolError::usage("--threads must be at least 1"));
@@ -572,6 +626,23 @@ pub struct Report {
     pub intervals: Vec<IntervalHists>,
     /// Raw latencies (ns) in completion order per slot, reads then writes (with `record_samples`).
     pub samples: Option<[Vec<u64>; 2]>,
+    /// Zones written (with `--zonemode zbd`).
+    pub zones: Option<ZoneSummary>,
+}
+
+/// What `--zonemode zbd` used.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ZoneSummary {
+    /// Zone size in bytes.
+    pub zone_bytes: u64,
+    /// Zones of the region writes could go to.
+    pub zones: usize,
+    /// Most zones written at a time.
+    pub max_open: usize,
+    /// Writes were Zone Appends.
+    pub append: bool,
+    /// Zones reset because they had no room left.
+    pub resets: u64,
 }
 
 impl Report {
@@ -654,6 +725,8 @@ struct Shared {
     verify: bool,
     /// Mixed modes with verify: units whose writes have completed.
     written: Option<pattern::WrittenUnits>,
+    /// `--zonemode zbd` with writes: where they go.
+    zoned: Option<Arc<ZonedWrites>>,
     gen_base: u64,
     gen: AtomicU64,
     hooks: Hooks,
@@ -724,6 +797,13 @@ fn rw_sqe(op: OpKind, nsid: u32, lba: u64, blocks: u64) -> Sqe {
     s
 }
 
+/// A Zone Append of `blocks` blocks to the zone starting at `zslba`.
+fn append_sqe(nsid: u32, zslba: u64, blocks: u64) -> Sqe {
+    let mut s = Sqe::new(IoOpcode::ZONE_APPEND.0);
+    s.set_nsid(nsid).set_slba(zslba).set_cdw(12, (blocks - 1) as u32);
+    s
+}
+
 fn new_hist() -> Histogram<u64> {
     Histogram::new(HIST_SIGFIG).expect("valid sigfig")
 }
@@ -747,6 +827,18 @@ impl Shared {
             }
         }
         self.hooks.emit(ProbeEvent::Mismatch(m));
+    }
+
+    /// Where `--zonemode zbd` writes go.
+    fn zone_target(&self) -> Option<ZoneTarget<'_>> {
+        self.zoned.as_deref().map(|zones| ZoneTarget {
+            zones,
+            ctrl: &self.ctrl,
+            nsid: self.nsid,
+            region_lba: self.region_lba,
+            blocks_per_io: self.blocks_per_io,
+            written: self.written.as_ref(),
+        })
     }
 
     /// The next request: its kind, its unit of the region and that unit's first LBA.
@@ -805,14 +897,37 @@ impl IoBuf {
         &self.rd
     }
 
-    /// Runs `sqe` on queue `qid`; read data is in [`Self::read_data`] afterwards.
+    /// Runs `op` of `blocks` blocks at `lba` of namespace `nsid` on queue
+    /// `qid`, or the zoned write `zone`, whose zone is released afterwards;
+    /// returns where a zoned write landed.
+    async fn run_at(
+        &mut self,
+        ctrl: &Controller,
+        qid: u16,
+        op: OpKind,
+        (nsid, lba, blocks): (u32, u64, u64),
+        zone: Option<(&ZoneTarget<'_>, &ZoneWrite)>,
+    ) -> nvmeof_initiator::Result<Option<u64>> {
+        let Some((zt, w)) = zone else {
+            return self.run(ctrl, qid, op, rw_sqe(op, nsid, lba, blocks)).await.map(|_| None);
+        };
+        let r = self.run(ctrl, qid, op, zt.sqe(w)).await;
+        zt.zones.done(w);
+        zt.landed(w, r?).map(Some)
+    }
+
+    /// Runs `sqe` on queue `qid`; read data is in [`Self::read_data`]
+    /// afterwards. Returns the completion's DW0–DW1 (a Zone Append's LBA).
+    /// A Zone Append is sent once: resubmitted after a reconnect, it could
+    /// append twice.
     async fn run(
         &mut self,
         ctrl: &Controller,
         qid: u16,
         op: OpKind,
         sqe: Sqe,
-    ) -> nvmeof_initiator::Result<()> {
+    ) -> nvmeof_initiator::Result<u64> {
+        let result = |c: nvmeof_common::Cqe| c.dw0() as u64 | (c.dw1() as u64) << 32;
         match op {
             OpKind::Read => {
                 let mut buf = std::mem::take(&mut self.rd);
@@ -820,7 +935,7 @@ impl IoBuf {
                 match ctrl.io_read_buf_on(qid, sqe, buf, self.len).await {
                     Ok(b) => {
                         self.rd = b;
-                        Ok(())
+                        Ok(0)
                     }
                     Err(e) => {
                         // The buffer went with the failed request: start a fresh one.
@@ -829,13 +944,89 @@ impl IoBuf {
                     }
                 }
             }
+            OpKind::Write if sqe.opcode() == IoOpcode::ZONE_APPEND.0 => {
+                ctrl.io_command_once_on(qid, sqe, Payload::WriteBytes(self.wr.clone())).await.map(result)
+            }
             OpKind::Write if !self.scratch.is_empty() => {
-                ctrl.io_command_on(qid, sqe, Payload::Write(&self.scratch)).await.map(drop)
+                ctrl.io_command_on(qid, sqe, Payload::Write(&self.scratch)).await.map(result)
             }
             OpKind::Write => {
-                ctrl.io_command_on(qid, sqe, Payload::WriteBytes(self.wr.clone())).await.map(drop)
+                ctrl.io_command_on(qid, sqe, Payload::WriteBytes(self.wr.clone())).await.map(result)
             }
         }
+    }
+}
+
+/// Where a `--zonemode zbd` write goes.
+struct ZoneTarget<'a> {
+    zones: &'a ZonedWrites,
+    ctrl: &'a Controller,
+    nsid: u32,
+    region_lba: u64,
+    blocks_per_io: u64,
+    written: Option<&'a pattern::WrittenUnits>,
+}
+
+impl ZoneTarget<'_> {
+    /// Claims the next write's zone, resetting it first where it has no
+    /// room (on `qid`); `Ok(None)` once the run is over. A failed reset is
+    /// returned with what failed.
+    async fn start(
+        &self,
+        qid: u16,
+        rng: &mut Rng,
+        stop: &AtomicBool,
+        end: Option<Instant>,
+    ) -> Result<Option<ZoneWrite>, (String, nvmeof_initiator::Error)> {
+        let Some(w) = self.zones.claim(&mut |n| rng.below(n), stop, end).await else {
+            return Ok(None);
+        };
+        if w.reset_first {
+            self.zones.begin_reset(&w);
+            // Reads of the zone from now on may find zeroes (see `ZonedWrites::epoch`).
+            if let Some(wu) = self.written {
+                let first = (w.zslba - self.region_lba) / self.blocks_per_io;
+                wu.clear_range(first, self.zones.zone_blocks() / self.blocks_per_io);
+            }
+            let cmd = ZoneMgmtSendCmd {
+                nsid: self.nsid,
+                slba: w.zslba,
+                action: ZoneSendAction::RESET,
+                select_all: false,
+            };
+            let r = self.ctrl.io_command_on(qid, cmd.to_sqe(0), Payload::None).await;
+            self.zones.end_reset(&w, r.is_ok());
+            if let Err(e) = r {
+                self.zones.done(&w);
+                return Err((format!("reset of the zone at lba {} on queue {qid}", w.zslba), e));
+            }
+        }
+        Ok(Some(w))
+    }
+
+    /// The command that writes `w`.
+    fn sqe(&self, w: &ZoneWrite) -> Sqe {
+        if self.zones.append() {
+            append_sqe(self.nsid, w.zslba, self.blocks_per_io)
+        } else {
+            rw_sqe(OpKind::Write, self.nsid, w.lba, self.blocks_per_io)
+        }
+    }
+
+    /// Where `w` landed: its LBA, or a Zone Append's from its completion
+    /// (`result`), which must lie within the zone's capacity.
+    fn landed(&self, w: &ZoneWrite, result: u64) -> nvmeof_initiator::Result<u64> {
+        if !self.zones.append() {
+            return Ok(w.lba);
+        }
+        let cap = self.zones.capacity(w.zone);
+        if result < w.zslba || result + self.blocks_per_io > w.zslba + cap {
+            return Err(nvmeof_initiator::Error::Controller(format!(
+                "Zone Append to the zone at lba {} completed at lba {result}, outside the zone's {cap} writable blocks",
+                w.zslba
+            )));
+        }
+        Ok(result)
     }
 }
 
@@ -901,23 +1092,48 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
                 }
             }
         }
-        let (op, unit, lba) = sh.pick(&mut rng);
+        let (op, mut unit, mut lba) = sh.pick(&mut rng);
+        let zt = sh.zone_target();
+        let mut zw = None;
+        if let (OpKind::Write, Some(zt)) = (op, &zt) {
+            match zt.start(qids[1], &mut rng, stop, sh.end).await {
+                Ok(Some(w)) => {
+                    (lba, unit) = (w.lba, (w.lba - sh.region_lba) / sh.blocks_per_io);
+                    zw = Some(w);
+                }
+                Ok(None) => break,
+                Err((what, e)) => {
+                    sh.fail(what, &e);
+                    break;
+                }
+            }
+        }
         if op == OpKind::Write && sh.verify {
             let generation = sh.gen_base.wrapping_add(sh.gen.fetch_add(1, Ordering::Relaxed));
             pattern::fill(buf.write_data_mut(), sh.block_size, lba, generation);
         }
+        // A read of a zone being reset may find zeroes in written units: asked first.
+        let epoch =
+            zt.as_ref().filter(|_| op == OpKind::Read && sh.written.is_some()).map(|z| z.zones.epoch(lba));
         // Asked before the read is sent: a write completing meanwhile may or may not be seen.
         let was_written = sh.written.as_ref().is_none_or(|w| w.contains(unit));
-        let sqe = rw_sqe(op, sh.nsid, lba, sh.blocks_per_io);
         let send = Instant::now();
         let qid = qids[op as usize];
-        let r = buf.run(&sh.ctrl, qid, op, sqe).await;
+        let r = buf
+            .run_at(&sh.ctrl, qid, op, (sh.nsid, lba, sh.blocks_per_io), zt.as_ref().zip(zw.as_ref()))
+            .await;
         let done = Instant::now();
         clock = done;
-        if let Err(e) = r {
-            sh.fail(format!("{} of {} bytes at lba {lba} on queue {qid}", op.as_str(), sh.bs), &e);
-            break;
+        match r {
+            Ok(Some(landed)) => (lba, unit) = (landed, (landed - sh.region_lba) / sh.blocks_per_io),
+            Ok(None) => {}
+            Err(e) => {
+                sh.fail(format!("{} of {} bytes at lba {lba} on queue {qid}", op.as_str(), sh.bs), &e);
+                break;
+            }
         }
+        let was_written = was_written
+            && epoch.is_none_or(|e| e % 2 == 0 && zt.as_ref().is_some_and(|z| z.zones.epoch(lba) == e));
         let lat = done.duration_since(intended.unwrap_or(send)).as_nanos() as u64;
         let bytes = sh.bs as u64;
         let k = op as usize;
@@ -1224,6 +1440,181 @@ fn geometry(opts: &ProbeOptions, ns: NsInfo, max_transfer: Option<u32>) -> Resul
     })
 }
 
+/// Whether namespace `nsid` is zoned (its Command Set Identifier is the
+/// Zoned Namespace command set's); a controller without the descriptor
+/// list (CNS 03h) has none.
+async fn is_zoned(ctrl: &Controller, nsid: u32) -> bool {
+    match ctrl.namespace_id_descriptors(nsid).await {
+        Ok(d) => d.iter().any(|d| matches!(d, NsIdDescriptor::Csi(c) if *c == Csi::ZNS)),
+        Err(e) => {
+            tracing::debug!(error = %e, "no namespace identification descriptors");
+            false
+        }
+    }
+}
+
+/// With `--zonemode zbd`: rounds the region to whole zones and plans where
+/// writes go (`None` for runs without writes). Without it, refuses writes
+/// to a zoned namespace: they would fail with Zone Invalid Write.
+async fn zone_setup(
+    opts: &ProbeOptions,
+    ctrl: &Controller,
+    g: &mut Geometry,
+    write_slots: usize,
+    hooks: &Hooks,
+) -> Result<Option<Arc<ZonedWrites>>, ToolError> {
+    let nsid = opts.nsid;
+    if opts.zonemode == ZoneMode::None {
+        if opts.rw.writes() && is_zoned(ctrl, nsid).await {
+            return Err(ToolError::usage(format!(
+                "namespace {nsid} is zoned: writes must go to the zones' write pointers \
+                 (use --zonemode zbd, and --zone-append to share zones between writes)"
+            )));
+        }
+        return Ok(None);
+    }
+    let ns = ctrl
+        .namespace(nsid)
+        .await
+        .map_err(|e| ToolError::from_initiator(&format!("Identify Namespace {nsid}"), &e))?;
+    let not_zoned = || ToolError::usage(format!("--zonemode zbd: namespace {nsid} is not zoned"));
+    let idz = match ns.identify_zoned().await {
+        Ok(z) => z,
+        // nvmet and ours refuse the zoned Identify of a conventional namespace.
+        Err(e) if e.status().is_some() => return Err(not_zoned()),
+        Err(e) => return Err(ToolError::from_initiator(&format!("zoned Identify Namespace {nsid}"), &e)),
+    };
+    let zone_blocks = idz.zsze.get(ns.identify().lba_format_index()).copied().unwrap_or(0);
+    if zone_blocks == 0 {
+        return Err(not_zoned());
+    }
+    let bsz = g.block_size as u64;
+    if !zone_blocks.is_multiple_of(g.blocks_per_io) {
+        return Err(ToolError::usage(format!(
+            "--bs {} does not divide the zone size ({})",
+            opts.bs,
+            util::fmt_bytes(zone_blocks * bsz)
+        )));
+    }
+    // Whole zones only, as fio rounds its region in zonemode=zbd.
+    let (start, end) = (g.region_lba, g.region_lba + g.region_bytes / bsz);
+    let first = start.div_ceil(zone_blocks) * zone_blocks;
+    let last = end / zone_blocks * zone_blocks;
+    if last <= first {
+        return Err(ToolError::usage(format!(
+            "--zonemode zbd: the region ({} from byte {}) holds no whole zone of {}",
+            util::fmt_bytes(g.region_bytes),
+            start * bsz,
+            util::fmt_bytes(zone_blocks * bsz)
+        )));
+    }
+    if (first, last) != (start, end) {
+        hooks.emit(ProbeEvent::Warning(format!(
+            "--zonemode zbd: the region is rounded to whole zones: offset {}, size {}",
+            first * bsz,
+            util::fmt_bytes((last - first) * bsz)
+        )));
+    }
+    g.region_lba = first;
+    g.units = (last - first) / g.blocks_per_io;
+    g.region_bytes = g.units * opts.bs;
+    if write_slots == 0 {
+        return Ok(None);
+    }
+    if opts.zone_append {
+        // ZASL: 2^n minimum memory pages (CAP.MPSMIN), 0 for MDTS.
+        let mut buf = [0u8; IDENTIFY_DATA_LEN];
+        let mut cmd = IdentifyCmd::new(Cns::CS_CTRL, 0);
+        cmd.csi = Csi::ZNS;
+        ctrl.identify_raw(cmd, &mut buf)
+            .await
+            .map_err(|e| ToolError::from_initiator("zoned Identify Controller", &e))?;
+        let zasl = IdentifyCtrlZns::decode(&buf)
+            .map_err(|e| ToolError::new(ErrorKind::Transport, e.to_string()))?
+            .zasl;
+        let info = ctrl.info();
+        let page = 1u64 << (12 + info.cap.mpsmin());
+        let limit = if zasl == 0 { info.max_transfer.map(u64::from) } else { page.checked_shl(zasl as u32) };
+        if let Some(l) = limit.filter(|&l| opts.bs > l) {
+            return Err(ToolError::usage(format!(
+                "--bs {} exceeds the controller's Zone Append size limit ({})",
+                util::fmt_bytes(opts.bs),
+                util::fmt_bytes(l)
+            )));
+        }
+    }
+    let report = ns
+        .zones()
+        .await
+        .map_err(|e| ToolError::from_initiator(&format!("Report Zones of namespace {nsid}"), &e))?;
+    let count = ((last - first) / zone_blocks) as usize;
+    let mut zones = vec![ZoneStart { cap: 0, written: 0, writable: false }; count];
+    let (mut open_outside, mut active_outside) = (0usize, 0usize);
+    for d in &report {
+        if (first..last).contains(&d.slba) {
+            if let Some(z) = zones.get_mut(((d.slba - first) / zone_blocks) as usize) {
+                *z = ZoneStart::from_descriptor(d);
+            }
+        } else {
+            // Zones the run does not touch still count against the limits.
+            open_outside += (d.state == nvmeof_common::spec::zns::ZoneState::EXPLICITLY_OPEN) as usize;
+            active_outside += d.state.is_active() as usize;
+        }
+    }
+    let left =
+        |limit: u32, used: usize, what: &str| match (limit as usize).checked_sub(used).filter(|&n| n > 0) {
+            Some(n) => Ok(n),
+            None => Err(ToolError::usage(format!(
+                "namespace {nsid}: its zones outside the region hold all {limit} {what} zones it allows"
+            ))),
+        };
+    let max_active = match IdentifyNsZns::limit(idz.mar) {
+        Some(m) => left(m, active_outside, "active")?,
+        None => usize::MAX,
+    };
+    let mut max_open = write_slots.min(opts.max_open_zones.map_or(usize::MAX, |n| n as usize));
+    if let Some(m) = IdentifyNsZns::limit(idz.mor) {
+        max_open = max_open.min(left(m, open_outside, "open")?);
+    }
+    let plan = ZonePlan::new(
+        first,
+        zone_blocks,
+        &zones,
+        ZonePlanOptions {
+            blocks: g.blocks_per_io,
+            append: opts.zone_append,
+            random: opts.rw.random(),
+            max_open,
+            max_active,
+        },
+    );
+    if plan.writable() == 0 {
+        return Err(ToolError::usage(format!(
+            "--zonemode zbd: no zone of the region takes writes of {} (read only, offline or too small)",
+            util::fmt_bytes(opts.bs)
+        )));
+    }
+    let max_open = plan.max_open();
+    if !opts.zone_append && write_slots > max_open && !opts.ping {
+        hooks.emit(ProbeEvent::Warning(format!(
+            "--zonemode zbd: {write_slots} requests in flight write to {max_open} zones at a time, one plain \
+             Write per zone: use --zone-append to have more writes in flight"
+        )));
+    }
+    Ok(Some(Arc::new(ZonedWrites::new(plan))))
+}
+
+/// What a run's report says about its zones.
+fn zone_summary(z: Option<&ZonedWrites>, g: &Geometry) -> Option<ZoneSummary> {
+    z.map(|z| ZoneSummary {
+        zone_bytes: z.zone_blocks() * g.block_size as u64,
+        zones: z.writable(),
+        max_open: z.max_open(),
+        append: z.append(),
+        resets: z.resets(),
+    })
+}
+
 fn time_seed() -> u64 {
     let t = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
     (t.as_nanos() as u64) ^ ((std::process::id() as u64) << 40)
@@ -1259,7 +1650,7 @@ async fn run_connected(
 ) -> Result<Report, ToolError> {
     let ns = namespace_info(ctrl, opts.nsid).await?;
     let info = ctrl.info();
-    let g = geometry(opts, ns, info.max_transfer)?;
+    let mut g = geometry(opts, ns, info.max_transfer)?;
     // With write queues: qids 1..=write_queues take the writes, the rest the reads.
     let write_queues = info.write_queues;
     let queues = ctrl.io_queue_count() as u16 - write_queues;
@@ -1283,13 +1674,14 @@ async fn run_connected(
             opts.qd
         )));
     }
-    if opts.ping {
-        return run_ping(opts, addr, ctrl, g, ns, hooks).await;
-    }
     // No more slots than the queues hold: extra ones would only wait in the
     // initiator for a free command slot, and that wait would count as latency.
-    let qd = opts.qd.min(per_queue);
+    let qd = if opts.ping { 1 } else { opts.qd.min(per_queue) };
     let slots = qd as usize * queues as usize;
+    let zoned = zone_setup(opts, ctrl, &mut g, if opts.rw.writes() { slots } else { 0 }, &hooks).await?;
+    if opts.ping {
+        return run_ping(opts, addr, ctrl, g, ns, zoned, hooks).await;
+    }
     let seed = opts.seed.unwrap_or_else(time_seed);
     let t0 = Instant::now();
     let measure_start = t0 + opts.warmup;
@@ -1323,6 +1715,7 @@ async fn run_connected(
             .collect(),
         verify: opts.verify,
         written: written_units(opts, g.units),
+        zoned: zoned.clone(),
         gen_base: time_seed().rotate_left(17),
         gen: AtomicU64::new(0),
         hooks: hooks.clone(),
@@ -1420,6 +1813,7 @@ async fn run_connected(
         timeline,
         intervals,
         samples: opts.record_samples.then_some(samples),
+        zones: zone_summary(zoned.as_deref(), &g),
     })
 }
 
@@ -1488,6 +1882,7 @@ async fn run_ping(
     ctrl: &Controller,
     g: Geometry,
     ns: NsInfo,
+    zoned: Option<Arc<ZonedWrites>>,
     hooks: Hooks,
 ) -> Result<Report, ToolError> {
     let interval = opts.interval.unwrap_or(Duration::from_secs(1));
@@ -1504,6 +1899,14 @@ async fn run_ping(
     let mut samples = [Vec::new(), Vec::new()];
     let mut verify = VerifyStats::default();
     let written = written_units(opts, g.units);
+    let zt = zoned.as_deref().map(|zones| ZoneTarget {
+        zones,
+        ctrl,
+        nsid: opts.nsid,
+        region_lba: g.region_lba,
+        blocks_per_io: g.blocks_per_io,
+        written: written.as_ref(),
+    });
     let mut measured = 0u64;
     let mut seq = 0u64;
     let mut error = None;
@@ -1522,28 +1925,46 @@ async fn run_ping(
             _ if rng.below(100) < opts.mix as u64 => OpKind::Read,
             _ => OpKind::Write,
         };
-        let unit = if opts.rw.random() {
+        let mut unit = if opts.rw.random() {
             picker.pick(&mut rng)
         } else {
             seq += 1;
             (seq - 1) % g.units
         };
-        let lba = g.region_lba + unit * g.blocks_per_io;
+        let mut lba = g.region_lba + unit * g.blocks_per_io;
+        let mut zw = None;
+        if let (OpKind::Write, Some(zt)) = (op, &zt) {
+            match zt.start(1, &mut rng, &hooks.stop, end).await {
+                Ok(Some(w)) => {
+                    (lba, unit) = (w.lba, (w.lba - g.region_lba) / g.blocks_per_io);
+                    zw = Some(w);
+                }
+                Ok(None) => break,
+                Err((what, e)) => {
+                    error = Some(ToolError::from_initiator(&what, &e));
+                    break;
+                }
+            }
+        }
         if op == OpKind::Write && opts.verify {
             pattern::fill(buf.write_data_mut(), g.block_size, lba, gen_base.wrapping_add(n));
         }
         let warmup = now < measure_start;
         let was_written = written.as_ref().is_none_or(|w| w.contains(unit));
-        let sqe = rw_sqe(op, opts.nsid, lba, g.blocks_per_io);
         let send = Instant::now();
-        let r = buf.run(ctrl, 1, op, sqe).await;
+        let r =
+            buf.run_at(ctrl, 1, op, (opts.nsid, lba, g.blocks_per_io), zt.as_ref().zip(zw.as_ref())).await;
         let done = Instant::now();
-        if let Err(e) = r {
-            error = Some(ToolError::from_initiator(
-                &format!("{} of {} bytes at lba {lba}", op.as_str(), opts.bs),
-                &e,
-            ));
-            break;
+        match r {
+            Ok(Some(landed)) => (lba, unit) = (landed, (landed - g.region_lba) / g.blocks_per_io),
+            Ok(None) => {}
+            Err(e) => {
+                error = Some(ToolError::from_initiator(
+                    &format!("{} of {} bytes at lba {lba}", op.as_str(), opts.bs),
+                    &e,
+                ));
+                break;
+            }
         }
         last_done = done;
         let lat = done.duration_since(send).as_nanos() as u64;
@@ -1607,6 +2028,7 @@ async fn run_ping(
         timeline: Vec::new(),
         intervals: Vec::new(),
         samples: opts.record_samples.then_some(samples),
+        zones: zone_summary(zoned.as_deref(), &g),
     })
 }
 

@@ -61,6 +61,19 @@ fn timeline_json(t: &TimelinePoint) -> Value {
     })
 }
 
+/// The report's zone line (`--zonemode zbd`).
+fn zones_text(z: &crate::probe::ZoneSummary) -> String {
+    format!(
+        "  zones: {} of {}, {} written at a time ({}), {} reset{}\n",
+        z.zones,
+        fmt_bytes(z.zone_bytes),
+        z.max_open,
+        if z.append { "Zone Append" } else { "Write" },
+        z.resets,
+        if z.resets == 1 { "" } else { "s" }
+    )
+}
+
 impl Report {
     /// The report in fio's JSON layout (`jobs[0].read/write` with `io_bytes`,
     /// `bw_bytes`, `iops`, `total_ios`, `lat_ns{min,max,mean,stddev,percentile}`),
@@ -98,6 +111,15 @@ impl Report {
         if let Some(l) = &self.sched_lag {
             own["sched_lag_ns"] = lat_json(l);
         }
+        if let Some(z) = &self.zones {
+            own["zones"] = json!({
+                "zone_size": z.zone_bytes,
+                "zones": z.zones,
+                "max_open": z.max_open,
+                "zone_append": z.append,
+                "resets": z.resets,
+            });
+        }
         if let Some(v) = &self.verify {
             own["verify"] = json!({
                 "written_blocks": v.written_blocks,
@@ -127,25 +149,32 @@ impl Report {
             "offset": o.offset.to_string(),
             "size": self.region.1.to_string(),
             "verify": if o.verify { "pattern" } else { "0" },
+            "zonemode": o.zonemode.as_str(),
+            "max_open_zones": o.max_open_zones.map(|n| n.to_string()),
         });
         if let Value::Object(m) = &mut job_options {
             m.retain(|_, v| !v.is_null());
+        }
+        let mut job = json!({
+            "jobname": o.name,
+            "groupid": 0,
+            "error": if self.error.is_some() { 1 } else { 0 },
+            "job options": job_options,
+            "read": op_json(self, OpKind::Read),
+            "write": op_json(self, OpKind::Write),
+            "job_runtime": self.runtime.as_millis() as u64,
+            "elapsed": self.runtime.as_secs(),
+            "nvmeof_probe": own,
+        });
+        if let Some(z) = &self.zones {
+            // fio's key, in zonemode=zbd.
+            job["zone_resets"] = z.resets.into();
         }
         json!({
             "nvmeof-probe version": env!("CARGO_PKG_VERSION"),
             "timestamp": started.as_secs(),
             "timestamp_ms": started.as_millis() as u64,
-            "jobs": [{
-                "jobname": o.name,
-                "groupid": 0,
-                "error": if self.error.is_some() { 1 } else { 0 },
-                "job options": job_options,
-                "read": op_json(self, OpKind::Read),
-                "write": op_json(self, OpKind::Write),
-                "job_runtime": self.runtime.as_millis() as u64,
-                "elapsed": self.runtime.as_secs(),
-                "nvmeof_probe": own,
-            }],
+            "jobs": [job],
         })
     }
 
@@ -219,6 +248,9 @@ impl Report {
                 s += &format!("    ... and {} more\n", v.mismatches - shown);
             }
         }
+        if let Some(z) = &self.zones {
+            s += &zones_text(z);
+        }
         if let Some(e) = &self.error {
             s += &format!("  error: {e} ({} failed requests)\n", self.errors);
         }
@@ -283,6 +315,9 @@ impl Report {
                 v.mismatches,
                 unwritten_note(v)
             );
+        }
+        if let Some(z) = &self.zones {
+            s += zones_text(z).trim_start();
         }
         if let Some(e) = &self.error {
             s += &format!("error: {e}\n");

@@ -1,0 +1,578 @@
+//! Zone-aware writes for `nvmeof-probe --zonemode zbd`, after fio's
+//! `zonemode=zbd`.
+//!
+//! A zoned namespace (the Zoned Namespace command set) takes writes only at
+//! each zone's write pointer: anything else fails with Zone Invalid Write.
+//! [`ZonePlan`] decides where each write goes, sans IO: a write claims a zone,
+//! goes to its write pointer and releases the zone when it completes, so
+//! plain Writes are one in flight per zone (two could reach the controller in
+//! either order: fio's zone locking does the same). With Zone Append
+//! (`--zone-append`) the controller picks the LBA, so many appends share a
+//! zone. At most `max_open` zones take writes at a time (the namespace's
+//! Maximum Open Resources, `--max-open-zones`, and the write slots), and the
+//! zones written to stay within its Maximum Active Resources; a zone without
+//! room for another request leaves the set, and a new one (the next in turn
+//! for sequential modes, a random one for random modes) takes its place. A
+//! zone without room is reset before it is written again (Zone Management
+//! Send, Reset Zone), as fio does once a run wraps around.
+//!
+//! [`ZonedWrites`] wraps the plan for the probe's concurrent slots: a slot
+//! that finds every usable zone busy waits for a write to complete.
+
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use nvmeof_common::spec::zns::{ZoneDescriptor, ZoneState, ZoneType};
+use tokio::sync::Notify;
+
+/// A zone of the region as the probe found it (from Report Zones).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZoneStart {
+    /// Writable blocks (ZCAP).
+    pub cap: u64,
+    /// Blocks written: write pointer − first LBA (the capacity when Full).
+    pub written: u64,
+    /// Whether writes may go there: sequential write required, not Read
+    /// Only or Offline.
+    pub writable: bool,
+}
+
+impl ZoneStart {
+    /// The zone a Report Zones descriptor describes.
+    pub fn from_descriptor(d: &ZoneDescriptor) -> Self {
+        let writable = d.zone_type == ZoneType::SEQ_WRITE_REQUIRED
+            && !matches!(d.state, ZoneState::READ_ONLY | ZoneState::OFFLINE);
+        let written = match d.state {
+            ZoneState::FULL => d.capacity,
+            ZoneState::EMPTY => 0,
+            _ => d.wp.saturating_sub(d.slba).min(d.capacity),
+        };
+        Self { cap: d.capacity, written, writable }
+    }
+}
+
+/// What a zone is to the plan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ZoneUse {
+    /// Takes no writes now; may be opened.
+    Idle,
+    /// In the open set: takes writes.
+    Open,
+    /// No room left for another request; writes still in flight.
+    Draining,
+    /// Never written (Read Only, Offline, not sequential write required).
+    Unusable,
+}
+
+#[derive(Clone, Debug)]
+struct Zone {
+    cap: u64,
+    /// Blocks written or claimed by writes in flight.
+    wp: u64,
+    inflight: u32,
+    state: ZoneUse,
+    /// A Reset Zone is in flight: nothing may be sent to the zone.
+    resetting: bool,
+}
+
+impl Zone {
+    /// Open or Closed on the controller (counts against MAR): written but not full.
+    fn active(&self) -> bool {
+        self.state == ZoneUse::Open || (self.wp > 0 && self.wp < self.cap)
+    }
+}
+
+/// One write handed out by [`ZonePlan::claim`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ZoneWrite {
+    /// Index of the zone in the region.
+    pub zone: usize,
+    /// The zone's first LBA.
+    pub zslba: u64,
+    /// Where the write goes: the write pointer, or the zone's first LBA for
+    /// a Zone Append (the controller picks).
+    pub lba: u64,
+    /// The zone had no room left: reset it first, then call
+    /// [`ZonePlan::reset_done`].
+    pub reset_first: bool,
+}
+
+/// Where writes go in a zoned region (see the module documentation).
+#[derive(Debug)]
+pub struct ZonePlan {
+    first_lba: u64,
+    zone_blocks: u64,
+    blocks: u64,
+    append: bool,
+    random: bool,
+    max_open: usize,
+    max_active: usize,
+    zones: Vec<Zone>,
+    /// Indices of the zones taking writes, in the order they were opened.
+    open: Vec<usize>,
+    next_seq: usize,
+}
+
+/// Limits and modes of a [`ZonePlan`].
+#[derive(Clone, Copy, Debug)]
+pub struct ZonePlanOptions {
+    /// Blocks per write.
+    pub blocks: u64,
+    /// Zone Append instead of Write (many in flight per zone).
+    pub append: bool,
+    /// Random zone choice (random modes); sequential otherwise.
+    pub random: bool,
+    /// Most zones taking writes at a time (at least 1).
+    pub max_open: usize,
+    /// Most zones of the region open or closed at a time (at least 1).
+    pub max_active: usize,
+}
+
+impl ZonePlan {
+    /// A plan for the zones `zones`, the first starting at `first_lba`, each
+    /// `zone_blocks` long.
+    pub fn new(first_lba: u64, zone_blocks: u64, zones: &[ZoneStart], o: ZonePlanOptions) -> Self {
+        let zones = zones
+            .iter()
+            .map(|z| Zone {
+                cap: z.cap.min(zone_blocks),
+                wp: z.written.min(z.cap),
+                inflight: 0,
+                state: if z.writable && z.cap >= o.blocks { ZoneUse::Idle } else { ZoneUse::Unusable },
+                resetting: false,
+            })
+            .collect();
+        let max_active = o.max_active.max(1);
+        Self {
+            first_lba,
+            zone_blocks,
+            blocks: o.blocks,
+            append: o.append,
+            random: o.random,
+            max_open: o.max_open.clamp(1, max_active),
+            max_active,
+            zones,
+            open: Vec::new(),
+            next_seq: 0,
+        }
+    }
+
+    /// Zones writes may go to.
+    pub fn writable(&self) -> usize {
+        self.zones.iter().filter(|z| z.state != ZoneUse::Unusable).count()
+    }
+
+    /// Most zones taking writes at a time.
+    pub fn max_open(&self) -> usize {
+        self.max_open
+    }
+
+    /// Zones open or closed on the controller, as far as the plan knows.
+    pub fn active(&self) -> usize {
+        self.zones.iter().filter(|z| z.active()).count()
+    }
+
+    /// The zone's first LBA.
+    pub fn zslba(&self, zone: usize) -> u64 {
+        self.first_lba + zone as u64 * self.zone_blocks
+    }
+
+    /// The zone's capacity in blocks.
+    pub fn capacity(&self, zone: usize) -> u64 {
+        self.zones.get(zone).map_or(0, |z| z.cap)
+    }
+
+    /// The next write, or `None` while every zone a write could use is busy
+    /// (a plain Write in flight, a reset running): ask again after
+    /// [`Self::done`] or [`Self::reset_done`]. `rand(n)` is uniform in `0..n`.
+    pub fn claim(&mut self, rand: &mut dyn FnMut(u64) -> u64) -> Option<ZoneWrite> {
+        if self.open.len() < self.max_open {
+            if let Some(z) = self.pick_new(rand) {
+                self.open.push(z);
+                let zone = &mut self.zones[z];
+                zone.state = ZoneUse::Open;
+                let reset = zone.cap - zone.wp < self.blocks;
+                if reset {
+                    zone.wp = 0;
+                    zone.resetting = true;
+                }
+                return Some(self.take(z, reset));
+            }
+        }
+        let append = self.append;
+        let ready = |z: &Zone| !z.resetting && (append || z.inflight == 0);
+        let n = self.open.len();
+        let start = if self.random && n > 0 { rand(n as u64) as usize } else { 0 };
+        let z = (0..n).map(|i| self.open[(start + i) % n]).find(|&z| ready(&self.zones[z]))?;
+        Some(self.take(z, false))
+    }
+
+    /// A zone to open: idle, and at the active limit one already active (so
+    /// the count does not grow). Random modes start the search at a random
+    /// zone, sequential ones after the last zone opened.
+    fn pick_new(&mut self, rand: &mut dyn FnMut(u64) -> u64) -> Option<usize> {
+        let n = self.zones.len();
+        if n == 0 {
+            return None;
+        }
+        let at_limit = self.active() >= self.max_active;
+        let start = if self.random { rand(n as u64) as usize } else { self.next_seq };
+        let z = (0..n).map(|i| (start + i) % n).find(|&z| {
+            let zone = &self.zones[z];
+            zone.state == ZoneUse::Idle && (!at_limit || zone.active())
+        })?;
+        if !self.random {
+            self.next_seq = (z + 1) % n;
+        }
+        Some(z)
+    }
+
+    fn take(&mut self, z: usize, reset_first: bool) -> ZoneWrite {
+        let zslba = self.zslba(z);
+        let blocks = self.blocks;
+        let zone = &mut self.zones[z];
+        let lba = if self.append { zslba } else { zslba + zone.wp };
+        zone.wp += blocks;
+        zone.inflight += 1;
+        if zone.cap - zone.wp < blocks {
+            // No room for another request: out of the open set, so a fresh
+            // zone takes its place.
+            zone.state = ZoneUse::Draining;
+            self.open.retain(|&o| o != z);
+        }
+        ZoneWrite { zone: z, zslba, lba, reset_first }
+    }
+
+    /// The Reset Zone of a [`ZoneWrite::reset_first`] write completed.
+    pub fn reset_done(&mut self, zone: usize) {
+        if let Some(z) = self.zones.get_mut(zone) {
+            z.resetting = false;
+        }
+    }
+
+    /// A write the plan handed out completed (or failed).
+    pub fn done(&mut self, zone: usize) {
+        if let Some(z) = self.zones.get_mut(zone) {
+            z.inflight = z.inflight.saturating_sub(1);
+            if z.state == ZoneUse::Draining && z.inflight == 0 {
+                z.state = ZoneUse::Idle;
+            }
+        }
+    }
+}
+
+/// A [`ZonePlan`] shared by the probe's slots, with what verify needs.
+#[derive(Debug)]
+pub struct ZonedWrites {
+    plan: Mutex<ZonePlan>,
+    freed: Notify,
+    /// Per zone: odd while a reset runs, bumped before and after each, so a
+    /// read that saw the count change may have read a zone being reset.
+    epochs: Box<[AtomicU32]>,
+    resets: AtomicU64,
+    first_lba: u64,
+    zone_blocks: u64,
+    append: bool,
+}
+
+/// Longest wait for a busy zone before the stop flag and end time are looked at again.
+const ZONE_WAIT: Duration = Duration::from_millis(50);
+
+impl ZonedWrites {
+    /// Wraps `plan`.
+    pub fn new(plan: ZonePlan) -> Self {
+        Self {
+            epochs: (0..plan.zones.len()).map(|_| AtomicU32::new(0)).collect(),
+            freed: Notify::new(),
+            resets: AtomicU64::new(0),
+            first_lba: plan.first_lba,
+            zone_blocks: plan.zone_blocks,
+            append: plan.append,
+            plan: Mutex::new(plan),
+        }
+    }
+
+    fn plan(&self) -> std::sync::MutexGuard<'_, ZonePlan> {
+        self.plan.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether writes are Zone Appends.
+    pub fn append(&self) -> bool {
+        self.append
+    }
+
+    /// Zone size in blocks.
+    pub fn zone_blocks(&self) -> u64 {
+        self.zone_blocks
+    }
+
+    /// Most zones taking writes at a time.
+    pub fn max_open(&self) -> usize {
+        self.plan().max_open()
+    }
+
+    /// Zones of the region writes may go to.
+    pub fn writable(&self) -> usize {
+        self.plan().writable()
+    }
+
+    /// Zone resets done.
+    pub fn resets(&self) -> u64 {
+        self.resets.load(Ordering::Relaxed)
+    }
+
+    /// The zone's capacity in blocks.
+    pub fn capacity(&self, zone: usize) -> u64 {
+        self.plan().capacity(zone)
+    }
+
+    /// The next write: waits while every usable zone is busy; `None` once
+    /// `stop` is set or `end` has passed.
+    pub async fn claim(
+        &self,
+        rand: &mut (dyn FnMut(u64) -> u64 + Send),
+        stop: &AtomicBool,
+        end: Option<Instant>,
+    ) -> Option<ZoneWrite> {
+        loop {
+            let mut freed = pin!(self.freed.notified());
+            // Registered before looking, so a release in between still wakes us.
+            freed.as_mut().enable();
+            if let Some(w) = self.plan().claim(rand) {
+                return Some(w);
+            }
+            if stop.load(Ordering::Relaxed) || end.is_some_and(|e| Instant::now() >= e) {
+                return None;
+            }
+            let _ = tokio::time::timeout(ZONE_WAIT, freed).await;
+        }
+    }
+
+    /// The write of `w` completed (or failed).
+    pub fn done(&self, w: &ZoneWrite) {
+        self.plan().done(w.zone);
+        self.freed.notify_waiters();
+    }
+
+    /// Marks the start of `w`'s reset (see [`Self::epoch`]).
+    pub fn begin_reset(&self, w: &ZoneWrite) {
+        self.epochs[w.zone].fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Marks the end of `w`'s reset; `ok`: it succeeded.
+    pub fn end_reset(&self, w: &ZoneWrite, ok: bool) {
+        self.epochs[w.zone].fetch_add(1, Ordering::SeqCst);
+        if ok {
+            self.resets.fetch_add(1, Ordering::Relaxed);
+        }
+        self.plan().reset_done(w.zone);
+        self.freed.notify_waiters();
+    }
+
+    /// The reset count of the zone holding `lba`: a read whose data may
+    /// include a reset zone's zeroes sees it odd, or changed by the time it
+    /// completes.
+    pub fn epoch(&self, lba: u64) -> u32 {
+        let z = (lba.saturating_sub(self.first_lba) / self.zone_blocks) as usize;
+        self.epochs.get(z).map_or(0, |e| e.load(Ordering::SeqCst))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn zones(n: usize, cap: u64) -> Vec<ZoneStart> {
+        vec![ZoneStart { cap, written: 0, writable: true }; n]
+    }
+
+    fn opts(blocks: u64, max_open: usize) -> ZonePlanOptions {
+        ZonePlanOptions { blocks, append: false, random: false, max_open, max_active: usize::MAX }
+    }
+
+    /// A deterministic "random" source: counts up.
+    fn counter() -> impl FnMut(u64) -> u64 {
+        let mut i = 0u64;
+        move |n| {
+            i += 7;
+            i % n
+        }
+    }
+
+    #[test]
+    fn sequential_writes_follow_the_write_pointer_and_wrap_with_a_reset() {
+        // 2 zones of 4 blocks, 2-block writes, one open zone.
+        let mut p = ZonePlan::new(100, 8, &zones(2, 4), opts(2, 1));
+        let mut r = counter();
+        let mut seen = Vec::new();
+        for i in 0..6 {
+            let w = p.claim(&mut r).expect("a zone");
+            if i % 2 == 0 {
+                // One plain Write in flight per zone: while the open zone has
+                // room, a second claim waits for this one.
+                assert_eq!(p.claim(&mut r), None);
+            }
+            if w.reset_first {
+                p.reset_done(w.zone);
+            }
+            p.done(w.zone);
+            seen.push((w.zone, w.lba, w.reset_first));
+        }
+        assert_eq!(
+            seen,
+            [
+                (0, 100, false),
+                (0, 102, false),
+                (1, 108, false),
+                (1, 110, false),
+                (0, 100, true),
+                (0, 102, false)
+            ]
+        );
+    }
+
+    #[test]
+    fn plain_writes_use_one_zone_each_up_to_the_open_limit() {
+        let mut p = ZonePlan::new(0, 16, &zones(8, 16), opts(4, 3));
+        let mut r = counter();
+        let a = p.claim(&mut r).unwrap();
+        let b = p.claim(&mut r).unwrap();
+        let c = p.claim(&mut r).unwrap();
+        assert_eq!([a.zone, b.zone, c.zone], [0, 1, 2]);
+        // Three zones open, each with a write in flight: the fourth waits.
+        assert_eq!(p.claim(&mut r), None);
+        p.done(b.zone);
+        let d = p.claim(&mut r).unwrap();
+        assert_eq!((d.zone, d.lba), (1, 16 + 4));
+    }
+
+    #[test]
+    fn appends_share_a_zone_and_a_full_zone_is_reused_only_when_drained() {
+        let o = ZonePlanOptions { append: true, ..opts(2, 1) };
+        let mut p = ZonePlan::new(0, 4, &zones(1, 4), o);
+        let mut r = counter();
+        let a = p.claim(&mut r).unwrap();
+        let b = p.claim(&mut r).unwrap();
+        assert_eq!((a.lba, b.lba), (0, 0), "Zone Append names the zone, not the LBA");
+        // Full with both in flight: no zone to use until they complete.
+        assert_eq!(p.claim(&mut r), None);
+        p.done(a.zone);
+        assert_eq!(p.claim(&mut r), None);
+        p.done(b.zone);
+        let c = p.claim(&mut r).unwrap();
+        assert!(c.reset_first);
+        // Nothing goes to a zone while its reset runs.
+        assert_eq!(p.claim(&mut r), None);
+        p.reset_done(c.zone);
+        assert!(p.claim(&mut r).is_some());
+    }
+
+    #[test]
+    fn writes_start_at_the_reported_write_pointer_and_skip_unusable_zones() {
+        let z = [
+            ZoneStart { cap: 8, written: 0, writable: false },
+            ZoneStart { cap: 8, written: 6, writable: true },
+            ZoneStart { cap: 1, written: 0, writable: true },
+        ];
+        let mut p = ZonePlan::new(0, 8, &z, opts(2, 4));
+        assert_eq!(p.writable(), 1, "read only, and too small for one request");
+        let mut r = counter();
+        let w = p.claim(&mut r).unwrap();
+        assert_eq!((w.zone, w.lba, w.reset_first), (1, 14, false));
+    }
+
+    #[test]
+    fn at_the_active_limit_only_active_zones_are_opened() {
+        // Zones 1 and 3 are partly written (active); the limit is 2.
+        let mut z = zones(5, 8);
+        z[1].written = 2;
+        z[3].written = 4;
+        let o = ZonePlanOptions { random: true, max_active: 2, ..opts(2, 2) };
+        let mut p = ZonePlan::new(0, 8, &z, o);
+        let mut r = counter();
+        let mut opened = std::collections::BTreeSet::new();
+        for _ in 0..40 {
+            let w = p.claim(&mut r).unwrap();
+            opened.insert(w.zone);
+            assert!(p.active() <= 2, "active zones: {}", p.active());
+            if w.reset_first {
+                p.reset_done(w.zone);
+            }
+            p.done(w.zone);
+        }
+        // Zones fill up and are then reset: the active count stays at 2 and
+        // other zones are opened only as active ones become full.
+        assert!(opened.len() > 2, "{opened:?}");
+    }
+
+    #[test]
+    fn random_writes_spread_over_zones() {
+        let o = ZonePlanOptions { random: true, ..opts(1, 4) };
+        let mut p = ZonePlan::new(0, 4, &zones(64, 4), o);
+        let mut r = {
+            let mut x = 0x1234_5678_9abc_def1u64;
+            move |n: u64| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x % n
+            }
+        };
+        let mut used = std::collections::BTreeSet::new();
+        for _ in 0..400 {
+            let w = p.claim(&mut r).unwrap();
+            assert!(w.lba >= w.zslba && w.lba < w.zslba + 4);
+            used.insert(w.zone);
+            if w.reset_first {
+                p.reset_done(w.zone);
+            }
+            p.done(w.zone);
+        }
+        assert!(used.len() > 32, "{} zones used", used.len());
+    }
+
+    #[tokio::test]
+    async fn a_waiting_claim_wakes_when_a_write_completes_and_ends_on_stop() {
+        let w = std::sync::Arc::new(ZonedWrites::new(ZonePlan::new(0, 4, &zones(1, 4), opts(1, 1))));
+        let stop = AtomicBool::new(false);
+        let mut r = counter();
+        let first = w.claim(&mut r, &stop, None).await.unwrap();
+        let w2 = w.clone();
+        let waiter = tokio::spawn(async move {
+            let stop = AtomicBool::new(false);
+            let t = Instant::now();
+            let got = w2.claim(&mut |n| n - 1, &stop, None).await;
+            (got, t.elapsed())
+        });
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        w.done(&first);
+        let (got, _) = waiter.await.unwrap();
+        assert_eq!(got.map(|g| g.lba), Some(1));
+        // Busy again; with stop set the claim gives up.
+        stop.store(true, Ordering::Relaxed);
+        assert_eq!(w.claim(&mut r, &stop, None).await, None);
+    }
+
+    #[test]
+    fn epochs_are_odd_during_a_reset() {
+        let w = ZonedWrites::new(ZonePlan::new(0, 4, &zones(2, 4), opts(4, 1)));
+        let mut r = counter();
+        let stop = AtomicBool::new(false);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let a = rt.block_on(w.claim(&mut r, &stop, None)).unwrap();
+        w.done(&a);
+        let b = rt.block_on(w.claim(&mut r, &stop, None)).unwrap();
+        w.done(&b);
+        let c = rt.block_on(w.claim(&mut r, &stop, None)).unwrap();
+        assert!(c.reset_first);
+        let before = w.epoch(c.lba);
+        w.begin_reset(&c);
+        assert_eq!(w.epoch(c.lba) % 2, 1);
+        assert_eq!(w.epoch(4), 0, "the other zone's count");
+        w.end_reset(&c, true);
+        assert_eq!(w.epoch(c.lba), before + 2);
+        assert_eq!(w.resets(), 1);
+    }
+}
