@@ -35,6 +35,9 @@ const NO_DATA_GROUP: u64 = 256;
 
 /// Commands of a [`Namespace::copy`] submitted at a time.
 const COPY_GROUP: usize = 256;
+/// Largest Report Zones [`Namespace::zones`] asks for in one command:
+/// 2047 zone descriptors.
+const REPORT_ZONES_MAX_LEN: usize = 128 << 10;
 
 /// Splits a copy of `ranges` into Copy commands within `id`'s limits:
 /// each command's source ranges and block count. MSSRL or MCL 0 count as
@@ -1028,7 +1031,14 @@ impl Namespace {
         let mut lba = 0;
         // Bounded: each pass reports at least one more zone, or ends.
         while lba < self.nsze {
-            let r = self.report_zones(lba, ZoneReportFilter::ALL, usize::MAX).await?;
+            // No more descriptors than zones are left, and no more than
+            // REPORT_ZONES_MAX_LEN holds: a controller without MDTS (nvmet
+            // over TCP) still refuses a 32 MiB report (Data SGL Length
+            // Invalid), and the Linux host too bounds its report buffer
+            // (`nvme_zns_alloc_report_buffer`).
+            let left = (self.nsze - lba).div_ceil(zsze);
+            let most = (REPORT_ZONES_MAX_LEN - ZONE_REPORT_HEADER_LEN) / ZONE_DESCRIPTOR_LEN;
+            let r = self.report_zones(lba, ZoneReportFilter::ALL, (left as usize).min(most)).await?;
             let Some(last) = r.zones.last() else { break };
             let next = last.slba.saturating_add(zsze);
             if next <= lba {

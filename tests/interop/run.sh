@@ -394,8 +394,17 @@ client_cmd() {
         # ends when the guest's unlinking of the subsystem has failed it.
         qmax) printf '%q --rounds qmax' "$INTEROP_INITIATOR_BIN" ;;
         # Zones: a subsystem NQN-zoned the guest made with nvmet over a
-        # zoned null_blk device.
-        zoned) printf '%q --rounds zoned' "$INTEROP_INITIATOR_BIN" ;;
+        # zoned null_blk device (4 zones of 4 MiB, 2 open and 3 active at
+        # most). Then the probe's --zonemode zbd: 20 MiB of sequential
+        # verify-pattern writes (so zones fill and are reset), random mixed
+        # reads and writes checked against them, and Zone Appends; a write
+        # off a write pointer or past the limits would end a run with
+        # nvmet's status.
+        zoned) local pz="$probe_any --nqn \"\$NVME_NQN-zoned\" --zonemode zbd"
+            printf '%q --rounds zoned && %s' "$INTEROP_INITIATOR_BIN" \
+                "$pz --rw write --bs 64k --qd 4 --verify --count 320 --time 30s \
+                && $pz --rw randrw --bs 4k --qd 8 --verify --time 2s \
+                && $pz --rw randwrite --zone-append --bs 16k --qd 8 --time 2s" ;;
         # Commands a host can get wrong, each against the status nvmet
         # answers with (tests/src/conformance.rs; the same rows run against
         # our target in tests/tests/target_conformance.rs).
@@ -428,9 +437,10 @@ client_limit() {
     [ "$l" -le $((CLIENT_TIMEOUT - 15)) ] || l=$((CLIENT_TIMEOUT - 15))
     echo "$l"
 }
-client_binary() { # the binary a client needs, or nothing
+client_binary() { # the binaries a client needs (space separated), or nothing
     case $1 in
-        initiator|events|auth|qmax|zoned) echo "$INTEROP_INITIATOR_BIN" ;;
+        initiator|events|auth|qmax) echo "$INTEROP_INITIATOR_BIN" ;;
+        zoned) echo "$INTEROP_INITIATOR_BIN $NVMEOF_PROBE_BIN" ;;
         statuses) echo "$INTEROP_STATUSES_BIN" ;;
         probe-*) echo "$NVMEOF_PROBE_BIN" ;;
     esac
@@ -442,8 +452,8 @@ client_binary() { # the binary a client needs, or nothing
 build_clients() {
     local c bin
     for c in $CLIENT_STEPS; do
-        bin=$(client_binary "$c")
-        [ -n "$bin" ] && [ ! -x "$bin" ] || continue
+      for bin in $(client_binary "$c"); do
+        [ ! -x "$bin" ] || continue
         case $bin in
             "$REPO/build/release/interop_initiator")
                 say "[$SCEN] building interop_initiator (cargo build --release -p nvmeof-tests --bin interop_initiator)"
@@ -458,6 +468,7 @@ build_clients() {
                 ( cd "$REPO" && timeout 1800 cargo build --release -p nvmeof-tools --bin nvmeof-probe ) >>"$DIR/cargo.log" 2>&1 \
                     || { say "[$SCEN] building nvmeof-probe failed:"; tail -n 20 "$DIR/cargo.log" | sed 's/^/    /'; } ;;
         esac
+      done
     done
 }
 
@@ -467,12 +478,13 @@ client_setup() {
     local bin
     cmd=$(client_cmd "$1") || { echo "unknown client '$1'"; return 127; }
     lim=$(client_limit "$1")
-    bin=$(client_binary "$1")
     log=$DIR/client-$1.log
-    if [ -n "$bin" ] && [ ! -x "$bin" ]; then
-        echo "$1: binary missing: $bin" | tee "$log"
-        return 127
-    fi
+    for bin in $(client_binary "$1"); do
+        if [ ! -x "$bin" ]; then
+            echo "$1: binary missing: $bin" | tee "$log"
+            return 127
+        fi
+    done
 }
 
 hook_run_client() { # kernel-target: run client $1 against the forwarded port

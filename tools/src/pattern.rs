@@ -12,8 +12,8 @@
 //!
 //! A corrupted byte anywhere, data written to the wrong LBA, or a block the
 //! probe never wrote is detected (in mixed read/write runs, a never-written
-//! block reads as zeros and is skipped unless a write of it had completed,
-//! see [`WrittenUnits`]). A stale but intact block (a lost write) is
+//! block reads as deallocated, all zeros or all ones, and is skipped unless a
+//! write of it had completed, see [`WrittenUnits`]). A stale but intact block (a lost write) is
 //! not: the check is per block and needs no record of what was written.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -98,6 +98,8 @@ pub fn check_block(block: &[u8], lba: u64) -> Result<(), Mismatch> {
     if block[..8] != MAGIC {
         let reason = if block.iter().all(|&b| b == 0) {
             "block is all zeros (never written with --verify)"
+        } else if block.iter().all(|&b| b == 0xFF) {
+            "block is all ones (never written with --verify)"
         } else {
             "no verify header (bad magic)"
         };
@@ -126,9 +128,9 @@ pub fn check_block(block: &[u8], lba: u64) -> Result<(), Mismatch> {
 
 /// Units of a region (I/O-sized pieces) that writes of this run have
 /// completed on, for mixed read/write runs with verify: there a read of a
-/// block nothing has written yet finds zeros, which is not a fault (fio
-/// verifies only what it wrote), while zeros where a write had completed
-/// before the read was sent are a lost write.
+/// block nothing has written yet finds it deallocated, which is not a fault
+/// (fio verifies only what it wrote), while a deallocated block where a
+/// write had completed before the read was sent is a lost write.
 pub struct WrittenUnits(Box<[AtomicU64]>);
 
 impl WrittenUnits {
@@ -161,8 +163,10 @@ impl WrittenUnits {
 
 /// Checks a buffer of consecutive blocks read from `lba`; calls `bad` for
 /// each bad block. With `written` false (a read of a unit no write of this run
-/// had completed on, see [`WrittenUnits`]) blocks that are all zeros are not
-/// checked. Returns (bad, skipped all-zero) block counts.
+/// had completed on, see [`WrittenUnits`]) blocks that read as deallocated are
+/// not checked: all zeros, or all ones, which NVMe also allows (Identify
+/// Namespace DLFEAT 010b) and zoned null_blk devices return beyond a zone's
+/// write pointer. Returns (bad, skipped) block counts.
 pub fn check_read(
     buf: &[u8],
     block_size: usize,
@@ -172,7 +176,7 @@ pub fn check_read(
 ) -> (u64, u64) {
     let (mut n, mut zero) = (0, 0);
     for (i, b) in buf.chunks(block_size).enumerate() {
-        if !written && b.iter().all(|&x| x == 0) {
+        if !written && (b.iter().all(|&x| x == 0) || b.iter().all(|&x| x == 0xFF)) {
             zero += 1;
         } else if let Err(m) = check_block(b, lba + i as u64) {
             n += 1;
@@ -204,6 +208,16 @@ mod tests {
         assert_eq!(seen, [101]);
         // The strict check counts the zero blocks as bad.
         assert_eq!(check(&buf, 512, 100, |_| {}), 3);
+        // Deallocated blocks may read as ones too (DLFEAT 010b); other
+        // uniform bytes are damage.
+        buf[1024..1536].fill(0xFF);
+        buf[1536..].fill(0x5A);
+        let mut seen = Vec::new();
+        assert_eq!(check_read(&buf, 512, 100, false, |m| seen.push(m.lba)), (2, 1));
+        assert_eq!(seen, [101, 103]);
+        let mut reasons = Vec::new();
+        check(&buf, 512, 100, |m| reasons.push(m.reason));
+        assert_eq!(reasons[1], "block is all ones (never written with --verify)");
     }
 
     #[test]

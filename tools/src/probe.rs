@@ -203,8 +203,8 @@ pub struct ProbeOptions {
     #[arg(long)]
     pub disable_sqflow: bool,
     /// Write a self-checking pattern (LBA + generation) and check every block read. In mixed modes
-    /// (randrw, rw) a read of a unit no write of the run has completed on may find zeros: those
-    /// blocks are counted as never written, not checked.
+    /// (randrw, rw) a read of a unit no write of the run has completed on may find it
+    /// deallocated (all zeros, or all ones): those blocks are counted as never written, not checked.
     #[arg(long)]
     pub verify: bool,
     /// Size of the region to use (default: from --offset to the end of the namespace).
@@ -216,14 +216,21 @@ pub struct ProbeOptions {
     /// Zoned namespaces, as fio's zonemode: zbd sends each write to a zone's write
     /// pointer (random modes pick a random zone, sequential ones go zone after zone), one
     /// in flight per zone, and resets a zone that has no room left before writing it again;
-    /// the region is rounded to whole zones. Reads go anywhere in the region. Without it,
-    /// writes to a zoned namespace are refused (usage error), as they would fail.
+    /// reads stay below the write pointers (see --read-beyond-wp); the region is rounded to
+    /// whole zones. Without it, writes to a zoned namespace are refused (usage error), as
+    /// they would fail.
     #[arg(long, value_enum, default_value_t = ZoneMode::None)]
     pub zonemode: ZoneMode,
     /// With --zonemode zbd: write with Zone Append, so many writes share a zone (the
     /// target picks where each lands and says so in its completion).
     #[arg(long)]
     pub zone_append: bool,
+    /// With --zonemode zbd: let reads go beyond the zones' write pointers, where a
+    /// controller returns deallocated blocks without reading anything (fio's
+    /// read_beyond_wp); by default a read there moves below the pointer of its zone, or of
+    /// the next zone holding data.
+    #[arg(long)]
+    pub read_beyond_wp: bool,
     /// With --zonemode zbd: most zones written at a time (fio's max_open_zones; default:
     /// the namespace's open and active zone limits, and no more than the writes in flight).
     #[arg(long, value_name = "N")]
@@ -360,8 +367,12 @@ impl ProbeOptions {
         if self.interval.is_some() && !self.ping {
             return Err(ToolError::usage("--interval applies to --ping only (use --rate to pace a run)"));
         }
-        if self.zonemode == ZoneMode::None && (self.zone_append || self.max_open_zones.is_some()) {
-            return Err(ToolError::usage("--zone-append and --max-open-zones apply to --zonemode zbd"));
+        if self.zonemode == ZoneMode::None
+            && (self.zone_append || self.max_open_zones.is_some() || self.read_beyond_wp)
+        {
+            return Err(ToolError::usage(
+                "--zone-append, --max-open-zones and --read-beyond-wp apply to --zonemode zbd",
+            ));
         }
         if self.max_open_zones == Some(0) {
             return Err(ToolError::usage("--max-open-zones must be at least 1"));
@@ -578,7 +589,8 @@ pub struct VerifyStats {
     pub checked_blocks: u64,
     /// Blocks that failed the check.
     pub mismatches: u64,
-    /// Mixed read/write runs: blocks read as zeros from units no write of the
+    /// Mixed read/write runs: blocks read as deallocated (all zeros or all
+    /// ones) from units no write of the
     /// run had completed on before the read was sent (never written: not
     /// checked, not counted in `checked_blocks`).
     pub unwritten_blocks: u64,
@@ -725,8 +737,9 @@ struct Shared {
     verify: bool,
     /// Mixed modes with verify: units whose writes have completed.
     written: Option<pattern::WrittenUnits>,
-    /// `--zonemode zbd` with writes: where they go.
+    /// `--zonemode zbd`: where writes and reads go.
     zoned: Option<Arc<ZonedWrites>>,
+    read_beyond_wp: bool,
     gen_base: u64,
     gen: AtomicU64,
     hooks: Hooks,
@@ -838,6 +851,7 @@ impl Shared {
             region_lba: self.region_lba,
             blocks_per_io: self.blocks_per_io,
             written: self.written.as_ref(),
+            read_beyond_wp: self.read_beyond_wp,
         })
     }
 
@@ -965,9 +979,29 @@ struct ZoneTarget<'a> {
     region_lba: u64,
     blocks_per_io: u64,
     written: Option<&'a pattern::WrittenUnits>,
+    read_beyond_wp: bool,
 }
 
 impl ZoneTarget<'_> {
+    /// Where a request for `lba` goes: a write to the zone the plan picks
+    /// (see [`Self::start`]), a read below the write pointers unless
+    /// `--read-beyond-wp`. `Ok(None)` once the run is over.
+    async fn place(
+        &self,
+        op: OpKind,
+        lba: u64,
+        write_qid: u16,
+        rng: &mut Rng,
+        stop: &AtomicBool,
+        end: Option<Instant>,
+    ) -> Result<Option<(u64, Option<ZoneWrite>)>, (String, nvmeof_initiator::Error)> {
+        match op {
+            OpKind::Read if self.read_beyond_wp => Ok(Some((lba, None))),
+            OpKind::Read => Ok(Some((self.zones.read_lba(lba), None))),
+            OpKind::Write => Ok(self.start(write_qid, rng, stop, end).await?.map(|w| (w.lba, Some(w)))),
+        }
+    }
+
     /// Claims the next write's zone, resetting it first where it has no
     /// room (on `qid`); `Ok(None)` once the run is over. A failed reset is
     /// returned with what failed.
@@ -1095,12 +1129,9 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
         let (op, mut unit, mut lba) = sh.pick(&mut rng);
         let zt = sh.zone_target();
         let mut zw = None;
-        if let (OpKind::Write, Some(zt)) = (op, &zt) {
-            match zt.start(qids[1], &mut rng, stop, sh.end).await {
-                Ok(Some(w)) => {
-                    (lba, unit) = (w.lba, (w.lba - sh.region_lba) / sh.blocks_per_io);
-                    zw = Some(w);
-                }
+        if let Some(zt) = &zt {
+            match zt.place(op, lba, qids[1], &mut rng, stop, sh.end).await {
+                Ok(Some((at, w))) => (lba, unit, zw) = (at, (at - sh.region_lba) / sh.blocks_per_io, w),
                 Ok(None) => break,
                 Err((what, e)) => {
                     sh.fail(what, &e);
@@ -1454,8 +1485,8 @@ async fn is_zoned(ctrl: &Controller, nsid: u32) -> bool {
 }
 
 /// With `--zonemode zbd`: rounds the region to whole zones and plans where
-/// writes go (`None` for runs without writes). Without it, refuses writes
-/// to a zoned namespace: they would fail with Zone Invalid Write.
+/// writes and reads go. Without it, refuses writes to a zoned namespace:
+/// they would fail with Zone Invalid Write.
 async fn zone_setup(
     opts: &ProbeOptions,
     ctrl: &Controller,
@@ -1518,10 +1549,7 @@ async fn zone_setup(
     g.region_lba = first;
     g.units = (last - first) / g.blocks_per_io;
     g.region_bytes = g.units * opts.bs;
-    if write_slots == 0 {
-        return Ok(None);
-    }
-    if opts.zone_append {
+    if opts.zone_append && write_slots > 0 {
         // ZASL: 2^n minimum memory pages (CAP.MPSMIN), 0 for MDTS.
         let mut buf = [0u8; IDENTIFY_DATA_LEN];
         let mut cmd = IdentifyCmd::new(Cns::CS_CTRL, 0);
@@ -1548,7 +1576,7 @@ async fn zone_setup(
         .await
         .map_err(|e| ToolError::from_initiator(&format!("Report Zones of namespace {nsid}"), &e))?;
     let count = ((last - first) / zone_blocks) as usize;
-    let mut zones = vec![ZoneStart { cap: 0, written: 0, writable: false }; count];
+    let mut zones = vec![ZoneStart { cap: 0, written: 0, writable: false, active: false }; count];
     let (mut open_outside, mut active_outside) = (0usize, 0usize);
     for d in &report {
         if (first..last).contains(&d.slba) {
@@ -1572,7 +1600,7 @@ async fn zone_setup(
         Some(m) => left(m, active_outside, "active")?,
         None => usize::MAX,
     };
-    let mut max_open = write_slots.min(opts.max_open_zones.map_or(usize::MAX, |n| n as usize));
+    let mut max_open = write_slots.max(1).min(opts.max_open_zones.map_or(usize::MAX, |n| n as usize));
     if let Some(m) = IdentifyNsZns::limit(idz.mor) {
         max_open = max_open.min(left(m, open_outside, "open")?);
     }
@@ -1588,7 +1616,7 @@ async fn zone_setup(
             max_active,
         },
     );
-    if plan.writable() == 0 {
+    if write_slots > 0 && plan.writable() == 0 {
         return Err(ToolError::usage(format!(
             "--zonemode zbd: no zone of the region takes writes of {} (read only, offline or too small)",
             util::fmt_bytes(opts.bs)
@@ -1604,9 +1632,9 @@ async fn zone_setup(
     Ok(Some(Arc::new(ZonedWrites::new(plan))))
 }
 
-/// What a run's report says about its zones.
-fn zone_summary(z: Option<&ZonedWrites>, g: &Geometry) -> Option<ZoneSummary> {
-    z.map(|z| ZoneSummary {
+/// What a run's report says about the zones it wrote.
+fn zone_summary(opts: &ProbeOptions, z: Option<&ZonedWrites>, g: &Geometry) -> Option<ZoneSummary> {
+    z.filter(|_| opts.rw.writes()).map(|z| ZoneSummary {
         zone_bytes: z.zone_blocks() * g.block_size as u64,
         zones: z.writable(),
         max_open: z.max_open(),
@@ -1716,6 +1744,7 @@ async fn run_connected(
         verify: opts.verify,
         written: written_units(opts, g.units),
         zoned: zoned.clone(),
+        read_beyond_wp: opts.read_beyond_wp,
         gen_base: time_seed().rotate_left(17),
         gen: AtomicU64::new(0),
         hooks: hooks.clone(),
@@ -1813,7 +1842,7 @@ async fn run_connected(
         timeline,
         intervals,
         samples: opts.record_samples.then_some(samples),
-        zones: zone_summary(zoned.as_deref(), &g),
+        zones: zone_summary(opts, zoned.as_deref(), &g),
     })
 }
 
@@ -1906,6 +1935,7 @@ async fn run_ping(
         region_lba: g.region_lba,
         blocks_per_io: g.blocks_per_io,
         written: written.as_ref(),
+        read_beyond_wp: opts.read_beyond_wp,
     });
     let mut measured = 0u64;
     let mut seq = 0u64;
@@ -1933,12 +1963,9 @@ async fn run_ping(
         };
         let mut lba = g.region_lba + unit * g.blocks_per_io;
         let mut zw = None;
-        if let (OpKind::Write, Some(zt)) = (op, &zt) {
-            match zt.start(1, &mut rng, &hooks.stop, end).await {
-                Ok(Some(w)) => {
-                    (lba, unit) = (w.lba, (w.lba - g.region_lba) / g.blocks_per_io);
-                    zw = Some(w);
-                }
+        if let Some(zt) = &zt {
+            match zt.place(op, lba, 1, &mut rng, &hooks.stop, end).await {
+                Ok(Some((at, w))) => (lba, unit, zw) = (at, (at - g.region_lba) / g.blocks_per_io, w),
                 Ok(None) => break,
                 Err((what, e)) => {
                     error = Some(ToolError::from_initiator(&what, &e));
@@ -2028,7 +2055,7 @@ async fn run_ping(
         timeline: Vec::new(),
         intervals: Vec::new(),
         samples: opts.record_samples.then_some(samples),
-        zones: zone_summary(zoned.as_deref(), &g),
+        zones: zone_summary(opts, zoned.as_deref(), &g),
     })
 }
 

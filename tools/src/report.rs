@@ -388,6 +388,6 @@ pub fn progress_line(p: &TimelinePoint) -> String {
 fn unwritten_note(v: &crate::probe::VerifyStats) -> String {
     match v.unwritten_blocks {
         0 => String::new(),
-        n => format!(" ({n} never-written blocks read as zeros, not checked)"),
+        n => format!(" ({n} never-written blocks read as zeros or ones, not checked)"),
     }
 }

@@ -37,6 +37,9 @@ pub struct ZoneStart {
     /// Whether writes may go there: sequential write required, not Read
     /// Only or Offline.
     pub writable: bool,
+    /// Open or Closed (counts against MAR), even with nothing written (an
+    /// explicitly opened empty zone).
+    pub active: bool,
 }
 
 impl ZoneStart {
@@ -49,7 +52,7 @@ impl ZoneStart {
             ZoneState::EMPTY => 0,
             _ => d.wp.saturating_sub(d.slba).min(d.capacity),
         };
-        Self { cap: d.capacity, written, writable }
+        Self { cap: d.capacity, written, writable, active: d.state.is_active() }
     }
 }
 
@@ -75,12 +78,16 @@ struct Zone {
     state: ZoneUse,
     /// A Reset Zone is in flight: nothing may be sent to the zone.
     resetting: bool,
+    /// Reported open or closed with nothing written (explicitly opened),
+    /// until written full or reset.
+    held: bool,
 }
 
 impl Zone {
-    /// Open or Closed on the controller (counts against MAR): written but not full.
+    /// Open or Closed on the controller (counts against MAR): written but
+    /// not full, or opened by someone else.
     fn active(&self) -> bool {
-        self.state == ZoneUse::Open || (self.wp > 0 && self.wp < self.cap)
+        self.state == ZoneUse::Open || self.held || (self.wp > 0 && self.wp < self.cap)
     }
 }
 
@@ -142,6 +149,7 @@ impl ZonePlan {
                 inflight: 0,
                 state: if z.writable && z.cap >= o.blocks { ZoneUse::Idle } else { ZoneUse::Unusable },
                 resetting: false,
+                held: z.active && z.written < z.cap,
             })
             .collect();
         let max_active = o.max_active.max(1);
@@ -197,6 +205,7 @@ impl ZonePlan {
                 if reset {
                     zone.wp = 0;
                     zone.resetting = true;
+                    zone.held = false;
                 }
                 return Some(self.take(z, reset));
             }
@@ -236,6 +245,7 @@ impl ZonePlan {
         let lba = if self.append { zslba } else { zslba + zone.wp };
         zone.wp += blocks;
         zone.inflight += 1;
+        zone.held &= zone.wp < zone.cap;
         if zone.cap - zone.wp < blocks {
             // No room for another request: out of the open set, so a fresh
             // zone takes its place.
@@ -243,6 +253,31 @@ impl ZonePlan {
             self.open.retain(|&o| o != z);
         }
         ZoneWrite { zone: z, zslba, lba, reset_first }
+    }
+
+    /// Where a read of `blocks` blocks at `lba` goes, as fio's
+    /// `read_beyond_wp=0`: where it would reach the zone's write pointer
+    /// (counting writes in flight), to the same offset modulo what the zone
+    /// holds, or, in a zone holding nothing, what the next zone holding data
+    /// (in turn) does; unchanged where no zone holds data.
+    pub fn read_lba(&self, lba: u64) -> u64 {
+        let n = self.zones.len();
+        let z = (lba.saturating_sub(self.first_lba) / self.zone_blocks) as usize;
+        if z >= n {
+            return lba;
+        }
+        let off = lba - self.zslba(z);
+        if off + self.blocks <= self.zones[z].wp {
+            return lba;
+        }
+        let units = off / self.blocks;
+        (0..n)
+            .map(|i| (z + i) % n)
+            .find_map(|zz| {
+                let held = self.zones[zz].wp / self.blocks;
+                (held > 0).then(|| self.zslba(zz) + units % held * self.blocks)
+            })
+            .unwrap_or(lba)
     }
 
     /// The Reset Zone of a [`ZoneWrite::reset_first`] write completed.
@@ -328,6 +363,11 @@ impl ZonedWrites {
         self.plan().capacity(zone)
     }
 
+    /// Where a read at `lba` goes ([`ZonePlan::read_lba`]).
+    pub fn read_lba(&self, lba: u64) -> u64 {
+        self.plan().read_lba(lba)
+    }
+
     /// The next write: waits while every usable zone is busy; `None` once
     /// `stop` is set or `end` has passed.
     pub async fn claim(
@@ -385,7 +425,7 @@ mod tests {
     use super::*;
 
     fn zones(n: usize, cap: u64) -> Vec<ZoneStart> {
-        vec![ZoneStart { cap, written: 0, writable: true }; n]
+        vec![ZoneStart { cap, written: 0, writable: true, active: false }; n]
     }
 
     fn opts(blocks: u64, max_open: usize) -> ZonePlanOptions {
@@ -472,9 +512,9 @@ mod tests {
     #[test]
     fn writes_start_at_the_reported_write_pointer_and_skip_unusable_zones() {
         let z = [
-            ZoneStart { cap: 8, written: 0, writable: false },
-            ZoneStart { cap: 8, written: 6, writable: true },
-            ZoneStart { cap: 1, written: 0, writable: true },
+            ZoneStart { cap: 8, written: 0, writable: false, active: false },
+            ZoneStart { cap: 8, written: 6, writable: true, active: true },
+            ZoneStart { cap: 1, written: 0, writable: true, active: false },
         ];
         let mut p = ZonePlan::new(0, 8, &z, opts(2, 4));
         assert_eq!(p.writable(), 1, "read only, and too small for one request");
@@ -485,13 +525,19 @@ mod tests {
 
     #[test]
     fn at_the_active_limit_only_active_zones_are_opened() {
-        // Zones 1 and 3 are partly written (active); the limit is 2.
+        // Zone 1 is partly written, zone 3 explicitly opened (active with
+        // nothing written); the limit is 2.
         let mut z = zones(5, 8);
-        z[1].written = 2;
-        z[3].written = 4;
+        z[1] = ZoneStart { written: 2, active: true, ..z[1] };
+        z[3].active = true;
         let o = ZonePlanOptions { random: true, max_active: 2, ..opts(2, 2) };
         let mut p = ZonePlan::new(0, 8, &z, o);
         let mut r = counter();
+        // The two zones already active are the only ones it may open first.
+        let (a, b) = (p.claim(&mut r).unwrap(), p.claim(&mut r).unwrap());
+        assert_eq!([a.zone.min(b.zone), a.zone.max(b.zone)], [1, 3]);
+        p.done(a.zone);
+        p.done(b.zone);
         let mut opened = std::collections::BTreeSet::new();
         for _ in 0..40 {
             let w = p.claim(&mut r).unwrap();
@@ -531,6 +577,24 @@ mod tests {
             p.done(w.zone);
         }
         assert!(used.len() > 32, "{} zones used", used.len());
+    }
+
+    #[test]
+    fn reads_stay_below_the_write_pointers() {
+        // 4 zones of 8 blocks, 2-block requests; zone 1 holds 4 blocks, zone 3 holds 6.
+        let mut z = zones(4, 8);
+        z[1].written = 4;
+        z[3].written = 6;
+        let p = ZonePlan::new(0, 8, &z, opts(2, 1));
+        assert_eq!(p.read_lba(8), 8, "below the write pointer: as asked");
+        assert_eq!(p.read_lba(10), 10);
+        assert_eq!(p.read_lba(12), 8, "unit 2 of zone 1 holding 2 units: unit 0");
+        assert_eq!(p.read_lba(14), 10);
+        assert_eq!(p.read_lba(2), 10, "zone 0 holds nothing: zone 1, unit 1");
+        assert_eq!(p.read_lba(20), 28, "zone 2 holds nothing: zone 3, unit 2 mod 3");
+        assert_eq!(p.read_lba(30), 24, "beyond zone 3's pointer: unit 3 mod 3");
+        let empty = ZonePlan::new(0, 8, &zones(4, 8), opts(2, 1));
+        assert_eq!(empty.read_lba(14), 14, "no data anywhere: unchanged");
     }
 
     #[tokio::test]
