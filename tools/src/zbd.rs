@@ -47,9 +47,12 @@ impl ZoneStart {
     pub fn from_descriptor(d: &ZoneDescriptor) -> Self {
         let writable = d.zone_type == ZoneType::SEQ_WRITE_REQUIRED
             && !matches!(d.state, ZoneState::READ_ONLY | ZoneState::OFFLINE);
+        // Read Only and Offline zones have no valid write pointer: the
+        // first reads as written to its capacity, the second holds nothing
+        // that can be read.
         let written = match d.state {
-            ZoneState::FULL => d.capacity,
-            ZoneState::EMPTY => 0,
+            ZoneState::FULL | ZoneState::READ_ONLY => d.capacity,
+            ZoneState::EMPTY | ZoneState::OFFLINE => 0,
             _ => d.wp.saturating_sub(d.slba).min(d.capacity),
         };
         Self { cap: d.capacity, written, writable, active: d.state.is_active() }
@@ -577,6 +580,34 @@ mod tests {
             p.done(w.zone);
         }
         assert!(used.len() > 32, "{} zones used", used.len());
+    }
+
+    #[test]
+    fn reported_zones_become_plan_zones() {
+        use nvmeof_common::spec::zns::ZoneDescriptor;
+        let d = |state, wp| ZoneDescriptor {
+            zone_type: ZoneType::SEQ_WRITE_REQUIRED,
+            state,
+            attrs: 0,
+            capacity: 100,
+            slba: 1000,
+            wp,
+        };
+        let start = |state, wp| ZoneStart::from_descriptor(&d(state, wp));
+        assert_eq!(
+            start(ZoneState::EMPTY, 1000),
+            ZoneStart { cap: 100, written: 0, writable: true, active: false }
+        );
+        assert_eq!(
+            start(ZoneState::CLOSED, 1040),
+            ZoneStart { cap: 100, written: 40, writable: true, active: true }
+        );
+        assert!(start(ZoneState::EXPLICITLY_OPEN, 1000).active);
+        assert_eq!(start(ZoneState::FULL, u64::MAX).written, 100);
+        let ro = start(ZoneState::READ_ONLY, u64::MAX);
+        assert_eq!((ro.written, ro.writable), (100, false));
+        let off = start(ZoneState::OFFLINE, u64::MAX);
+        assert_eq!((off.written, off.writable), (0, false));
     }
 
     #[test]
