@@ -79,7 +79,8 @@ pub struct ControllerInfo {
     pub write_queues: u16,
     /// Entries per I/O queue (SQSIZE + 1).
     pub queue_depth: u16,
-    /// Largest data transfer per command in bytes (MDTS and the `max_transfer` option), if limited.
+    /// Largest data transfer per command in bytes, if limited: MDTS (or, where the controller reports
+    /// none, its MAXH2CDATA, which nvmet enforces per command) and the `max_transfer` option.
     pub max_transfer: Option<u32>,
     /// In-capsule data limit on I/O queues (IOCCSZ·16 − 64, 0 if unsupported).
     pub inline_data: u32,
@@ -341,6 +342,8 @@ struct AdminSetup {
     discovery: bool,
     nvm_limits: IdentifyCtrlNvm,
     authentication: Option<Authentication>,
+    /// The admin queue's ICResp MAXH2CDATA.
+    maxh2cdata: u32,
 }
 
 impl Setup<'_> {
@@ -468,7 +471,8 @@ impl Setup<'_> {
         configure_acre(admin, &identify).await?;
         let nvm_limits =
             if discovery { IdentifyCtrlNvm::default() } else { identify_ctrl_nvm(admin).await? };
-        Ok(AdminSetup { cntlid, cap, vs, cc, identify, discovery, nvm_limits, authentication })
+        let maxh2cdata = admin.maxh2cdata();
+        Ok(AdminSetup { cntlid, cap, vs, cc, identify, discovery, nvm_limits, authentication, maxh2cdata })
     }
 
     /// Set Features Number of Queues; returns the pairs granted (capped by `want`).
@@ -520,7 +524,14 @@ impl Setup<'_> {
         // MDTS is a power of two in CAP.MPSMIN pages (4 KiB here); 0 = no limit.
         let mdts = (a.identify.mdts != 0)
             .then(|| 4096u64 << a.identify.mdts.min(20))
-            .map(|v| v.min(u32::MAX as u64) as u32);
+            .map(|v| v.min(u32::MAX as u64) as u32)
+            // Without MDTS, no more per command than the controller's
+            // MAXH2CDATA (but at least the 1 MiB the `max_transfer` option
+            // defaults to): nvmet reports none over TCP, yet refuses a larger
+            // command, read or write, with Data SGL Length Invalid
+            // (`nvmet_tcp_map_data` bounds every SGL by NVMET_TCP_MAXH2CDATA,
+            // 4 MiB, in Linux 6.12.y: the interop suite's kernel target).
+            .or((a.maxh2cdata > 0).then(|| a.maxh2cdata.max(1 << 20) & !3));
         match (mdts, self.opts.max_transfer) {
             (Some(m), Some(o)) => Some(m.min(o)),
             (m, o) => m.or(o),

@@ -280,6 +280,8 @@ pub(crate) struct QueueShared {
     owned_large: AtomicUsize,
     /// The socket's own address at the last connect.
     local_addr: Mutex<Option<std::net::SocketAddr>>,
+    /// The controller's MAXH2CDATA from the last ICResp (0 before one).
+    maxh2cdata: std::sync::atomic::AtomicU32,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -320,6 +322,7 @@ pub(crate) fn spawn_driver(
         rx: RxCounters::default(),
         owned_large: AtomicUsize::new(0),
         local_addr: Mutex::new(None),
+        maxh2cdata: std::sync::atomic::AtomicU32::new(0),
     });
     let span = params.span.clone();
     let driver = Driver {
@@ -616,6 +619,11 @@ impl QueueShared {
     /// The socket's own address at the last connect.
     pub(crate) fn local_addr(&self) -> Option<std::net::SocketAddr> {
         *lock(&self.local_addr)
+    }
+
+    /// The controller's MAXH2CDATA from the last ICResp (0 before one).
+    pub(crate) fn maxh2cdata(&self) -> u32 {
+        self.maxh2cdata.load(Ordering::Relaxed)
     }
 
     /// Where received read data went.
@@ -1402,6 +1410,9 @@ impl Driver {
         let Some(c) = self.conn.as_mut() else { return 0 };
         if c.queue.is_live() {
             if let Some((cmd, reply)) = c.connect.take() {
+                if let Some(n) = c.queue.negotiated() {
+                    self.shared.maxh2cdata.store(n.maxh2cdata, Ordering::Relaxed);
+                }
                 let info = command_info(c.queue.config().qid, &cmd.sqe);
                 // CNTLID from the Connect data (offset 16), for the span of I/O queues.
                 let cntlid = match &cmd.data {

@@ -974,17 +974,18 @@ async fn log_page_range_past_the_last_offset_is_refused() {
     ctrl.shutdown().await.unwrap();
 }
 
-/// Without MDTS or a `max_transfer` option, a namespace of 64 KiB blocks
-/// splits requests into commands that one 32-bit SGL length can describe.
-/// The 65536 blocks of a 16-bit NLB are 4 GiB there: `max_transfer` said
-/// 2^32, a 4 GiB write failed with `InvalidArgument` instead of being split,
-/// and the pieces of larger batch requests had their length cast to 0.
+/// Without MDTS or a `max_transfer` option (and a MAXH2CDATA of almost 4
+/// GiB), a namespace of 64 KiB blocks splits requests into commands that one
+/// 32-bit SGL length can describe. The 65536 blocks of a 16-bit NLB are 4
+/// GiB there: `max_transfer` said 2^32, a 4 GiB write failed with
+/// `InvalidArgument` instead of being split, and the pieces of larger batch
+/// requests had their length cast to 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn transfer_limit_fits_the_sgl_length_with_64k_blocks() {
-    let (addr, _t) = start(Cfg { lbads: 16, blocks: 16, ..Cfg::default() }).await;
+    let (addr, _t) = start(Cfg { lbads: 16, blocks: 16, maxh2cdata: 0xFFFF_FFFC, ..Cfg::default() }).await;
     let o = ConnectOptions { max_transfer: None, ..opts() };
     let ctrl = Controller::connect(addr, SUBNQN, o).await.unwrap();
-    assert_eq!(ctrl.info().max_transfer, None);
+    assert_eq!(ctrl.info().max_transfer, Some(0xFFFF_FFFC), "MAXH2CDATA, without MDTS");
     let ns = ctrl.namespace(1).await.unwrap();
     assert_eq!(ns.block_size(), 1 << 16);
     assert!(ns.max_transfer() <= u32::MAX as u64, "{}", ns.max_transfer());
@@ -996,6 +997,20 @@ async fn transfer_limit_fits_the_sgl_length_with_64k_blocks() {
 /// terminating NUL) is refused like such a subsystem NQN. It used to be cut
 /// to 255 bytes silently: the controller saw, and matched its allowed hosts
 /// against, another host's name.
+/// Without MDTS, commands stay within the controller's MAXH2CDATA (nvmet
+/// refuses larger ones with Data SGL Length Invalid) but no lower than the
+/// 1 MiB the `max_transfer` option defaults to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_mdts_commands_stay_within_maxh2cdata() {
+    for (maxh2cdata, want) in [(4 << 20, 4 << 20), (8192, 1 << 20)] {
+        let (addr, _t) = start(Cfg { maxh2cdata, ..Cfg::default() }).await;
+        let o = ConnectOptions { max_transfer: None, ..opts() };
+        let ctrl = Controller::connect(addr, SUBNQN, o).await.unwrap();
+        assert_eq!(ctrl.info().max_transfer, Some(want), "MAXH2CDATA {maxh2cdata}");
+        ctrl.shutdown().await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_nqn_longer_than_its_field_is_refused() {
     let (addr, t) = start(Cfg::default()).await;

@@ -1419,7 +1419,7 @@ fn geometry(opts: &ProbeOptions, ns: NsInfo, max_transfer: Option<u32>) -> Resul
     if let Some(m) = max_transfer {
         if opts.bs > m as u64 {
             return Err(ToolError::usage(format!(
-                "--bs {} exceeds the controller's maximum transfer size {} (MDTS)",
+                "--bs {} exceeds the controller's maximum transfer size {} (MDTS, or MAXH2CDATA without one)",
                 util::fmt_bytes(opts.bs),
                 util::fmt_bytes(m as u64)
             )));
@@ -1576,7 +1576,7 @@ async fn zone_setup(
         .await
         .map_err(|e| ToolError::from_initiator(&format!("Report Zones of namespace {nsid}"), &e))?;
     let count = ((last - first) / zone_blocks) as usize;
-    let mut zones = vec![ZoneStart { cap: 0, written: 0, writable: false, active: false }; count];
+    let mut zones = vec![ZoneStart { cap: 0, written: 0, writable: false, open: false }; count];
     let (mut open_outside, mut active_outside) = (0usize, 0usize);
     for d in &report {
         if (first..last).contains(&d.slba) {
@@ -1585,7 +1585,7 @@ async fn zone_setup(
             }
         } else {
             // Zones the run does not touch still count against the limits.
-            open_outside += (d.state == nvmeof_common::spec::zns::ZoneState::EXPLICITLY_OPEN) as usize;
+            open_outside += d.state.is_open() as usize;
             active_outside += d.state.is_active() as usize;
         }
     }
@@ -1593,7 +1593,8 @@ async fn zone_setup(
         |limit: u32, used: usize, what: &str| match (limit as usize).checked_sub(used).filter(|&n| n > 0) {
             Some(n) => Ok(n),
             None => Err(ToolError::usage(format!(
-                "namespace {nsid}: its zones outside the region hold all {limit} {what} zones it allows"
+                "namespace {nsid}: its zones outside the region hold all {limit} {what} zones it allows \
+             (close or finish some: nvmeof zones ADDR close --all)"
             ))),
         };
     let max_active = match IdentifyNsZns::limit(idz.mar) {

@@ -37,9 +37,9 @@ pub struct ZoneStart {
     /// Whether writes may go there: sequential write required, not Read
     /// Only or Offline.
     pub writable: bool,
-    /// Open or Closed (counts against MAR), even with nothing written (an
-    /// explicitly opened empty zone).
-    pub active: bool,
+    /// Open, implicitly or explicitly (counts against MOR; a Closed zone
+    /// counts against MAR through what it holds).
+    pub open: bool,
 }
 
 impl ZoneStart {
@@ -55,7 +55,7 @@ impl ZoneStart {
             ZoneState::EMPTY | ZoneState::OFFLINE => 0,
             _ => d.wp.saturating_sub(d.slba).min(d.capacity),
         };
-        Self { cap: d.capacity, written, writable, active: d.state.is_active() }
+        Self { cap: d.capacity, written, writable, open: d.state.is_open() }
     }
 }
 
@@ -81,16 +81,18 @@ struct Zone {
     state: ZoneUse,
     /// A Reset Zone is in flight: nothing may be sent to the zone.
     resetting: bool,
-    /// Reported open or closed with nothing written (explicitly opened),
-    /// until written full or reset.
-    held: bool,
+    /// Open on the controller though not in the plan's open set (reported
+    /// open without room for a request), until the plan opens it.
+    dev_open: bool,
 }
 
 impl Zone {
-    /// Open or Closed on the controller (counts against MAR): written but
-    /// not full, or opened by someone else.
+    /// Open or Closed on the controller (counts against MAR): in the open
+    /// set, still being written, open from before, or written but not full.
     fn active(&self) -> bool {
-        self.state == ZoneUse::Open || self.held || (self.wp > 0 && self.wp < self.cap)
+        matches!(self.state, ZoneUse::Open | ZoneUse::Draining)
+            || self.dev_open
+            || (self.wp > 0 && self.wp < self.cap)
     }
 }
 
@@ -122,6 +124,11 @@ pub struct ZonePlan {
     zones: Vec<Zone>,
     /// Indices of the zones taking writes, in the order they were opened.
     open: Vec<usize>,
+    /// Zones out of the open set with writes still in flight: open on the
+    /// controller until those complete, so they count against the limit.
+    draining: usize,
+    /// Zones with `dev_open`.
+    dev_open: usize,
     next_seq: usize,
 }
 
@@ -144,28 +151,54 @@ impl ZonePlan {
     /// A plan for the zones `zones`, the first starting at `first_lba`, each
     /// `zone_blocks` long.
     pub fn new(first_lba: u64, zone_blocks: u64, zones: &[ZoneStart], o: ZonePlanOptions) -> Self {
+        let max_active = o.max_active.max(1);
+        let max_open = o.max_open.clamp(1, max_active);
+        let mut open = Vec::new();
+        let mut dev_open = 0;
         let zones = zones
             .iter()
-            .map(|z| Zone {
-                cap: z.cap.min(zone_blocks),
-                wp: z.written.min(z.cap),
-                inflight: 0,
-                state: if z.writable && z.cap >= o.blocks { ZoneUse::Idle } else { ZoneUse::Unusable },
-                resetting: false,
-                held: z.active && z.written < z.cap,
+            .enumerate()
+            .map(|(i, z)| {
+                let cap = z.cap.min(zone_blocks);
+                let wp = z.written.min(cap);
+                let usable = z.writable && cap >= o.blocks;
+                let mut zone = Zone {
+                    cap,
+                    wp,
+                    inflight: 0,
+                    state: if usable { ZoneUse::Idle } else { ZoneUse::Unusable },
+                    resetting: false,
+                    dev_open: false,
+                };
+                // Zones already open take writes first, as fio's zbd_init
+                // counts them: the controller holds them open anyway, and
+                // opening others past its limit could fail (null_blk cannot
+                // close an implicitly opened zone for another once the
+                // active limit is reached).
+                if z.open {
+                    if usable && cap - wp >= o.blocks && open.len() < max_open {
+                        zone.state = ZoneUse::Open;
+                        open.push(i);
+                    } else {
+                        zone.dev_open = true;
+                        dev_open += 1;
+                    }
+                }
+                zone
             })
             .collect();
-        let max_active = o.max_active.max(1);
         Self {
             first_lba,
             zone_blocks,
             blocks: o.blocks,
             append: o.append,
             random: o.random,
-            max_open: o.max_open.clamp(1, max_active),
+            max_open,
             max_active,
             zones,
-            open: Vec::new(),
+            open,
+            draining: 0,
+            dev_open,
             next_seq: 0,
         }
     }
@@ -199,16 +232,23 @@ impl ZonePlan {
     /// (a plain Write in flight, a reset running): ask again after
     /// [`Self::done`] or [`Self::reset_done`]. `rand(n)` is uniform in `0..n`.
     pub fn claim(&mut self, rand: &mut dyn FnMut(u64) -> u64) -> Option<ZoneWrite> {
-        if self.open.len() < self.max_open {
-            if let Some(z) = self.pick_new(rand) {
+        // Zones open on the controller: the open set, those still being
+        // written, and those open from before.
+        let ours = self.open.len() + self.draining;
+        if ours < self.max_open {
+            // At the limit, only a zone open from before may join the set.
+            let only_dev_open = ours + self.dev_open >= self.max_open;
+            if let Some(z) = self.pick_new(rand, only_dev_open) {
                 self.open.push(z);
                 let zone = &mut self.zones[z];
                 zone.state = ZoneUse::Open;
+                if std::mem::take(&mut zone.dev_open) {
+                    self.dev_open -= 1;
+                }
                 let reset = zone.cap - zone.wp < self.blocks;
                 if reset {
                     zone.wp = 0;
                     zone.resetting = true;
-                    zone.held = false;
                 }
                 return Some(self.take(z, reset));
             }
@@ -221,10 +261,11 @@ impl ZonePlan {
         Some(self.take(z, false))
     }
 
-    /// A zone to open: idle, and at the active limit one already active (so
-    /// the count does not grow). Random modes start the search at a random
-    /// zone, sequential ones after the last zone opened.
-    fn pick_new(&mut self, rand: &mut dyn FnMut(u64) -> u64) -> Option<usize> {
+    /// A zone to open: idle, at the active limit one already active (so
+    /// the count does not grow), with `only_dev_open` one open from before.
+    /// Random modes start the search at a random zone, sequential ones after
+    /// the last zone opened.
+    fn pick_new(&mut self, rand: &mut dyn FnMut(u64) -> u64, only_dev_open: bool) -> Option<usize> {
         let n = self.zones.len();
         if n == 0 {
             return None;
@@ -233,7 +274,7 @@ impl ZonePlan {
         let start = if self.random { rand(n as u64) as usize } else { self.next_seq };
         let z = (0..n).map(|i| (start + i) % n).find(|&z| {
             let zone = &self.zones[z];
-            zone.state == ZoneUse::Idle && (!at_limit || zone.active())
+            zone.state == ZoneUse::Idle && (!at_limit || zone.active()) && (!only_dev_open || zone.dev_open)
         })?;
         if !self.random {
             self.next_seq = (z + 1) % n;
@@ -248,11 +289,11 @@ impl ZonePlan {
         let lba = if self.append { zslba } else { zslba + zone.wp };
         zone.wp += blocks;
         zone.inflight += 1;
-        zone.held &= zone.wp < zone.cap;
         if zone.cap - zone.wp < blocks {
             // No room for another request: out of the open set, so a fresh
-            // zone takes its place.
+            // zone takes its place once this one's writes are done.
             zone.state = ZoneUse::Draining;
+            self.draining += 1;
             self.open.retain(|&o| o != z);
         }
         ZoneWrite { zone: z, zslba, lba, reset_first }
@@ -296,6 +337,7 @@ impl ZonePlan {
             z.inflight = z.inflight.saturating_sub(1);
             if z.state == ZoneUse::Draining && z.inflight == 0 {
                 z.state = ZoneUse::Idle;
+                self.draining -= 1;
             }
         }
     }
@@ -428,7 +470,7 @@ mod tests {
     use super::*;
 
     fn zones(n: usize, cap: u64) -> Vec<ZoneStart> {
-        vec![ZoneStart { cap, written: 0, writable: true, active: false }; n]
+        vec![ZoneStart { cap, written: 0, writable: true, open: false }; n]
     }
 
     fn opts(blocks: u64, max_open: usize) -> ZonePlanOptions {
@@ -515,9 +557,9 @@ mod tests {
     #[test]
     fn writes_start_at_the_reported_write_pointer_and_skip_unusable_zones() {
         let z = [
-            ZoneStart { cap: 8, written: 0, writable: false, active: false },
-            ZoneStart { cap: 8, written: 6, writable: true, active: true },
-            ZoneStart { cap: 1, written: 0, writable: true, active: false },
+            ZoneStart { cap: 8, written: 0, writable: false, open: false },
+            ZoneStart { cap: 8, written: 6, writable: true, open: false },
+            ZoneStart { cap: 1, written: 0, writable: true, open: false },
         ];
         let mut p = ZonePlan::new(0, 8, &z, opts(2, 4));
         assert_eq!(p.writable(), 1, "read only, and too small for one request");
@@ -531,8 +573,8 @@ mod tests {
         // Zone 1 is partly written, zone 3 explicitly opened (active with
         // nothing written); the limit is 2.
         let mut z = zones(5, 8);
-        z[1] = ZoneStart { written: 2, active: true, ..z[1] };
-        z[3].active = true;
+        z[1].written = 2;
+        z[3].open = true;
         let o = ZonePlanOptions { random: true, max_active: 2, ..opts(2, 2) };
         let mut p = ZonePlan::new(0, 8, &z, o);
         let mut r = counter();
@@ -554,6 +596,40 @@ mod tests {
         // Zones fill up and are then reset: the active count stays at 2 and
         // other zones are opened only as active ones become full.
         assert!(opened.len() > 2, "{opened:?}");
+    }
+
+    #[test]
+    fn a_zone_being_filled_holds_its_open_resource_until_its_writes_complete() {
+        // Every write fills a zone; one zone open at a time.
+        let mut p = ZonePlan::new(0, 4, &zones(3, 4), opts(4, 1));
+        let mut r = counter();
+        let a = p.claim(&mut r).unwrap();
+        assert_eq!(p.active(), 1);
+        // The controller keeps zone 0 open until that write lands: no other yet.
+        assert_eq!(p.claim(&mut r), None);
+        p.done(a.zone);
+        assert_eq!(p.active(), 0, "full");
+        assert_eq!(p.claim(&mut r).map(|w| w.zone), Some(1));
+    }
+
+    #[test]
+    fn zones_open_from_before_are_written_first() {
+        // Zone 2 is open with room; zone 3 open with too little room for a
+        // request; the controller allows two open zones.
+        let mut z = zones(4, 4);
+        z[2] = ZoneStart { written: 2, open: true, ..z[2] };
+        z[3] = ZoneStart { written: 3, open: true, ..z[3] };
+        let mut p = ZonePlan::new(0, 4, &z, ZonePlanOptions { random: true, ..opts(2, 2) });
+        assert_eq!(p.active(), 2);
+        let mut r = counter();
+        // Both open slots are taken, so only zone 3 may join the set: reset first.
+        let a = p.claim(&mut r).unwrap();
+        assert_eq!((a.zone, a.lba, a.reset_first), (3, 12, true));
+        p.reset_done(a.zone);
+        let b = p.claim(&mut r).unwrap();
+        assert_eq!((b.zone, b.lba), (2, 10));
+        assert_eq!(p.claim(&mut r), None, "zones 0 and 1 stay closed: two are open");
+        assert_eq!(p.active(), 2);
     }
 
     #[test]
@@ -596,13 +672,14 @@ mod tests {
         let start = |state, wp| ZoneStart::from_descriptor(&d(state, wp));
         assert_eq!(
             start(ZoneState::EMPTY, 1000),
-            ZoneStart { cap: 100, written: 0, writable: true, active: false }
+            ZoneStart { cap: 100, written: 0, writable: true, open: false }
         );
         assert_eq!(
             start(ZoneState::CLOSED, 1040),
-            ZoneStart { cap: 100, written: 40, writable: true, active: true }
+            ZoneStart { cap: 100, written: 40, writable: true, open: false }
         );
-        assert!(start(ZoneState::EXPLICITLY_OPEN, 1000).active);
+        assert!(start(ZoneState::EXPLICITLY_OPEN, 1000).open);
+        assert!(start(ZoneState::IMPLICITLY_OPEN, 1010).open);
         assert_eq!(start(ZoneState::FULL, u64::MAX).written, 100);
         let ro = start(ZoneState::READ_ONLY, u64::MAX);
         assert_eq!((ro.written, ro.writable), (100, false));

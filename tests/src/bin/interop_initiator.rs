@@ -32,7 +32,10 @@
 //!   two 64-block ranges near the namespace's end, second first, to the
 //!   blocks after them and reads them back; with a controller without Copy
 //!   (nvmet) through the host, with one that has it by Copy commands (the
-//!   step says which), then `shutdown-copy`.
+//!   step says which); `fused`: Compare and Write where FUSES allows it;
+//!   `large`: a 16 MiB write and read in the namespace's middle, split by
+//!   the maximum transfer (nvmet: its MAXH2CDATA, 4 MiB, as it reports no
+//!   MDTS but refuses larger commands); then `shutdown-copy`.
 //! * or, with the round `events` (its own client step, `host-events`, in the
 //!   interop suite), asynchronous events as the guest changes nvmet under a
 //!   connected controller:
@@ -872,14 +875,56 @@ async fn copy_round(a: &Args, s: &mut Steps) {
     let Some(c) =
         s.run("connect-copy", Duration::from_secs(60), step_connect(a, false, false, "connect-copy")).await
     else {
-        for n in ["copy", "shutdown-copy"] {
+        for n in ["copy", "fused", "large", "shutdown-copy"] {
             s.skip(n, "not connected");
         }
         return;
     };
     s.run("copy", Duration::from_secs(60), step_copy(&c)).await;
     s.run("fused", Duration::from_secs(30), step_fused(&c)).await;
+    s.run("large", Duration::from_secs(60), step_large(a)).await;
     s.run("shutdown-copy", Duration::from_secs(20), step_shutdown(c)).await;
+}
+
+/// A 16 MiB write and read, each one request split by the controller's
+/// maximum transfer, on a controller connected without the library's 1 MiB
+/// default bound (`max_transfer: None`, as the probe connects): nvmet
+/// reports no MDTS yet refuses a command over 4 MiB (its MAXH2CDATA) with
+/// Data SGL Length Invalid, so the library splits at MAXH2CDATA there.
+async fn step_large(a: &Args) -> Result<(), String> {
+    let o = ConnectOptions { max_transfer: None, ..opts(a, false) };
+    let c = Controller::connect((a.addr.as_str(), a.port), &a.nqn, o)
+        .await
+        .map_err(|e| format!("connect without a max_transfer bound: {e}"))?;
+    let r = large_io(&c).await;
+    let _ = c.shutdown().await;
+    r
+}
+
+async fn large_io(c: &Controller) -> Result<(), String> {
+    const LEN: usize = 16 << 20;
+    let ns = c.namespace(1).await.map_err(|e| format!("namespace 1: {e}"))?;
+    let bs = ns.block_size() as u64;
+    if ns.blocks() * bs < 2 * LEN as u64 {
+        info("large", "namespace smaller than 32 MiB: skipped".to_string());
+        return Ok(());
+    }
+    // The middle of the namespace: clear of copy's and fused's blocks at its end.
+    let lba = ns.blocks() / 2 / (LEN as u64 / bs) * (LEN as u64 / bs);
+    let mut x = 0x001A_26E0_u64;
+    let data: Vec<u8> = (0..LEN).map(|_| splitmix(&mut x) as u8).collect();
+    ns.write(lba, &data).await.map_err(|e| format!("16 MiB write at LBA {lba}: {e}"))?;
+    let mut back = vec![0u8; LEN];
+    ns.read(lba, &mut back).await.map_err(|e| format!("16 MiB read at LBA {lba}: {e}"))?;
+    if back != data {
+        return Err(format!("16 MiB read at LBA {lba} differs from what was written"));
+    }
+    let mt = c.info().max_transfer;
+    info(
+        "large",
+        format!("16 MiB written and read back equal at LBA {lba}; commands of at most {mt:?} bytes"),
+    );
+    Ok(())
 }
 
 /// Compare and Write (fused Compare + Write) where the controller reports
