@@ -82,7 +82,8 @@ struct Zone {
     /// A Reset Zone is in flight: nothing may be sent to the zone.
     resetting: bool,
     /// Open on the controller though not in the plan's open set (reported
-    /// open without room for a request), until the plan opens it.
+    /// open, or left written short of its capacity, without room for a
+    /// request), until the plan opens it again.
     dev_open: bool,
 }
 
@@ -338,6 +339,13 @@ impl ZonePlan {
             if z.state == ZoneUse::Draining && z.inflight == 0 {
                 z.state = ZoneUse::Idle;
                 self.draining -= 1;
+                // Written short of its capacity (no room for a whole
+                // request), the zone stays open on the controller until the
+                // plan resets it.
+                if z.wp < z.cap {
+                    z.dev_open = true;
+                    self.dev_open += 1;
+                }
             }
         }
     }
@@ -746,5 +754,142 @@ mod tests {
         w.end_reset(&c, true);
         assert_eq!(w.epoch(c.lba), before + 2);
         assert_eq!(w.resets(), 1);
+    }
+
+    /// A zoned null_blk device's resource rules (`null_check_zone_resources`,
+    /// Linux 6.12): opening an Empty zone needs an active resource; at the
+    /// open limit an implicitly opened zone is closed for room only while an
+    /// active resource is left, else the write fails ("open zones
+    /// exceeded"). What nvmet passes on for a zoned null_blk device.
+    #[derive(Clone, Debug)]
+    struct NullBlk {
+        cap: u64,
+        max_open: usize,
+        max_active: usize,
+        /// (condition, write pointer): 'E'mpty, 'I'mplicitly open, 'C'losed, 'F'ull.
+        zones: Vec<(char, u64)>,
+    }
+
+    impl NullBlk {
+        fn count(&self, c: &[char]) -> usize {
+            self.zones.iter().filter(|z| c.contains(&z.0)).count()
+        }
+
+        fn check_open(&mut self) -> Result<(), String> {
+            if self.count(&['I']) < self.max_open {
+                return Ok(());
+            }
+            if self.count(&['I', 'C']) < self.max_active {
+                let victim = self.zones.iter().position(|z| z.0 == 'I').expect("one open");
+                self.zones[victim].0 = 'C';
+                return Ok(());
+            }
+            Err(format!("open zones exceeded: {:?}", self.zones))
+        }
+
+        /// A write of `n` blocks to zone `z` (at its pointer, or appended).
+        fn write(&mut self, z: usize, lba_in_zone: Option<u64>, n: u64) -> Result<(), String> {
+            match self.zones[z].0 {
+                'E' => {
+                    if self.count(&['I', 'C']) >= self.max_active {
+                        return Err(format!("active zones exceeded: {:?}", self.zones));
+                    }
+                    self.check_open()?;
+                }
+                'C' => self.check_open()?,
+                'F' => return Err(format!("zone {z} is full")),
+                _ => {}
+            }
+            let (c, wp) = &mut self.zones[z];
+            if lba_in_zone.is_some_and(|l| l != *wp) {
+                return Err(format!("zone {z}: write at {lba_in_zone:?}, pointer at {wp}"));
+            }
+            if *wp + n > self.cap {
+                return Err(format!("zone {z}: write past the capacity"));
+            }
+            *wp += n;
+            *c = if *wp == self.cap { 'F' } else { 'I' };
+            Ok(())
+        }
+
+        fn reset(&mut self, z: usize) {
+            self.zones[z] = ('E', 0);
+        }
+
+        fn report(&self) -> Vec<ZoneStart> {
+            self.zones
+                .iter()
+                .map(|&(c, wp)| ZoneStart { cap: self.cap, written: wp, writable: true, open: c == 'I' })
+                .collect()
+        }
+    }
+
+    /// Runs plans against a zoned null_blk model (2 open, 3 active, as the
+    /// interop suite's device) with requests reaching the device and
+    /// completing in random orders, run after run from the state the last
+    /// left: no write may break the device's rules.
+    #[test]
+    fn plans_keep_a_zoned_null_blk_within_its_limits() {
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let mut rand = move |n: u64| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % n.max(1)
+        };
+        // (open, active) limits; a capacity below the zone size that 8-block
+        // requests do not divide, so zones are left short of it.
+        for (max_open, max_active) in [(2, 3), (1, 1), (1, 2), (3, 3), (2, 5)] {
+            let mut dev = NullBlk { cap: 60, max_open, max_active, zones: vec![('E', 0); 5] };
+            let mut written = 0u64;
+            for run in 0..400 {
+                let append = run % 3 == 2;
+                let random = run % 2 == 1;
+                let blocks = [1u64, 2, 4, 8][rand(4) as usize];
+                let slots = 1 + rand(8) as usize;
+                let o = ZonePlanOptions { blocks, append, random, max_open, max_active };
+                let mut p = ZonePlan::new(0, 64, &dev.report(), o);
+
+                // In flight: (write, reached the device).
+                let mut flight: Vec<(ZoneWrite, bool)> = Vec::new();
+                for _ in 0..400 {
+                    // Fill free slots, then let one request move on.
+                    while flight.len() < slots {
+                        let Some(w) = p.claim(&mut rand) else { break };
+                        if w.reset_first {
+                            dev.reset(w.zone);
+                            p.reset_done(w.zone);
+                        }
+                        flight.push((w, false));
+                    }
+                    if flight.is_empty() {
+                        break;
+                    }
+                    let i = rand(flight.len() as u64) as usize;
+                    let (w, arrived) = flight[i];
+                    if !arrived {
+                        let at = (!append).then(|| w.lba - w.zslba);
+                        if let Err(e) = dev.write(w.zone, at, blocks) {
+                            panic!("limits {max_open}/{max_active} run {run} (append {append}, random {random}, {blocks} blocks, {slots} slots): {e}\n{w:?}\n{p:?}");
+                        }
+                        flight[i].1 = true;
+                        written += 1;
+                    } else {
+                        flight.swap_remove(i);
+                        p.done(w.zone);
+                    }
+                }
+                // The run ends: what is in flight reaches the device and completes.
+                for (w, arrived) in flight {
+                    if !arrived {
+                        let at = (!append).then(|| w.lba - w.zslba);
+                        dev.write(w.zone, at, blocks).unwrap_or_else(|e| panic!("run {run} draining: {e}"));
+                    }
+                    p.done(w.zone);
+                }
+            }
+            // The plans kept writing (a plan that never wrote would pass too).
+            assert!(written > 40_000, "limits {max_open}/{max_active}: {written} writes");
+        }
     }
 }
