@@ -1664,6 +1664,32 @@ async fn probe_zonemode_zbd_writes_a_zoned_namespace() {
         ])
         .await;
         assert_eq!((r.write.ops, r.zones.as_ref().unwrap().max_open), (50, 1));
+        // Zones open outside the region use up the open limit: a write run
+        // there is refused up front, a read run is not bound by it.
+        use nvmeof_common::spec::zns::ZoneSendAction;
+        ns.manage_zone(ZoneSendAction::RESET, 0, true).await.unwrap();
+        for z in 0..3 {
+            ns.manage_zone(ZoneSendAction::OPEN, z * 512, false).await.unwrap();
+        }
+        usage(
+            &["--zonemode", "zbd", "--offset", "3840k", "--size", "256k", "--count", "10", "--rw", "write"],
+            "hold all 3 open zones",
+        )
+        .await;
+        probe(&[
+            "--zonemode",
+            "zbd",
+            "--offset",
+            "3840k",
+            "--size",
+            "256k",
+            "--count",
+            "10",
+            "--rw",
+            "randread",
+        ])
+        .await;
+        ns.manage_zone(ZoneSendAction::CLOSE, 0, true).await.unwrap();
         // Ping mode writes too.
         let r = probe(&["--zonemode", "zbd", "--ping", "--rw", "write", "--count", "5", "--interval", "1ms"])
             .await;

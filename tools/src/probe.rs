@@ -1597,12 +1597,17 @@ async fn zone_setup(
              (close or finish some: nvmeof zones ADDR close --all)"
             ))),
         };
-    let max_active = match IdentifyNsZns::limit(idz.mar) {
+    // The limits bound writes only: a run that reads opens nothing.
+    let (mar, mor) = match write_slots {
+        0 => (None, None),
+        _ => (IdentifyNsZns::limit(idz.mar), IdentifyNsZns::limit(idz.mor)),
+    };
+    let max_active = match mar {
         Some(m) => left(m, active_outside, "active")?,
         None => usize::MAX,
     };
     let mut max_open = write_slots.max(1).min(opts.max_open_zones.map_or(usize::MAX, |n| n as usize));
-    if let Some(m) = IdentifyNsZns::limit(idz.mor) {
+    if let Some(m) = mor {
         max_open = max_open.min(left(m, open_outside, "open")?);
     }
     let plan = ZonePlan::new(
