@@ -213,7 +213,10 @@ pub struct ConnectOptions {
     /// Ask the controller to disable SQ flow control (Connect CATTR bit 2);
     /// nvmet then completes reads with SUCCESS-flagged C2HData and no CapsuleResp.
     pub disable_sqflow: bool,
-    /// Largest data transfer per command (in addition to the controller's MDTS).
+    /// Largest data transfer per command (default 1 MiB), in addition to the
+    /// controller's MDTS; `None` leaves only the controller's bound: MDTS, or
+    /// where it reports none its MAXH2CDATA (at least 1 MiB), which the Linux
+    /// kernel target enforces per command (4 MiB).
     pub max_transfer: Option<u32>,
     /// Times a [`crate::Namespace`] request's command that the controller
     /// failed with a status without Do Not Retry is sent again before the
