@@ -1032,10 +1032,9 @@ impl Namespace {
         // Bounded: each pass reports at least one more zone, or ends.
         while lba < self.nsze {
             // No more descriptors than zones are left, and no more than
-            // REPORT_ZONES_MAX_LEN holds: a controller without MDTS (nvmet
-            // over TCP) still refuses a 32 MiB report (Data SGL Length
-            // Invalid), and the Linux host too bounds its report buffer
-            // (`nvme_zns_alloc_report_buffer`).
+            // REPORT_ZONES_MAX_LEN holds, as the Linux host bounds its report
+            // buffer (`nvme_zns_alloc_report_buffer`): a buffer of the whole
+            // maximum transfer (4 MiB against nvmet) for a few zones is waste.
             let left = (self.nsze - lba).div_ceil(zsze);
             let most = (REPORT_ZONES_MAX_LEN - ZONE_REPORT_HEADER_LEN) / ZONE_DESCRIPTOR_LEN;
             let r = self.report_zones(lba, ZoneReportFilter::ALL, (left as usize).min(most)).await?;

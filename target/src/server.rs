@@ -275,27 +275,14 @@ fn restore_zone_states(
         },
     }
     std::fs::remove_file(path)
-        .and_then(|()| sync_parent(path))
+        .and_then(|()| crate::core::sync_parent(path))
         .map_err(|e| std::io::Error::new(e.kind(), format!("zone state file {}: {e}", path.display())))
 }
 
-/// Writes `zones`' states to `path` (a temporary file synced and renamed
-/// over it, the directory synced), after the namespace's data was flushed.
+/// Writes `zones`' states to `path` ([`crate::core::write_durably`]),
+/// after the namespace's data was flushed.
 fn save_zone_states(zones: &crate::core::zoned::Zones, path: &std::path::Path) -> std::io::Result<()> {
-    use std::io::Write;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(&zones.save())?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)?;
-    sync_parent(path)
-}
-
-/// Syncs the directory holding `path`, so a file created, renamed or
-/// removed there stays so.
-fn sync_parent(path: &std::path::Path) -> std::io::Result<()> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
-    std::fs::File::open(dir)?.sync_all()
+    crate::core::write_durably(path, &zones.save())
 }
 
 /// Applies the configured ANA states to the target's ports (port IDs follow

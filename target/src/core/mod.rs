@@ -43,6 +43,30 @@ pub fn stable_id(parts: &[&[u8]]) -> [u8; 16] {
     out
 }
 
+/// Replaces the file at `path` with `bytes` so that a crash leaves either
+/// the old file or the new one: a temporary file beside it (its name with
+/// `.tmp` added) written and synced, renamed over it, the directory synced.
+/// For state the next start trusts (reservations, zone states).
+pub(crate) fn write_durably(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
+    tmp_name.push(".tmp");
+    let tmp = path.with_file_name(tmp_name);
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    sync_parent(path)
+}
+
+/// Syncs the directory holding `path`, so a file created, renamed or
+/// removed there stays so.
+pub(crate) fn sync_parent(path: &std::path::Path) -> std::io::Result<()> {
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(std::path::Path::new("."));
+    std::fs::File::open(dir)?.sync_all()
+}
+
 #[cfg(test)]
 mod tests {
     use super::stable_id;

@@ -583,7 +583,6 @@ impl Reservations {
 /// rename, fsync of the directory), so a crash leaves the old state or the
 /// new one. Keys are hexadecimal strings (TOML integers are signed).
 mod persist {
-    use std::io::Write;
     use std::path::Path;
 
     use nvmeof_common::spec::reservation::ReservationType;
@@ -678,16 +677,7 @@ mod persist {
     }
 
     pub(super) fn save(path: &Path, s: &State) -> std::io::Result<()> {
-        let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-        let mut tmp_name = path.file_name().unwrap_or_default().to_os_string();
-        tmp_name.push(".tmp");
-        let tmp = dir.join(tmp_name);
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(encode(s).as_bytes())?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)?;
-        std::fs::File::open(dir)?.sync_all()
+        crate::core::write_durably(path, encode(s).as_bytes())
     }
 }
 
