@@ -23,8 +23,11 @@ echo "== cargo test"
 cargo test --workspace --release 2>&1 | tee /tmp/nvmeof-cargo-test.log
 if [ -x tests/interop/run.sh ] && [ "${NVMEOF_SKIP_INTEROP:-0}" != 1 ]; then
   echo "== kernel interop suite"
-  # Fresh binaries for the suite (it uses build/release/*).
-  cargo build --release -p nvmeof-target -p nvmeof-tools -p nvmeof-tests --bins
+  # Fresh binaries for the suite (it uses build/release/*). The same
+  # selection as the cargo test above (workspace, with tests) resolves the
+  # same dependency features, so this finds them built instead of compiling
+  # the graph again.
+  cargo build --release --workspace --bins --tests
   tests/interop/run.sh
 fi
 echo "== test suite finished in $(( $(date +%s) - start )) s"

@@ -141,12 +141,18 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
 /// executable's `deps/` folder. Built every time (cargo does nothing when it
 /// is up to date): a binary left by an older build would otherwise be tested
 /// instead of the current sources.
+///
+/// The build names the whole workspace with its tests, the same selection as
+/// `cargo test --workspace` (scripts/test.sh): cargo unifies dependency
+/// features over the packages and targets selected, so `-p package --bins`
+/// would resolve other features and recompile the dependency graph (minutes
+/// in CI) where this finds everything up to date.
 pub fn built_binary(package: &str, name: &str) -> std::path::PathBuf {
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = std::process::Command::new(cargo);
-    cmd.args(["build", "-p", package, "--bins"]);
+    cmd.args(["build", "--workspace", "--bins", "--tests"]);
     if profile_dir.file_name().is_some_and(|n| n == "release") {
         cmd.arg("--release");
     }
