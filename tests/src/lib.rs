@@ -4,6 +4,7 @@
 //! - [`harness`]: starting a target on loopback with RAM namespaces.
 //! - [`slow_backend`]: a backend completing asynchronously after a delay.
 //! - [`flaky_backend`]: a backend failing chosen operations with a chosen status.
+//! - [`durability_log`]: a backend logging the writes (with or without FUA) and Flushes it gets.
 //! - [`conformance`]: commands a host can get wrong, with the status our
 //!   target and Linux nvmet answer each with.
 
@@ -32,6 +33,7 @@ macro_rules! backend_over_ram {
 
 pub mod capsule_log;
 pub mod conformance;
+pub mod durability_log;
 pub mod flaky_backend;
 pub mod harness;
 pub mod raw_client;

@@ -27,6 +27,7 @@ const NQN: &str = "nqn.2024-01.io.nvmeof.test:tools";
 const NS_SIZE: u64 = 16 << 20;
 
 use nvmeof_tests::capsule_log::CapsuleLog;
+use nvmeof_tests::durability_log::DurabilityLog;
 use nvmeof_tests::harness::{bounded, init_tracing};
 
 /// A target with subsystem [`NQN`] and namespace 1 on a RAM backend we keep a handle to.
@@ -734,6 +735,9 @@ async fn probe_options_without_effect_are_usage_errors() {
                 vec!["--rw", "read", "--random-distribution", "zipf:1.2"],
                 "--random-distribution zipf:1.2 applies to the random modes",
             ),
+            (vec!["--fua", "--rw", "randread"], "--rw randread writes nothing"),
+            (vec!["--flush-every", "8", "--rw", "read"], "--fua and --flush-every apply to writes"),
+            (vec!["--flush-every", "8", "--rw", "write", "--ping"], "--flush-every does not apply to --ping"),
         ] {
             let mut args = vec!["nvmeof-probe", "127.0.0.1:9", "--nqn", NQN];
             args.extend_from_slice(&bad);
@@ -1498,6 +1502,99 @@ async fn zones_lists_and_manages_a_zoned_namespace() {
 /// random runs reset full zones and go on, mixed runs verify, Zone Append
 /// shares zones; writes without the mode, or the mode on a conventional
 /// namespace, are usage errors.
+/// `--fua` sets FUA on every write and `--flush-every N` sends one Flush
+/// after each N completed writes (never before the Nth has reached the
+/// target), reported as fio's `sync`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fua_and_flush_every_reach_the_target_and_are_reported() {
+    bounded(60, async {
+        let t = start_target(512, None).await;
+        let log = Arc::new(DurabilityLog::new(NS_SIZE, 512));
+        let sub = t.server.target.subsystem(NQN).unwrap();
+        sub.add_namespace(Arc::new(Namespace::new(NQN, 2, log.clone())));
+        let take = || log.take();
+
+        let r = t
+            .probe(&[
+                "--nsid",
+                "2",
+                "--rw",
+                "randwrite",
+                "--qd",
+                "4",
+                "--count",
+                "64",
+                "--fua",
+                "--flush-every",
+                "8",
+                "-q",
+            ])
+            .await;
+        assert!(r.error.is_none(), "{:?}", r.error);
+        assert_eq!((r.write.ops, r.sync.ops, r.sync.bytes), (64, 8, 0));
+        assert!(r.sync.min() > 0 && r.sync.percentile(99.0) >= r.sync.min());
+        let ops = take();
+        assert_eq!(
+            (ops.matches('W').count(), ops.matches('w').count(), ops.matches('F').count()),
+            (64, 0, 8),
+            "{ops}"
+        );
+        // The k-th Flush follows at least 8k writes.
+        let mut writes = 0;
+        let mut flushes = 0;
+        for c in ops.chars() {
+            match c {
+                'F' => {
+                    flushes += 1;
+                    assert!(writes >= 8 * flushes, "flush {flushes} after {writes} writes: {ops}");
+                }
+                _ => writes += 1,
+            }
+        }
+        let j = r.to_fio_json();
+        let job = &j["jobs"][0];
+        assert_eq!(job["sync"]["total_ios"], 8, "{job}");
+        assert_eq!(job["sync"]["lat_ns"]["N"], 8);
+        assert_eq!(job["job options"]["fsync"], "8");
+        assert_eq!(
+            (job["nvmeof_probe"]["fua"].as_bool(), job["nvmeof_probe"]["flush_every"].as_u64()),
+            (Some(true), Some(8))
+        );
+        let text = r.to_text();
+        assert!(
+            text.contains("bs=4 KiB, fua, flush_every=8,")
+                && text.contains("  flush: 8 after every 8 writes\n    sync ("),
+            "{text}"
+        );
+
+        // Mixed, no FUA: a Flush per 5 writes, whatever share the writes are.
+        let r =
+            t.probe(&["--nsid", "2", "--rw", "randrw", "--count", "100", "--flush-every", "5", "-q"]).await;
+        let ops = take();
+        assert_eq!(r.sync.ops, r.write.ops / 5);
+        assert_eq!(
+            (ops.matches('w').count() as u64, ops.matches('F').count() as u64, ops.matches('W').count()),
+            (r.write.ops, r.write.ops / 5, 0),
+            "{ops}"
+        );
+        assert!(r.to_fio_json()["jobs"][0]["nvmeof_probe"]["fua"] == false);
+
+        // Without the flags, no FUA and no Flush; no `sync` block.
+        let r = t.probe(&["--nsid", "2", "--rw", "write", "--count", "10", "-q"]).await;
+        assert_eq!(take(), "w".repeat(10));
+        assert!(r.to_fio_json()["jobs"][0].get("sync").is_none());
+        assert!(!r.to_text().contains("flush"));
+
+        // Ping mode times durable writes one at a time.
+        let r = t
+            .probe(&["--nsid", "2", "--rw", "write", "--ping", "--interval", "0", "--count", "3", "--fua"])
+            .await;
+        assert_eq!((r.write.ops, take().as_str()), (3, "WWW"));
+        t.stop().await;
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn probe_zonemode_zbd_writes_a_zoned_namespace() {
     bounded(60, async {

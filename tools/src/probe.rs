@@ -123,14 +123,17 @@ pub enum OpKind {
     Read = 0,
     /// Write.
     Write = 1,
+    /// Flush (`--flush-every`; fio's `sync`).
+    Flush = 2,
 }
 
 impl OpKind {
-    /// `"read"` or `"write"`.
+    /// `"read"`, `"write"` or `"sync"` (fio's names).
     pub fn as_str(self) -> &'static str {
         match self {
             OpKind::Read => "read",
             OpKind::Write => "write",
+            OpKind::Flush => "sync",
         }
     }
 }
@@ -207,6 +210,17 @@ pub struct ProbeOptions {
     /// deallocated (all zeros, or all ones): those blocks are counted as never written, not checked.
     #[arg(long)]
     pub verify: bool,
+    /// Send every write with Force Unit Access (FUA, CDW12 bit 30; `nvme write --force-unit-access`):
+    /// it completes only once the data is durable, so its latency is what a write
+    /// the host must not lose costs (fio's sync=dsync, ioping -Y).
+    #[arg(long)]
+    pub fua: bool,
+    /// Send a Flush of the namespace after every N writes (fio's fsync=N): the slot
+    /// whose write completes the Nth sends it and waits for it before its next
+    /// request; its latency is reported as `sync` (text and JSON; not in --hdr-log
+    /// or --plot).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub flush_every: Option<u64>,
     /// Size of the region to use (default: from --offset to the end of the namespace).
     #[arg(long, value_parser = parse_size)]
     pub size: Option<u64>,
@@ -382,6 +396,17 @@ impl ProbeOptions {
             // says where an append went.
             return Err(ToolError::usage(
                 "--verify cannot be used with --zone-append: the target picks where each append lands",
+            ));
+        }
+        if (self.fua || self.flush_every.is_some()) && !self.rw.writes() {
+            return Err(ToolError::usage(format!(
+                "--fua and --flush-every apply to writes: --rw {} writes nothing",
+                self.rw.as_str()
+            )));
+        }
+        if self.ping && self.flush_every.is_some() {
+            return Err(ToolError::usage(
+                "--flush-every does not apply to --ping (use --fua to time durable writes one at a time)",
             ));
         }
         if self.threads == Some(0) {
@@ -624,6 +649,8 @@ pub struct Report {
     pub read: OpStats,
     /// Writes.
     pub write: OpStats,
+    /// Flushes sent by `--flush-every` (fio's `sync`; bytes 0).
+    pub sync: OpStats,
     /// How late requests were sent against the `--rate` schedule (ns).
     pub sched_lag: Option<OpStats>,
     /// Verification results (with `--verify`).
@@ -663,6 +690,7 @@ impl Report {
         match op {
             OpKind::Read => &self.read,
             OpKind::Write => &self.write,
+            OpKind::Flush => &self.sync,
         }
     }
 
@@ -720,6 +748,8 @@ struct Shared {
     bs: usize,
     mode: RwMode,
     mix: u64,
+    /// `--fua`.
+    fua: bool,
     picker: UnitPicker,
     t0: Instant,
     measure_start: Instant,
@@ -730,10 +760,15 @@ struct Shared {
     sched: AtomicU64,
     seq: AtomicU64,
     live: Box<[SlotLive]>,
-    /// Read and write statistics of each queue's slots (index qid - 1). One
-    /// histogram per queue rather than per slot: at QD32 per-slot histograms
-    /// add up to more than the L2 cache, and a record then costs a miss.
-    queue_stats: Box<[Mutex<[OpStats; 2]>]>,
+    /// Read, write and flush statistics of each queue's slots (index qid - 1,
+    /// then [`OpKind`]). One histogram per queue rather than per slot: at QD32
+    /// per-slot histograms add up to more than the L2 cache, and a record
+    /// then costs a miss.
+    queue_stats: Box<[Mutex<[OpStats; 3]>]>,
+    /// `--flush-every`: writes per Flush.
+    flush_every: Option<u64>,
+    /// Writes completed (warm-up included), counted for `--flush-every` only.
+    writes_done: AtomicU64,
     verify: bool,
     /// Mixed modes with verify: units whose writes have completed.
     written: Option<pattern::WrittenUnits>,
@@ -800,10 +835,17 @@ impl Rng {
     }
 }
 
+/// The command of `op`: a Read or Write of `blocks` blocks at `lba`, or a
+/// Flush of the namespace (which has neither).
 fn rw_sqe(op: OpKind, nsid: u32, lba: u64, blocks: u64) -> Sqe {
     let opc = match op {
         OpKind::Read => IoOpcode::READ,
         OpKind::Write => IoOpcode::WRITE,
+        OpKind::Flush => {
+            let mut s = Sqe::new(IoOpcode::FLUSH.0);
+            s.set_nsid(nsid);
+            return s;
+        }
     };
     let mut s = Sqe::new(opc.0);
     s.set_nsid(nsid).set_slba(lba).set_cdw(12, (blocks - 1) as u32);
@@ -887,17 +929,20 @@ struct IoBuf {
     wr: Bytes,
     scratch: Vec<u8>,
     len: usize,
+    /// `--fua`: every write (and Zone Append) has Force Unit Access.
+    fua: bool,
 }
 
 impl IoBuf {
-    /// Buffers of `len` bytes; writes send pseudo-random data (not zeroes).
-    fn new(len: usize, rng: &mut Rng) -> Self {
+    /// Buffers of `len` bytes; writes send pseudo-random data (not zeroes),
+    /// with FUA when `fua`.
+    fn new(len: usize, fua: bool, rng: &mut Rng) -> Self {
         let mut wr = vec![0; len];
         for w in wr.chunks_mut(8) {
             let v = rng.next().to_le_bytes();
             w.copy_from_slice(&v[..w.len()]);
         }
-        Self { rd: BytesMut::zeroed(len), wr: wr.into(), scratch: Vec::new(), len }
+        Self { rd: BytesMut::zeroed(len), wr: wr.into(), scratch: Vec::new(), len, fua }
     }
 
     /// The data the next write sends, to be filled (verify mode).
@@ -939,9 +984,12 @@ impl IoBuf {
         ctrl: &Controller,
         qid: u16,
         op: OpKind,
-        sqe: Sqe,
+        mut sqe: Sqe,
     ) -> nvmeof_initiator::Result<u64> {
         let result = |c: nvmeof_common::Cqe| c.dw0() as u64 | (c.dw1() as u64) << 32;
+        if op == OpKind::Write && self.fua {
+            sqe.set_fua(true);
+        }
         match op {
             OpKind::Read => {
                 let mut buf = std::mem::take(&mut self.rd);
@@ -967,6 +1015,7 @@ impl IoBuf {
             OpKind::Write => {
                 ctrl.io_command_on(qid, sqe, Payload::WriteBytes(self.wr.clone())).await.map(result)
             }
+            OpKind::Flush => ctrl.io_command_on(qid, sqe, Payload::None).await.map(result),
         }
     }
 }
@@ -998,6 +1047,7 @@ impl ZoneTarget<'_> {
         match op {
             OpKind::Read if self.read_beyond_wp => Ok(Some((lba, None))),
             OpKind::Read => Ok(Some((self.zones.read_lba(lba), None))),
+            OpKind::Flush => Ok(Some((lba, None))),
             OpKind::Write => Ok(self.start(write_qid, rng, stop, end).await?.map(|w| (w.lba, Some(w)))),
         }
     }
@@ -1073,7 +1123,7 @@ fn written_units(opts: &ProbeOptions, units: u64) -> Option<pattern::WrittenUnit
 /// on `qids[1]` until the run ends.
 async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut {
     let mut rng = Rng::new(seed);
-    let mut buf = IoBuf::new(sh.bs, &mut rng);
+    let mut buf = IoBuf::new(sh.bs, sh.fua, &mut rng);
     let cap = if sh.record_samples { sh.samples_hint } else { 0 };
     let mut out = SlotOut {
         lag: sh.period_ns.map(|_| OpStats::new()),
@@ -1090,8 +1140,14 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
     let mut pacer = Pacer::new();
     let mut clock = Instant::now();
     let (mut live_ops, mut live_lat) = ([0u64; 2], [0u64; 2]);
+    let mut flush_due = false;
     loop {
         if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        // `--flush-every`: the Flush the last write made due goes first, before
+        // the run-end checks, so every N writes have theirs.
+        if std::mem::take(&mut flush_due) && !flush(&sh, qids[1], &mut buf).await {
             break;
         }
         // When this request is meant to go out.
@@ -1178,6 +1234,9 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
                 if let Some(w) = &sh.written {
                     w.mark(unit);
                 }
+                flush_due = sh
+                    .flush_every
+                    .is_some_and(|n| (sh.writes_done.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(n));
             }
             OpKind::Read if sh.verify => {
                 let (_, zero) =
@@ -1185,7 +1244,7 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
                 out.unwritten_blocks += zero;
                 out.checked_blocks += sh.blocks_per_io - zero;
             }
-            OpKind::Read => {}
+            OpKind::Read | OpKind::Flush => {}
         }
         if !measured {
             continue;
@@ -1217,6 +1276,26 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
         }
     }
     out
+}
+
+/// Sends the Flush `--flush-every` made due on queue `qid` and records its
+/// latency (from its send: it has no place on a `--rate` schedule, and the
+/// slot's next request is measured from its own intended time, so the wait
+/// shows there too). False when it failed, which ends the run.
+async fn flush(sh: &Shared, qid: u16, buf: &mut IoBuf) -> bool {
+    let send = Instant::now();
+    let r = buf.run(&sh.ctrl, qid, OpKind::Flush, rw_sqe(OpKind::Flush, sh.nsid, 0, 0)).await;
+    if let Err(e) = r {
+        sh.fail(format!("flush of namespace {} on queue {qid}", sh.nsid), &e);
+        return false;
+    }
+    if send >= sh.measure_start {
+        let lat = send.elapsed().as_nanos() as u64;
+        sh.queue_stats[qid as usize - 1].lock().unwrap_or_else(PoisonError::into_inner)
+            [OpKind::Flush as usize]
+            .record(lat, 0);
+    }
+    true
 }
 
 /// Connection options for the probe and the admin tool.
@@ -1745,8 +1824,11 @@ async fn run_connected(
         seq: AtomicU64::new(0),
         live: (0..slots).map(|_| SlotLive::default()).collect(),
         queue_stats: (0..queues + write_queues)
-            .map(|_| Mutex::new([OpStats::new(), OpStats::new()]))
+            .map(|_| Mutex::new([OpStats::new(), OpStats::new(), OpStats::new()]))
             .collect(),
+        flush_every: opts.flush_every,
+        writes_done: AtomicU64::new(0),
+        fua: opts.fua,
         verify: opts.verify,
         written: written_units(opts, g.units),
         zoned: zoned.clone(),
@@ -1787,6 +1869,7 @@ async fn run_connected(
     let runtime = finished.saturating_duration_since(measure_start);
     let mut read = OpStats::new();
     let mut write = OpStats::new();
+    let mut sync = OpStats::new();
     let mut lag = sh.period_ns.map(|_| OpStats::new());
     let mut by_idx: std::collections::BTreeMap<u32, [Histogram<u64>; 2]> = Default::default();
     let mut samples = [Vec::new(), Vec::new()];
@@ -1795,6 +1878,7 @@ async fn run_connected(
         let q = q.lock().unwrap_or_else(PoisonError::into_inner);
         read.merge(&q[0]);
         write.merge(&q[1]);
+        sync.merge(&q[2]);
     }
     for o in outs {
         if let (Some(l), Some(ol)) = (lag.as_mut(), o.lag.as_ref()) {
@@ -1841,6 +1925,7 @@ async fn run_connected(
         runtime,
         read,
         write,
+        sync,
         sched_lag: lag,
         verify,
         errors: sh.errors.load(Ordering::Relaxed),
@@ -1924,7 +2009,7 @@ async fn run_ping(
     let seed = opts.seed.unwrap_or_else(time_seed);
     let mut rng = Rng::new(seed);
     let picker = UnitPicker::new(opts.random_distribution, g.units, seed);
-    let mut buf = IoBuf::new(opts.bs as usize, &mut rng);
+    let mut buf = IoBuf::new(opts.bs as usize, opts.fua, &mut rng);
     let mut pacer = Pacer::new();
     let t0 = Instant::now();
     let measure_start = t0 + opts.warmup;
@@ -2054,6 +2139,7 @@ async fn run_ping(
         runtime: last_done.saturating_duration_since(measure_start),
         read,
         write,
+        sync: OpStats::new(),
         sched_lag: None,
         verify: opts.verify.then_some(verify),
         errors: error.is_some() as u64,

@@ -102,6 +102,8 @@ impl Report {
             "rate_iops": o.rate,
             "warmup_s": o.warmup.as_secs_f64(),
             "digests": o.digests,
+            "fua": o.fua,
+            "flush_every": o.flush_every,
             "runtime_ns": self.runtime.as_nanos() as u64,
             "errors": self.errors,
             "error": self.error.as_ref().map(|e| e.message.clone()),
@@ -150,6 +152,7 @@ impl Report {
             "size": self.region.1.to_string(),
             "verify": if o.verify { "pattern" } else { "0" },
             "zonemode": o.zonemode.as_str(),
+            "fsync": o.flush_every.map(|n| n.to_string()),
             "max_open_zones": o.max_open_zones.map(|n| n.to_string()),
         });
         if let Value::Object(m) = &mut job_options {
@@ -166,6 +169,10 @@ impl Report {
             "elapsed": self.runtime.as_secs(),
             "nvmeof_probe": own,
         });
+        if o.flush_every.is_some() {
+            // fio's block for fsync=N: count and latency, no bytes.
+            job["sync"] = json!({ "total_ios": self.sync.ops, "lat_ns": lat_json(&self.sync) });
+        }
         if let Some(z) = &self.zones {
             // fio's key, in zonemode=zbd.
             job["zone_resets"] = z.resets.into();
@@ -192,8 +199,13 @@ impl Report {
         } else {
             String::new()
         };
+        let durable = match (o.fua, o.flush_every) {
+            (false, None) => String::new(),
+            (true, None) => ", fua".to_string(),
+            (fua, Some(n)) => format!("{}, flush_every={n}", if fua { ", fua" } else { "" }),
+        };
         s += &format!(
-            "{}: (rw={}{dist}, bs={}, qd={}, queues={}{wq}{rate}) {} {} nsid={}\n",
+            "{}: (rw={}{dist}, bs={}{durable}, qd={}, queues={}{wq}{rate}) {} {} nsid={}\n",
             o.name,
             o.rw.as_str(),
             fmt_bytes(o.bs),
@@ -222,6 +234,11 @@ impl Report {
         }
         if self.read.ops + self.write.ops == 0 {
             s += "  no requests completed\n";
+        }
+        if let Some(n) = o.flush_every.filter(|_| self.sync.ops > 0) {
+            // fio's heading for its fsync=N latencies.
+            s += &format!("  flush: {} after every {n} writes\n", self.sync.ops);
+            s += &lat_text(&self.sync, "sync");
         }
         if let Some(l) = &self.sched_lag {
             s += &format!(

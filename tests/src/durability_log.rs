@@ -1,0 +1,42 @@
+//! A RAM backend that logs the writes and Flushes reaching it, so a test can
+//! see which writes had Force Unit Access and where the Flushes fell.
+
+use std::sync::{Arc, Mutex};
+
+use nvmeof_target::backend::{Backend, IoCompletion, IoOp, MemBackend, QueueIo};
+
+/// RAM storage logging `W` for a write with FUA, `w` for one without and `F`
+/// for a Flush, in the order they are submitted (reads are not logged).
+pub struct DurabilityLog {
+    inner: Arc<MemBackend>,
+    ops: Mutex<String>,
+}
+
+impl DurabilityLog {
+    /// `size` bytes of RAM in `block_size` blocks.
+    pub fn new(size: u64, block_size: u32) -> Self {
+        Self { inner: Arc::new(MemBackend::new(size, block_size)), ops: Mutex::default() }
+    }
+
+    /// The log so far, which starts again empty.
+    pub fn take(&self) -> String {
+        std::mem::take(&mut *self.ops.lock().unwrap())
+    }
+}
+
+impl Backend for DurabilityLog {
+    backend_over_ram!("durability-logging");
+
+    fn submit(&self, tag: u32, op: IoOp, io: &QueueIo) -> Option<IoCompletion> {
+        let mark = match &op {
+            IoOp::Write { fua: true, .. } => Some('W'),
+            IoOp::Write { fua: false, .. } => Some('w'),
+            IoOp::Flush => Some('F'),
+            _ => None,
+        };
+        if let Some(c) = mark {
+            self.ops.lock().unwrap().push(c);
+        }
+        self.inner.submit(tag, op, io)
+    }
+}
