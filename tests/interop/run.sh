@@ -41,6 +41,7 @@ ALL_SCENARIOS=(kernel-host kernel-target kernel-target-file kernel-host-direct k
 : "${NVMEOF_TARGET_ARGS:=}"
 : "${INTEROP_INITIATOR_BIN:=$REPO/build/release/interop_initiator}"
 : "${INTEROP_STATUSES_BIN:=$REPO/build/release/interop_statuses}"
+: "${NVMEOF_ADMIN_BIN:=$REPO/build/release/nvmeof}"
 : "${NVMEOF_PROBE_BIN:=$REPO/build/release/nvmeof-probe}"
 : "${NVMEOF_CLI_BIN:=$REPO/build/release/nvmeof}"
 # kernel-host, step pr-ioctl: the block layer's IOC_PR_* ioctls issued in the
@@ -70,7 +71,7 @@ NS_SIZE=$((NS_SIZE_MB * 1024 * 1024))
 if [ -n "$HOST_CLIENT_CMD" ]; then
     : "${CLIENT_STEPS:=custom}"
 else
-    : "${CLIENT_STEPS:=icreq initiator statuses probe-randread probe-verify events auth qmax zoned}"
+    : "${CLIENT_STEPS:=icreq initiator statuses probe-randread probe-verify admin events auth qmax zoned}"
 fi
 
 say() { printf '%s\n' "$*"; }
@@ -409,13 +410,17 @@ client_cmd() {
         # answers with (tests/src/conformance.rs; the same rows run against
         # our target in tests/tests/target_conformance.rs).
         statuses) printf '%q' "$INTEROP_STATUSES_BIN" ;;
+        # The admin CLI's flush, dsm, write-zeroes, get-feature, set-feature
+        # and show-regs (admin-client.sh says what each must show).
+        admin) printf 'bash %q %q' "$HERE/admin-client.sh" "$NVMEOF_ADMIN_BIN" ;;
         # Without --nqn: the probe finds the subsystem in the discovery log
         # nvmet serves on its I/O port.
         probe-randread) printf '%s' "$probe_any --rw randread --bs 4k --qd 8 --time 3s" ;;
         # --verify checks blocks the probe wrote itself: fill a 16 MiB region
-        # sequentially (128 KiB writes, R2T), then random 4 KiB reads of it
-        # with digests on, every block checked.
-        probe-verify) printf '%s' "$probe --rw write --bs 128k --qd 8 --verify --offset 16M --size 16M --count 128 --time 60s \
+        # sequentially (128 KiB writes, R2T; with FUA and a Flush after every
+        # 16, which nvmet's file and block backends must take), then random
+        # 4 KiB reads of it with digests on, every block checked.
+        probe-verify) printf '%s' "$probe --rw write --bs 128k --qd 8 --verify --fua --flush-every 16 --offset 16M --size 16M --count 128 --time 60s \
             && $probe --rw randread --bs 4k --qd 8 --verify --digests --offset 16M --size 16M --time 3s" ;;
         *) return 1 ;;
     esac
@@ -443,6 +448,7 @@ client_binary() { # the binaries a client needs (space separated), or nothing
         zoned) echo "$INTEROP_INITIATOR_BIN $NVMEOF_PROBE_BIN" ;;
         statuses) echo "$INTEROP_STATUSES_BIN" ;;
         probe-*) echo "$NVMEOF_PROBE_BIN" ;;
+        admin) echo "$NVMEOF_ADMIN_BIN" ;;
     esac
 }
 # build_clients: build the default initiator/probe binaries the selected
@@ -463,10 +469,10 @@ build_clients() {
                 say "[$SCEN] building interop_statuses (cargo build --release -p nvmeof-tests --bin interop_statuses)"
                 ( cd "$REPO" && timeout 1800 cargo build --release -p nvmeof-tests --bin interop_statuses ) >>"$DIR/cargo.log" 2>&1 \
                     || { say "[$SCEN] building interop_statuses failed:"; tail -n 20 "$DIR/cargo.log" | sed 's/^/    /'; } ;;
-            "$REPO/build/release/nvmeof-probe")
-                say "[$SCEN] building nvmeof-probe (cargo build --release -p nvmeof-tools --bin nvmeof-probe)"
-                ( cd "$REPO" && timeout 1800 cargo build --release -p nvmeof-tools --bin nvmeof-probe ) >>"$DIR/cargo.log" 2>&1 \
-                    || { say "[$SCEN] building nvmeof-probe failed:"; tail -n 20 "$DIR/cargo.log" | sed 's/^/    /'; } ;;
+            "$REPO/build/release/nvmeof-probe" | "$REPO/build/release/nvmeof")
+                say "[$SCEN] building ${bin##*/} (cargo build --release -p nvmeof-tools --bin ${bin##*/})"
+                ( cd "$REPO" && timeout 1800 cargo build --release -p nvmeof-tools --bin "${bin##*/}" ) >>"$DIR/cargo.log" 2>&1 \
+                    || { say "[$SCEN] building ${bin##*/} failed:"; tail -n 20 "$DIR/cargo.log" | sed 's/^/    /'; } ;;
         esac
       done
     done
@@ -806,16 +812,22 @@ hook_target_check() { # the target still runs, logged no panic / error, and
 # when no reply came (lib.sh hook_call): a repeat of the last request gets the
 # reply already sent, not a second run of the hook; older ones are ignored.
 handle_hook() {
-    local seq=$1 name=$2 fn out rc t0
+    local seq=$1 name=$2 fn out rc t0 req="$*"
     shift 2
-    if [ "$seq" -le "${LAST_HOOK_SEQ:-0}" ]; then
-        if [ "$seq" = "$LAST_HOOK_SEQ" ]; then
-            say "[$SCEN] hook #$seq $name asked again: reply sent again"
-            ctl_send "$LAST_HOOK_ACK" || say "[$SCEN] could not send HOOKACK #$seq $name"
-        else
-            say "[$SCEN] hook #$seq $name: a repeat of an answered request, ignored"
-        fi
+    # A repeat is the answered request itself (hook_call's resend: same
+    # number, name and arguments); the guest sends the next request only once
+    # it has the reply, so no older one comes after it. Anything else is a
+    # new request, even numbered at or below the last: the guest keeps its
+    # number in a file, and a number that went back (a write of that file
+    # lost in the guest, seen once with every later hook then ignored as a
+    # repeat until the guest timed out) must not cost the rest of the run.
+    if [ "$req" = "${LAST_HOOK_REQ:-}" ]; then
+        say "[$SCEN] hook #$seq $name asked again: reply sent again"
+        ctl_send "$LAST_HOOK_ACK" || say "[$SCEN] could not send HOOKACK #$seq $name"
         return 0
+    fi
+    if [ "$seq" -le "${LAST_HOOK_SEQ:-0}" ]; then
+        say "[$SCEN] hook #$seq $name: numbered at or below the last answered (#$LAST_HOOK_SEQ) but another request: taken as new"
     fi
     fn=hook_${name//-/_}
     t0=$(date +%s.%N)
@@ -832,6 +844,7 @@ handle_hook() {
     # timeout for the HOOKACK can then tell a slow hook from a lost reply
     say "[$SCEN] hook $name -> rc=$rc ${out%%$'\n'*} ($(date -u +%T.%3N), $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.2f", b - a}') s)"
     LAST_HOOK_SEQ=$seq
+    LAST_HOOK_REQ=$req
     LAST_HOOK_ACK="HOOKACK #$seq $name $rc ${out%%$'\n'*}"
     if [ "$name" = ping-lost ] && [ "$PING_LOST_RUNS" = 1 ]; then
         say "[$SCEN] hook #$seq ping-lost: answer withheld on purpose (a lost reply)"
@@ -927,7 +940,7 @@ run_scenario() {
             build_clients
             local c climits=0
             for c in $CLIENT_STEPS; do
-                client_cmd "$c" >/dev/null || die "unknown client '$c' in CLIENT_STEPS (custom icreq initiator statuses probe-randread probe-verify events auth qmax zoned)"
+                client_cmd "$c" >/dev/null || die "unknown client '$c' in CLIENT_STEPS (custom icreq initiator statuses probe-randread probe-verify admin events auth qmax zoned)"
                 climits=$((climits + $(client_limit "$c") + 20))
             done
             env="CLIENT_TIMEOUT=$CLIENT_TIMEOUT CLIENT_STEPS='$CLIENT_STEPS'"

@@ -1502,6 +1502,119 @@ async fn zones_lists_and_manages_a_zoned_namespace() {
 /// random runs reset full zones and go on, mixed runs verify, Zone Append
 /// shares zones; writes without the mode, or the mode on a conventional
 /// namespace, are usage errors.
+/// `nvmeof flush`, `dsm`, `write-zeroes`, `get-feature`, `set-feature` and
+/// `show-regs` against the RAM target: the blocks they change read back as
+/// they should, the Flush reaches the backend, and the features and
+/// registers read are the target's limits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_nvm_feature_and_register_commands() {
+    bounded(60, async {
+        let t = start_target(512, None).await;
+        let log = Arc::new(DurabilityLog::new(NS_SIZE, 512));
+        t.server.target.subsystem(NQN).unwrap().add_namespace(Arc::new(Namespace::new(NQN, 2, log.clone())));
+        let a = t.addr.as_str();
+        let run = |args: &'static [&'static str]| {
+            let mut v = vec!["nvmeof"];
+            v.extend_from_slice(args);
+            v.insert(2, a);
+            v
+        };
+        let ok = |args: &'static [&'static str]| {
+            let v = run(args);
+            async move { admin(&v, b"").await.unwrap_or_else(|e| panic!("{v:?}: {e}")) }
+        };
+        let fails = |args: &'static [&'static str]| {
+            let v = run(args);
+            async move { admin(&v, b"").await.map(drop).expect_err("fails") }
+        };
+        let data = nvmeof_tests::harness::pattern(32 * 512, 7);
+        let write = |data: Vec<u8>| {
+            let v = run(&["write", "--lba", "0"]);
+            async move { admin(&v, &data).await }
+        };
+        let read32 = || {
+            let v = run(&["read", "--lba", "0", "--count", "32"]);
+            async move { admin_raw(&v, b"").await.unwrap() }
+        };
+        write(data.clone()).await.unwrap();
+        assert_eq!(read32().await, data);
+
+        // dsm: the ranges read as zeroes (DLFEAT), the rest is kept.
+        let out = ok(&["dsm", "--range", "0:8", "--range", "16:4"]).await;
+        assert_eq!(out, "deallocated 12 blocks (6 KiB) in 2 range(s) of nsid 1\n");
+        let mut want = data.clone();
+        want[..8 * 512].fill(0);
+        want[16 * 512..20 * 512].fill(0);
+        assert_eq!(read32().await, want);
+        let e = fails(&["dsm", "--range", "32760:16"]).await;
+        assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
+        // write-zeroes
+        let j: Value =
+            serde_json::from_str(&ok(&["write-zeroes", "--lba", "8", "--count", "2", "--json"]).await)
+                .unwrap();
+        assert_eq!(
+            (j["blocks"].as_u64(), j["bytes"].as_u64(), j["deac"].as_bool()),
+            (Some(2), Some(1024), Some(false))
+        );
+        want[8 * 512..10 * 512].fill(0);
+        assert_eq!(read32().await, want);
+        // flush reaches the backend of the namespace named
+        assert!(ok(&["flush", "--nsid", "2"]).await.starts_with("flushed nsid 2 in "));
+        assert_eq!(log.take(), "F");
+
+        // get-feature: the target's limits and this host's identifier
+        let q = Limits::default().max_io_queues;
+        let out = ok(&["get-feature", "-f", "7"]).await;
+        assert!(
+            out.starts_with(&format!(
+                "get-feature:0x07 (Number of Queues), Current value:{:#010x}\n",
+                (q as u32 - 1) * 0x1_0001
+            )),
+            "{out}"
+        );
+        assert!(out.contains(&format!("(NSQA): {q}\n")) && out.contains(&format!("(NCQA): {q}\n")), "{out}");
+        let hostid = nvmeof_initiator::HostIdentity::default_for_host().id;
+        let j: Value = serde_json::from_str(&ok(&["get-feature", "-f", "0x81", "--json"]).await).unwrap();
+        let hex: String = hostid.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!((j["name"].as_str(), j["data"].as_str()), (Some("Host Identifier"), Some(hex.as_str())));
+        let out = ok(&["get-feature", "-f", "6", "--sel", "supported"]).await;
+        assert!(
+            out.starts_with("get-feature:0x06 (Volatile Write Cache), Capabilities:")
+                && out.contains("changeable: "),
+            "{out}"
+        );
+        let e = fails(&["get-feature", "-f", "4"]).await;
+        assert_eq!(e.exit_code(), ExitCode::NvmeStatus);
+        assert!(e.message.contains("invalid field in command"), "{e}");
+        // set-feature: write protection, seen by get-feature and by writes
+        ok(&["set-feature", "-f", "0x84", "-n", "1", "-v", "1"]).await;
+        assert!(ok(&["get-feature", "-f", "0x84", "-n", "1"])
+            .await
+            .contains("Namespace Write Protect: Write Protect\n"));
+        let e = write(data.clone()).await.unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::NvmeStatus);
+        assert!(e.message.contains("namespace is write protected"), "{e}");
+        ok(&["set-feature", "-f", "0x84", "-n", "1", "-v", "0"]).await;
+        write(data.clone()).await.unwrap();
+        assert!(ok(&["get-feature", "-f", "0x84", "-n", "1"]).await.contains("No Write Protect"));
+
+        // show-regs: CAP.MQES is the queue entry limit, the controller is enabled and ready
+        let out = ok(&["show-regs"]).await;
+        let mqes = Limits::default().max_queue_entries;
+        for line in [format!("(MQES): {mqes}\n"), "Enable (EN): yes\n".into(), "Ready (RDY): yes\n".into()] {
+            assert!(out.contains(&line), "{line:?} in {out}");
+        }
+        let j: Value = serde_json::from_str(&ok(&["show-regs", "--json"]).await).unwrap();
+        assert_eq!(
+            (j["decoded"]["mqes"].as_u64(), j["csts"].as_u64().map(|c| c & 1)),
+            (Some(mqes as u64), Some(1))
+        );
+        assert!(admin::Cli::parse_args(["nvmeof", "get-feature", a, "-f", "256"]).is_err());
+        t.stop().await;
+    })
+    .await;
+}
+
 /// `--fua` sets FUA on every write and `--flush-every N` sends one Flush
 /// after each N completed writes (never before the Nth has reached the
 /// target), reported as fio's `sync`.

@@ -1,4 +1,6 @@
-//! The `nvmeof` admin CLI: discover, identify, list, ana-log, smart-log, events, read, write, resv, gen-dhchap-key.
+//! The `nvmeof` admin CLI: discover, identify, list, ana-log, smart-log, events, read, write, copy,
+//! compare-and-write, verify, resv, zones, flush, dsm, write-zeroes, get-feature, set-feature,
+//! show-regs, gen-dhchap-key.
 //!
 //! Output goes to the writer the caller passes (the binary passes stdout),
 //! human-readable by default and JSON with `--json`. Every failure is a
@@ -21,18 +23,25 @@ use nvmeof_initiator::{
 };
 use serde_json::{json, Value};
 
+use nvmeof_common::spec::features::FeatureId;
+
 use crate::error::{ErrorKind, ToolError};
+
+mod features;
+mod nvm;
+
 use crate::probe::{connect, connect_options, discovery_options, namespace_info, SocketArgs};
 use crate::util::{
     fmt_bytes, parse_dhchap_secret, parse_host_nqn, parse_positive_duration, target_addr, DEFAULT_PORT,
 };
+pub use features::FeatureSelArg;
 
 /// `nvmeof`: administer and access NVMe/TCP targets.
 #[derive(clap::Parser, Debug, Clone)]
 #[command(
     name = "nvmeof",
     version,
-    about = "NVMe/TCP admin CLI: discover, identify, list, ana-log, smart-log, events, read, write, resv, gen-dhchap-key",
+    about = "NVMe/TCP admin CLI: discover, identify, list, read, write, flush, dsm, get-feature, show-regs, resv, zones and more",
     after_help = "ADDR is HOST[:PORT]; the default port is 4420 (nvmeof-target serves discovery and I/O \
                   on the same port; a Linux nvmet discovery port is usually 8009: give it explicitly).\n\
                   Exit codes: 0 ok, 1 NVMe error status (e.g. Connect rejected), 2 usage, \
@@ -315,6 +324,119 @@ pub enum Command {
         #[arg(long)]
         all: bool,
     },
+    /// Flush, as `nvme flush`: the target makes every write completed before it durable
+    /// (fdatasync on our file backend) before it completes; prints how long that took.
+    Flush {
+        /// Where the namespace is.
+        #[command(flatten)]
+        ns: NsArgs,
+    },
+    /// Deallocate (discard, TRIM) block ranges, as `nvme dsm --ad` (Dataset Management with
+    /// the Deallocate attribute): the target may unmap them (punch holes in a file); reads of
+    /// them then return what the namespace's DLFEAT says (zeroes on ours). Ranges past the
+    /// controller's DSM limits go as several commands.
+    Dsm {
+        /// Where the namespace is.
+        #[command(flatten)]
+        ns: NsArgs,
+        /// A range, LBA:BLOCKS (repeat for more).
+        #[arg(long = "range", required = true, value_parser = parse_copy_range)]
+        ranges: Vec<(u64, u32)>,
+    },
+    /// Write Zeroes, as `nvme write-zeroes`: --count blocks from --lba read as zeroes
+    /// afterwards, without sending any data; past the controller's Write Zeroes Size Limit it
+    /// goes as several commands.
+    WriteZeroes {
+        /// Where the namespace is.
+        #[command(flatten)]
+        ns: NsArgs,
+        /// First LBA.
+        #[arg(long)]
+        lba: u64,
+        /// Number of blocks.
+        #[arg(long)]
+        count: u64,
+        /// Deallocate (DEAC): the target may unmap the blocks instead of writing zeroes.
+        #[arg(long)]
+        deac: bool,
+        /// Force Unit Access: the zeroes are durable when the command completes.
+        #[arg(long)]
+        fua: bool,
+    },
+    /// Get Features, as `nvme get-feature`: a feature's value (Dword 0 of the completion, and
+    /// the Host Identifier's data), decoded for the features a fabrics controller has. Exit
+    /// code 1 names the status of a feature the controller does not support (Invalid Field in
+    /// Command).
+    GetFeature {
+        /// The controller, feature and namespace.
+        #[command(flatten)]
+        at: FeatureArgs,
+        /// Which value: current, default, saved, or the feature's capabilities (supported).
+        #[arg(long, short = 's', value_enum, default_value_t = features::FeatureSelArg::Current)]
+        sel: features::FeatureSelArg,
+        /// Command Dword 11 (feature specific; default 0, EXHID 1 for the Host Identifier).
+        #[arg(long, short = 'c', value_parser = features::parse_num)]
+        cdw11: Option<u32>,
+        /// Bytes of data to fetch (default: 16 for the Host Identifier, else none).
+        #[arg(long, short = 'l')]
+        data_len: Option<u32>,
+    },
+    /// Set Features, as `nvme set-feature`: sets a feature to --value (Command Dword 11),
+    /// e.g. `set-feature ADDR -f 0x84 -n 1 -v 1` write-protects namespace 1 (0 lifts it).
+    SetFeature {
+        /// The controller, feature and namespace.
+        #[command(flatten)]
+        at: FeatureArgs,
+        /// The value (Command Dword 11; decimal or 0x hex).
+        #[arg(long, short = 'v', value_parser = features::parse_num)]
+        value: u32,
+        /// Save it across power cycles (SV).
+        #[arg(long)]
+        save: bool,
+    },
+    /// The controller's registers, as `nvme show-regs` on a fabrics controller: CAP, VS, CC
+    /// and CSTS read with Property Get, with their fields.
+    ShowRegs {
+        /// Where the controller is.
+        #[command(flatten)]
+        ctrl: CtrlArgs,
+    },
+}
+
+/// The controller a command talks to.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CtrlArgs {
+    /// Target address.
+    pub addr: String,
+    /// Subsystem NQN (default: the one NVM subsystem the discovery log lists).
+    #[arg(long)]
+    pub nqn: Option<String>,
+}
+
+/// The feature `get-feature` and `set-feature` act on.
+#[derive(clap::Args, Debug, Clone)]
+pub struct FeatureArgs {
+    /// Where the controller is.
+    #[command(flatten)]
+    pub ctrl: CtrlArgs,
+    /// Feature identifier (decimal or 0x hex; e.g. 7 Number of Queues, 0x84 Namespace Write
+    /// Protection Config).
+    #[arg(long, short = 'f', value_parser = features::parse_fid)]
+    pub feature_id: u8,
+    /// Namespace ID for namespace-specific features (0: the controller).
+    #[arg(long, short = 'n', default_value_t = 0)]
+    pub nsid: u32,
+}
+
+/// The namespace a command acts on.
+#[derive(clap::Args, Debug, Clone)]
+pub struct NsArgs {
+    /// Where its controller is.
+    #[command(flatten)]
+    pub ctrl: CtrlArgs,
+    /// Namespace ID.
+    #[arg(long, default_value_t = 1)]
+    pub nsid: u32,
 }
 
 /// `nvmeof zones` actions.
@@ -609,6 +731,52 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
             close(ctrl).await;
             r
         }
+        Command::Flush { ns } => {
+            let ctrl = ns.ctrl.connect(cli, 1).await?;
+            let r = nvm::flush(cli, &ctrl, ns.nsid, out).await;
+            close(ctrl).await;
+            r
+        }
+        Command::Dsm { ns, ranges } => {
+            let ctrl = ns.ctrl.connect(cli, 1).await?;
+            let r = nvm::deallocate(cli, &ctrl, ns.nsid, ranges, out).await;
+            close(ctrl).await;
+            r
+        }
+        Command::WriteZeroes { ns, lba, count, deac, fua } => {
+            let ctrl = ns.ctrl.connect(cli, 1).await?;
+            let r = nvm::write_zeroes(cli, &ctrl, ns.nsid, *lba, *count, *deac, *fua, out).await;
+            close(ctrl).await;
+            r
+        }
+        Command::GetFeature { at, sel, cdw11, data_len } => {
+            let c = at.ctrl.connect(cli, 0).await?;
+            let fid = FeatureId(at.feature_id);
+            let r = features::get_feature(cli, &c, fid, at.nsid, *sel, *cdw11, *data_len, out).await;
+            close(c).await;
+            r
+        }
+        Command::SetFeature { at, value, save } => {
+            let c = at.ctrl.connect(cli, 0).await?;
+            let r =
+                features::set_feature(cli, &c, FeatureId(at.feature_id), at.nsid, *value, *save, out).await;
+            close(c).await;
+            r
+        }
+        Command::ShowRegs { ctrl } => {
+            let c = ctrl.connect(cli, 0).await?;
+            let r = features::show_regs(cli, &c, out).await;
+            close(c).await;
+            r
+        }
+    }
+}
+
+impl CtrlArgs {
+    /// Connects with `io_queues` I/O queues (errors name the address and subsystem).
+    async fn connect(&self, cli: &Cli, io_queues: u16) -> Result<Controller, ToolError> {
+        let addr = target_addr(&self.addr, DEFAULT_PORT).map_err(ToolError::usage)?;
+        connect(&addr, self.nqn.as_deref(), cli.opts(io_queues)).await
     }
 }
 
@@ -1267,6 +1435,20 @@ async fn list(cli: &Cli, ctrl: &Controller, out: &mut dyn Write) -> Result<(), T
     write!(out, "{s}").map_err(out_err)
 }
 
+/// The facts of namespace `nsid` and the blocks `ranges` (LBA, blocks) add
+/// up to, once each range is checked to lie within the namespace.
+async fn checked_ranges(
+    ctrl: &Controller,
+    nsid: u32,
+    ranges: &[(u64, u32)],
+) -> Result<(crate::probe::NsInfo, u64), ToolError> {
+    let info = namespace_info(ctrl, nsid).await?;
+    for &(lba, n) in ranges {
+        check_range(nsid, lba, n as u64, info.blocks)?;
+    }
+    Ok((info, ranges.iter().map(|&(_, n)| n as u64).sum()))
+}
+
 fn check_range(nsid: u32, lba: u64, count: u64, blocks: u64) -> Result<(), ToolError> {
     if count == 0 {
         return Err(ToolError::usage("--count must be at least 1"));
@@ -1412,11 +1594,7 @@ async fn copy(
     fua: bool,
     out: &mut dyn Write,
 ) -> Result<(), ToolError> {
-    let info = namespace_info(ctrl, nsid).await?;
-    for &(lba, n) in ranges {
-        check_range(nsid, lba, n as u64, info.blocks)?;
-    }
-    let total: u64 = ranges.iter().map(|&(_, n)| n as u64).sum();
+    let (info, total) = checked_ranges(ctrl, nsid, ranges).await?;
     check_range(nsid, to, total, info.blocks)?;
     let ns = open_namespace(ctrl, nsid).await?;
     ns.copy(ranges, to, IoFlags { fua, ..IoFlags::default() }).await.map_err(|e| {

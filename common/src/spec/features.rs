@@ -61,6 +61,40 @@ impl FeatureId {
     pub const RESV_PERSIST: Self = Self(0x83);
     /// Namespace write protection config.
     pub const WRITE_PROTECT: Self = Self(0x84);
+
+    /// The feature's name as the NVMe Base Specification (Figure "Feature
+    /// Identifiers") and nvme-cli's `get-feature` spell it; `None` for
+    /// identifiers without a constant here (vendor specific ones included).
+    pub const fn name(self) -> Option<&'static str> {
+        Some(match self.0 {
+            0x01 => "Arbitration",
+            0x02 => "Power Management",
+            0x03 => "LBA Range Type",
+            0x04 => "Temperature Threshold",
+            0x05 => "Error Recovery",
+            0x06 => "Volatile Write Cache",
+            0x07 => "Number of Queues",
+            0x08 => "Interrupt Coalescing",
+            0x09 => "Interrupt Vector Configuration",
+            0x0A => "Write Atomicity Normal",
+            0x0B => "Asynchronous Event Configuration",
+            0x0C => "Autonomous Power State Transition",
+            0x0D => "Host Memory Buffer",
+            0x0E => "Timestamp",
+            0x0F => "Keep Alive Timer",
+            0x10 => "Host Controlled Thermal Management",
+            0x11 => "Non-Operational Power State Config",
+            0x12 => "Read Recovery Level Config",
+            0x16 => "Host Behavior Support",
+            0x17 => "Sanitize Config",
+            0x80 => "Software Progress Marker",
+            0x81 => "Host Identifier",
+            0x82 => "Reservation Notification Mask",
+            0x83 => "Reservation Persistence",
+            0x84 => "Namespace Write Protection Config",
+            _ => return None,
+        })
+    }
 }
 
 /// Namespace Write Protection Config (FID 84h) states, CDW11 bits 2:0
@@ -358,6 +392,20 @@ impl AbortCmd {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn feature_names_follow_the_spec_and_unknown_ones_have_none() {
+        assert_eq!(FeatureId::NUM_QUEUES.name(), Some("Number of Queues"));
+        assert_eq!(FeatureId::WRITE_PROTECT.name(), Some("Namespace Write Protection Config"));
+        assert_eq!(FeatureId::HOST_ID.name(), Some("Host Identifier"));
+        // Named identifiers have names; reserved and vendor specific ones none.
+        for f in [FeatureId::ARBITRATION, FeatureId::KATO, FeatureId::SANITIZE, FeatureId::RESV_PERSIST] {
+            assert!(f.name().is_some(), "{f:?}");
+        }
+        for id in [0x00, 0x13, 0x7F, 0x85, 0xC0, 0xFF] {
+            assert_eq!(FeatureId(id).name(), None, "{id:#x}");
+        }
+    }
 
     #[test]
     fn features_sqe_layout() {

@@ -96,15 +96,25 @@ skip_step() {
 # subshells). While no reply comes the request is printed again after 15 s
 # (HOOK_RESEND), then 30, 60, ... s: a request or reply lost on the serial lines (a kernel
 # message written into the request's console line, a reply that never
-# arrived) is asked for again, and run.sh answers a repeated SEQ with the
-# reply it already sent instead of running the hook twice. A reply to
+# arrived) is asked for again, and run.sh answers a repeat (same SEQ, name
+# and arguments) with the reply it already sent instead of running the hook
+# twice. A reply to
 # another SEQ (a late one, or a repeat) is ignored, so it cannot answer a
 # later call of the same hook.
 hook_call() {
     _hn=$1; _ht=$2; shift 2
     if [ ! -f "$CTL_FD_OK" ]; then echo "no control channel (ttyS1)"; return 125; fi
-    _hseq=$(( $(cat "$STATE/hook.seq" 2>/dev/null || echo 0) + 1 ))
-    echo "$_hseq" >"$STATE/hook.seq"
+    # Written whole or not at all (a truncated file once read back empty and
+    # numbered the next call 1 again); run.sh copes with a number that goes back.
+    _hseq=$(cat "$STATE/hook.seq" 2>/dev/null)
+    case $_hseq in
+        '' | *[!0-9]*)
+            [ -e "$STATE/hook.seq" ] && echo "hook $_hn: sequence file held '$_hseq'; numbering from 1"
+            _hseq=0 ;;
+    esac
+    _hseq=$((_hseq + 1))
+    { echo "$_hseq" >"$STATE/hook.seq.new" && mv -f "$STATE/hook.seq.new" "$STATE/hook.seq"; } \
+        || echo "hook $_hn: could not record sequence number $_hseq"
     _hreq="HOOK #$_hseq $_hn $*"
     console "$_hreq"
     _hasked=$(date -u +%T)

@@ -9,6 +9,8 @@
 #   statuses        interop_statuses (statuses of bad commands) -> host-statuses
 #   probe-randread  nvmeof-probe randread 4k QD8 3 s           -> host-probe-randread
 #   probe-verify    nvmeof-probe write + randread --verify     -> host-probe-verify
+#   admin           admin-client.sh: nvmeof flush, dsm,         -> host-admin
+#                   write-zeroes, get/set-feature, show-regs
 #   events          interop_initiator --rounds events          -> host-events
 #                   (started in the background; the guest adds port 2 (4421)
 #                   first, then makes port 1's ANA group 1 inaccessible and
