@@ -12,6 +12,7 @@
 #                      (a file on the guest's tmpfs: nvmet's Invalid Opcode)
 #   dsm                nvmet takes the Deallocate (discard or punched hole)
 #   flush              completes
+#   get-log            the SMART log's 512 bytes
 # Usage: admin-client.sh NVMEOF_BIN. Exit 0 when all hold; the first
 # failure is printed and ends it with 1.
 set -uo pipefail
@@ -74,4 +75,6 @@ else
 fi
 nv dsm "$A" "${Q[@]}" --range "$((lba + half)):$half" >/dev/null || fail "dsm"
 nv flush "$A" "${Q[@]}" >"$tmp/f" || fail "flush: $(cat "$tmp/f")"
-echo "admin: PASS version $ver, $nsqa I/O queues, ${bs}-byte blocks; write protection, $wz, dsm, flush"
+nv get-log "$A" "${Q[@]}" -i 2 -l 512 --raw-binary >"$tmp/smart" || fail "get-log 2"
+[ "$(stat -c %s "$tmp/smart")" = 512 ] || fail "get-log 2 gave $(stat -c %s "$tmp/smart") bytes, not 512"
+echo "admin: PASS version $ver, $nsqa I/O queues, ${bs}-byte blocks; write protection, $wz, dsm, flush, get-log"

@@ -26,6 +26,7 @@ use serde_json::Value;
 const NQN: &str = "nqn.2024-01.io.nvmeof.test:tools";
 const NS_SIZE: u64 = 16 << 20;
 
+use nvmeof_common::spec::log::LogPageId;
 use nvmeof_tests::capsule_log::CapsuleLog;
 use nvmeof_tests::durability_log::DurabilityLog;
 use nvmeof_tests::harness::{bounded, init_tracing};
@@ -1610,6 +1611,21 @@ async fn admin_nvm_feature_and_register_commands() {
             (Some(mqes as u64), Some(1))
         );
         assert!(admin::Cli::parse_args(["nvmeof", "get-feature", a, "-f", "256"]).is_err());
+
+        // get-log: the Supported Log Pages log as bytes, a hex dump and its offset
+        let raw = admin_raw(&run(&["get-log", "-i", "0", "-l", "1024", "--raw-binary"]), b"").await.unwrap();
+        assert_eq!(raw.len(), 1024);
+        let lids = nvmeof_common::spec::log::decode_supported_logs(&raw);
+        for lid in [LogPageId::ERROR, LogPageId::SMART, LogPageId::ANA] {
+            assert!(lids.contains(&lid), "{lid:?} in {lids:?}");
+        }
+        let out = ok(&["get-log", "-i", "0", "-l", "32", "-o", "8"]).await;
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<Vec<_>>().join(" ");
+        let want = format!("Log page 0x00, 32 bytes from offset 8:\n00000008: {}  \"", hex(&raw[8..24]));
+        assert!(out.starts_with(&want), "{out}");
+        assert_eq!(out.lines().count(), 3, "{out}");
+        let e = fails(&["get-log", "-i", "2", "-l", "510"]).await;
+        assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
         t.stop().await;
     })
     .await;

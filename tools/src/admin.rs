@@ -1,6 +1,6 @@
 //! The `nvmeof` admin CLI: discover, identify, list, ana-log, smart-log, events, read, write, copy,
 //! compare-and-write, verify, resv, zones, flush, dsm, write-zeroes, get-feature, set-feature,
-//! show-regs, gen-dhchap-key.
+//! show-regs, get-log, gen-dhchap-key.
 //!
 //! Output goes to the writer the caller passes (the binary passes stdout),
 //! human-readable by default and JSON with `--json`. Every failure is a
@@ -28,6 +28,7 @@ use nvmeof_common::spec::features::FeatureId;
 use crate::error::{ErrorKind, ToolError};
 
 mod features;
+mod logs;
 mod nvm;
 
 use crate::probe::{connect, connect_options, discovery_options, namespace_info, SocketArgs};
@@ -401,6 +402,34 @@ pub enum Command {
         #[command(flatten)]
         ctrl: CtrlArgs,
     },
+    /// Any log page, as `nvme get-log`: --log-len bytes of log --log-id as a hex dump (or
+    /// JSON, or the bytes themselves with --raw-binary).
+    GetLog {
+        /// Where the controller is.
+        #[command(flatten)]
+        ctrl: CtrlArgs,
+        /// Log page identifier (decimal or 0x hex; e.g. 1 Error Information, 2 SMART, 0x0c ANA).
+        #[arg(long, short = 'i', value_parser = features::parse_fid)]
+        log_id: u8,
+        /// Bytes to read (a multiple of 4, at most 1 MiB).
+        #[arg(long, short = 'l')]
+        log_len: u32,
+        /// Namespace ID (default: all namespaces, FFFFFFFFh).
+        #[arg(long, short = 'n', default_value_t = 0xFFFF_FFFF)]
+        nsid: u32,
+        /// Log Specific Parameter (LSP, 0-127).
+        #[arg(long, short = 's', default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=127))]
+        lsp: u8,
+        /// Byte offset in the log (LPO; a multiple of 4).
+        #[arg(long, short = 'o', default_value_t = 0)]
+        offset: u64,
+        /// Retain Asynchronous Event (RAE): reading the log does not re-arm its event.
+        #[arg(long)]
+        rae: bool,
+        /// Write the log's bytes to stdout instead of a hex dump.
+        #[arg(long, short = 'b')]
+        raw_binary: bool,
+    },
 }
 
 /// The controller a command talks to.
@@ -766,6 +795,20 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
         Command::ShowRegs { ctrl } => {
             let c = ctrl.connect(cli, 0).await?;
             let r = features::show_regs(cli, &c, out).await;
+            close(c).await;
+            r
+        }
+        Command::GetLog { ctrl, log_id, log_len, nsid, lsp, offset, rae, raw_binary } => {
+            let c = ctrl.connect(cli, 0).await?;
+            let req = logs::LogRequest {
+                lid: *log_id,
+                len: *log_len,
+                nsid: *nsid,
+                lsp: *lsp,
+                offset: *offset,
+                rae: *rae,
+            };
+            let r = logs::get_log(cli, &c, &req, *raw_binary, out).await;
             close(c).await;
             r
         }
