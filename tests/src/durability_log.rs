@@ -1,12 +1,14 @@
-//! A RAM backend that logs the writes and Flushes reaching it, so a test can
-//! see which writes had Force Unit Access and where the Flushes fell.
+//! A RAM backend that logs the writes, Flushes and Deallocates reaching it,
+//! so a test can see which writes had Force Unit Access and where the
+//! Flushes fell.
 
 use std::sync::{Arc, Mutex};
 
 use nvmeof_target::backend::{Backend, IoCompletion, IoOp, MemBackend, QueueIo};
 
-/// RAM storage logging `W` for a write with FUA, `w` for one without and `F`
-/// for a Flush, in the order they are submitted (reads are not logged).
+/// RAM storage logging `W` for a write with FUA, `w` for one without, `F`
+/// for a Flush and `D` for a Deallocate, in the order they are submitted
+/// (reads are not logged).
 pub struct DurabilityLog {
     inner: Arc<MemBackend>,
     ops: Mutex<String>,
@@ -32,6 +34,7 @@ impl Backend for DurabilityLog {
             IoOp::Write { fua: true, .. } => Some('W'),
             IoOp::Write { fua: false, .. } => Some('w'),
             IoOp::Flush => Some('F'),
+            IoOp::Deallocate { .. } => Some('D'),
             _ => None,
         };
         if let Some(c) = mark {

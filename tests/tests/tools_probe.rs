@@ -106,16 +106,16 @@ fn f(v: &Value, what: &str) -> f64 {
     v.as_f64().unwrap_or_else(|| panic!("{what} is not a number: {v}"))
 }
 
-/// Checks fio's JSON layout and its internal consistency; returns (read, write) total_ios.
-fn check_fio_json(j: &Value, bs: u64, ctx: &str) -> (u64, u64) {
+/// Checks fio's JSON layout and its internal consistency; returns (read, write, trim) total_ios.
+fn check_fio_json(j: &Value, bs: u64, ctx: &str) -> (u64, u64, u64) {
     // The output must survive a text round trip, as a consumer would read it.
     let j: Value = serde_json::from_str(&serde_json::to_string_pretty(j).unwrap()).unwrap();
     let jobs = j["jobs"].as_array().unwrap_or_else(|| panic!("{ctx}: no jobs array"));
     assert_eq!(jobs.len(), 1, "{ctx}");
     let job = &jobs[0];
     assert!(job["jobname"].is_string(), "{ctx}: jobname");
-    let mut totals = [0, 0];
-    for (i, op) in ["read", "write"].into_iter().enumerate() {
+    let mut totals = [0, 0, 0];
+    for (i, op) in ["read", "write", "trim"].into_iter().enumerate() {
         let o = &job[op];
         assert!(o.is_object(), "{ctx}: {op} missing");
         let ios = u(&o["total_ios"], "total_ios");
@@ -153,7 +153,7 @@ fn check_fio_json(j: &Value, bs: u64, ctx: &str) -> (u64, u64) {
     let own = &job["nvmeof_probe"];
     assert!(own.is_object(), "{ctx}: own keys");
     assert_eq!(own["nqn"], NQN, "{ctx}");
-    (totals[0], totals[1])
+    (totals[0], totals[1], totals[2])
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -224,17 +224,20 @@ async fn every_flag_combination_reports_fio_json() {
             ],
             &["--ping", "--count", "5", "--interval", "1ms"],
             &["--ping", "--rw", "write", "--count", "3", "--interval", "0", "--verify"],
+            &["--rw", "trim", "--count", "100", "--bs", "8k"],
+            &["--rw", "randtrim", "--time", "300ms", "--qd", "4", "--queues", "2"],
         ];
         for extra in combos {
             let opts = t.opts(extra);
             let r = nvmeof_tools::run_probe(&opts).await.unwrap_or_else(|e| panic!("{extra:?}: {e}"));
             let ctx = format!("{extra:?}");
             assert!(r.error.is_none(), "{ctx}: {:?}", r.error);
-            let (reads, writes) = check_fio_json(&r.to_fio_json(), opts.bs, &ctx);
+            let (reads, writes, trims) = check_fio_json(&r.to_fio_json(), opts.bs, &ctx);
             if let Some(c) = opts.count {
-                assert_eq!(reads + writes, c, "{ctx}: count");
+                assert_eq!(reads + writes + trims, c, "{ctx}: count");
             }
-            assert_eq!(reads > 0, opts.rw.reads() && opts.mix > 0 || !opts.rw.writes(), "{ctx}: reads");
+            assert_eq!(reads > 0, opts.rw.reads() && (opts.mix > 0 || !opts.rw.writes()), "{ctx}: reads");
+            assert_eq!(trims > 0, opts.rw.trims(), "{ctx}: trims");
             if !opts.rw.reads() {
                 assert_eq!(reads, 0, "{ctx}");
             }
@@ -1626,6 +1629,61 @@ async fn admin_nvm_feature_and_register_commands() {
         assert_eq!(out.lines().count(), 3, "{out}");
         let e = fails(&["get-log", "-i", "2", "-l", "510"]).await;
         assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
+        t.stop().await;
+    })
+    .await;
+}
+
+/// `--rw trim` and `randtrim` deallocate each request's blocks with Dataset
+/// Management (one range), reported as fio's `trim`; trimmed blocks read
+/// back as zeroes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trim_modes_deallocate_and_are_reported() {
+    bounded(60, async {
+        let t = start_target(512, None).await;
+        let log = Arc::new(DurabilityLog::new(NS_SIZE, 512));
+        t.server.target.subsystem(NQN).unwrap().add_namespace(Arc::new(Namespace::new(NQN, 2, log.clone())));
+
+        let r = t
+            .probe(&["--nsid", "2", "--rw", "randtrim", "--bs", "8k", "--qd", "4", "--count", "50", "-q"])
+            .await;
+        assert!(r.error.is_none(), "{:?}", r.error);
+        assert_eq!((r.trim.ops, r.trim.bytes, r.read.ops, r.write.ops), (50, 50 * 8192, 0, 0));
+        assert_eq!(log.take(), "D".repeat(50));
+        let j = r.to_fio_json();
+        assert_eq!(
+            (j["jobs"][0]["trim"]["total_ios"].as_u64(), j["jobs"][0]["trim"]["io_bytes"].as_u64()),
+            (Some(50), Some(50 * 8192))
+        );
+        assert_eq!(j["jobs"][0]["job options"]["rw"], "randtrim");
+        let text = r.to_text();
+        assert!(text.contains("(rw=randtrim, bs=8 KiB,") && text.contains("\n  trim: IOPS="), "{text}");
+        assert!(!text.contains("  read:") && !text.contains("  write:"), "{text}");
+
+        // Sequential: 16 units written, the first 8 trimmed read back as zeroes.
+        t.probe(&["--rw", "write", "--bs", "4k", "--count", "16", "-q"]).await;
+        let r = t.probe(&["--rw", "trim", "--bs", "4k", "--count", "8", "-q"]).await;
+        assert_eq!(r.trim.ops, 8);
+        let data = admin_raw(&["nvmeof", "read", &t.addr, "--nqn", NQN, "--lba", "0", "--count", "128"], b"")
+            .await
+            .unwrap();
+        assert!(data[..32768].iter().all(|&b| b == 0), "trimmed blocks hold data");
+        assert!(
+            data[32768..].chunks(512).all(|blk| blk.iter().any(|&b| b != 0)),
+            "untrimmed blocks lost their data"
+        );
+
+        let r =
+            t.probe(&["--nsid", "2", "--rw", "randtrim", "--ping", "--interval", "0", "--count", "3"]).await;
+        assert_eq!((r.trim.ops, log.take().as_str()), (3, "DDD"));
+        for bad in [
+            ["--rw", "trim", "--verify"],
+            ["--rw", "randtrim", "--fua"],
+            ["--rw", "trim", "--hdr-log=/dev/null"],
+        ] {
+            let e = nvmeof_tools::run_probe(&t.opts(&bad)).await.map(drop).unwrap_err();
+            assert_eq!(e.exit_code(), ExitCode::Usage, "{bad:?}: {e}");
+        }
         t.stop().await;
     })
     .await;

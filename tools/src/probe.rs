@@ -28,6 +28,7 @@ use bytes::{Bytes, BytesMut};
 use hdrhistogram::Histogram;
 use nvmeof_common::opcode::IoOpcode;
 use nvmeof_common::spec::discovery::DiscoveryLog;
+use nvmeof_common::spec::dsm::{DsmCmd, DsmRange, DSM_RANGE_LEN};
 use nvmeof_common::spec::identify::{Cns, Csi, IdentifyCmd, NsIdDescriptor, IDENTIFY_DATA_LEN};
 use nvmeof_common::spec::zns::{IdentifyCtrlZns, IdentifyNsZns, ZoneMgmtSendCmd, ZoneSendAction};
 use nvmeof_common::{Sqe, Status};
@@ -62,6 +63,10 @@ pub enum RwMode {
     Randrw,
     /// Sequential mixed reads and writes (`--mix` % reads).
     Rw,
+    /// Sequential trims: Dataset Management with Deallocate of each request's blocks.
+    Trim,
+    /// Random trims.
+    Randtrim,
 }
 
 impl RwMode {
@@ -74,22 +79,29 @@ impl RwMode {
             RwMode::Randwrite => "randwrite",
             RwMode::Randrw => "randrw",
             RwMode::Rw => "rw",
+            RwMode::Trim => "trim",
+            RwMode::Randtrim => "randtrim",
         }
     }
 
     /// Whether offsets are random.
     pub fn random(self) -> bool {
-        matches!(self, RwMode::Randread | RwMode::Randwrite | RwMode::Randrw)
+        matches!(self, RwMode::Randread | RwMode::Randwrite | RwMode::Randrw | RwMode::Randtrim)
     }
 
     /// Whether the mode issues reads.
     pub fn reads(self) -> bool {
-        !matches!(self, RwMode::Write | RwMode::Randwrite)
+        matches!(self, RwMode::Read | RwMode::Randread | RwMode::Rw | RwMode::Randrw)
     }
 
     /// Whether the mode issues writes.
     pub fn writes(self) -> bool {
-        !matches!(self, RwMode::Read | RwMode::Randread)
+        matches!(self, RwMode::Write | RwMode::Randwrite | RwMode::Rw | RwMode::Randrw)
+    }
+
+    /// Whether the mode issues trims (Deallocate).
+    pub fn trims(self) -> bool {
+        matches!(self, RwMode::Trim | RwMode::Randtrim)
     }
 }
 
@@ -123,16 +135,19 @@ pub enum OpKind {
     Read = 0,
     /// Write.
     Write = 1,
+    /// Trim: Dataset Management with Deallocate (the trim modes).
+    Trim = 2,
     /// Flush (`--flush-every`; fio's `sync`).
-    Flush = 2,
+    Flush = 3,
 }
 
 impl OpKind {
-    /// `"read"`, `"write"` or `"sync"` (fio's names).
+    /// `"read"`, `"write"`, `"trim"` or `"sync"` (fio's names).
     pub fn as_str(self) -> &'static str {
         match self {
             OpKind::Read => "read",
             OpKind::Write => "write",
+            OpKind::Trim => "trim",
             OpKind::Flush => "sync",
         }
     }
@@ -398,6 +413,18 @@ impl ProbeOptions {
                 "--verify cannot be used with --zone-append: the target picks where each append lands",
             ));
         }
+        if self.rw.trims() && (self.verify || self.zonemode == ZoneMode::Zbd) {
+            return Err(ToolError::usage(format!(
+                "--rw {}: --verify and --zonemode zbd apply to reads and writes",
+                self.rw.as_str()
+            )));
+        }
+        if self.rw.trims() && (self.hdr_log.is_some() || self.plot.is_some()) {
+            return Err(ToolError::usage(format!(
+                "--rw {}: --hdr-log and --plot record reads and writes only",
+                self.rw.as_str()
+            )));
+        }
         if (self.fua || self.flush_every.is_some()) && !self.rw.writes() {
             return Err(ToolError::usage(format!(
                 "--fua and --flush-every apply to writes: --rw {} writes nothing",
@@ -489,6 +516,12 @@ pub struct TimelinePoint {
     pub read_lat_mean_ns: f64,
     /// Mean write latency (ns).
     pub write_lat_mean_ns: f64,
+    /// Trim IOPS (the trim modes).
+    pub trim_iops: f64,
+    /// Trimmed bytes/s.
+    pub trim_bw: f64,
+    /// Mean trim latency (ns).
+    pub trim_lat_mean_ns: f64,
     /// Whether this interval is (partly) warm-up.
     pub warmup: bool,
 }
@@ -649,6 +682,8 @@ pub struct Report {
     pub read: OpStats,
     /// Writes.
     pub write: OpStats,
+    /// Trims (Deallocate).
+    pub trim: OpStats,
     /// Flushes sent by `--flush-every` (fio's `sync`; bytes 0).
     pub sync: OpStats,
     /// How late requests were sent against the `--rate` schedule (ns).
@@ -690,6 +725,7 @@ impl Report {
         match op {
             OpKind::Read => &self.read,
             OpKind::Write => &self.write,
+            OpKind::Trim => &self.trim,
             OpKind::Flush => &self.sync,
         }
     }
@@ -733,8 +769,8 @@ impl Report {
 #[repr(align(64))]
 #[derive(Default)]
 struct SlotLive {
-    ops: [AtomicU64; 2],
-    lat_ns: [AtomicU64; 2],
+    ops: [AtomicU64; 3],
+    lat_ns: [AtomicU64; 3],
 }
 
 /// Everything the slots share (read-only except atomics).
@@ -760,11 +796,11 @@ struct Shared {
     sched: AtomicU64,
     seq: AtomicU64,
     live: Box<[SlotLive]>,
-    /// Read, write and flush statistics of each queue's slots (index qid - 1,
-    /// then [`OpKind`]). One histogram per queue rather than per slot: at QD32
+    /// Read, write, trim and flush statistics of each queue's slots (index
+    /// qid - 1, then [`OpKind`]). One histogram per queue rather than per slot: at QD32
     /// per-slot histograms add up to more than the L2 cache, and a record
     /// then costs a miss.
-    queue_stats: Box<[Mutex<[OpStats; 3]>]>,
+    queue_stats: Box<[Mutex<[OpStats; 4]>]>,
     /// `--flush-every`: writes per Flush.
     flush_every: Option<u64>,
     /// Writes completed (warm-up included), counted for `--flush-every` only.
@@ -835,12 +871,15 @@ impl Rng {
     }
 }
 
-/// The command of `op`: a Read or Write of `blocks` blocks at `lba`, or a
-/// Flush of the namespace (which has neither).
+/// The command of `op`: a Read or Write of `blocks` blocks at `lba`, a
+/// Dataset Management Deallocate of one range (whose LBA and length go in
+/// its data, [`IoBuf::range`]), or a Flush of the namespace.
 fn rw_sqe(op: OpKind, nsid: u32, lba: u64, blocks: u64) -> Sqe {
     let opc = match op {
         OpKind::Read => IoOpcode::READ,
         OpKind::Write => IoOpcode::WRITE,
+        // One range, in the data (`IoBuf::range`).
+        OpKind::Trim => return DsmCmd::deallocate(nsid, 1).to_sqe(0),
         OpKind::Flush => {
             let mut s = Sqe::new(IoOpcode::FLUSH.0);
             s.set_nsid(nsid);
@@ -902,6 +941,7 @@ impl Shared {
         let op = match self.mode {
             RwMode::Read | RwMode::Randread => OpKind::Read,
             RwMode::Write | RwMode::Randwrite => OpKind::Write,
+            RwMode::Trim | RwMode::Randtrim => OpKind::Trim,
             RwMode::Randrw | RwMode::Rw => {
                 if rng.below(100) < self.mix {
                     OpKind::Read
@@ -931,6 +971,8 @@ struct IoBuf {
     len: usize,
     /// `--fua`: every write (and Zone Append) has Force Unit Access.
     fua: bool,
+    /// A trim's Dataset Management range.
+    range: [u8; DSM_RANGE_LEN],
 }
 
 impl IoBuf {
@@ -942,7 +984,14 @@ impl IoBuf {
             let v = rng.next().to_le_bytes();
             w.copy_from_slice(&v[..w.len()]);
         }
-        Self { rd: BytesMut::zeroed(len), wr: wr.into(), scratch: Vec::new(), len, fua }
+        Self {
+            rd: BytesMut::zeroed(len),
+            wr: wr.into(),
+            scratch: Vec::new(),
+            len,
+            fua,
+            range: [0; DSM_RANGE_LEN],
+        }
     }
 
     /// The data the next write sends, to be filled (verify mode).
@@ -968,6 +1017,9 @@ impl IoBuf {
         zone: Option<(&ZoneTarget<'_>, &ZoneWrite)>,
     ) -> nvmeof_initiator::Result<Option<u64>> {
         let Some((zt, w)) = zone else {
+            if op == OpKind::Trim {
+                self.range = DsmRange { cattr: 0, nlb: blocks as u32, slba: lba }.encode();
+            }
             return self.run(ctrl, qid, op, rw_sqe(op, nsid, lba, blocks)).await.map(|_| None);
         };
         let r = self.run(ctrl, qid, op, zt.sqe(w)).await;
@@ -1015,6 +1067,7 @@ impl IoBuf {
             OpKind::Write => {
                 ctrl.io_command_on(qid, sqe, Payload::WriteBytes(self.wr.clone())).await.map(result)
             }
+            OpKind::Trim => ctrl.io_command_on(qid, sqe, Payload::Write(&self.range)).await.map(result),
             OpKind::Flush => ctrl.io_command_on(qid, sqe, Payload::None).await.map(result),
         }
     }
@@ -1047,7 +1100,7 @@ impl ZoneTarget<'_> {
         match op {
             OpKind::Read if self.read_beyond_wp => Ok(Some((lba, None))),
             OpKind::Read => Ok(Some((self.zones.read_lba(lba), None))),
-            OpKind::Flush => Ok(Some((lba, None))),
+            OpKind::Trim | OpKind::Flush => Ok(Some((lba, None))),
             OpKind::Write => Ok(self.start(write_qid, rng, stop, end).await?.map(|w| (w.lba, Some(w)))),
         }
     }
@@ -1139,7 +1192,7 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
     let stop = &sh.hooks.stop;
     let mut pacer = Pacer::new();
     let mut clock = Instant::now();
-    let (mut live_ops, mut live_lat) = ([0u64; 2], [0u64; 2]);
+    let (mut live_ops, mut live_lat) = ([0u64; 3], [0u64; 3]);
     let mut flush_due = false;
     loop {
         if stop.load(Ordering::Relaxed) {
@@ -1205,7 +1258,8 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
         // Asked before the read is sent: a write completing meanwhile may or may not be seen.
         let was_written = sh.written.as_ref().is_none_or(|w| w.contains(unit));
         let send = Instant::now();
-        let qid = qids[op as usize];
+        // Reads on the read queue, writes and trims on the write queue.
+        let qid = qids[(op != OpKind::Read) as usize];
         let r = buf
             .run_at(&sh.ctrl, qid, op, (sh.nsid, lba, sh.blocks_per_io), zt.as_ref().zip(zw.as_ref()))
             .await;
@@ -1244,7 +1298,7 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
                 out.unwritten_blocks += zero;
                 out.checked_blocks += sh.blocks_per_io - zero;
             }
-            OpKind::Read | OpKind::Flush => {}
+            OpKind::Read | OpKind::Trim | OpKind::Flush => {}
         }
         if !measured {
             continue;
@@ -1254,8 +1308,9 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
         if let (Some(lag), Some(t)) = (out.lag.as_mut(), intended) {
             lag.record(send.saturating_duration_since(t).as_nanos() as u64, 0);
         }
-        if sh.record_samples {
-            out.samples[op as usize].push(lat);
+        // Samples and interval histograms hold reads and writes.
+        if let Some(v) = out.samples.get_mut(op as usize).filter(|_| sh.record_samples) {
+            v.push(lat);
         }
         if let (Some(h), Some(nb), Some(iv)) = (cur.as_mut(), next_boundary.as_mut(), sh.interval) {
             while done >= *nb {
@@ -1267,7 +1322,9 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
                 cur_idx += 1;
                 *nb += iv;
             }
-            let _ = h[op as usize].record(lat.max(1));
+            if let Some(h) = h.get_mut(op as usize) {
+                let _ = h.record(lat.max(1));
+            }
         }
     }
     if let Some(h) = cur {
@@ -1824,7 +1881,7 @@ async fn run_connected(
         seq: AtomicU64::new(0),
         live: (0..slots).map(|_| SlotLive::default()).collect(),
         queue_stats: (0..queues + write_queues)
-            .map(|_| Mutex::new([OpStats::new(), OpStats::new(), OpStats::new()]))
+            .map(|_| Mutex::new([OpStats::new(), OpStats::new(), OpStats::new(), OpStats::new()]))
             .collect(),
         flush_every: opts.flush_every,
         writes_done: AtomicU64::new(0),
@@ -1869,6 +1926,7 @@ async fn run_connected(
     let runtime = finished.saturating_duration_since(measure_start);
     let mut read = OpStats::new();
     let mut write = OpStats::new();
+    let mut trim = OpStats::new();
     let mut sync = OpStats::new();
     let mut lag = sh.period_ns.map(|_| OpStats::new());
     let mut by_idx: std::collections::BTreeMap<u32, [Histogram<u64>; 2]> = Default::default();
@@ -1878,7 +1936,8 @@ async fn run_connected(
         let q = q.lock().unwrap_or_else(PoisonError::into_inner);
         read.merge(&q[0]);
         write.merge(&q[1]);
-        sync.merge(&q[2]);
+        trim.merge(&q[2]);
+        sync.merge(&q[3]);
     }
     for o in outs {
         if let (Some(l), Some(ol)) = (lag.as_mut(), o.lag.as_ref()) {
@@ -1925,6 +1984,7 @@ async fn run_connected(
         runtime,
         read,
         write,
+        trim,
         sync,
         sched_lag: lag,
         verify,
@@ -1940,7 +2000,7 @@ async fn run_connected(
 /// Samples the live counters every second and reports progress.
 async fn monitor(sh: Arc<Shared>, done: Arc<AtomicBool>) -> Vec<TimelinePoint> {
     let mut timeline = Vec::new();
-    let mut last = [(0u64, 0u64); 2];
+    let mut last = [(0u64, 0u64); 3];
     let bs = sh.bs as f64;
     let mut last_t = sh.t0;
     let mut next = sh.t0 + Duration::from_secs(1);
@@ -1956,7 +2016,7 @@ async fn monitor(sh: Arc<Shared>, done: Arc<AtomicBool>) -> Vec<TimelinePoint> {
         if finished && secs < 0.2 {
             break;
         }
-        let mut cur = [(0u64, 0u64); 2];
+        let mut cur = [(0u64, 0u64); 3];
         for l in sh.live.iter() {
             for (k, c) in cur.iter_mut().enumerate() {
                 c.0 += l.ops[k].load(Ordering::Relaxed);
@@ -1971,6 +2031,7 @@ async fn monitor(sh: Arc<Shared>, done: Arc<AtomicBool>) -> Vec<TimelinePoint> {
         };
         let (ri, rb, rl) = rate(0);
         let (wi, wb, wl) = rate(1);
+        let (ti, tb, tl) = rate(2);
         let p = TimelinePoint {
             t: now.duration_since(sh.t0).as_secs_f64(),
             secs,
@@ -1980,6 +2041,9 @@ async fn monitor(sh: Arc<Shared>, done: Arc<AtomicBool>) -> Vec<TimelinePoint> {
             write_bw: wb,
             read_lat_mean_ns: rl,
             write_lat_mean_ns: wl,
+            trim_iops: ti,
+            trim_bw: tb,
+            trim_lat_mean_ns: tl,
             warmup: last_t < sh.measure_start,
         };
         if !finished {
@@ -2015,7 +2079,7 @@ async fn run_ping(
     let measure_start = t0 + opts.warmup;
     let end = opts.time.map(|t| measure_start + t);
     let started = SystemTime::now() + opts.warmup;
-    let mut stats = [OpStats::new(), OpStats::new()];
+    let mut stats = [OpStats::new(), OpStats::new(), OpStats::new()];
     let mut samples = [Vec::new(), Vec::new()];
     let mut verify = VerifyStats::default();
     let written = written_units(opts, g.units);
@@ -2043,6 +2107,7 @@ async fn run_ping(
         let op = match opts.rw {
             RwMode::Read | RwMode::Randread => OpKind::Read,
             RwMode::Write | RwMode::Randwrite => OpKind::Write,
+            RwMode::Trim | RwMode::Randtrim => OpKind::Trim,
             _ if rng.below(100) < opts.mix as u64 => OpKind::Read,
             _ => OpKind::Write,
         };
@@ -2091,7 +2156,7 @@ async fn run_ping(
             if let Some(w) = &written {
                 w.mark(unit);
             }
-        } else if opts.verify {
+        } else if op == OpKind::Read && opts.verify {
             let (_, zero) = pattern::check_read(buf.read_data(), g.block_size, lba, was_written, |m| {
                 verify.mismatches += 1;
                 if verify.first.len() < MAX_MISMATCHES_KEPT {
@@ -2113,8 +2178,8 @@ async fn run_ping(
         if !warmup {
             measured += 1;
             stats[op as usize].record(lat, opts.bs);
-            if opts.record_samples {
-                samples[op as usize].push(lat);
+            if let Some(v) = samples.get_mut(op as usize).filter(|_| opts.record_samples) {
+                v.push(lat);
             }
         }
         if opts.count.is_some_and(|c| measured >= c) {
@@ -2126,7 +2191,7 @@ async fn run_ping(
             pacer.wait_until(wake, &hooks.stop).await;
         }
     }
-    let [read, write] = stats;
+    let [read, write, trim] = stats;
     Ok(Report {
         opts: opts.clone(),
         addr: addr.to_string(),
@@ -2139,6 +2204,7 @@ async fn run_ping(
         runtime: last_done.saturating_duration_since(measure_start),
         read,
         write,
+        trim,
         sync: OpStats::new(),
         sched_lag: None,
         verify: opts.verify.then_some(verify),
@@ -2249,7 +2315,7 @@ mod tests {
         assert!(ProbeOptions::parse_args(["p", "x", "--tos", "256"]).is_err());
         assert!(ProbeOptions::parse_args(["p", "x", "--host-traddr", "host.example"]).is_err());
         assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--mix", "101"]).is_err());
-        assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--rw", "trim"]).is_err());
+        assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--rw", "trimwrite"]).is_err());
         let p = ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--ping", "--qd", "4"]).unwrap();
         assert_eq!(p.validate().unwrap_err().kind, ErrorKind::Usage);
         assert_eq!(

@@ -57,6 +57,9 @@ fn timeline_json(t: &TimelinePoint) -> Value {
         "write_bw_bytes": t.write_bw,
         "read_lat_mean_ns": t.read_lat_mean_ns,
         "write_lat_mean_ns": t.write_lat_mean_ns,
+        "trim_iops": t.trim_iops,
+        "trim_bw_bytes": t.trim_bw,
+        "trim_lat_mean_ns": t.trim_lat_mean_ns,
         "warmup": t.warmup,
     })
 }
@@ -165,6 +168,7 @@ impl Report {
             "job options": job_options,
             "read": op_json(self, OpKind::Read),
             "write": op_json(self, OpKind::Write),
+            "trim": op_json(self, OpKind::Trim),
             "job_runtime": self.runtime.as_millis() as u64,
             "elapsed": self.runtime.as_secs(),
             "nvmeof_probe": own,
@@ -215,7 +219,7 @@ impl Report {
             o.nqn.as_deref().unwrap_or_default(),
             o.nsid
         );
-        for op in [OpKind::Read, OpKind::Write] {
+        for op in [OpKind::Read, OpKind::Write, OpKind::Trim] {
             let st = self.stats(op);
             if st.ops == 0 {
                 continue;
@@ -232,7 +236,7 @@ impl Report {
             );
             s += &lat_text(st, "lat");
         }
-        if self.read.ops + self.write.ops == 0 {
+        if self.read.ops + self.write.ops + self.trim.ops == 0 {
             s += "  no requests completed\n";
         }
         if let Some(n) = o.flush_every.filter(|_| self.sync.ops > 0) {
@@ -279,13 +283,15 @@ impl Report {
         let o = &self.opts;
         let mut all = self.read.clone();
         all.merge(&self.write);
+        all.merge(&self.trim);
         let n = all.ops;
         let busy = all.mean() * n as f64;
         let iops = if busy > 0.0 { n as f64 / (busy / 1e9) } else { 0.0 };
         let bw = if busy > 0.0 { all.bytes as f64 / (busy / 1e9) } else { 0.0 };
-        let what = match (self.read.ops > 0, self.write.ops > 0) {
-            (true, false) => "read",
-            (false, true) => "written",
+        let what = match (self.read.ops > 0, self.write.ops > 0, self.trim.ops > 0) {
+            (true, false, false) => "read",
+            (false, true, false) => "written",
+            (false, false, true) => "trimmed",
             _ => "transferred",
         };
         let mut s = format!(
@@ -372,7 +378,11 @@ fn lat_text(st: &OpStats, name: &str) -> String {
 
 /// One ping line: `4 KiB from 10.0.0.1:4420 nsid=1 lba=8: request=1 time=123.4 us`.
 pub fn ping_line(addr: &str, nsid: u32, p: &PingSample) -> String {
-    let dir = if p.op == OpKind::Read { "from" } else { "to" };
+    let dir = match p.op {
+        OpKind::Read => "from",
+        OpKind::Trim => "trimmed at",
+        _ => "to",
+    };
     format!(
         "{} {dir} {addr} nsid={nsid} lba={}: request={} time={}{}",
         fmt_bytes(p.bytes),
@@ -394,6 +404,9 @@ pub fn progress_line(p: &TimelinePoint) -> String {
     }
     if p.write_iops > 0.0 {
         parts.push(part("write", p.write_iops, p.write_bw, p.write_lat_mean_ns));
+    }
+    if p.trim_iops > 0.0 {
+        parts.push(part("trim", p.trim_iops, p.trim_bw, p.trim_lat_mean_ns));
     }
     if parts.is_empty() {
         parts.push("no completions".into());
