@@ -226,6 +226,7 @@ async fn every_flag_combination_reports_fio_json() {
             &["--ping", "--rw", "write", "--count", "3", "--interval", "0", "--verify"],
             &["--rw", "trim", "--count", "100", "--bs", "8k"],
             &["--rw", "randtrim", "--time", "300ms", "--qd", "4", "--queues", "2"],
+            &["--rw", "trimwrite", "--count", "40", "--qd", "2"],
         ];
         for extra in combos {
             let opts = t.opts(extra);
@@ -1672,7 +1673,24 @@ async fn trim_modes_deallocate_and_are_reported() {
             data[32768..].chunks(512).all(|blk| blk.iter().any(|&b| b != 0)),
             "untrimmed blocks lost their data"
         );
+        // trimwrite writes the units it trimmed: 4 of the 8 zeroed units hold data again.
+        let r = t.probe(&["--rw", "trimwrite", "--bs", "4k", "--count", "8", "-q"]).await;
+        assert_eq!((r.trim.ops, r.write.ops), (4, 4));
+        let data = admin_raw(&["nvmeof", "read", &t.addr, "--nqn", NQN, "--lba", "0", "--count", "64"], b"")
+            .await
+            .unwrap();
+        assert!(
+            data[..16384].chunks(512).all(|blk| blk.iter().any(|&b| b != 0)),
+            "trimwrite left units unwritten"
+        );
+        assert!(data[16384..].iter().all(|&b| b == 0), "trimwrite wrote past the units it trimmed");
 
+        // trimwrite: each unit trimmed, then written (one slot: strictly in turn), in ping mode too.
+        let r = t.probe(&["--nsid", "2", "--rw", "trimwrite", "--count", "20", "-q"]).await;
+        assert_eq!((r.trim.ops, r.write.ops, log.take()), (10, 10, "Dw".repeat(10)));
+        let r =
+            t.probe(&["--nsid", "2", "--rw", "trimwrite", "--ping", "--interval", "0", "--count", "4"]).await;
+        assert_eq!((r.trim.ops, r.write.ops, log.take()), (2, 2, "DwDw".to_string()));
         let r =
             t.probe(&["--nsid", "2", "--rw", "randtrim", "--ping", "--interval", "0", "--count", "3"]).await;
         assert_eq!((r.trim.ops, log.take().as_str()), (3, "DDD"));

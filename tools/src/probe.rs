@@ -67,6 +67,8 @@ pub enum RwMode {
     Trim,
     /// Random trims.
     Randtrim,
+    /// Sequential trim-then-write: each unit is trimmed, then written (fio's trimwrite).
+    Trimwrite,
 }
 
 impl RwMode {
@@ -81,6 +83,7 @@ impl RwMode {
             RwMode::Rw => "rw",
             RwMode::Trim => "trim",
             RwMode::Randtrim => "randtrim",
+            RwMode::Trimwrite => "trimwrite",
         }
     }
 
@@ -96,12 +99,12 @@ impl RwMode {
 
     /// Whether the mode issues writes.
     pub fn writes(self) -> bool {
-        matches!(self, RwMode::Write | RwMode::Randwrite | RwMode::Rw | RwMode::Randrw)
+        matches!(self, RwMode::Write | RwMode::Randwrite | RwMode::Rw | RwMode::Randrw | RwMode::Trimwrite)
     }
 
     /// Whether the mode issues trims (Deallocate).
     pub fn trims(self) -> bool {
-        matches!(self, RwMode::Trim | RwMode::Randtrim)
+        matches!(self, RwMode::Trim | RwMode::Randtrim | RwMode::Trimwrite)
     }
 }
 
@@ -941,7 +944,8 @@ impl Shared {
         let op = match self.mode {
             RwMode::Read | RwMode::Randread => OpKind::Read,
             RwMode::Write | RwMode::Randwrite => OpKind::Write,
-            RwMode::Trim | RwMode::Randtrim => OpKind::Trim,
+            // Trimwrite's writes follow their trims in the slot (`slot`).
+            RwMode::Trim | RwMode::Randtrim | RwMode::Trimwrite => OpKind::Trim,
             RwMode::Randrw | RwMode::Rw => {
                 if rng.below(100) < self.mix {
                     OpKind::Read
@@ -1194,6 +1198,7 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
     let mut clock = Instant::now();
     let (mut live_ops, mut live_lat) = ([0u64; 3], [0u64; 3]);
     let mut flush_due = false;
+    let mut rewrite = None;
     loop {
         if stop.load(Ordering::Relaxed) {
             break;
@@ -1235,7 +1240,11 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
                 }
             }
         }
-        let (op, mut unit, mut lba) = sh.pick(&mut rng);
+        // trimwrite: the unit just trimmed is written next.
+        let (op, mut unit, mut lba) = match rewrite.take() {
+            Some((unit, lba)) => (OpKind::Write, unit, lba),
+            None => sh.pick(&mut rng),
+        };
         let zt = sh.zone_target();
         let mut zw = None;
         if let Some(zt) = &zt {
@@ -1298,6 +1307,7 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
                 out.unwritten_blocks += zero;
                 out.checked_blocks += sh.blocks_per_io - zero;
             }
+            OpKind::Trim if sh.mode == RwMode::Trimwrite => rewrite = Some((unit, lba)),
             OpKind::Read | OpKind::Trim | OpKind::Flush => {}
         }
         if !measured {
@@ -2094,6 +2104,8 @@ async fn run_ping(
     });
     let mut measured = 0u64;
     let mut seq = 0u64;
+    // trimwrite: the unit just trimmed, written next.
+    let mut rewrite = None;
     let mut error = None;
     let gen_base = time_seed().rotate_left(17);
     let mut n = 0u64;
@@ -2104,14 +2116,18 @@ async fn run_ping(
             break;
         }
         n += 1;
+        let rewritten = rewrite.take();
         let op = match opts.rw {
+            _ if rewritten.is_some() => OpKind::Write,
             RwMode::Read | RwMode::Randread => OpKind::Read,
             RwMode::Write | RwMode::Randwrite => OpKind::Write,
-            RwMode::Trim | RwMode::Randtrim => OpKind::Trim,
+            RwMode::Trim | RwMode::Randtrim | RwMode::Trimwrite => OpKind::Trim,
             _ if rng.below(100) < opts.mix as u64 => OpKind::Read,
             _ => OpKind::Write,
         };
-        let mut unit = if opts.rw.random() {
+        let mut unit = if let Some(u) = rewritten {
+            u
+        } else if opts.rw.random() {
             picker.pick(&mut rng)
         } else {
             seq += 1;
@@ -2151,6 +2167,9 @@ async fn run_ping(
         }
         last_done = done;
         let lat = done.duration_since(send).as_nanos() as u64;
+        if op == OpKind::Trim && opts.rw == RwMode::Trimwrite {
+            rewrite = Some(unit);
+        }
         if op == OpKind::Write {
             verify.written_blocks += g.blocks_per_io;
             if let Some(w) = &written {
@@ -2315,7 +2334,7 @@ mod tests {
         assert!(ProbeOptions::parse_args(["p", "x", "--tos", "256"]).is_err());
         assert!(ProbeOptions::parse_args(["p", "x", "--host-traddr", "host.example"]).is_err());
         assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--mix", "101"]).is_err());
-        assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--rw", "trimwrite"]).is_err());
+        assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--rw", "readtrim"]).is_err());
         let p = ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--ping", "--qd", "4"]).unwrap();
         assert_eq!(p.validate().unwrap_err().kind, ErrorKind::Usage);
         assert_eq!(
