@@ -993,10 +993,6 @@ async fn transfer_limit_fits_the_sgl_length_with_64k_blocks() {
     ctrl.shutdown().await.unwrap();
 }
 
-/// A host NQN that does not fit the Connect data's 256-byte field (with its
-/// terminating NUL) is refused like such a subsystem NQN. It used to be cut
-/// to 255 bytes silently: the controller saw, and matched its allowed hosts
-/// against, another host's name.
 /// Without MDTS, commands stay within the controller's MAXH2CDATA (nvmet
 /// refuses larger ones with Data SGL Length Invalid) but no lower than the
 /// 1 MiB the `max_transfer` option defaults to.
@@ -1011,6 +1007,10 @@ async fn without_mdts_commands_stay_within_maxh2cdata() {
     }
 }
 
+/// A host NQN that does not fit the Connect data's 256-byte field (with its
+/// terminating NUL) is refused like such a subsystem NQN. It used to be cut
+/// to 255 bytes silently: the controller saw, and matched its allowed hosts
+/// against, another host's name.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn host_nqn_longer_than_its_field_is_refused() {
     let (addr, t) = start(Cfg::default()).await;

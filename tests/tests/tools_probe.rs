@@ -67,6 +67,15 @@ async fn start_target_with(
     TestTarget { server, addr, mem }
 }
 
+/// [`start_target`] (512-byte blocks) with namespace 2 on a [`DurabilityLog`]
+/// (RAM that logs the writes, Flushes and Deallocates reaching it).
+async fn start_target_with_log() -> (TestTarget, Arc<DurabilityLog>) {
+    let t = start_target(512, None).await;
+    let log = Arc::new(DurabilityLog::new(NS_SIZE, 512));
+    t.server.target.subsystem(NQN).unwrap().add_namespace(Arc::new(Namespace::new(NQN, 2, log.clone())));
+    (t, log)
+}
+
 impl TestTarget {
     fn opts(&self, extra: &[&str]) -> ProbeOptions {
         let mut args = vec!["nvmeof-probe", self.addr.as_str(), "--nqn", NQN];
@@ -1514,9 +1523,7 @@ async fn zones_lists_and_manages_a_zoned_namespace() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_nvm_feature_and_register_commands() {
     bounded(60, async {
-        let t = start_target(512, None).await;
-        let log = Arc::new(DurabilityLog::new(NS_SIZE, 512));
-        t.server.target.subsystem(NQN).unwrap().add_namespace(Arc::new(Namespace::new(NQN, 2, log.clone())));
+        let (t, log) = start_target_with_log().await;
         let a = t.addr.as_str();
         let run = |args: &'static [&'static str]| {
             let mut v = vec!["nvmeof"];
@@ -1641,9 +1648,7 @@ async fn admin_nvm_feature_and_register_commands() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn trim_modes_deallocate_and_are_reported() {
     bounded(60, async {
-        let t = start_target(512, None).await;
-        let log = Arc::new(DurabilityLog::new(NS_SIZE, 512));
-        t.server.target.subsystem(NQN).unwrap().add_namespace(Arc::new(Namespace::new(NQN, 2, log.clone())));
+        let (t, log) = start_target_with_log().await;
 
         let r = t
             .probe(&["--nsid", "2", "--rw", "randtrim", "--bs", "8k", "--qd", "4", "--count", "50", "-q"])
@@ -1713,10 +1718,7 @@ async fn trim_modes_deallocate_and_are_reported() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fua_and_flush_every_reach_the_target_and_are_reported() {
     bounded(60, async {
-        let t = start_target(512, None).await;
-        let log = Arc::new(DurabilityLog::new(NS_SIZE, 512));
-        let sub = t.server.target.subsystem(NQN).unwrap();
-        sub.add_namespace(Arc::new(Namespace::new(NQN, 2, log.clone())));
+        let (t, log) = start_target_with_log().await;
         let take = || log.take();
 
         let r = t

@@ -563,13 +563,18 @@ fn parse_copy_range(s: &str) -> Result<(u64, u32), String> {
     }
 }
 
+/// A number in decimal or with a 0x prefix in hexadecimal (nvme-cli takes
+/// both); `None` if it is neither or does not fit 64 bits.
+fn parse_dec_or_hex(s: &str) -> Option<u64> {
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
 /// A reservation key: decimal or 0x-prefixed hexadecimal.
 fn parse_key(s: &str) -> Result<u64, String> {
-    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(h) => u64::from_str_radix(h, 16),
-        None => s.parse(),
-    };
-    r.map_err(|_| format!("{s:?} is not a 64-bit key (decimal or 0x hex)"))
+    parse_dec_or_hex(s).ok_or_else(|| format!("{s:?} is not a 64-bit key (decimal or 0x hex)"))
 }
 
 impl Cli {

@@ -10,7 +10,7 @@ use nvmeof_common::spec::property::{Cap, Cc, Csts, PropertyOffset, Vs};
 use nvmeof_initiator::Controller;
 use serde_json::{json, Value};
 
-use super::{emit, hex, out_err, Cli};
+use super::{emit, hex, out_err, parse_dec_or_hex, Cli};
 use crate::error::ToolError;
 
 /// Get Features select values, as nvme-cli's `--sel` names them.
@@ -43,17 +43,24 @@ impl FeatureSelArg {
 
 /// A number in decimal or with a 0x prefix in hexadecimal (nvme-cli takes both).
 pub(super) fn parse_num(s: &str) -> Result<u32, String> {
-    let r = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
-        Some(h) => u32::from_str_radix(h, 16),
-        None => s.parse(),
-    };
-    r.map_err(|_| format!("{s:?} is not a 32-bit number (decimal or 0x hex)"))
+    parse_dec_or_hex(s)
+        .and_then(|n| u32::try_from(n).ok())
+        .ok_or_else(|| format!("{s:?} is not a 32-bit number (decimal or 0x hex)"))
 }
 
 /// A feature identifier (0–255), decimal or 0x hex.
 pub(super) fn parse_fid(s: &str) -> Result<u8, String> {
     let n = parse_num(s)?;
     u8::try_from(n).map_err(|_| format!("{s:?}: a feature identifier is 0-255"))
+}
+
+/// A flag as nvme-cli prints one.
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
 }
 
 /// The name a report gives `fid`.
@@ -78,7 +85,7 @@ fn data_len(fid: FeatureId) -> usize {
 
 /// The fields of `fid`'s Dword 0 (`value`), or of its data, as nvme-cli prints them.
 fn decode(fid: FeatureId, sel: FeatureSelArg, value: u32, data: &[u8]) -> Vec<(String, Value)> {
-    let yes = |b: bool| Value::from(if b { "yes" } else { "no" });
+    let yes = |b: bool| Value::from(yes_no(b));
     if sel == FeatureSelArg::Supported {
         return vec![
             ("saveable".into(), yes(value & 1 != 0)),
@@ -219,7 +226,7 @@ pub(super) async fn show_regs(cli: &Cli, ctrl: &Controller, out: &mut dyn Write)
     let vs = Vs(get(PropertyOffset::VS, "VS").await? as u32);
     let cc = Cc(get(PropertyOffset::CC, "CC").await? as u32);
     let csts = Csts(get(PropertyOffset::CSTS, "CSTS").await? as u32);
-    let yes = |b: bool| if b { "yes" } else { "no" };
+    let yes = yes_no;
     let mut css = Vec::new();
     for (bit, name) in
         [(Cap::CSS_NVM, "NVM"), (Cap::CSS_IOCS, "I/O command sets"), (Cap::CSS_NO_IO, "admin only")]
