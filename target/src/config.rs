@@ -19,6 +19,9 @@
 //! ana_state = "optimized"                # optional: every ANA group's state through this port
 //! ana_groups = { 2 = "non-optimized" }   # optional: states of single groups (1..=128)
 //!
+//! [metrics]                              # optional: Prometheus metrics (GET /metrics)
+//! listen = "127.0.0.1:9464"              # address of the metrics listener (a restart applies changes)
+//!
 //! [[referral]]                            # optional: another discovery service the log lists
 //! address = "192.0.2.10:8009"             # IP:PORT (TRADDR, TRSVCID); SIGHUP applies changes
 //! portid = 1                              # optional: its entry's PORTID (default 0)
@@ -599,6 +602,9 @@ pub struct TargetConfig {
     pub congestion_control: Option<nvmeof_net::CongestionControl>,
     /// Other discovery services the discovery log refers hosts to.
     pub referrals: Vec<Referral>,
+    /// Where Prometheus metrics are served (`[metrics] listen`,
+    /// `--metrics-listen`; [`crate::metrics`]); `None`: nowhere.
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Parses the address of a referral: an IP address and a port, both given
@@ -646,6 +652,13 @@ struct RawConfig {
     subsystem: Vec<RawSubsystem>,
     #[serde(default)]
     referral: Vec<RawReferral>,
+    metrics: Option<RawMetrics>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    listen: String,
 }
 
 #[derive(Deserialize)]
@@ -1095,6 +1108,14 @@ impl TargetConfig {
             }
             referrals.push(Referral { addr, portid: r.portid.unwrap_or(0) });
         }
+        let metrics_listen = raw
+            .metrics
+            .map(|m| {
+                m.listen.parse().map_err(|e| {
+                    invalid("metrics.listen", format!("{:?}: {e} (e.g. 127.0.0.1:9464)", m.listen))
+                })
+            })
+            .transpose()?;
         Ok(Self {
             listen,
             port_ana,
@@ -1104,6 +1125,7 @@ impl TargetConfig {
             send_buffer,
             congestion_control,
             referrals,
+            metrics_listen,
         })
     }
 
@@ -1176,6 +1198,19 @@ mod tests {
         assert!(e.contains("port[0].listen"), "{e}");
         let e = TargetConfig::from_toml("[bogus]\n").unwrap_err().to_string();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn metrics_listen() {
+        assert_eq!(TargetConfig::from_toml("").unwrap().metrics_listen, None);
+        let c = TargetConfig::from_toml("[metrics]\nlisten = \"127.0.0.1:9464\"\n").unwrap();
+        assert_eq!(c.metrics_listen, Some("127.0.0.1:9464".parse().unwrap()));
+        let c = TargetConfig::from_toml("[metrics]\nlisten = \"[::1]:9464\"\n").unwrap();
+        assert_eq!(c.metrics_listen, Some("[::1]:9464".parse().unwrap()));
+        let e = TargetConfig::from_toml("[metrics]\nlisten = \"localhost\"\n").unwrap_err().to_string();
+        assert!(e.contains("metrics.listen") && e.contains("localhost"), "{e}");
+        let e = TargetConfig::from_toml("[metrics]\nport = 9464\n").unwrap_err().to_string();
+        assert!(e.contains("port"), "{e}");
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //!   (CC/CSTS, keep-alive, AEN).
 //! - [`backend`]: RAM, file and block-device storage behind a
 //!   submission/completion interface.
-//! - [`config`] and [`server`]: configuration (CLI or TOML) and running it.
+//! - [`config`] and [`server`]: configuration (CLI or TOML) and running it;
+//!   [`metrics`]: Prometheus metrics of a running target.
 //!
 //! Data flows socket → `QueueState::handle_bytes` → `cmd::parse` → (R2T …) →
 //! `cmd::execute` → backend → `QueueState::handle_completion` → C2HData /
@@ -21,6 +22,7 @@ pub mod backend;
 pub mod cmd;
 pub mod config;
 pub mod core;
+pub mod metrics;
 pub mod queue;
 pub mod server;
 pub mod transport;

@@ -118,6 +118,11 @@ struct ServeArgs {
     /// Busy-poll sockets for this many µs after activity (trades CPU for latency).
     #[arg(long)]
     poll_us: Option<u64>,
+    /// Serve Prometheus metrics (GET /metrics: per-namespace commands and bytes,
+    /// controllers, I/O queues, connections) on this address, e.g. 127.0.0.1:9464;
+    /// overrides the configuration's `[metrics] listen`. Default: none.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
     /// SO_SNDBUF of each connection in bytes; 0 leaves it to the kernel's
     /// autotuning. Default: a quarter of the per-core L2 cache, 256 KiB to
     /// 1 MiB (keeps data in flight cache-resident; raise it, or use 0, for links
@@ -296,15 +301,19 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
         send_buffer: nvmeof_net::default_send_buffer(),
         congestion_control: None,
         referrals: a.referral.iter().map(|&addr| Referral { addr, portid: 0 }).collect(),
+        metrics_listen: None,
     })
 }
 
-/// The command-line settings that override the configuration: `--poll-us`,
+/// The command-line settings that override the configuration: `--poll-us`, `--metrics-listen`,
 /// `--io-engine`, `--buffered-io` (then checked together) and
 /// `--in-capsule-data`.
 fn apply_overrides(cfg: &mut TargetConfig, a: &ServeArgs) -> Result<(), String> {
     if let Some(p) = a.poll_us {
         cfg.poll_us = p;
+    }
+    if let Some(m) = a.metrics_listen {
+        cfg.metrics_listen = Some(m);
     }
     if let Some(b) = a.send_buffer {
         check_send_buffer(b).map_err(|e| format!("--send-buffer: {e}"))?;
@@ -424,6 +433,9 @@ fn main() -> std::process::ExitCode {
         for l in host_commands(&cfg, &server.local_addrs) {
             println!("{l}");
         }
+        if let Some(m) = server.metrics_addr {
+            println!("Prometheus metrics: http://{m}{}", nvmeof_target::metrics::METRICS_PATH);
+        }
         loop {
             tokio::select! {
                 _ = int.recv() => break,
@@ -497,6 +509,12 @@ mod tests {
         assert_eq!(engine(&config_from_file(&path, &a).unwrap()), (IoEngine::Auto, false));
         let a = args(&["--config", p, "--send-buffer", "1048576"]).unwrap();
         assert_eq!(config_from_file(&path, &a).unwrap().send_buffer, 1 << 20);
+        assert_eq!(config_from_file(&path, &args(&["--config", p]).unwrap()).unwrap().metrics_listen, None);
+        let a = args(&["--config", p, "--metrics-listen", "127.0.0.1:9464"]).unwrap();
+        assert_eq!(
+            config_from_file(&path, &a).unwrap().metrics_listen,
+            Some("127.0.0.1:9464".parse().unwrap())
+        );
         let _ = std::fs::remove_file(&path);
     }
 
@@ -754,5 +772,8 @@ mod tests {
         assert_eq!(reno.map(|c| c.to_string()).as_deref(), Some("reno"));
         let e = serve(&["--ram", "1M", "--congestion", "no-such-cc"]).unwrap_err();
         assert!(e.contains("--congestion") && e.contains("no-such-cc"), "{e}");
+        let m = serve(&["--ram", "1M", "--metrics-listen", "[::1]:9464"]).unwrap().metrics_listen;
+        assert_eq!(m, Some("[::1]:9464".parse().unwrap()));
+        assert!(args(&["--ram", "1M", "--metrics-listen", "localhost:9464"]).is_err());
     }
 }

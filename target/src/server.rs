@@ -24,6 +24,9 @@ pub struct Server {
     pub target: Arc<Target>,
     /// Bound addresses, in configuration order (actual ports when 0 was asked).
     pub local_addrs: Vec<SocketAddr>,
+    /// Where the Prometheus metrics are served ([`crate::metrics`]; the actual
+    /// port when 0 was asked), if anywhere.
+    pub metrics_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     accept_tasks: Vec<JoinHandle<()>>,
     /// The configuration each namespace (subsystem NQN, NSID) was last
@@ -33,6 +36,8 @@ pub struct Server {
     /// The ports, limits, busy-poll window, send buffer and congestion control the target started with: a
     /// reload does not change them, and says so when the file does.
     started: (Vec<SocketAddr>, crate::core::Limits, ConnOptions),
+    /// The metrics address the target started with (a reload does not move it).
+    started_metrics: Option<SocketAddr>,
 }
 
 /// A reload error that left the running configuration as it was.
@@ -382,6 +387,12 @@ impl Server {
                 stop_rx.clone(),
             )));
         }
+        let mut metrics_addr = None;
+        if let Some(addr) = cfg.metrics_listen {
+            let l = crate::metrics::bind(addr)?;
+            metrics_addr = Some(l.local_addr()?);
+            accept_tasks.push(tokio::spawn(crate::metrics::serve(l, target.clone(), stop_rx.clone())));
+        }
         apply_port_ana(&target, cfg);
         apply_referrals(&target, cfg);
         info!(limits = ?target.limits, poll_us = cfg.poll_us, send_buffer = cfg.send_buffer, congestion_control = ?cfg.congestion_control, "target running");
@@ -391,7 +402,16 @@ impl Server {
             .flat_map(|s| assign_nsids(&s.namespaces).map(|(nsid, n)| ((s.nqn.clone(), nsid), n.clone())))
             .collect();
         let started = (cfg.listen.clone(), cfg.limits.clone(), opts);
-        Ok(Self { target, local_addrs, stop, accept_tasks, configured: Mutex::new(configured), started })
+        Ok(Self {
+            target,
+            local_addrs,
+            metrics_addr,
+            stop,
+            accept_tasks,
+            configured: Mutex::new(configured),
+            started,
+            started_metrics: cfg.metrics_listen,
+        })
     }
 
     /// Applies a changed configuration while hosts stay connected (SIGHUP):
@@ -461,6 +481,7 @@ impl Server {
             ("the ports are", *listen != cfg.listen),
             ("the limits are", *limits != cfg.limits),
             ("poll_us, send_buffer and congestion_control are", *conn != conn_options(cfg)),
+            ("the metrics address is", self.started_metrics != cfg.metrics_listen),
         ] {
             if changed {
                 warn!("reload: {what} not changed while running (restart the target to apply them)");

@@ -75,6 +75,7 @@ pub fn default_config() -> TargetConfig {
         send_buffer: nvmeof_net::default_send_buffer(),
         congestion_control: None,
         referrals: Vec::new(),
+        metrics_listen: None,
     }
 }
 

@@ -158,6 +158,7 @@ async fn steady_state_allocations_per_io() {
         send_buffer: nvmeof_net::default_send_buffer(),
         congestion_control: None,
         referrals: Vec::new(),
+        metrics_listen: None,
     };
     let server = Server::start(&cfg).await.unwrap();
     let opts = ConnectOptions {

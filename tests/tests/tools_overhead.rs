@@ -48,6 +48,7 @@ async fn start() -> (Server, String) {
         send_buffer: nvmeof_net::default_send_buffer(),
         congestion_control: None,
         referrals: Vec::new(),
+        metrics_listen: None,
     };
     let server = Server::start(&cfg).await.unwrap();
     let sub = Arc::new(Subsystem::new(NQN, "overhead", None, false));

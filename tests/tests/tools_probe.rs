@@ -57,6 +57,7 @@ async fn start_target_with(
         send_buffer: nvmeof_net::default_send_buffer(),
         congestion_control: None,
         referrals: Vec::new(),
+        metrics_listen: None,
     };
     let server = Server::start(&cfg).await.expect("target starts");
     let mem = Arc::new(MemBackend::new(NS_SIZE, block_size));

@@ -283,6 +283,11 @@ impl Controller {
         self.io_qids.lock().unwrap().insert(qid)
     }
 
+    /// I/O queues connected now.
+    pub fn io_queue_count(&self) -> usize {
+        self.io_qids.lock().unwrap().len()
+    }
+
     /// Unregisters an I/O queue.
     pub fn remove_io_queue(&self, qid: u16) {
         self.io_qids.lock().unwrap().remove(&qid);

@@ -166,6 +166,8 @@ pub struct Target {
     /// ANA change count (nvmet's global `nvmet_ana_chgcnt`).
     ana_chgcnt: AtomicU64,
     connections: AtomicUsize,
+    /// Connections refused because `max_connections` were open.
+    refused: AtomicU64,
 }
 
 impl Target {
@@ -182,6 +184,7 @@ impl Target {
             genctr: AtomicU64::new(1),
             ana_chgcnt: AtomicU64::new(0),
             connections: AtomicUsize::new(0),
+            refused: AtomicU64::new(0),
         })
     }
 
@@ -454,6 +457,7 @@ impl Target {
         let n = self.connections.fetch_add(1, Ordering::AcqRel);
         if n >= self.limits.max_connections {
             self.connections.fetch_sub(1, Ordering::AcqRel);
+            self.refused.fetch_add(1, Ordering::Relaxed);
             return false;
         }
         true
@@ -462,6 +466,11 @@ impl Target {
     /// Uncounts a connection.
     pub fn remove_connection(&self) {
         self.connections.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    /// Connections refused so far because `max_connections` were open.
+    pub fn connections_refused(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// Current connection count.

@@ -52,6 +52,7 @@ pub fn config(namespaces: Vec<NamespaceConfig>) -> TargetConfig {
         send_buffer: nvmeof_net::default_send_buffer(),
         congestion_control: None,
         referrals: Vec::new(),
+        metrics_listen: None,
     }
 }
 
