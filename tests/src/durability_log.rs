@@ -1,6 +1,7 @@
 //! A RAM backend that logs the writes, Flushes and Deallocates reaching it,
 //! so a test can see which writes had Force Unit Access and where the
-//! Flushes fell.
+//! Flushes fell, and the extent of every read and write (where requests
+//! went and how large they were).
 
 use std::sync::{Arc, Mutex};
 
@@ -12,12 +13,23 @@ use nvmeof_target::backend::{Backend, IoCompletion, IoOp, MemBackend, QueueIo};
 pub struct DurabilityLog {
     inner: Arc<MemBackend>,
     ops: Mutex<String>,
+    extents: Mutex<Vec<(char, u64, u64)>>,
 }
 
 impl DurabilityLog {
     /// `size` bytes of RAM in `block_size` blocks.
     pub fn new(size: u64, block_size: u32) -> Self {
-        Self { inner: Arc::new(MemBackend::new(size, block_size)), ops: Mutex::default() }
+        Self {
+            inner: Arc::new(MemBackend::new(size, block_size)),
+            ops: Mutex::default(),
+            extents: Mutex::default(),
+        }
+    }
+
+    /// `('R' or 'W', byte offset, bytes)` of each read and write so far, in
+    /// the order they were submitted; the record starts again empty.
+    pub fn take_extents(&self) -> Vec<(char, u64, u64)> {
+        std::mem::take(&mut *self.extents.lock().unwrap())
     }
 
     /// The log so far, which starts again empty.
@@ -39,6 +51,14 @@ impl Backend for DurabilityLog {
         };
         if let Some(c) = mark {
             self.ops.lock().unwrap().push(c);
+        }
+        let extent = match &op {
+            IoOp::Read { offset, len } => Some(('R', *offset, *len as u64)),
+            IoOp::Write { offset, data, .. } => Some(('W', *offset, data.len() as u64)),
+            _ => None,
+        };
+        if let Some(e) = extent {
+            self.extents.lock().unwrap().push(e);
         }
         self.inner.submit(tag, op, io)
     }

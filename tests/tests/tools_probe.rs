@@ -117,7 +117,9 @@ fn f(v: &Value, what: &str) -> f64 {
 }
 
 /// Checks fio's JSON layout and its internal consistency; returns (read, write, trim) total_ios.
-fn check_fio_json(j: &Value, bs: u64, ctx: &str) -> (u64, u64, u64) {
+/// `bs`: the request size of reads, writes and trims (`None`: several,
+/// `--bssplit`).
+fn check_fio_json(j: &Value, bs: [Option<u64>; 3], ctx: &str) -> (u64, u64, u64) {
     // The output must survive a text round trip, as a consumer would read it.
     let j: Value = serde_json::from_str(&serde_json::to_string_pretty(j).unwrap()).unwrap();
     let jobs = j["jobs"].as_array().unwrap_or_else(|| panic!("{ctx}: no jobs array"));
@@ -130,10 +132,12 @@ fn check_fio_json(j: &Value, bs: u64, ctx: &str) -> (u64, u64, u64) {
         assert!(o.is_object(), "{ctx}: {op} missing");
         let ios = u(&o["total_ios"], "total_ios");
         let bytes = u(&o["io_bytes"], "io_bytes");
-        assert_eq!(bytes, ios * bs, "{ctx}: {op} io_bytes");
         let bw = u(&o["bw_bytes"], "bw_bytes");
         let iops = f(&o["iops"], "iops");
-        assert!((iops * bs as f64 - bw as f64).abs() <= 1.0 + bw as f64 * 1e-9, "{ctx}: {op} bw vs iops");
+        if let Some(bs) = bs[i] {
+            assert_eq!(bytes, ios * bs, "{ctx}: {op} io_bytes");
+            assert!((iops * bs as f64 - bw as f64).abs() <= 1.0 + bw as f64 * 1e-9, "{ctx}: {op} bw vs iops");
+        }
         let lat = &o["lat_ns"];
         let (min, max) = (u(&lat["min"], "min"), u(&lat["max"], "max"));
         let (mean, sd) = (f(&lat["mean"], "mean"), f(&lat["stddev"], "stddev"));
@@ -237,13 +241,16 @@ async fn every_flag_combination_reports_fio_json() {
             &["--rw", "trim", "--count", "100", "--bs", "8k"],
             &["--rw", "randtrim", "--time", "300ms", "--qd", "4", "--queues", "2"],
             &["--rw", "trimwrite", "--count", "40", "--qd", "2"],
+            &["--rw", "randrw", "--bs", "4k,16k", "--count", "100", "--qd", "4", "--write-queues", "1"],
+            &["--rw", "rw", "--bssplit", "4k/70:32k/30", "--time", "300ms", "--qd", "2", "--rate", "2000"],
         ];
         for extra in combos {
             let opts = t.opts(extra);
             let r = nvmeof_tools::run_probe(&opts).await.unwrap_or_else(|e| panic!("{extra:?}: {e}"));
             let ctx = format!("{extra:?}");
             assert!(r.error.is_none(), "{ctx}: {:?}", r.error);
-            let (reads, writes, trims) = check_fio_json(&r.to_fio_json(), opts.bs, &ctx);
+            let bs = [OpKind::Read, OpKind::Write, OpKind::Trim].map(|op| opts.sizes().of(op).only());
+            let (reads, writes, trims) = check_fio_json(&r.to_fio_json(), bs, &ctx);
             if let Some(c) = opts.count {
                 assert_eq!(reads + writes + trims, c, "{ctx}: count");
             }
@@ -1163,7 +1170,7 @@ async fn binaries_end_to_end() {
         .unwrap();
         assert!(out.status.success());
         let j: Value = serde_json::from_slice(&out.stdout).expect("JSON on stdout");
-        check_fio_json(&j, 4096, "binary --json");
+        check_fio_json(&j, [Some(4096); 3], "binary --json");
         let cli = binary("nvmeof");
         let a = t.addr.clone();
         let out = tokio::task::spawn_blocking(move || {
@@ -1708,6 +1715,109 @@ async fn trim_modes_deallocate_and_are_reported() {
             let e = nvmeof_tools::run_probe(&t.opts(&bad)).await.map(drop).unwrap_err();
             assert_eq!(e.exit_code(), ExitCode::Usage, "{bad:?}: {e}");
         }
+        t.stop().await;
+    })
+    .await;
+}
+
+/// `--bs READ,WRITE` and `--bssplit` (fio's): each direction's requests
+/// have its sizes, drawn with the split's weights; random requests start on
+/// multiples of the smallest size and end within the region; sequential
+/// ones follow each other; the reports count the bytes each request moved
+/// and name the sizes as fio does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_sizes_per_direction_and_split_reach_the_target() {
+    bounded(60, async {
+        let (t, log) = start_target_with_log().await;
+        let within = |e: &(char, u64, u64), region: u64| e.1 + e.2 <= region;
+
+        let r = t
+            .probe(&["--nsid", "2", "--rw", "randrw", "--bs", "4k,16k", "--qd", "4", "--count", "200", "-q"])
+            .await;
+        assert!(r.error.is_none(), "{:?}", r.error);
+        let ext = log.take_extents();
+        assert_eq!(ext.len(), 200);
+        for e in &ext {
+            assert_eq!(e.2, if e.0 == 'R' { 4096 } else { 16384 }, "{e:?}");
+            assert!(e.1 % 4096 == 0 && within(e, NS_SIZE), "{e:?}: not on a 4 KiB unit, or past the end");
+        }
+        let writes = ext.iter().filter(|e| e.0 == 'W').count() as u64;
+        assert_eq!((r.read.ops, r.write.ops), (200 - writes, writes));
+        assert_eq!((r.read.bytes, r.write.bytes), ((200 - writes) * 4096, writes * 16384));
+        let j = r.to_fio_json();
+        assert_eq!(j["jobs"][0]["job options"]["bs"], "4k,16k");
+        assert_eq!(j["jobs"][0]["nvmeof_probe"]["bs"], "4k,16k");
+        assert_eq!(j["jobs"][0]["write"]["io_bytes"].as_u64(), Some(writes * 16384));
+        assert!(r.to_text().contains("(rw=randrw, bs=4k,16k,"), "{}", r.to_text());
+        // The write size alone: one size, reported as before.
+        let r = t.probe(&["--nsid", "2", "--rw", "randwrite", "--bs", "4k,16k", "--count", "20", "-q"]).await;
+        assert!(log.take_extents().iter().all(|e| e.2 == 16384));
+        assert_eq!(r.to_fio_json()["jobs"][0]["nvmeof_probe"]["bs"].as_u64(), Some(16384));
+
+        // Sequential with a split: each write starts where the one before ended.
+        let r = t
+            .probe(&["--nsid", "2", "--rw", "write", "--bssplit", "4k/50:16k/50", "--count", "100", "-q"])
+            .await;
+        let ext = log.take_extents();
+        assert_eq!(ext.len(), 100);
+        let mut at = 0;
+        for e in &ext {
+            assert!(e.0 == 'W' && e.1 == at && (e.2 == 4096 || e.2 == 16384), "{e:?}, expected at {at}");
+            at += e.2;
+        }
+        let small = ext.iter().filter(|e| e.2 == 4096).count();
+        assert!((20..=80).contains(&small), "{small} of 100 writes of 4 KiB at 50%");
+        assert_eq!(r.write.bytes, at);
+        let opts = &r.to_fio_json()["jobs"][0]["job options"];
+        assert_eq!((opts["bssplit"].as_str(), opts.get("bs")), (Some("4k/50:16k/50"), None));
+
+        // A region barely larger than the largest request: requests move back to end within it.
+        let r = t
+            .probe(&[
+                "--nsid",
+                "2",
+                "--rw",
+                "randread",
+                "--size",
+                "80k",
+                "--bssplit",
+                "16k/50:64k/50",
+                "--count",
+                "100",
+                "-q",
+            ])
+            .await;
+        assert_eq!(r.read.ops, 100);
+        let ext = log.take_extents();
+        assert!(ext.iter().all(|e| within(e, 80 << 10) && e.1 % 16384 == 0), "{ext:?}");
+        assert!(ext.iter().any(|e| e.2 == 65536 && e.1 == 16384), "no 64 KiB read at the region's last fit");
+
+        // Ping mode: one request at a time, each with its direction's size.
+        let r = t
+            .probe(&[
+                "--nsid",
+                "2",
+                "--ping",
+                "--interval",
+                "0",
+                "--rw",
+                "randrw",
+                "--bs",
+                "8k,4k",
+                "--count",
+                "20",
+            ])
+            .await;
+        let ext = log.take_extents();
+        assert_eq!(ext.len(), 20);
+        assert!(ext.iter().all(|e| e.2 == if e.0 == 'R' { 8192 } else { 4096 }), "{ext:?}");
+        assert_eq!(r.read.bytes + r.write.bytes, ext.iter().map(|e| e.2).sum::<u64>());
+
+        // Verify and zoned runs need one size.
+        let e = nvmeof_tools::run_probe(&t.opts(&["--rw", "randrw", "--bs", "4k,8k", "--verify"]))
+            .await
+            .map(drop);
+        assert_eq!(e.unwrap_err().exit_code(), ExitCode::Usage);
         t.stop().await;
     })
     .await;

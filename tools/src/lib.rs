@@ -6,6 +6,8 @@
 //!   `nvmeof-probe`), [`probe::run_probe`] / [`probe::run_probe_with`] →
 //!   [`probe::Report`]; one tokio task per in-flight slot, each bound to an
 //!   I/O queue; HdrHistogram latency recording; ping mode.
+//! - [`blocksizes`]: request sizes per direction and weighted splits (`--bs
+//!   R,W,T`, `--bssplit`), as fio's `bs` and `bssplit`.
 //! - [`report`]: fio-like text, fio's JSON layout ([`probe::Report::to_fio_json`]),
 //!   ioping-like ping lines and summary, progress lines.
 //! - [`hdrlog`]: HdrHistogram interval log output (`--hdr-log`).
@@ -30,6 +32,7 @@
 #![recursion_limit = "256"]
 
 pub mod admin;
+pub mod blocksizes;
 pub mod distribution;
 pub mod error;
 pub mod hdrlog;

@@ -53,7 +53,7 @@ pub fn write_plot(r: &Report, path: &Path) -> std::io::Result<()> {
         "{} {} bs={} qd={} queues={} — {}",
         o.name,
         o.rw.as_str(),
-        crate::util::fmt_bytes(o.bs),
+        o.bs_text(),
         r.qd,
         r.queues,
         r.addr

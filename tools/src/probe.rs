@@ -36,6 +36,7 @@ use nvmeof_initiator::{
     discover, nvme_subsystems, ConnectOptions, Controller, HostIdentity, Payload, ReconnectPolicy,
 };
 
+use crate::blocksizes::{BlockSizes, SizeTable};
 use crate::distribution::{parse_distribution, Distribution, UnitPicker};
 use crate::error::{ErrorKind, ToolError};
 use crate::pacer::Pacer;
@@ -188,8 +189,17 @@ pub struct ProbeOptions {
     #[arg(long, value_name = "DIST", default_value = "random", value_parser = parse_distribution)]
     pub random_distribution: Distribution,
     /// Request size (e.g. 512, 4k, 128k, 1m); a multiple of the namespace block size.
-    #[arg(long, default_value = "4k", value_parser = parse_size)]
-    pub bs: u64,
+    /// As fio's bs: READ,WRITE[,TRIM] gives the directions sizes of their own
+    /// (4k,64k: reads 4 KiB, writes and trims 64 KiB; an empty value is 4k).
+    #[arg(long, default_value = "4k", value_parser = BlockSizes::parse_bs)]
+    pub bs: BlockSizes,
+    /// Request sizes drawn per request with weights, as fio's bssplit:
+    /// SIZE/PERCENT:SIZE/PERCENT... (e.g. 4k/60:64k/30:1m/10; sizes without a
+    /// percentage share the rest evenly); a comma starts the writes' list, a
+    /// second one the trims' (missing: those of the direction before).
+    /// Instead of --bs. Random offsets are aligned to the smallest size.
+    #[arg(long, value_name = "SPLIT", value_parser = BlockSizes::parse_bssplit, conflicts_with = "bs")]
+    pub bssplit: Option<BlockSizes>,
     /// Requests in flight per queue.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=4096))]
     pub qd: u32,
@@ -363,6 +373,32 @@ impl ProbeOptions {
         self.threads.unwrap_or_else(|| (self.queues as usize + self.write_queues as usize).min(cpus)).max(1)
     }
 
+    /// The request sizes: `--bssplit`, else `--bs`.
+    pub fn sizes(&self) -> &BlockSizes {
+        self.bssplit.as_ref().unwrap_or(&self.bs)
+    }
+
+    /// The kinds of request `--rw` sends (besides `--flush-every`'s Flushes).
+    pub fn ops(&self) -> Vec<OpKind> {
+        let rw = self.rw;
+        [(rw.reads(), OpKind::Read), (rw.writes(), OpKind::Write), (rw.trims(), OpKind::Trim)]
+            .into_iter()
+            .filter_map(|(on, op)| on.then_some(op))
+            .collect()
+    }
+
+    /// The one size of every request, where they all have one (no
+    /// `--bssplit`, and one `--bs` for the directions the run sends).
+    pub fn single_bs(&self) -> Option<u64> {
+        self.sizes().single(&self.ops())
+    }
+
+    /// The request sizes for a reader: `4 KiB` where every request has
+    /// one size, else fio's form (`4k,64k`, `4k/60:64k/40`).
+    pub fn bs_text(&self) -> String {
+        self.single_bs().map_or_else(|| self.sizes().to_string(), util::fmt_bytes)
+    }
+
     /// The run time limit in effect (`None`: until the count is reached or stopped).
     pub fn time_limit(&self) -> Option<Duration> {
         match (self.time, self.count, self.ping) {
@@ -374,8 +410,13 @@ impl ProbeOptions {
 
     /// Checks combinations the parser cannot.
     pub fn validate(&self) -> Result<(), ToolError> {
-        if self.bs == 0 || self.bs > u32::MAX as u64 {
-            return Err(ToolError::usage(format!("--bs {} out of range", self.bs)));
+        if self.single_bs().is_none() && (self.verify || self.zonemode == ZoneMode::Zbd) {
+            // The verify record and the zone plan count requests of one size.
+            return Err(ToolError::usage(format!(
+                "--verify and --zonemode zbd need one request size (--bs {} gives --rw {} several)",
+                self.sizes(),
+                self.rw.as_str()
+            )));
         }
         if self.count == Some(0) {
             return Err(ToolError::usage("--count must be at least 1"));
@@ -765,15 +806,17 @@ impl Report {
     }
 }
 
-/// Running totals of one slot (requests and latency sum per operation type,
-/// warm-up included) for the progress lines. Only its slot writes them, with
-/// plain stores (no locked read-modify-write in the I/O loop); a cache line
-/// each, so slots on different threads do not share lines.
+/// Running totals of one slot (requests, latency sum and bytes per
+/// operation type, warm-up included) for the progress lines. Only its slot
+/// writes them, with plain stores (no locked read-modify-write in the I/O
+/// loop); cache lines of their own, so slots on different threads do not
+/// share lines.
 #[repr(align(64))]
 #[derive(Default)]
 struct SlotLive {
     ops: [AtomicU64; 3],
     lat_ns: [AtomicU64; 3],
+    bytes: [AtomicU64; 3],
 }
 
 /// Everything the slots share (read-only except atomics).
@@ -782,9 +825,11 @@ struct Shared {
     nsid: u32,
     block_size: usize,
     region_lba: u64,
-    units: u64,
     blocks_per_io: u64,
-    bs: usize,
+    /// Where requests go and their sizes.
+    geo: Geometry,
+    /// The largest request's bytes (the slots' buffers).
+    max_bytes: usize,
     mode: RwMode,
     mix: u64,
     /// `--fua`.
@@ -939,8 +984,9 @@ impl Shared {
         })
     }
 
-    /// The next request: its kind, its unit of the region and that unit's first LBA.
-    fn pick(&self, rng: &mut Rng) -> (OpKind, u64, u64) {
+    /// The next request: its kind, its unit of the region, its first LBA
+    /// and its blocks.
+    fn pick(&self, rng: &mut Rng) -> (OpKind, u64, u64, u64) {
         let op = match self.mode {
             RwMode::Read | RwMode::Randread => OpKind::Read,
             RwMode::Write | RwMode::Randwrite => OpKind::Write,
@@ -954,12 +1000,15 @@ impl Shared {
                 }
             }
         };
-        let unit = if self.mode.random() {
-            self.picker.pick(rng)
+        let g = &self.geo;
+        let blocks = g.blocks(op, rng);
+        let (unit, lba) = if self.mode.random() {
+            let unit = self.picker.pick(rng);
+            (unit, g.random_at(unit, blocks))
         } else {
-            self.seq.fetch_add(1, Ordering::Relaxed) % self.units
+            g.seq_at(self.seq.fetch_add(g.seq_step(blocks), Ordering::Relaxed), blocks)
         };
-        (op, unit, self.region_lba + unit * self.blocks_per_io)
+        (op, unit, lba, blocks)
     }
 }
 
@@ -972,7 +1021,11 @@ struct IoBuf {
     rd: BytesMut,
     wr: Bytes,
     scratch: Vec<u8>,
+    /// The buffers' length: the largest request.
     len: usize,
+    block_size: usize,
+    /// The current request's bytes (set by [`Self::run_at`]).
+    cur: usize,
     /// `--fua`: every write (and Zone Append) has Force Unit Access.
     fua: bool,
     /// A trim's Dataset Management range.
@@ -980,9 +1033,9 @@ struct IoBuf {
 }
 
 impl IoBuf {
-    /// Buffers of `len` bytes; writes send pseudo-random data (not zeroes),
-    /// with FUA when `fua`.
-    fn new(len: usize, fua: bool, rng: &mut Rng) -> Self {
+    /// Buffers of `len` bytes for requests of blocks of `block_size`;
+    /// writes send pseudo-random data (not zeroes), with FUA when `fua`.
+    fn new(len: usize, block_size: usize, fua: bool, rng: &mut Rng) -> Self {
         let mut wr = vec![0; len];
         for w in wr.chunks_mut(8) {
             let v = rng.next().to_le_bytes();
@@ -993,6 +1046,8 @@ impl IoBuf {
             wr: wr.into(),
             scratch: Vec::new(),
             len,
+            block_size,
+            cur: len,
             fua,
             range: [0; DSM_RANGE_LEN],
         }
@@ -1002,6 +1057,16 @@ impl IoBuf {
     fn write_data_mut(&mut self) -> &mut [u8] {
         self.scratch.resize(self.len, 0);
         &mut self.scratch
+    }
+
+    /// The data a write of the current request sends: a view of `wr` (a
+    /// count bump).
+    fn write_bytes(&self) -> Bytes {
+        if self.cur == self.len {
+            self.wr.clone()
+        } else {
+            self.wr.slice(..self.cur)
+        }
     }
 
     /// The data the last read returned.
@@ -1020,6 +1085,7 @@ impl IoBuf {
         (nsid, lba, blocks): (u32, u64, u64),
         zone: Option<(&ZoneTarget<'_>, &ZoneWrite)>,
     ) -> nvmeof_initiator::Result<Option<u64>> {
+        self.cur = blocks as usize * self.block_size;
         let Some((zt, w)) = zone else {
             if op == OpKind::Trim {
                 self.range = DsmRange { cattr: 0, nlb: blocks as u32, slba: lba }.encode();
@@ -1050,7 +1116,7 @@ impl IoBuf {
             OpKind::Read => {
                 let mut buf = std::mem::take(&mut self.rd);
                 buf.clear();
-                match ctrl.io_read_buf_on(qid, sqe, buf, self.len).await {
+                match ctrl.io_read_buf_on(qid, sqe, buf, self.cur).await {
                     Ok(b) => {
                         self.rd = b;
                         Ok(0)
@@ -1063,13 +1129,13 @@ impl IoBuf {
                 }
             }
             OpKind::Write if sqe.opcode() == IoOpcode::ZONE_APPEND.0 => {
-                ctrl.io_command_once_on(qid, sqe, Payload::WriteBytes(self.wr.clone())).await.map(result)
+                ctrl.io_command_once_on(qid, sqe, Payload::WriteBytes(self.write_bytes())).await.map(result)
             }
             OpKind::Write if !self.scratch.is_empty() => {
                 ctrl.io_command_on(qid, sqe, Payload::Write(&self.scratch)).await.map(result)
             }
             OpKind::Write => {
-                ctrl.io_command_on(qid, sqe, Payload::WriteBytes(self.wr.clone())).await.map(result)
+                ctrl.io_command_on(qid, sqe, Payload::WriteBytes(self.write_bytes())).await.map(result)
             }
             OpKind::Trim => ctrl.io_command_on(qid, sqe, Payload::Write(&self.range)).await.map(result),
             OpKind::Flush => ctrl.io_command_on(qid, sqe, Payload::None).await.map(result),
@@ -1180,7 +1246,7 @@ fn written_units(opts: &ProbeOptions, units: u64) -> Option<pattern::WrittenUnit
 /// on `qids[1]` until the run ends.
 async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut {
     let mut rng = Rng::new(seed);
-    let mut buf = IoBuf::new(sh.bs, sh.fua, &mut rng);
+    let mut buf = IoBuf::new(sh.max_bytes, sh.block_size, sh.fua, &mut rng);
     let cap = if sh.record_samples { sh.samples_hint } else { 0 };
     let mut out = SlotOut {
         lag: sh.period_ns.map(|_| OpStats::new()),
@@ -1196,7 +1262,7 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
     let stop = &sh.hooks.stop;
     let mut pacer = Pacer::new();
     let mut clock = Instant::now();
-    let (mut live_ops, mut live_lat) = ([0u64; 3], [0u64; 3]);
+    let (mut live_ops, mut live_lat, mut live_bytes) = ([0u64; 3], [0u64; 3], [0u64; 3]);
     let mut flush_due = false;
     let mut rewrite = None;
     loop {
@@ -1241,8 +1307,11 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
             }
         }
         // trimwrite: the unit just trimmed is written next.
-        let (op, mut unit, mut lba) = match rewrite.take() {
-            Some((unit, lba)) => (OpKind::Write, unit, lba),
+        let (op, mut unit, mut lba, blocks) = match rewrite.take() {
+            Some((unit, lba)) => {
+                let blocks = sh.geo.blocks(OpKind::Write, &mut rng);
+                (OpKind::Write, unit, sh.geo.fit(lba, blocks), blocks)
+            }
             None => sh.pick(&mut rng),
         };
         let zt = sh.zone_target();
@@ -1269,31 +1338,31 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
         let send = Instant::now();
         // Reads on the read queue, writes and trims on the write queue.
         let qid = qids[(op != OpKind::Read) as usize];
-        let r = buf
-            .run_at(&sh.ctrl, qid, op, (sh.nsid, lba, sh.blocks_per_io), zt.as_ref().zip(zw.as_ref()))
-            .await;
+        let r = buf.run_at(&sh.ctrl, qid, op, (sh.nsid, lba, blocks), zt.as_ref().zip(zw.as_ref())).await;
         let done = Instant::now();
         clock = done;
         match r {
             Ok(Some(landed)) => (lba, unit) = (landed, (landed - sh.region_lba) / sh.blocks_per_io),
             Ok(None) => {}
             Err(e) => {
-                sh.fail(format!("{} of {} bytes at lba {lba} on queue {qid}", op.as_str(), sh.bs), &e);
+                sh.fail(format!("{} of {} bytes at lba {lba} on queue {qid}", op.as_str(), buf.cur), &e);
                 break;
             }
         }
         let was_written = was_written
             && epoch.is_none_or(|e| e % 2 == 0 && zt.as_ref().is_some_and(|z| z.zones.epoch(lba) == e));
         let lat = done.duration_since(intended.unwrap_or(send)).as_nanos() as u64;
-        let bytes = sh.bs as u64;
+        let bytes = buf.cur as u64;
         let k = op as usize;
         live_ops[k] += 1;
         live_lat[k] += lat;
+        live_bytes[k] += bytes;
         sh.live[idx].ops[k].store(live_ops[k], Ordering::Relaxed);
         sh.live[idx].lat_ns[k].store(live_lat[k], Ordering::Relaxed);
+        sh.live[idx].bytes[k].store(live_bytes[k], Ordering::Relaxed);
         match op {
             OpKind::Write => {
-                out.written_blocks += sh.blocks_per_io;
+                out.written_blocks += blocks;
                 if let Some(w) = &sh.written {
                     w.mark(unit);
                 }
@@ -1305,7 +1374,7 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
                 let (_, zero) =
                     pattern::check_read(buf.read_data(), sh.block_size, lba, was_written, |m| sh.mismatch(m));
                 out.unwritten_blocks += zero;
-                out.checked_blocks += sh.blocks_per_io - zero;
+                out.checked_blocks += blocks - zero;
             }
             OpKind::Trim if sh.mode == RwMode::Trimwrite => rewrite = Some((unit, lba)),
             OpKind::Read | OpKind::Trim | OpKind::Flush => {}
@@ -1544,36 +1613,99 @@ pub async fn namespace_info(ctrl: &Controller, nsid: u32) -> Result<NsInfo, Tool
 }
 
 /// The region and request geometry of a run.
+#[derive(Clone)]
 struct Geometry {
     block_size: usize,
     region_lba: u64,
     region_bytes: u64,
+    /// The region in units of `blocks_per_io` blocks.
     units: u64,
+    /// Blocks of a unit: the smallest request (every request, where they
+    /// all have one size); random requests start on a unit, as fio aligns
+    /// them to its smallest size (`blockalign`).
     blocks_per_io: u64,
+    /// Blocks of the largest request.
+    max_blocks: u64,
+    /// Blocks of each direction's requests (read, write, trim).
+    sizes: [SizeTable; 3],
+}
+
+impl Geometry {
+    /// Whether requests have more than one size (then a sequential run
+    /// counts its position in blocks, not units).
+    fn varied(&self) -> bool {
+        self.max_blocks != self.blocks_per_io
+    }
+
+    /// `lba`, moved back where a request of `blocks` would end past the region.
+    #[inline]
+    fn fit(&self, lba: u64, blocks: u64) -> u64 {
+        lba.min(self.region_lba + self.units * self.blocks_per_io - blocks)
+    }
+
+    /// The blocks of the next `op` request.
+    #[inline]
+    fn blocks(&self, op: OpKind, rng: &mut Rng) -> u64 {
+        self.sizes[op as usize].pick(|n| rng.below(n))
+    }
+
+    /// How far a sequential request of `blocks` moves the position.
+    #[inline]
+    fn seq_step(&self, blocks: u64) -> u64 {
+        if self.varied() {
+            blocks
+        } else {
+            1
+        }
+    }
+
+    /// The unit and first LBA of the sequential request of `blocks` at
+    /// position `pos` (the sum of the steps before it): with one size the
+    /// unit after unit, else the next blocks, back at the region's start
+    /// where the rest is shorter than the request (fio wraps alike).
+    #[inline]
+    fn seq_at(&self, pos: u64, blocks: u64) -> (u64, u64) {
+        if !self.varied() {
+            let unit = pos % self.units;
+            return (unit, self.region_lba + unit * self.blocks_per_io);
+        }
+        let region = self.units * self.blocks_per_io;
+        let off = Some(pos % region).filter(|o| o + blocks <= region).unwrap_or(0);
+        (off / self.blocks_per_io, self.region_lba + off)
+    }
+
+    /// The first LBA of a random request of `blocks` at `unit`.
+    #[inline]
+    fn random_at(&self, unit: u64, blocks: u64) -> u64 {
+        self.fit(self.region_lba + unit * self.blocks_per_io, blocks)
+    }
 }
 
 fn geometry(opts: &ProbeOptions, ns: NsInfo, max_transfer: Option<u32>) -> Result<Geometry, ToolError> {
     let bsz = ns.block_size as u64;
     let ns_bytes = ns.blocks * bsz;
-    if !opts.bs.is_multiple_of(bsz) {
-        return Err(ToolError::usage(format!(
-            "--bs {} is not a multiple of the namespace block size {bsz}",
-            opts.bs
-        )));
-    }
-    let blocks_per_io = opts.bs / bsz;
-    if let Some(m) = max_transfer {
-        if opts.bs > m as u64 {
+    let flag = if opts.bssplit.is_some() { "--bssplit" } else { "--bs" };
+    let ops = opts.ops();
+    for bs in opts.sizes().used(&ops) {
+        if !bs.is_multiple_of(bsz) {
             return Err(ToolError::usage(format!(
-                "--bs {} exceeds the controller's maximum transfer size {} (MDTS, or MAXH2CDATA without one)",
-                util::fmt_bytes(opts.bs),
+                "{flag} {bs} is not a multiple of the namespace block size {bsz}"
+            )));
+        }
+        if let Some(m) = max_transfer.filter(|&m| bs > m as u64) {
+            return Err(ToolError::usage(format!(
+                "{flag} {} exceeds the controller's maximum transfer size {} (MDTS, or MAXH2CDATA without one)",
+                util::fmt_bytes(bs),
                 util::fmt_bytes(m as u64)
             )));
         }
+        if bs / bsz > 1 << 16 {
+            return Err(ToolError::usage(format!("{flag} {bs} exceeds 65536 blocks per command")));
+        }
     }
-    if blocks_per_io > 1 << 16 {
-        return Err(ToolError::usage(format!("--bs {} exceeds 65536 blocks per command", opts.bs)));
-    }
+    let min_bs = opts.sizes().used(&ops).min().unwrap_or(bsz);
+    let max_bs = opts.sizes().used(&ops).max().unwrap_or(bsz);
+    let blocks_per_io = min_bs / bsz;
     if !opts.offset.is_multiple_of(bsz) {
         return Err(ToolError::usage(format!(
             "--offset {} is not a multiple of the block size {bsz}",
@@ -1597,12 +1729,12 @@ fn geometry(opts: &ProbeOptions, ns: NsInfo, max_transfer: Option<u32>) -> Resul
             util::fmt_bytes(ns_bytes)
         )));
     }
-    let units = size / opts.bs;
-    if units == 0 {
+    let units = size / min_bs;
+    if units == 0 || units * min_bs < max_bs {
         return Err(ToolError::usage(format!(
             "the region ({}) is smaller than one request ({})",
             util::fmt_bytes(size),
-            util::fmt_bytes(opts.bs)
+            util::fmt_bytes(max_bs)
         )));
     }
     if opts.verify && (ns.block_size as usize) <= pattern::HEADER_LEN {
@@ -1611,9 +1743,11 @@ fn geometry(opts: &ProbeOptions, ns: NsInfo, max_transfer: Option<u32>) -> Resul
     Ok(Geometry {
         block_size: ns.block_size as usize,
         region_lba: opts.offset / bsz,
-        region_bytes: units * opts.bs,
+        region_bytes: units * min_bs,
         units,
         blocks_per_io,
+        max_blocks: max_bs / bsz,
+        sizes: [OpKind::Read, OpKind::Write, OpKind::Trim].map(|op| SizeTable::new(opts.sizes().of(op), bsz)),
     })
 }
 
@@ -1666,10 +1800,11 @@ async fn zone_setup(
         return Err(not_zoned());
     }
     let bsz = g.block_size as u64;
+    // One request size here (`validate`): the unit.
+    let bs = g.blocks_per_io * bsz;
     if !zone_blocks.is_multiple_of(g.blocks_per_io) {
         return Err(ToolError::usage(format!(
-            "--bs {} does not divide the zone size ({})",
-            opts.bs,
+            "--bs {bs} does not divide the zone size ({})",
             util::fmt_bytes(zone_blocks * bsz)
         )));
     }
@@ -1694,7 +1829,7 @@ async fn zone_setup(
     }
     g.region_lba = first;
     g.units = (last - first) / g.blocks_per_io;
-    g.region_bytes = g.units * opts.bs;
+    g.region_bytes = g.units * bs;
     if opts.zone_append && write_slots > 0 {
         // ZASL: 2^n minimum memory pages (CAP.MPSMIN), 0 for MDTS.
         let mut buf = [0u8; IDENTIFY_DATA_LEN];
@@ -1709,10 +1844,10 @@ async fn zone_setup(
         let info = ctrl.info();
         let page = 1u64 << (12 + info.cap.mpsmin());
         let limit = if zasl == 0 { info.max_transfer.map(u64::from) } else { page.checked_shl(zasl as u32) };
-        if let Some(l) = limit.filter(|&l| opts.bs > l) {
+        if let Some(l) = limit.filter(|&l| bs > l) {
             return Err(ToolError::usage(format!(
                 "--bs {} exceeds the controller's Zone Append size limit ({})",
-                util::fmt_bytes(opts.bs),
+                util::fmt_bytes(bs),
                 util::fmt_bytes(l)
             )));
         }
@@ -1771,7 +1906,7 @@ async fn zone_setup(
     if write_slots > 0 && plan.writable() == 0 {
         return Err(ToolError::usage(format!(
             "--zonemode zbd: no zone of the region takes writes of {} (read only, offline or too small)",
-            util::fmt_bytes(opts.bs)
+            util::fmt_bytes(bs)
         )));
     }
     let max_open = plan.max_open();
@@ -1875,9 +2010,9 @@ async fn run_connected(
         nsid: opts.nsid,
         block_size: g.block_size,
         region_lba: g.region_lba,
-        units: g.units,
         blocks_per_io: g.blocks_per_io,
-        bs: opts.bs as usize,
+        geo: g.clone(),
+        max_bytes: (g.max_blocks as usize) * g.block_size,
         mode: opts.rw,
         mix: opts.mix as u64,
         picker: UnitPicker::new(opts.random_distribution, g.units, seed),
@@ -2010,8 +2145,7 @@ async fn run_connected(
 /// Samples the live counters every second and reports progress.
 async fn monitor(sh: Arc<Shared>, done: Arc<AtomicBool>) -> Vec<TimelinePoint> {
     let mut timeline = Vec::new();
-    let mut last = [(0u64, 0u64); 3];
-    let bs = sh.bs as f64;
+    let mut last = [(0u64, 0u64, 0u64); 3];
     let mut last_t = sh.t0;
     let mut next = sh.t0 + Duration::from_secs(1);
     loop {
@@ -2026,18 +2160,20 @@ async fn monitor(sh: Arc<Shared>, done: Arc<AtomicBool>) -> Vec<TimelinePoint> {
         if finished && secs < 0.2 {
             break;
         }
-        let mut cur = [(0u64, 0u64); 3];
+        let mut cur = [(0u64, 0u64, 0u64); 3];
         for l in sh.live.iter() {
             for (k, c) in cur.iter_mut().enumerate() {
                 c.0 += l.ops[k].load(Ordering::Relaxed);
                 c.1 += l.lat_ns[k].load(Ordering::Relaxed);
+                c.2 += l.bytes[k].load(Ordering::Relaxed);
             }
         }
         let rate = |i: usize| {
             let d_ops = cur[i].0 - last[i].0;
             let d_lat = cur[i].1 - last[i].1;
+            let d_bytes = cur[i].2 - last[i].2;
             let mean = if d_ops > 0 { d_lat as f64 / d_ops as f64 } else { 0.0 };
-            (d_ops as f64 / secs, d_ops as f64 * bs / secs, mean)
+            (d_ops as f64 / secs, d_bytes as f64 / secs, mean)
         };
         let (ri, rb, rl) = rate(0);
         let (wi, wb, wl) = rate(1);
@@ -2083,7 +2219,7 @@ async fn run_ping(
     let seed = opts.seed.unwrap_or_else(time_seed);
     let mut rng = Rng::new(seed);
     let picker = UnitPicker::new(opts.random_distribution, g.units, seed);
-    let mut buf = IoBuf::new(opts.bs as usize, opts.fua, &mut rng);
+    let mut buf = IoBuf::new(g.max_blocks as usize * g.block_size, g.block_size, opts.fua, &mut rng);
     let mut pacer = Pacer::new();
     let t0 = Instant::now();
     let measure_start = t0 + opts.warmup;
@@ -2125,15 +2261,16 @@ async fn run_ping(
             _ if rng.below(100) < opts.mix as u64 => OpKind::Read,
             _ => OpKind::Write,
         };
-        let mut unit = if let Some(u) = rewritten {
-            u
+        let blocks = g.blocks(op, &mut rng);
+        let (mut unit, mut lba) = if let Some((u, at)) = rewritten {
+            (u, g.fit(at, blocks))
         } else if opts.rw.random() {
-            picker.pick(&mut rng)
+            let unit = picker.pick(&mut rng);
+            (unit, g.random_at(unit, blocks))
         } else {
-            seq += 1;
-            (seq - 1) % g.units
+            seq += g.seq_step(blocks);
+            g.seq_at(seq - g.seq_step(blocks), blocks)
         };
-        let mut lba = g.region_lba + unit * g.blocks_per_io;
         let mut zw = None;
         if let Some(zt) = &zt {
             match zt.place(op, lba, 1, &mut rng, &hooks.stop, end).await {
@@ -2151,15 +2288,14 @@ async fn run_ping(
         let warmup = now < measure_start;
         let was_written = written.as_ref().is_none_or(|w| w.contains(unit));
         let send = Instant::now();
-        let r =
-            buf.run_at(ctrl, 1, op, (opts.nsid, lba, g.blocks_per_io), zt.as_ref().zip(zw.as_ref())).await;
+        let r = buf.run_at(ctrl, 1, op, (opts.nsid, lba, blocks), zt.as_ref().zip(zw.as_ref())).await;
         let done = Instant::now();
         match r {
             Ok(Some(landed)) => (lba, unit) = (landed, (landed - g.region_lba) / g.blocks_per_io),
             Ok(None) => {}
             Err(e) => {
                 error = Some(ToolError::from_initiator(
-                    &format!("{} of {} bytes at lba {lba}", op.as_str(), opts.bs),
+                    &format!("{} of {} bytes at lba {lba}", op.as_str(), buf.cur),
                     &e,
                 ));
                 break;
@@ -2168,10 +2304,10 @@ async fn run_ping(
         last_done = done;
         let lat = done.duration_since(send).as_nanos() as u64;
         if op == OpKind::Trim && opts.rw == RwMode::Trimwrite {
-            rewrite = Some(unit);
+            rewrite = Some((unit, lba));
         }
         if op == OpKind::Write {
-            verify.written_blocks += g.blocks_per_io;
+            verify.written_blocks += blocks;
             if let Some(w) = &written {
                 w.mark(unit);
             }
@@ -2184,19 +2320,13 @@ async fn run_ping(
                 hooks.emit(ProbeEvent::Mismatch(m));
             });
             verify.unwritten_blocks += zero;
-            verify.checked_blocks += g.blocks_per_io - zero;
+            verify.checked_blocks += blocks - zero;
         }
-        hooks.emit(ProbeEvent::Ping(PingSample {
-            request: n,
-            op,
-            bytes: opts.bs,
-            lba,
-            latency_ns: lat,
-            warmup,
-        }));
+        let bytes = buf.cur as u64;
+        hooks.emit(ProbeEvent::Ping(PingSample { request: n, op, bytes, lba, latency_ns: lat, warmup }));
         if !warmup {
             measured += 1;
-            stats[op as usize].record(lat, opts.bs);
+            stats[op as usize].record(lat, bytes);
             if let Some(v) = samples.get_mut(op as usize).filter(|_| opts.record_samples) {
                 v.push(lat);
             }
@@ -2305,7 +2435,25 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(o.addr(), "10.0.0.1:4420");
-        assert_eq!((o.rw, o.mix, o.bs, o.qd, o.queues), (RwMode::Randrw, 70, 128 << 10, 8, 2));
+        assert_eq!((o.rw, o.mix, o.single_bs(), o.qd, o.queues), (RwMode::Randrw, 70, Some(128 << 10), 8, 2));
+        // Sizes per direction and splits, as fio's bs and bssplit.
+        let sizes =
+            |a: &[&str]| ProbeOptions::parse_args(["p", "x"].iter().chain(a)).map(|p| (p.validate(), p));
+        let (v, p) = sizes(&["--rw", "randread", "--bs", "4k,64k"]).unwrap();
+        assert!(v.is_ok());
+        assert_eq!((p.single_bs(), p.bs_text().as_str()), (Some(4096), "4 KiB"), "reads only: one size");
+        let (v, p) = sizes(&["--rw", "randrw", "--bs", "4k,64k"]).unwrap();
+        assert!(v.is_ok());
+        assert_eq!((p.single_bs(), p.bs_text().as_str()), (None, "4k,64k"));
+        let (v, p) = sizes(&["--rw", "randrw", "--bs", "4k,64k", "--verify"]).unwrap();
+        assert!(v.unwrap_err().message.contains("one request size"), "{p:?}");
+        let (v, _) = sizes(&["--rw", "write", "--bssplit", "4k/50:8k/50", "--zonemode", "zbd"]).unwrap();
+        assert!(v.unwrap_err().message.contains("one request size"));
+        let (v, p) = sizes(&["--rw", "randread", "--bssplit", "4k/60:64k/40"]).unwrap();
+        assert!(v.is_ok());
+        assert_eq!((p.single_bs(), p.bs_text().as_str()), (None, "4k/60:64k/40"));
+        assert!(sizes(&["--bs", "8k", "--bssplit", "4k/100"]).is_err(), "--bs and --bssplit conflict");
+        assert!(sizes(&["--bssplit", "4k/50:8k/40"]).is_err());
         assert_eq!(
             (o.time, o.rate, o.warmup),
             (Some(Duration::from_secs(3)), Some(1000), Duration::from_secs(1))

@@ -92,7 +92,8 @@ impl Report {
             "rw": o.rw.as_str(),
             "rwmixread": o.mix,
             "random_distribution": o.random_distribution.to_string(),
-            "bs": o.bs,
+            // A number where every request has one size, else fio's form.
+            "bs": o.single_bs().map_or_else(|| json!(o.sizes().to_string()), |b| json!(b)),
             "qd_requested": o.qd,
             "qd": self.qd,
             "queues_requested": o.queues,
@@ -142,7 +143,9 @@ impl Report {
         }
         let mut job_options = json!({
             "rw": o.rw.as_str(),
-            "bs": o.bs.to_string(),
+            // fio names a split `bssplit`.
+            "bs": o.bssplit.is_none().then(|| o.single_bs().map_or_else(|| o.bs.to_string(), |b| b.to_string())),
+            "bssplit": o.bssplit.as_ref().map(|b| b.to_string()),
             "iodepth": o.qd.to_string(),
             "numjobs": o.queues.to_string(),
             "rwmixread": o.mix.to_string(),
@@ -212,7 +215,7 @@ impl Report {
             "{}: (rw={}{dist}, bs={}{durable}, qd={}, queues={}{wq}{rate}) {} {} nsid={}\n",
             o.name,
             o.rw.as_str(),
-            fmt_bytes(o.bs),
+            o.bs_text(),
             self.qd,
             self.queues,
             self.addr,
