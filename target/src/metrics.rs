@@ -146,11 +146,15 @@ pub fn render(target: &Target) -> String {
     // Per controller: which host, how many I/O queues, how many errors.
     let ctrls: Vec<_> = live.into_iter().flatten().collect();
     let ids: Vec<String> = ctrls.iter().map(|c| c.cntlid.to_string()).collect();
+    // The host's IP address (nvmet's debugfs `host_traddr`): which node it is.
+    let traddrs: Vec<String> =
+        ctrls.iter().map(|c| c.host_addr.map(|a| a.ip().to_string()).unwrap_or_default()).collect();
     let labels = |i: usize| {
         [
             ("subsystem", ctrls[i].subsys.nqn.as_str()),
             ("cntlid", ids[i].as_str()),
             ("hostnqn", ctrls[i].hostnqn.as_str()),
+            ("host_traddr", traddrs[i].as_str()),
         ]
     };
     type CtrlValue = fn(&Controller) -> u64;
@@ -373,6 +377,7 @@ mod tests {
         let c = t
             .create_controller(|id| {
                 Controller::new(id, s.clone(), "nqn.host:\"a\"\\b".into(), [0; 16], 1, 0, 4)
+                    .with_host_addr(Some("192.0.2.7:50000".parse().unwrap()))
             })
             .unwrap();
         assert!(c.add_io_queue(1) && c.add_io_queue(2));
@@ -390,7 +395,7 @@ mod tests {
         assert_eq!(value(&text, &format!("nvmeof_subsystem_controllers{disc}")), Some(0));
         // The host NQN's quote and backslash are escaped.
         let ctrl = format!(
-            r#"{{subsystem="nqn.2026-12.io.nvmeof:metrics",cntlid="{}",hostnqn="nqn.host:\"a\"\\b"}}"#,
+            r#"{{subsystem="nqn.2026-12.io.nvmeof:metrics",cntlid="{}",hostnqn="nqn.host:\"a\"\\b",host_traddr="192.0.2.7"}}"#,
             c.cntlid
         );
         assert_eq!(value(&text, &format!("nvmeof_controller_io_queues{ctrl}")), Some(2));

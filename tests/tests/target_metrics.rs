@@ -90,7 +90,7 @@ async fn metrics_count_what_a_host_did() {
         assert_eq!(value(&text, "nvmeof_connections"), Some(3), "{text}");
         assert_eq!(value(&text, &format!("nvmeof_subsystem_controllers{{subsystem=\"{SUBNQN}\"}}")), Some(1));
         let ctrl_series = format!(
-            "nvmeof_controller_io_queues{{subsystem=\"{SUBNQN}\",cntlid=\"{}\",hostnqn=\"{hostnqn}\"}}",
+            "nvmeof_controller_io_queues{{subsystem=\"{SUBNQN}\",cntlid=\"{}\",hostnqn=\"{hostnqn}\",host_traddr=\"127.0.0.1\"}}",
             ctrl.info().cntlid
         );
         assert_eq!(value(&text, &ctrl_series), Some(2), "{text}");

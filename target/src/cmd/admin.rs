@@ -950,6 +950,7 @@ mod tests {
             sqflow_disabled: false,
             close_requested: false,
             local_addr: None,
+            peer_addr: None,
             read_bufs: Default::default(),
             data_digest: false,
             auth: Default::default(),

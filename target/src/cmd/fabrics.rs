@@ -142,7 +142,9 @@ fn connect(ctx: &mut QueueCtx, sqe: &Sqe, data: &[u8]) -> Response {
         let (hostnqn, hostid, port) = (d.hostnqn.clone(), d.hostid, ctx.port_id);
         let keys = subsys.host_keys(&d.hostnqn);
         let Some(ctrl) = target.create_controller_in(subsys.cntlids.clone(), |id| {
-            Controller::new(id, subsys.clone(), hostnqn, hostid, port, kato, max_qid).with_host_keys(keys)
+            Controller::new(id, subsys.clone(), hostnqn, hostid, port, kato, max_qid)
+                .with_host_keys(keys)
+                .with_host_addr(ctx.peer_addr)
         }) else {
             // nvmet_alloc_ctrl: Controller Busy when its ida range is used up.
             warn!(subnqn = %subsys.nqn, cntlids = ?subsys.cntlids, "no free controller ID in the subsystem's range");

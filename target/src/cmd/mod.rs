@@ -44,6 +44,9 @@ pub struct QueueCtx {
     pub close_requested: bool,
     /// Local address of the connection (discovery log entries of wildcard listeners report it).
     pub local_addr: Option<std::net::SocketAddr>,
+    /// The host's address (nvmet's debugfs `host_traddr`): an admin queue's
+    /// controller keeps it, for the metrics.
+    pub peer_addr: Option<std::net::SocketAddr>,
     /// Read buffers handed out earlier; reused once the socket has sent them.
     pub read_bufs: std::collections::VecDeque<Bytes>,
     /// The connection carries data digests (ICReq DDGST): reads ask the
@@ -74,6 +77,7 @@ impl QueueCtx {
             sqflow_disabled: false,
             close_requested: false,
             local_addr: None,
+            peer_addr: None,
             read_bufs: std::collections::VecDeque::new(),
             data_digest: false,
             auth: auth::QueueAuth::default(),

@@ -85,6 +85,9 @@ pub struct Controller {
     pub hostid: [u8; 16],
     /// Port the admin queue came in on.
     pub port_id: u16,
+    /// Where the admin queue's connection came from (nvmet's debugfs
+    /// `host_traddr`), where known.
+    pub host_addr: Option<std::net::SocketAddr>,
     /// Highest I/O queue ID allowed.
     pub max_qid: u16,
     /// The host's DH-HMAC-CHAP keys when it must authenticate on every
@@ -133,6 +136,7 @@ impl Controller {
             hostnqn,
             hostid,
             port_id,
+            host_addr: None,
             max_qid,
             host_keys: Mutex::new(None),
             regs: Mutex::new(Regs::default()),
@@ -148,6 +152,12 @@ impl Controller {
             errors: Mutex::new(ErrorLog::default()),
             teardown: watch::channel(Teardown::Alive).0,
         }
+    }
+
+    /// With the address the host connected from.
+    pub fn with_host_addr(mut self, addr: Option<std::net::SocketAddr>) -> Self {
+        self.host_addr = addr;
+        self
     }
 
     /// With the host's DH-HMAC-CHAP keys (the host must authenticate).

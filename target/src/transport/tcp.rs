@@ -221,6 +221,7 @@ pub async fn run_connection(
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut ctx = QueueCtx::new(target.clone(), port_id, QueueIo::with_ring(tx));
     ctx.local_addr = stream.local_addr().ok();
+    ctx.peer_addr = stream.peer_addr().ok();
     let mut q = QueueState::new(ctx);
     q.out.set_digest_window(nvmeof_net::digest_window());
     // Bytes received per wake-up before the PDUs are handled: a quarter of
