@@ -140,6 +140,7 @@ TARGET_PORT=""
 NS1_UUID=6e766d65-6f66-4100-8000-0000000000a1
 TARGET_PORT2=""                          # a second port of the same subsystem (ANA multipath)
 TWIN_PORT=""                             # a second target process exporting the same subsystem (hook start-twin)
+METRICS_PORT=""                          # the target's Prometheus metrics ([metrics] listen; hooks metrics-*)
 SCEN_TARGET_ARGS=""                      # per-scenario target flags (kernel-host-*)
 # ana_state_line N: the ana_state key of port N from $DIR/ana.list ("PORT STATE"
 # per line, written by hook ana-state), if any
@@ -168,6 +169,12 @@ write_target_config() {
         echo "[[referral]]"
         echo "address = \"10.0.2.101:4420\""
         echo "portid = 2"
+        # Prometheus metrics on loopback (hooks metrics-ns, metrics-ctrl)
+        if [ -n "$METRICS_PORT" ]; then
+            echo
+            echo "[metrics]"
+            echo "listen = \"127.0.0.1:$METRICS_PORT\""
+        fi
         echo
         echo "[[subsystem]]"
         echo "nqn = \"$NQN\""
@@ -284,6 +291,11 @@ start_target() {
     if [ -z "$TWIN_PORT" ]; then
         TWIN_PORT=$(free_port)
         while [ "$TWIN_PORT" = "$TARGET_PORT" ] || [ "$TWIN_PORT" = "$TARGET_PORT2" ]; do TWIN_PORT=$(free_port); done
+    fi
+    if [ -z "$METRICS_PORT" ]; then
+        METRICS_PORT=$(free_port)
+        while [ "$METRICS_PORT" = "$TARGET_PORT" ] || [ "$METRICS_PORT" = "$TARGET_PORT2" ] \
+            || [ "$METRICS_PORT" = "$TWIN_PORT" ]; do METRICS_PORT=$(free_port); done
     fi
     [ -f "$DIR/ns.list" ] || echo "1 $NS_SIZE $DIR/ns1.img" >"$DIR/ns.list"
     write_target_config
@@ -725,6 +737,43 @@ hook_ns_usage() { # ns-usage NSID: bytes the file of namespace NSID has allocate
     echo "allocated=$(( $(stat -c %b "$file") * $(stat -c %B "$file") ))"
 }
 
+# metrics_query WHAT ARG: one line from the target's Prometheus metrics
+# (GET /metrics on 127.0.0.1:$METRICS_PORT): "ns NSID" gives the counters of
+# namespace NSID of $NQN, "ctrl HOSTNQN" the controllers of $NQN that host has
+metrics_query() {
+    python3 - "$METRICS_PORT" "$NQN" "$@" <<'PY'
+import re, sys, urllib.request
+port, nqn, what, arg = sys.argv[1:5]
+text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+samples = []
+for line in text.splitlines():
+    m = re.match(r'^(\w+)(?:\{(.*)\})? (\d+)$', line)
+    if m:
+        labels = dict(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        samples.append((m.group(1), labels, int(m.group(3))))
+def value(name, **want):
+    return sum(v for n, l, v in samples if n == name and all(l.get(k) == w for k, w in want.items()))
+if what == "ns":
+    keys = ["read_commands", "read_bytes", "write_commands", "write_bytes"]
+    print(" ".join(f"{k}={value(f'nvmeof_namespace_{k}_total', subsystem=nqn, nsid=arg)}" for k in keys))
+else:
+    ctrls = [l for n, l, v in samples if n == "nvmeof_controller_io_queues" and l.get("subsystem") == nqn and l.get("hostnqn") == arg]
+    queues = ",".join(str(value("nvmeof_controller_io_queues", **c)) for c in ctrls)
+    traddrs = ",".join(sorted({c["host_traddr"] for c in ctrls}))
+    print(f"controllers={len(ctrls)} io_queues={queues or 0} host_traddr={traddrs or '-'} connections={value('nvmeof_connections')}")
+PY
+}
+hook_metrics_ns() { # metrics-ns NSID: namespace NSID's read/write commands and bytes from the metrics
+    kh_host_target || { echo "not applicable"; return 2; }
+    [[ ${1:-} =~ ^[0-9]+$ ]] || { echo "usage: metrics-ns NSID"; return 2; }
+    metrics_query ns "$1" 2>&1
+}
+hook_metrics_ctrl() { # metrics-ctrl HOSTNQN: that host's controllers of $NQN from the metrics
+    kh_host_target || { echo "not applicable"; return 2; }
+    [ -n "${1:-}" ] || { echo "usage: metrics-ctrl HOSTNQN"; return 2; }
+    metrics_query ctrl "$1" 2>&1
+}
+
 hook_start_twin() { # start-twin: a second target process exporting NQN's namespace 1 (the
     # same file, the same configured UUID) with controller IDs from 1000 on, on TWIN_PORT
     # (the guest's 10.0.2.102): to a multipath host the two are one subsystem
@@ -896,6 +945,7 @@ run_scenario() {
     TARGET_PORT=""
     TARGET_PORT2=""
     TWIN_PORT=""
+    METRICS_PORT=""
     SCEN_TARGET_ARGS=""
     case $SCEN in
         kernel-host|kernel-host-direct|kernel-host-threads)

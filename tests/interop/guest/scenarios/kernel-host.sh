@@ -336,6 +336,52 @@ kh_smart_io() {
         || fail "SMART counts less than dd-verify's 32 MiB written and read back"
 }
 
+# kh_metrics: our target's Prometheus metrics (run.sh's [metrics] listen;
+# hooks metrics-ns and metrics-ctrl read them on the host) count what this
+# host does: 4 MiB read and written back unchanged with O_DIRECT at 44 MiB add
+# exactly 4 MiB to namespace 1's write bytes (no other writer: reads of udev
+# and the like only add reads) in at least 4 commands, and at least as much
+# to its reads; this host's controller (its host NQN) shows the I/O queues
+# blk-mq has and the address the target saw the connection come from (QEMU's
+# forward on the host's loopback). nvmet has no such endpoint.
+kh_metrics() {
+    need_dev
+    if [ "$TARGET" = kernel-guest ]; then
+        info "nvmet: no metrics endpoint (step checks our target only)"
+        return 0
+    fi
+    mval() { echo "$1" | sed -n "s/.* $2=\([0-9]*\).*/\1/p"; }
+    hook_call metrics-ns 30 1 >/dev/null || fail "metrics-ns: ${HOOK_REPLY:-no reply}"
+    _m0=$HOOK_REPLY
+    t 60 dd if="$DEV" of=/tmp/mx bs=1M count=4 skip=44 iflag=direct 2>/dev/null || fail "dd read 4 MiB at 44 MiB"
+    t 60 dd if=/tmp/mx of="$DEV" bs=1M count=4 seek=44 oflag=direct conv=notrunc 2>/dev/null \
+        || fail "dd write 4 MiB at 44 MiB"
+    rm -f /tmp/mx
+    hook_call metrics-ns 30 1 >/dev/null || fail "metrics-ns: ${HOOK_REPLY:-no reply}"
+    _m1=$HOOK_REPLY
+    for _k in read_commands read_bytes write_commands write_bytes; do
+        _a=$(mval "$_m0" $_k); _b=$(mval "$_m1" $_k)
+        [ -n "$_a" ] && [ -n "$_b" ] || fail "no $_k in '$_m0' / '$_m1'"
+        eval "_d_$_k=$((_b - _a))"
+    done
+    [ "$_d_write_bytes" = $((4 << 20)) ] || fail "write bytes moved by $_d_write_bytes, not 4 MiB ($_m0 -> $_m1)"
+    [ "$_d_write_commands" -ge 4 ] && [ "$_d_write_commands" -le 1024 ] \
+        || fail "write commands moved by $_d_write_commands for 4 MiB"
+    [ "$_d_read_bytes" -ge $((4 << 20)) ] && [ "$_d_read_commands" -ge 4 ] \
+        || fail "reads moved by $_d_read_commands commands, $_d_read_bytes bytes: less than dd's 4 MiB"
+    _hn=$(cat "/sys/class/nvme/$CTRL/hostnqn")
+    hook_call metrics-ctrl 30 "$_hn" >/dev/null || fail "metrics-ctrl: ${HOOK_REPLY:-no reply}"
+    _path=$(ls -d /sys/class/nvme/"$CTRL"/nvme*n* 2>/dev/null | head -n 1)
+    _mq=$(ls "$_path/mq" 2>/dev/null | wc -l)
+    case $HOOK_REPLY in
+        *" controllers=1 io_queues=$_mq host_traddr=127.0.0.1 "*) ;;
+        *) fail "metrics of this host's controller: '$HOOK_REPLY' (want 1 controller with $_mq I/O queues from 127.0.0.1)" ;;
+    esac
+    _conns=$(mval "$HOOK_REPLY" connections)
+    [ "${_conns:-0}" -gt "$_mq" ] || fail "$_conns connections open, fewer than the admin and $_mq I/O queues"
+    info "+$_d_write_commands write commands, +$_d_write_bytes bytes for dd's 4 MiB; +$_d_read_commands reads, +$_d_read_bytes bytes; ${HOOK_REPLY#HOOKACK metrics-ctrl 0 }"
+}
+
 # kh_copy: Copy (NVM OPC 19h) as `nvme copy` sends it through the kernel's
 # passthrough ioctl: the second and first 32 KiB of 64 KiB written at 48 MiB
 # gathered to 49 MiB, read back with O_DIRECT, the block after it untouched;
@@ -1863,6 +1909,7 @@ scenario_main() {
     run_step error-log 40 kh_error_log
     run_step dd-verify 180 kh_dd_verify plain
     run_step smart-io 40 kh_smart_io
+    run_step metrics 60 kh_metrics
     run_step copy 60 kh_copy
     run_step verify 60 kh_verify
     run_step discard 120 kh_discard
