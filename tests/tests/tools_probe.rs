@@ -243,6 +243,7 @@ async fn every_flag_combination_reports_fio_json() {
             &["--rw", "trimwrite", "--count", "40", "--qd", "2"],
             &["--rw", "randrw", "--bs", "4k,16k", "--count", "100", "--qd", "4", "--write-queues", "1"],
             &["--rw", "rw", "--bssplit", "4k/70:32k/30", "--time", "300ms", "--qd", "2", "--rate", "2000"],
+            &["--rw", "randrw", "--thinktime", "1ms", "--thinktime-blocks", "2", "--qd", "4", "--time", "300ms"],
         ];
         for extra in combos {
             let opts = t.opts(extra);
@@ -1818,6 +1819,53 @@ async fn request_sizes_per_direction_and_split_reach_the_target() {
             .await
             .map(drop);
         assert_eq!(e.unwrap_err().exit_code(), ExitCode::Usage);
+        t.stop().await;
+    })
+    .await;
+}
+
+/// `--thinktime` (fio's): a slot pauses after each completion (after each N
+/// with `--thinktime-blocks N`) before its next request, so one slot sends
+/// at most one request per pause; the pause is not latency. Refused with
+/// `--ping` and `--rate`, which space requests themselves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thinktime_pauses_each_slot_between_requests() {
+    bounded(60, async {
+        let t = start_target(512, None).await;
+        let r =
+            t.probe(&["--rw", "randread", "--qd", "1", "--time", "400ms", "--thinktime", "20ms", "-q"]).await;
+        assert!(r.error.is_none(), "{:?}", r.error);
+        // One request, then 20 ms: at most 21 in 400 ms.
+        assert!((1..=21).contains(&r.read.ops), "{} reads in 400 ms with 20 ms pauses", r.read.ops);
+        let p50 = r.to_fio_json()["jobs"][0]["read"]["lat_ns"]["percentile"]["50.000000"].as_u64().unwrap();
+        assert!(p50 < 15_000_000, "the pause counted as latency: p50 {p50} ns");
+        // A pause after every 10: more requests in the same time, at most 10 per pause.
+        let r = t
+            .probe(&[
+                "--rw",
+                "randread",
+                "--time",
+                "400ms",
+                "--thinktime",
+                "20ms",
+                "--thinktime-blocks",
+                "10",
+                "-q",
+            ])
+            .await;
+        assert!((22..=210).contains(&r.read.ops), "{} reads with a 20 ms pause every 10", r.read.ops);
+        let j = r.to_fio_json();
+        let o = &j["jobs"][0]["job options"];
+        assert_eq!((o["thinktime"].as_str(), o["thinktime_blocks"].as_str()), (Some("20000"), Some("10")));
+        assert!(r.to_text().contains(", thinktime=20ms every 10,"), "{}", r.to_text());
+        for bad in [&["--thinktime", "1ms", "--ping"][..], &["--thinktime", "1ms", "--rate", "100"]] {
+            let e = nvmeof_tools::run_probe(&t.opts(bad)).await.map(drop).unwrap_err();
+            assert_eq!(e.exit_code(), ExitCode::Usage, "{bad:?}: {e}");
+        }
+        assert!(
+            ProbeOptions::parse_args(["p", "x", "--thinktime-blocks", "2"]).is_err(),
+            "needs --thinktime"
+        );
         t.stop().await;
     })
     .await;

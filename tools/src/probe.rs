@@ -222,6 +222,15 @@ pub struct ProbeOptions {
     /// Total request rate cap in IOPS; latency is then measured from the scheduled send time.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub rate: Option<u64>,
+    /// Pause each slot this long after a request completes before its next
+    /// (fio's thinktime), as an application that computes between its
+    /// reads: e.g. 500us, 2ms. Latency is still measured from each send.
+    #[arg(long, value_parser = parse_duration)]
+    pub thinktime: Option<Duration>,
+    /// With --thinktime: pause after every N requests of a slot instead
+    /// (fio's thinktime_blocks).
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..), requires = "thinktime")]
+    pub thinktime_blocks: u64,
     /// Warm-up time excluded from the statistics (seconds, or with a unit).
     #[arg(long, default_value = "0", value_parser = parse_duration)]
     pub warmup: Duration,
@@ -436,6 +445,14 @@ impl ProbeOptions {
                 "--random-distribution {} applies to the random modes (randread, randwrite, randrw)",
                 self.random_distribution
             )));
+        }
+        if self.thinktime.is_some() && (self.ping || self.rate.is_some()) {
+            // Both already space requests out: --interval in ping mode, the
+            // schedule with --rate (whose latency counts from the intended
+            // send, which a pause would then inflate).
+            return Err(ToolError::usage(
+                "--thinktime applies to bench runs without --rate (--ping has --interval)",
+            ));
         }
         if self.interval.is_some() && !self.ping {
             return Err(ToolError::usage("--interval applies to --ping only (use --rate to pace a run)"));
@@ -851,6 +868,8 @@ struct Shared {
     queue_stats: Box<[Mutex<[OpStats; 4]>]>,
     /// `--flush-every`: writes per Flush.
     flush_every: Option<u64>,
+    /// `--thinktime` and `--thinktime-blocks`.
+    thinktime: Option<(Duration, u64)>,
     /// Writes completed (warm-up included), counted for `--flush-every` only.
     writes_done: AtomicU64,
     verify: bool,
@@ -1265,6 +1284,7 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
     let (mut live_ops, mut live_lat, mut live_bytes) = ([0u64; 3], [0u64; 3], [0u64; 3]);
     let mut flush_due = false;
     let mut rewrite = None;
+    let mut done_requests = 0u64;
     loop {
         if stop.load(Ordering::Relaxed) {
             break;
@@ -1378,6 +1398,17 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
             }
             OpKind::Trim if sh.mode == RwMode::Trimwrite => rewrite = Some((unit, lba)),
             OpKind::Read | OpKind::Trim | OpKind::Flush => {}
+        }
+        // `--thinktime`: the pause after every N of this slot's requests (fio's
+        // thinktime_blocks), cut short by the run's end; the next request
+        // is measured from its own send.
+        if let Some((pause, every)) = sh.thinktime {
+            done_requests += 1;
+            if done_requests.is_multiple_of(every) {
+                let until = done + pause;
+                pacer.wait_until(sh.end.map_or(until, |e| until.min(e)), stop).await;
+                clock = Instant::now();
+            }
         }
         if !measured {
             continue;
@@ -2029,6 +2060,7 @@ async fn run_connected(
             .map(|_| Mutex::new([OpStats::new(), OpStats::new(), OpStats::new(), OpStats::new()]))
             .collect(),
         flush_every: opts.flush_every,
+        thinktime: opts.thinktime.map(|t| (t, opts.thinktime_blocks)),
         writes_done: AtomicU64::new(0),
         fua: opts.fua,
         verify: opts.verify,

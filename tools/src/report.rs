@@ -159,6 +159,9 @@ impl Report {
             "verify": if o.verify { "pattern" } else { "0" },
             "zonemode": o.zonemode.as_str(),
             "fsync": o.flush_every.map(|n| n.to_string()),
+            // fio's thinktime is in microseconds.
+            "thinktime": o.thinktime.map(|t| t.as_micros().to_string()),
+            "thinktime_blocks": o.thinktime.map(|_| o.thinktime_blocks.to_string()),
             "max_open_zones": o.max_open_zones.map(|n| n.to_string()),
         });
         if let Value::Object(m) = &mut job_options {
@@ -211,8 +214,13 @@ impl Report {
             (true, None) => ", fua".to_string(),
             (fua, Some(n)) => format!("{}, flush_every={n}", if fua { ", fua" } else { "" }),
         };
+        let think = match (o.thinktime, o.thinktime_blocks) {
+            (None, _) => String::new(),
+            (Some(t), 1) => format!(", thinktime={t:?}"),
+            (Some(t), n) => format!(", thinktime={t:?} every {n}"),
+        };
         s += &format!(
-            "{}: (rw={}{dist}, bs={}{durable}, qd={}, queues={}{wq}{rate}) {} {} nsid={}\n",
+            "{}: (rw={}{dist}, bs={}{durable}{think}, qd={}, queues={}{wq}{rate}) {} {} nsid={}\n",
             o.name,
             o.rw.as_str(),
             o.bs_text(),
