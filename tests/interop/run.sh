@@ -427,9 +427,12 @@ client_cmd() {
         admin) printf 'bash %q %q' "$HERE/admin-client.sh" "$NVMEOF_ADMIN_BIN" ;;
         # Without --nqn: the probe finds the subsystem in the discovery log
         # nvmet serves on its I/O port. Then 1 s of random 64 KiB trims (one
-        # Deallocate range each) over 64-128 MiB, which no other step reads.
+        # Deallocate range each) over 64-128 MiB, which no other step reads,
+        # and 1 s of random reads of mixed sizes (fio's bssplit) with a 1 ms
+        # pause after every 8 of a slot (thinktime).
         probe-randread) printf '%s' "$probe_any --rw randread --bs 4k --qd 8 --time 3s \
-            && $probe --rw randtrim --bs 64k --qd 4 --offset 64M --size 64M --time 1s" ;;
+            && $probe --rw randtrim --bs 64k --qd 4 --offset 64M --size 64M --time 1s \
+            && $probe --rw randread --bssplit 4k/50:64k/30:128k/20 --thinktime 1ms --thinktime-blocks 8 --qd 4 --time 1s" ;;
         # --verify checks blocks the probe wrote itself: fill a 16 MiB region
         # sequentially (128 KiB writes, R2T; with FUA and a Flush after every
         # 16, which nvmet's file and block backends must take), then random
