@@ -243,7 +243,7 @@ async fn every_flag_combination_reports_fio_json() {
             &["--rw", "trimwrite", "--count", "40", "--qd", "2"],
             &["--rw", "randrw", "--bs", "4k,16k", "--count", "100", "--qd", "4", "--write-queues", "1"],
             &["--rw", "rw", "--bssplit", "4k/70:32k/30", "--time", "300ms", "--qd", "2", "--rate", "2000"],
-            &["--rw", "randrw", "--thinktime", "1ms", "--thinktime-blocks", "2", "--qd", "4", "--time", "300ms"],
+            &["--rw", "randrw", "--thinktime", "1ms", "--thinktime-blocks", "2", "--count", "90"],
         ];
         for extra in combos {
             let opts = t.opts(extra);

@@ -189,7 +189,7 @@ pub struct ProbeOptions {
     #[arg(long, value_name = "DIST", default_value = "random", value_parser = parse_distribution)]
     pub random_distribution: Distribution,
     /// Request size (e.g. 512, 4k, 128k, 1m); a multiple of the namespace block size.
-    /// As fio's bs: READ,WRITE[,TRIM] gives the directions sizes of their own
+    /// As fio's bs: READ,WRITE or READ,WRITE,TRIM gives the directions sizes of their own
     /// (4k,64k: reads 4 KiB, writes and trims 64 KiB; an empty value is 4k).
     #[arg(long, default_value = "4k", value_parser = BlockSizes::parse_bs)]
     pub bs: BlockSizes,
