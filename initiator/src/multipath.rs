@@ -588,6 +588,13 @@ impl MultipathNamespace {
         on_a_path!(self, |ns| ns.write_zeroes(lba, blocks, deallocate, flags))
     }
 
+    /// [`Namespace::zero_out`] on a usable path (Write Zeroes, or writes of
+    /// zeroes where the controller has none); after a path error the whole
+    /// range is zeroed again on another path.
+    pub async fn zero_out(&self, lba: u64, blocks: u64, flags: IoFlags) -> Result<()> {
+        on_a_path!(self, |ns| ns.zero_out(lba, blocks, flags))
+    }
+
     /// Verifies `blocks` blocks from `lba` ([`Namespace::verify`]); after a
     /// path error, the whole range again on the next path.
     pub async fn verify(&self, lba: u64, blocks: u64, flags: IoFlags) -> Result<()> {

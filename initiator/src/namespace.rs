@@ -170,6 +170,9 @@ pub struct Namespace {
     zeroes_blocks: u64,
     /// Most blocks per Verify (the controller's VSL, 16-bit NLB).
     verify_blocks: u64,
+    /// [`Self::zero_out`] writes zeroes instead of sending Write Zeroes:
+    /// the controller refused one (shared by the clones of this handle).
+    zeroes_refused: Arc<std::sync::atomic::AtomicBool>,
     identify: Arc<IdentifyNamespace>,
     /// [`crate::ConnectOptions::max_retries`].
     max_retries: u8,
@@ -322,6 +325,7 @@ impl Namespace {
             max_blocks,
             zeroes_blocks,
             verify_blocks,
+            zeroes_refused: Arc::default(),
             identify: Arc::new(id),
             max_retries,
             fail_over: false,
@@ -738,6 +742,57 @@ impl Namespace {
         }
         let deac = (deallocate as u32) << 25;
         self.no_data(IoOpcode::WRITE_ZEROES, lba, blocks, self.zeroes_blocks, deac, flags).await
+    }
+
+    /// Zeroes `blocks` blocks from `lba` whatever the controller offers, as
+    /// the Linux block layer's `blkdev_issue_zeroout` does: with Write
+    /// Zeroes ([`Self::write_zeroes`], without DEAC) where Identify
+    /// Controller ONCS bit 3 lists it, else with Writes of zeroes, one
+    /// maximum transfer at a time (an 8 MiB buffer of zeroes at most, shared
+    /// by the commands). A controller that refuses Write Zeroes with Invalid
+    /// Opcode or Invalid Field in Command although it lists it (nvmet's file
+    /// namespaces on a filesystem without `FALLOC_FL_ZERO_RANGE`, e.g.
+    /// tmpfs, answer Invalid Opcode) gets the range written instead, and
+    /// this handle writes from then on, as Linux turns the device's write
+    /// zeroes limit off after `-EOPNOTSUPP`. Other errors are returned.
+    pub async fn zero_out(&self, lba: u64, blocks: u64, flags: IoFlags) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        const ZERO_BUF: u64 = 8 << 20;
+        if blocks == 0 {
+            return Err(Error::InvalidArgument("zero_out of 0 blocks".into()));
+        }
+        check_range(lba, blocks)?;
+        if !self.zero_out_writes() {
+            match self.write_zeroes(lba, blocks, false, flags).await {
+                Err(e)
+                    if e.status().is_some_and(|s| {
+                        let c = s.code();
+                        c == Status::INVALID_OPCODE || c == Status::INVALID_FIELD
+                    }) =>
+                {
+                    tracing::info!(nsid = self.nsid, error = %e, "Write Zeroes refused: zeroing with writes from now on");
+                    self.zeroes_refused.store(true, Ordering::Relaxed);
+                }
+                r => return r,
+            }
+        }
+        let per = (ZERO_BUF >> self.lba_shift).max(self.max_blocks).min(blocks);
+        let zeroes = Bytes::from(vec![0u8; (per << self.lba_shift) as usize]);
+        let mut at = 0;
+        while at < blocks {
+            let n = (blocks - at).min(per);
+            self.write_bytes(lba + at, zeroes.slice(..(n << self.lba_shift) as usize), flags).await?;
+            at += n;
+        }
+        Ok(())
+    }
+
+    /// Whether [`Self::zero_out`] writes zeroes because the controller
+    /// refused a Write Zeroes (or lists none: Identify Controller ONCS bit 3).
+    pub fn zero_out_writes(&self) -> bool {
+        const ONCS_WRITE_ZEROES: u16 = 1 << 3;
+        self.zeroes_refused.load(std::sync::atomic::Ordering::Relaxed)
+            || self.ctrl.info().identify.oncs & ONCS_WRITE_ZEROES == 0
     }
 
     /// Verify (OPC 0Ch): the controller reads `blocks` blocks from `lba`

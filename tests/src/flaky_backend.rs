@@ -14,6 +14,7 @@ pub struct FlakyBackend {
     inner: Arc<MemBackend>,
     failures: Mutex<VecDeque<Status>>,
     submitted: AtomicUsize,
+    kinds: Mutex<String>,
 }
 
 impl FlakyBackend {
@@ -23,6 +24,7 @@ impl FlakyBackend {
             inner: Arc::new(MemBackend::new(size, block_size)),
             failures: Mutex::default(),
             submitted: 0.into(),
+            kinds: Mutex::default(),
         }
     }
 
@@ -37,6 +39,13 @@ impl FlakyBackend {
         self.failures.lock().unwrap().len()
     }
 
+    /// What reached the backend so far, failed operations included, one
+    /// letter each: `R` read, `W` write, `Z` write zeroes, `F` flush, `D`
+    /// deallocate, `?` anything else; the record starts again empty.
+    pub fn take_kinds(&self) -> String {
+        std::mem::take(&mut *self.kinds.lock().unwrap())
+    }
+
     /// Operations that reached the backend so far, failed ones included.
     pub fn submitted(&self) -> usize {
         self.submitted.load(Ordering::Acquire)
@@ -48,6 +57,15 @@ impl Backend for FlakyBackend {
 
     fn submit(&self, tag: u32, op: IoOp, io: &QueueIo) -> Option<IoCompletion> {
         self.submitted.fetch_add(1, Ordering::AcqRel);
+        self.kinds.lock().unwrap().push(match op {
+            IoOp::Read { .. } => 'R',
+            IoOp::Write { .. } => 'W',
+            IoOp::WriteZeroes { .. } => 'Z',
+            IoOp::Flush => 'F',
+            IoOp::Deallocate { .. } => 'D',
+            #[allow(unreachable_patterns)]
+            _ => '?',
+        });
         let failure = self.failures.lock().unwrap().pop_front();
         match failure {
             Some(status) => Some(IoCompletion::status(tag, status)),

@@ -193,3 +193,52 @@ async fn only_the_failed_commands_of_a_split_request_or_batch_go_again() {
     })
     .await;
 }
+
+/// `zero_out`, as Linux's `blkdev_issue_zeroout`: Write Zeroes where the
+/// controller offers it; where it refuses one with Invalid Opcode (nvmet's
+/// file namespaces on tmpfs, with DNR), the range is written with zeroes
+/// instead, and the handle (and its clones) writes from then on. Other
+/// errors are returned as they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn zero_out_writes_zeroes_where_write_zeroes_is_refused() {
+    bounded(60, async {
+        let (server, addr, flaky) = flaky_target().await;
+        let (ctrl, ns) = connect(addr, ConnectOptions { io_queues: 1, ..opts() }).await;
+        let data = pattern(64 * BS, 7);
+        ns.write(0, &data).await.unwrap();
+        flaky.take_kinds();
+        let none = IoFlags::default();
+
+        ns.zero_out(4, 8, none).await.unwrap();
+        assert_eq!(flaky.take_kinds(), "Z", "offered: one Write Zeroes");
+        let refused = Status::INVALID_OPCODE.with_dnr();
+        let (r, _) = with_failures(line!(), &flaky, [refused], ns.zero_out(16, 8, none)).await;
+        r.unwrap();
+        assert_eq!(flaky.take_kinds(), "ZW", "refused: written instead");
+        ns.clone().zero_out(32, 8, none).await.unwrap();
+        assert_eq!(flaky.take_kinds(), "W", "remembered: written at once");
+        let mut back = vec![0u8; data.len()];
+        ns.read(0, &mut back).await.unwrap();
+        for (blk, (got, want)) in back.chunks(BS).zip(data.chunks(BS)).enumerate() {
+            let zeroed = (4..12).contains(&blk) || (16..24).contains(&blk) || (32..40).contains(&blk);
+            if zeroed {
+                assert!(got.iter().all(|&b| b == 0), "block {blk} not zeroed");
+            } else {
+                assert_eq!(got, want, "block {blk} changed");
+            }
+        }
+
+        assert_eq!(flaky.take_kinds(), "R");
+        // Another failure is the caller's: returned, nothing written.
+        let fresh = ctrl.namespace(2).await.unwrap();
+        let (r, _) =
+            with_failures(line!(), &flaky, [Status::INTERNAL.with_dnr()], fresh.zero_out(48, 8, none)).await;
+        assert_eq!(status_of(r).code(), Status::INTERNAL);
+        assert_eq!(flaky.take_kinds(), "Z");
+        assert!(matches!(fresh.zero_out(0, 0, none).await, Err(Error::InvalidArgument(_))));
+        drop((fresh, ns));
+        ctrl.shutdown().await.unwrap();
+        server.shutdown(std::time::Duration::from_secs(1)).await;
+    })
+    .await;
+}

@@ -919,10 +919,26 @@ async fn large_io(c: &Controller) -> Result<(), String> {
     if back != data {
         return Err(format!("16 MiB read at LBA {lba} differs from what was written"));
     }
+    // zero_out, as Linux's blkdev_issue_zeroout: Write Zeroes, or writes of
+    // zeroes where the controller refuses it (nvmet's file namespace on the
+    // guest's tmpfs answers Invalid Opcode).
+    let blocks = LEN as u64 / bs;
+    ns.zero_out(lba, blocks, IoFlags::default())
+        .await
+        .map_err(|e| format!("zero_out of 16 MiB at LBA {lba}: {e}"))?;
+    ns.read(lba, &mut back).await.map_err(|e| format!("16 MiB read at LBA {lba}: {e}"))?;
+    if back.iter().any(|&b| b != 0) {
+        return Err(format!("16 MiB at LBA {lba} not zero after zero_out"));
+    }
+    let how = if ns.zero_out_writes() {
+        "written (Write Zeroes refused or not offered)"
+    } else {
+        "by Write Zeroes"
+    };
     let mt = c.info().max_transfer;
     info(
         "large",
-        format!("16 MiB written and read back equal at LBA {lba}; commands of at most {mt:?} bytes"),
+        format!("16 MiB written and read back equal at LBA {lba}; commands of at most {mt:?} bytes; then zeroed {how}"),
     );
     Ok(())
 }
