@@ -747,9 +747,9 @@ impl Namespace {
     /// Zeroes `blocks` blocks from `lba` whatever the controller offers, as
     /// the Linux block layer's `blkdev_issue_zeroout` does: with Write
     /// Zeroes ([`Self::write_zeroes`], without DEAC) where Identify
-    /// Controller ONCS bit 3 lists it, else with Writes of zeroes, one
-    /// maximum transfer at a time (an 8 MiB buffer of zeroes at most, shared
-    /// by the commands). A controller that refuses Write Zeroes with Invalid
+    /// Controller ONCS bit 3 lists it, else with Writes of zeroes, 8 MiB at
+    /// a time, each split at the maximum transfer with its commands in flight
+    /// together and sharing one buffer of zeroes. A controller that refuses Write Zeroes with Invalid
     /// Opcode or Invalid Field in Command although it lists it (nvmet's file
     /// namespaces on a filesystem without `FALLOC_FL_ZERO_RANGE`, e.g.
     /// tmpfs, answer Invalid Opcode) gets the range written instead, and
@@ -776,7 +776,9 @@ impl Namespace {
                 r => return r,
             }
         }
-        let per = (ZERO_BUF >> self.lba_shift).max(self.max_blocks).min(blocks);
+        // Memory stays at 8 MiB whatever the range (a controller without
+        // MDTS allows 65536-block commands: 256 MiB of 4 KiB blocks).
+        let per = (ZERO_BUF >> self.lba_shift).clamp(1, blocks);
         let zeroes = Bytes::from(vec![0u8; (per << self.lba_shift) as usize]);
         let mut at = 0;
         while at < blocks {

@@ -931,7 +931,7 @@ async fn large_io(c: &Controller) -> Result<(), String> {
         return Err(format!("16 MiB at LBA {lba} not zero after zero_out"));
     }
     let how = if ns.zero_out_writes() {
-        "written (Write Zeroes refused or not offered)"
+        "by writes (Write Zeroes refused or not offered)"
     } else {
         "by Write Zeroes"
     };
