@@ -1871,6 +1871,39 @@ async fn thinktime_pauses_each_slot_between_requests() {
     .await;
 }
 
+/// `--percentile-list` (fio's percentile_list): the JSON's percentile keys
+/// and the text's cells are exactly those given, in order, with the decimals
+/// they have; bad lists are usage errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn percentile_list_sets_the_reported_percentiles() {
+    bounded(60, async {
+        let t = start_target(512, None).await;
+        let r = t
+            .probe(&["--rw", "randrw", "--count", "300", "--percentile-list", "50:99.5:99.9999", "-q"])
+            .await;
+        let j = r.to_fio_json();
+        for op in ["read", "write"] {
+            let pct = j["jobs"][0][op]["lat_ns"]["percentile"].as_object().unwrap();
+            let keys: Vec<&str> = pct.keys().map(String::as_str).collect();
+            assert_eq!(keys, ["50.000000", "99.500000", "99.999900"], "{op}");
+            let v: Vec<u64> = pct.values().map(|v| v.as_u64().unwrap()).collect();
+            assert!(v[0] > 0 && v[0] <= v[1] && v[1] <= v[2], "{op}: {v:?}");
+        }
+        let text = r.to_text();
+        assert!(
+            text.contains(" 50.000th=[") && text.contains(" 99.500th=[") && text.contains("99.9999th=["),
+            "{text}"
+        );
+        assert!(!text.contains("90.000th") && !text.contains("100.000th"), "{text}");
+        let many = vec!["50"; 21].join(":");
+        for bad in ["0", "101", "50:x", "", many.as_str()] {
+            assert!(ProbeOptions::parse_args(["p", "x", "--percentile-list", bad]).is_err(), "{bad:?}");
+        }
+        t.stop().await;
+    })
+    .await;
+}
+
 /// `--fua` sets FUA on every write and `--flush-every N` sends one Flush
 /// after each N completed writes (never before the Nth has reached the
 /// target), reported as fio's `sync`.

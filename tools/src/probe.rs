@@ -292,6 +292,11 @@ pub struct ProbeOptions {
     /// Pause between ping requests (default 1s).
     #[arg(long, value_parser = parse_duration)]
     pub interval: Option<Duration>,
+    /// The latency percentiles to report, as fio's percentile_list: P:P:...
+    /// (e.g. 50:99:99.99:99.9999; 1 to 20 values above 0 and at most 100,
+    /// reported in the order given). Default 50:90:99:99.9:99.99:99.999.
+    #[arg(long, value_name = "P:P:...", value_parser = parse_percentile_list)]
+    pub percentile_list: Option<PercentileList>,
     /// Print fio-style JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -380,6 +385,12 @@ impl ProbeOptions {
     pub fn runtime_threads(&self) -> usize {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
         self.threads.unwrap_or_else(|| (self.queues as usize + self.write_queues as usize).min(cpus)).max(1)
+    }
+
+    /// The latency percentiles reported: `--percentile-list`, else
+    /// [`crate::report::PERCENTILES`].
+    pub fn percentiles(&self) -> Vec<f64> {
+        self.percentile_list.as_ref().map_or_else(|| crate::report::PERCENTILES.to_vec(), |l| l.0.clone())
     }
 
     /// The request sizes: `--bssplit`, else `--bs`.
@@ -506,6 +517,29 @@ impl ProbeOptions {
         util::target_addr(&self.target, DEFAULT_PORT).map_err(ToolError::usage)?;
         Ok(())
     }
+}
+
+/// `--percentile-list`: the latency percentiles to report, in order.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PercentileList(pub Vec<f64>);
+
+/// Parses fio's `percentile_list`: `P:P:...`, 1 to 20 values, each above
+/// 0 and at most 100.
+fn parse_percentile_list(s: &str) -> Result<PercentileList, String> {
+    let v = s
+        .split(':')
+        .map(|p| {
+            p.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|p| *p > 0.0 && *p <= 100.0)
+                .ok_or_else(|| format!("{p:?}: a percentile is a number above 0 and at most 100"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    if v.len() > 20 {
+        return Err(format!("{} percentiles: at most 20 (as fio)", v.len()));
+    }
+    Ok(PercentileList(v))
 }
 
 /// Something the run reports while it goes.

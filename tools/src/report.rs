@@ -6,7 +6,8 @@ use serde_json::{json, Map, Value};
 use crate::probe::{OpKind, OpStats, PingSample, Report, TimelinePoint};
 use crate::util::{fmt_bytes, fmt_count, fmt_ns};
 
-/// Percentiles reported (fio's layout keys: `"99.900000"`).
+/// Percentiles reported unless `--percentile-list` names others (fio's
+/// layout keys: `"99.900000"`).
 pub const PERCENTILES: [f64; 6] = [50.0, 90.0, 99.0, 99.9, 99.99, 99.999];
 
 /// Verify mismatches listed in the text report.
@@ -17,9 +18,9 @@ pub fn percentile_key(p: f64) -> String {
     format!("{p:.6}")
 }
 
-fn lat_json(s: &OpStats) -> Value {
+fn lat_json(s: &OpStats, pcts: &[f64]) -> Value {
     let pct: Map<String, Value> =
-        PERCENTILES.iter().map(|&p| (percentile_key(p), Value::from(s.percentile(p)))).collect();
+        pcts.iter().map(|&p| (percentile_key(p), Value::from(s.percentile(p)))).collect();
     json!({
         "min": s.min(),
         "max": s.max_ns,
@@ -43,7 +44,7 @@ fn op_json(r: &Report, op: OpKind) -> Value {
         "total_ios": s.ops,
         "short_ios": 0,
         "drop_ios": 0,
-        "lat_ns": lat_json(s),
+        "lat_ns": lat_json(s, &r.opts.percentiles()),
     })
 }
 
@@ -115,7 +116,7 @@ impl Report {
             "timeline": self.timeline.iter().map(timeline_json).collect::<Vec<_>>(),
         });
         if let Some(l) = &self.sched_lag {
-            own["sched_lag_ns"] = lat_json(l);
+            own["sched_lag_ns"] = lat_json(l, &o.percentiles());
         }
         if let Some(z) = &self.zones {
             own["zones"] = json!({
@@ -181,7 +182,8 @@ impl Report {
         });
         if o.flush_every.is_some() {
             // fio's block for fsync=N: count and latency, no bytes.
-            job["sync"] = json!({ "total_ios": self.sync.ops, "lat_ns": lat_json(&self.sync) });
+            job["sync"] =
+                json!({ "total_ios": self.sync.ops, "lat_ns": lat_json(&self.sync, &o.percentiles()) });
         }
         if let Some(z) = &self.zones {
             // fio's key, in zonemode=zbd.
@@ -245,7 +247,7 @@ impl Report {
                 fmt_bytes(st.bytes),
                 self.runtime.as_millis()
             );
-            s += &lat_text(st, "lat");
+            s += &lat_text(st, "lat", &o.percentiles());
         }
         if self.read.ops + self.write.ops + self.trim.ops == 0 {
             s += "  no requests completed\n";
@@ -253,7 +255,7 @@ impl Report {
         if let Some(n) = o.flush_every.filter(|_| self.sync.ops > 0) {
             // fio's heading for its fsync=N latencies.
             s += &format!("  flush: {} after every {n} writes\n", self.sync.ops);
-            s += &lat_text(&self.sync, "sync");
+            s += &lat_text(&self.sync, "sync", &o.percentiles());
         }
         if let Some(l) = &self.sched_lag {
             s += &format!(
@@ -360,7 +362,16 @@ impl Report {
     }
 }
 
-fn lat_text(st: &OpStats, name: &str) -> String {
+/// A percentile as the text report heads it: three decimals, more where
+/// `--percentile-list` gives them (99.9999, not a rounded 100.000).
+fn pct_text(p: f64) -> String {
+    let t = format!("{p:.6}");
+    let t = t.trim_end_matches('0');
+    let decimals = t.len() - t.find('.').map_or(t.len(), |i| i + 1);
+    format!("{p:.*}", decimals.max(3))
+}
+
+fn lat_text(st: &OpStats, name: &str, pcts: &[f64]) -> String {
     // Unit like fio: the smallest that keeps the minimum below 10000.
     let (unit, div) = if st.min() >= 10_000_000 {
         ("msec", 1e6)
@@ -377,9 +388,9 @@ fn lat_text(st: &OpStats, name: &str) -> String {
         st.stddev() / div
     );
     s += &format!("    {name} percentiles ({unit}):\n");
-    let cells: Vec<String> = PERCENTILES
+    let cells: Vec<String> = pcts
         .iter()
-        .map(|&p| format!("{:>7.3}th=[{:>8}]", p, (st.percentile(p) as f64 / div).round()))
+        .map(|&p| format!("{:>7}th=[{:>8}]", pct_text(p), (st.percentile(p) as f64 / div).round()))
         .collect();
     for row in cells.chunks(3) {
         s += &format!("     | {}\n", row.join(", "));
