@@ -7,7 +7,7 @@ use bytes::{Bytes, BytesMut};
 use nvmeof_common::opcode::IoOpcode;
 use nvmeof_common::spec::copy::{self, CopyCmd, CopyRange, ONCS_COPY};
 use nvmeof_common::spec::dsm::{DsmCmd, DsmRange, DSM_MAX_RANGES};
-use nvmeof_common::spec::identify::{Csi, IdentifyCmd, IDENTIFY_DATA_LEN};
+use nvmeof_common::spec::identify::{Csi, IdentifyCmd, IDENTIFY_DATA_LEN, ONCS_WRITE_ZEROES};
 use nvmeof_common::spec::reservation::{
     AcquireAction, RegisterAction, ReleaseAction, ReservationCmd, ReservationKeys, ReservationStatus,
     ReservationType, REGISTRANT_EXT_LEN, STATUS_EXT_HEADER_LEN,
@@ -792,7 +792,6 @@ impl Namespace {
     /// Whether [`Self::zero_out`] writes zeroes because the controller
     /// refused a Write Zeroes (or lists none: Identify Controller ONCS bit 3).
     pub fn zero_out_writes(&self) -> bool {
-        const ONCS_WRITE_ZEROES: u16 = 1 << 3;
         self.zeroes_refused.load(std::sync::atomic::Ordering::Relaxed)
             || self.ctrl.info().identify.oncs & ONCS_WRITE_ZEROES == 0
     }

@@ -176,9 +176,9 @@ pub fn render(target: &Target) -> String {
     }
 
     // Per namespace of the NVM subsystems.
-    let nss: Vec<_> = target
-        .subsystems()
-        .into_iter()
+    let nss: Vec<_> = subsystems
+        .iter()
+        .filter(|s| !s.discovery)
         .flat_map(|s| s.namespaces().values().map(|ns| (s.nqn.clone(), ns.clone())).collect::<Vec<_>>())
         .collect();
     let nsids: Vec<String> = nss.iter().map(|(_, ns)| ns.nsid.to_string()).collect();

@@ -126,6 +126,16 @@ impl fmt::Display for SizeSplit {
     }
 }
 
+/// The index of `op`'s direction in [`BlockSizes`]: reads, writes (and
+/// Flushes), trims.
+fn dir(op: OpKind) -> usize {
+    match op {
+        OpKind::Read => 0,
+        OpKind::Write | OpKind::Flush => 1,
+        OpKind::Trim => 2,
+    }
+}
+
 /// The request sizes of reads, writes and trims.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BlockSizes {
@@ -182,11 +192,7 @@ impl BlockSizes {
 
     /// The sizes of `op`'s requests (a Flush has none: the write sizes).
     pub fn of(&self, op: OpKind) -> &SizeSplit {
-        match op {
-            OpKind::Read => &self.dirs[0],
-            OpKind::Write | OpKind::Flush => &self.dirs[1],
-            OpKind::Trim => &self.dirs[2],
-        }
+        &self.dirs[dir(op)]
     }
 
     /// The one size of every request of the directions in `ops`, where
@@ -199,10 +205,9 @@ impl BlockSizes {
 
     /// The sizes the directions in `ops` may draw.
     pub fn used(&self, ops: &[OpKind]) -> impl Iterator<Item = u64> + '_ {
-        let ops = ops.to_vec();
-        (0..3)
-            .filter(move |&i| ops.iter().any(|&op| std::ptr::eq(self.of(op), &self.dirs[i])))
-            .flat_map(move |i| self.dirs[i].drawn())
+        let mut sent = [false; 3];
+        ops.iter().for_each(|&op| sent[dir(op)] = true);
+        (0..3).filter(move |&i| sent[i]).flat_map(move |i| self.dirs[i].drawn())
     }
 
     /// Whether it was given as `--bssplit`.

@@ -875,8 +875,6 @@ struct Shared {
     ctrl: Controller,
     nsid: u32,
     block_size: usize,
-    region_lba: u64,
-    blocks_per_io: u64,
     /// Where requests go and their sizes.
     geo: Geometry,
     /// The largest request's bytes (the slots' buffers).
@@ -1030,8 +1028,8 @@ impl Shared {
             zones,
             ctrl: &self.ctrl,
             nsid: self.nsid,
-            region_lba: self.region_lba,
-            blocks_per_io: self.blocks_per_io,
+            region_lba: self.geo.region_lba,
+            blocks_per_io: self.geo.blocks_per_io,
             written: self.written.as_ref(),
             read_beyond_wp: self.read_beyond_wp,
         })
@@ -1115,11 +1113,7 @@ impl IoBuf {
     /// The data a write of the current request sends: a view of `wr` (a
     /// count bump).
     fn write_bytes(&self) -> Bytes {
-        if self.cur == self.len {
-            self.wr.clone()
-        } else {
-            self.wr.slice(..self.cur)
-        }
+        self.wr.slice(..self.cur)
     }
 
     /// The data the last read returned.
@@ -1372,7 +1366,9 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
         let mut zw = None;
         if let Some(zt) = &zt {
             match zt.place(op, lba, qids[1], &mut rng, stop, sh.end).await {
-                Ok(Some((at, w))) => (lba, unit, zw) = (at, (at - sh.region_lba) / sh.blocks_per_io, w),
+                Ok(Some((at, w))) => {
+                    (lba, unit, zw) = (at, (at - sh.geo.region_lba) / sh.geo.blocks_per_io, w)
+                }
                 Ok(None) => break,
                 Err((what, e)) => {
                     sh.fail(what, &e);
@@ -1396,7 +1392,7 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
         let done = Instant::now();
         clock = done;
         match r {
-            Ok(Some(landed)) => (lba, unit) = (landed, (landed - sh.region_lba) / sh.blocks_per_io),
+            Ok(Some(landed)) => (lba, unit) = (landed, (landed - sh.geo.region_lba) / sh.geo.blocks_per_io),
             Ok(None) => {}
             Err(e) => {
                 sh.fail(format!("{} of {} bytes at lba {lba} on queue {qid}", op.as_str(), buf.cur), &e);
@@ -2074,8 +2070,6 @@ async fn run_connected(
         ctrl: ctrl.clone(),
         nsid: opts.nsid,
         block_size: g.block_size,
-        region_lba: g.region_lba,
-        blocks_per_io: g.blocks_per_io,
         geo: g.clone(),
         max_bytes: (g.max_blocks as usize) * g.block_size,
         mode: opts.rw,

@@ -17,6 +17,8 @@ use crate::sqe::{SglDescriptor, Sqe};
 pub const IDENTIFY_DATA_LEN: usize = 4096;
 /// Number of entries in an NSID list (CNS 02h).
 pub const NS_LIST_MAX: usize = 1024;
+/// Identify Controller ONCS bit 3: the Write Zeroes command.
+pub const ONCS_WRITE_ZEROES: u16 = 1 << 3;
 
 /// Identify Controller CTRATT bits (NVMe base spec, Controller Attributes).
 pub mod ctratt {

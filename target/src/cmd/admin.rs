@@ -23,7 +23,7 @@ use nvmeof_common::spec::features::{
 };
 use nvmeof_common::spec::identify::{
     ctratt, encode_ns_desc_list, encode_ns_list, Csi, IdentifyCtrlNvm, IdentifyNsIndep, LbaFormat,
-    NsIdDescriptor, PowerStateDescriptor, IDENTIFY_DATA_LEN,
+    NsIdDescriptor, PowerStateDescriptor, IDENTIFY_DATA_LEN, ONCS_WRITE_ZEROES,
 };
 use nvmeof_common::spec::log::{
     effects, encode_supported_logs, log_window, AnaGroupDesc, AnaLog, AnaState, ChangedNsList,
@@ -80,7 +80,7 @@ const ANATT: u8 = 10;
 /// enabled, and RESCAP says which do), Verify (bit 7; nvmet has none),
 /// Copy (bit 8; nvmet has no Copy, SPDK sets it where the bdev can copy;
 /// every backend here can).
-const ONCS: u16 = (1 << 0) | (1 << 2) | (1 << 3) | (1 << 5) | ONCS_VERIFY | ONCS_COPY;
+const ONCS: u16 = (1 << 0) | (1 << 2) | ONCS_WRITE_ZEROES | (1 << 5) | ONCS_VERIFY | ONCS_COPY;
 /// FUSES bit 0: the Compare and Write fused operation.
 pub const FUSES_COMPARE_WRITE: u16 = 1 << 0;
 /// ONCS bit 7: Verify.
