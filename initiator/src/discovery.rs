@@ -15,7 +15,18 @@ use crate::options::ConnectOptions;
 /// [`ConnectOptions::discovery`] (with the host identity set if the target
 /// filters by host NQN).
 pub async fn discover(addr: impl tokio::net::ToSocketAddrs, opts: ConnectOptions) -> Result<DiscoveryLog> {
-    let ctrl = Controller::connect(addr, DISCOVERY_NQN, opts).await?;
+    discover_nqn(addr, DISCOVERY_NQN, opts).await
+}
+
+/// Like [`discover`], connecting by the discovery subsystem NQN `nqn`: a
+/// service's unique discovery NQN (TP 8013; nvmet's `discovery_nqn`, as
+/// `nvme discover --nqn` sends it), or the well-known one.
+pub async fn discover_nqn(
+    addr: impl tokio::net::ToSocketAddrs,
+    nqn: &str,
+    opts: ConnectOptions,
+) -> Result<DiscoveryLog> {
+    let ctrl = Controller::connect(addr, nqn, opts).await?;
     let log = ctrl.discovery_log().await;
     let closed = ctrl.shutdown().await;
     let log = log?;
@@ -47,23 +58,38 @@ pub struct DiscoveredLog {
 /// cannot be reached is reported in its [`DiscoveredLog::log`] and the
 /// others are still read, as nvme-cli goes on past a failed referral.
 /// Entries for other transports, or with addresses that are not numeric, are
-/// skipped.
+/// skipped. A referral is read through the NQN its entry names (libnvme's
+/// `nvmf_connect_disc_entry` connects to its SUBNQN), the well-known one where
+/// the entry's is empty.
 pub async fn discover_all(addr: SocketAddr, opts: ConnectOptions) -> Result<Vec<DiscoveredLog>> {
-    let first = discover(addr, opts.clone()).await?;
+    discover_all_nqn(addr, DISCOVERY_NQN, opts).await
+}
+
+/// Like [`discover_all`], reading the first log through the discovery NQN
+/// `nqn` ([`discover_nqn`]).
+pub async fn discover_all_nqn(
+    addr: SocketAddr,
+    nqn: &str,
+    opts: ConnectOptions,
+) -> Result<Vec<DiscoveredLog>> {
+    let first = discover_nqn(addr, nqn, opts.clone()).await?;
     let mut out = vec![DiscoveredLog { addr, log: Ok(first) }];
     let mut next = 0;
     while next < out.len() {
-        let referrals: Vec<SocketAddr> = match &out[next].log {
+        let referrals: Vec<(SocketAddr, String)> = match &out[next].log {
             Ok(log) => log
                 .entries
                 .iter()
                 .filter(|e| e.subtype == SubType::REFERRAL)
-                .filter_map(referral_addr)
+                .filter_map(|e| {
+                    let nqn = if e.subnqn.is_empty() { DISCOVERY_NQN } else { e.subnqn.as_str() };
+                    Some((referral_addr(e)?, nqn.to_string()))
+                })
                 .collect(),
             Err(_) => Vec::new(),
         };
         next += 1;
-        for r in referrals {
+        for (r, nqn) in referrals {
             if out.iter().any(|d| d.addr == r) {
                 continue;
             }
@@ -71,7 +97,7 @@ pub async fn discover_all(addr: SocketAddr, opts: ConnectOptions) -> Result<Vec<
                 warn!(referral = %r, max = MAX_DISCOVERY_SERVICES, "too many discovery services: not following more referrals");
                 return Ok(out);
             }
-            let log = discover(r, opts.clone()).await;
+            let log = discover_nqn(r, &nqn, opts.clone()).await;
             if let Err(e) = &log {
                 warn!(referral = %r, error = %e, "cannot read the discovery log of a referral");
             }

@@ -22,7 +22,8 @@
 //!   notice's log ([`Controller::events`]).
 //! - [`MultipathNamespace`] (`multipath`): one namespace through several
 //!   controllers, path choice and failover by ANA state.
-//! - [`discover`] (`discovery`): discovery log retrieval; [`discover_all`] follows referrals.
+//! - [`discover`] (`discovery`): discovery log retrieval; [`discover_all`] follows referrals;
+//!   [`discover_nqn`] and [`discover_all_nqn`] connect by a unique discovery NQN.
 //! - [`ConnectOptions`], [`HostIdentity`], [`ReconnectPolicy`] (`options`).
 //! - [`Error`] (`error`): typed errors.
 //!
@@ -76,7 +77,8 @@ pub mod queue;
 pub use auth::Authentication;
 pub use controller::{Controller, ControllerInfo, ControllerState};
 pub use discovery::{
-    connect_entry, discover, discover_all, nvme_subsystems, DiscoveredLog, MAX_DISCOVERY_SERVICES,
+    connect_entry, discover, discover_all, discover_all_nqn, discover_nqn, nvme_subsystems, DiscoveredLog,
+    MAX_DISCOVERY_SERVICES,
 };
 pub use driver::{Payload, RxStats};
 pub use error::{AuthError, CommandInfo, Error, Result};

@@ -2,6 +2,8 @@
 //!
 //! ```toml
 //! io_engine = "threads"   # optional, before any table: "threads" | "uring" | "auto"
+//! discovery_nqn = "nqn.2026-11.io.nvmeof:discovery"   # optional, before any table: a unique
+//!                         # discovery NQN (nvmet's discovery_nqn; the well-known one works too)
 //!
 //! [limits]            # all optional
 //! mdts = 8            # 2^8 × 4 KiB = 1 MiB per command (1..=18)
@@ -214,6 +216,15 @@ pub fn check_subsystem_nqn(nqn: &str) -> Result<(), String> {
         return Err("the discovery subsystem's NQN cannot name an NVM subsystem".into());
     }
     Ok(())
+}
+
+/// Checks a unique discovery NQN (`discovery_nqn`, `--discovery-nqn`): 1 to
+/// 223 bytes without NUL, as nvmet's `discovery_nqn` attribute takes it.
+pub fn check_discovery_nqn(nqn: &str) -> Result<(), String> {
+    if nqn.is_empty() {
+        return Err("the NQN is empty".into());
+    }
+    nvmeof_common::spec::nqn::validate_lax(nqn).map_err(|e| e.to_string())
 }
 
 /// Checks an allowed host NQN: 1 to 223 bytes without NUL, as a host can
@@ -605,6 +616,10 @@ pub struct TargetConfig {
     /// Where Prometheus metrics are served (`[metrics] listen`,
     /// `--metrics-listen`; [`crate::metrics`]); `None`: nowhere.
     pub metrics_listen: Option<SocketAddr>,
+    /// The discovery subsystem's unique NQN (`discovery_nqn`,
+    /// `--discovery-nqn`; nvmet's `discovery_nqn`); `None`: the well-known
+    /// one only. Hosts may connect by either.
+    pub discovery_nqn: Option<String>,
 }
 
 /// Parses the address of a referral: an IP address and a port, both given
@@ -644,6 +659,7 @@ pub fn check_send_buffer(v: usize) -> Result<(), String> {
 #[serde(deny_unknown_fields)]
 struct RawConfig {
     io_engine: Option<IoEngine>,
+    discovery_nqn: Option<String>,
     #[serde(default)]
     limits: RawLimits,
     #[serde(default)]
@@ -1099,6 +1115,15 @@ impl TargetConfig {
             .map(|n| check_congestion_control(&n))
             .transpose()
             .map_err(|e| invalid("limits.congestion_control", e))?;
+        let discovery_nqn = raw.discovery_nqn;
+        if let Some(d) = &discovery_nqn {
+            check_discovery_nqn(d).map_err(|e| invalid("discovery_nqn", e))?;
+            // nvmet refuses a discovery_nqn that names a subsystem (and the
+            // reverse): a Connect to it could not say which one it meant.
+            if let Some(i) = subsystems.iter().position(|s| s.nqn == *d) {
+                return Err(invalid(format!("subsystem[{i}].nqn"), format!("{d:?} is the discovery_nqn")));
+            }
+        }
         let mut referrals = Vec::new();
         for (i, r) in raw.referral.iter().enumerate() {
             let key = format!("referral[{i}].address");
@@ -1126,6 +1151,7 @@ impl TargetConfig {
             congestion_control,
             referrals,
             metrics_listen,
+            discovery_nqn,
         })
     }
 
@@ -1198,6 +1224,25 @@ mod tests {
         assert!(e.contains("port[0].listen"), "{e}");
         let e = TargetConfig::from_toml("[bogus]\n").unwrap_err().to_string();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn discovery_nqn() {
+        assert_eq!(TargetConfig::from_toml("").unwrap().discovery_nqn, None);
+        let sub =
+            "\n[[subsystem]]\nnqn = \"nqn.2026-12.io.example:disk\"\n[[subsystem.namespace]]\nram = \"1M\"\n";
+        let c = TargetConfig::from_toml(&format!("discovery_nqn = \"nqn.2026-12.io.example:disc\"\n{sub}"))
+            .unwrap();
+        assert_eq!(c.discovery_nqn.as_deref(), Some("nqn.2026-12.io.example:disc"));
+        // A subsystem of that name, an empty or an over-long NQN: refused, naming the key.
+        let e = TargetConfig::from_toml(&format!("discovery_nqn = \"nqn.2026-12.io.example:disk\"\n{sub}"))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("subsystem[0].nqn") && e.contains("discovery_nqn"), "{e}");
+        for bad in [String::new(), format!("nqn.2026-12.io.example:{}", "x".repeat(210))] {
+            let e = TargetConfig::from_toml(&format!("discovery_nqn = \"{bad}\"\n")).unwrap_err().to_string();
+            assert!(e.contains("discovery_nqn"), "{e}");
+        }
     }
 
     #[test]

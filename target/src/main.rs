@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use nvmeof_target::config::{
-    check_congestion_control, check_host_nqn, check_send_buffer, check_subsystem_nqn, default_listen,
-    host_keys, parse_referral_address, parse_size, IoEngine, NamespaceConfig, NamespaceSource, PortAnaConfig,
-    SubsystemConfig, TargetConfig, DEFAULT_MODEL,
+    check_congestion_control, check_discovery_nqn, check_host_nqn, check_send_buffer, check_subsystem_nqn,
+    default_listen, host_keys, parse_referral_address, parse_size, IoEngine, NamespaceConfig,
+    NamespaceSource, PortAnaConfig, SubsystemConfig, TargetConfig, DEFAULT_MODEL,
 };
 use nvmeof_target::core::ana::DEFAULT_ANA_GROUP;
 use nvmeof_target::core::qos::QosLimits;
@@ -37,7 +37,7 @@ enum Cmd {
 #[derive(clap::Args)]
 struct ServeArgs {
     /// TOML configuration (ports, subsystems, namespaces, allowed hosts); excludes the other export flags.
-    #[arg(long, conflicts_with_all = ["file", "size", "ram", "block", "listen", "nqn", "allow_host", "dhchap_secret", "block_size", "read_only", "reservations", "referral", "qos_iops", "qos_bandwidth", "zoned"])]
+    #[arg(long, conflicts_with_all = ["file", "size", "ram", "block", "listen", "nqn", "allow_host", "dhchap_secret", "block_size", "read_only", "reservations", "referral", "discovery_nqn", "qos_iops", "qos_bandwidth", "zoned"])]
     config: Option<PathBuf>,
     /// Export this regular file (repeat for several namespaces).
     #[arg(long)]
@@ -91,6 +91,12 @@ struct ServeArgs {
     /// `nvme connect-all` goes on to it and connects to what it lists too.
     #[arg(long, value_name = "IP:PORT", value_parser = parse_referral_address)]
     referral: Vec<SocketAddr>,
+    /// A unique NQN for the discovery subsystem (nvmet's discovery_nqn), e.g.
+    /// nqn.2026-11.io.nvmeof:discovery: its Identify and the discovery log's own
+    /// entry carry it, and hosts may connect by it (`nvme discover --nqn ...`)
+    /// as by the well-known nqn.2014-08.org.nvmexpress.discovery.
+    #[arg(long, value_name = "NQN")]
+    discovery_nqn: Option<String>,
     /// Subsystem NQN; default derived from the host name.
     #[arg(long)]
     nqn: Option<String>,
@@ -255,6 +261,12 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
     }
     let nqn = a.nqn.clone().unwrap_or_else(|| format!("nqn.2026-11.io.nvmeof:{}", hostname()));
     check_subsystem_nqn(&nqn).map_err(|e| format!("--nqn: {e}"))?;
+    if let Some(d) = &a.discovery_nqn {
+        check_discovery_nqn(d).map_err(|e| format!("--discovery-nqn: {e}"))?;
+        if *d == nqn {
+            return Err(format!("--discovery-nqn {d}: the subsystem's NQN (--nqn) too"));
+        }
+    }
     for h in &a.allow_host {
         check_host_nqn(h).map_err(|e| format!("--allow-host {h:?}: {e}"))?;
     }
@@ -302,6 +314,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
         congestion_control: None,
         referrals: a.referral.iter().map(|&addr| Referral { addr, portid: 0 }).collect(),
         metrics_listen: None,
+        discovery_nqn: a.discovery_nqn.clone(),
     })
 }
 
@@ -775,5 +788,15 @@ mod tests {
         let m = serve(&["--ram", "1M", "--metrics-listen", "[::1]:9464"]).unwrap().metrics_listen;
         assert_eq!(m, Some("[::1]:9464".parse().unwrap()));
         assert!(args(&["--ram", "1M", "--metrics-listen", "localhost:9464"]).is_err());
+        let d = flags(&["--ram", "1M", "--discovery-nqn", "nqn.2026-12.x:disc"]).unwrap().discovery_nqn;
+        assert_eq!(d.as_deref(), Some("nqn.2026-12.x:disc"));
+        assert_eq!(flags(&["--ram", "1M"]).unwrap().discovery_nqn, None);
+        let e = flags(&["--ram", "1M", "--nqn", "nqn.2026-12.x:a", "--discovery-nqn", "nqn.2026-12.x:a"])
+            .unwrap_err();
+        assert!(e.contains("--discovery-nqn") && e.contains("--nqn"), "{e}");
+        let e = flags(&["--ram", "1M", "--discovery-nqn", ""]).unwrap_err();
+        assert!(e.contains("--discovery-nqn") && e.contains("empty"), "{e}");
+        // With --config the file says it (`discovery_nqn`).
+        assert!(args(&["--config", "t.toml", "--discovery-nqn", "nqn.2026-12.x:disc"]).is_err());
     }
 }

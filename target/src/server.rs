@@ -365,7 +365,11 @@ pub fn subsystem_from_config(cfg: &SubsystemConfig) -> std::io::Result<Arc<Subsy
 impl Server {
     /// Starts serving `cfg` on the current tokio runtime.
     pub async fn start(cfg: &TargetConfig) -> std::io::Result<Self> {
-        let target = Target::new(cfg.limits.clone());
+        let disc_nqn = cfg.discovery_nqn.as_deref().unwrap_or(nvmeof_common::spec::DISCOVERY_NQN);
+        let target = Target::with_discovery_nqn(cfg.limits.clone(), disc_nqn);
+        if cfg.discovery_nqn.is_some() {
+            info!(discovery_nqn = disc_nqn, "unique discovery NQN (the well-known one is answered too)");
+        }
         for s in &cfg.subsystems {
             target.add_subsystem(subsystem_from_config(s)?);
         }
@@ -419,7 +423,8 @@ impl Server {
     /// namespace whose store changed (path, device, engine, block size)
     /// replaced, and one whose configured size changed resized. Connected
     /// hosts get the Namespace Attribute Changed AEN. Ports, limits,
-    /// `poll_us`, `send_buffer`, `congestion_control` and the models and
+    /// `poll_us`, `send_buffer`, `congestion_control`, the metrics address,
+    /// the discovery NQN and the models and
     /// controller ID ranges of running subsystems are not changed (a warning
     /// says so when the configuration changes them). Allowed hosts and DH-HMAC-CHAP keys are replaced; hosts
     /// already connected keep their associations, as with nvmet. A changed
@@ -443,6 +448,15 @@ impl Server {
         let mut new_backends = HashMap::new();
         for sc in &cfg.subsystems {
             check_subsystem_nqn(&sc.nqn).map_err(|e| unchanged(e, format_args!("reload")))?;
+            // The running discovery NQN stays until a restart: no subsystem
+            // may take it meanwhile (the lookup below would find discovery).
+            if sc.nqn == self.target.discovery.nqn {
+                let e = format!("subsystem {} has the running discovery NQN", sc.nqn);
+                return Err(unchanged(
+                    std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
+                    format_args!("reload"),
+                ));
+            }
             match self.target.subsystem(&sc.nqn) {
                 None => {
                     let s = subsystem_from_config(sc)
@@ -477,11 +491,13 @@ impl Server {
         // the log says (the reload reported success while the new port or
         // limit silently did not apply).
         let (listen, limits, conn) = &self.started;
+        let disc_nqn = cfg.discovery_nqn.as_deref().unwrap_or(nvmeof_common::spec::DISCOVERY_NQN);
         for (what, changed) in [
             ("the ports are", *listen != cfg.listen),
             ("the limits are", *limits != cfg.limits),
             ("poll_us, send_buffer and congestion_control are", *conn != conn_options(cfg)),
             ("the metrics address is", self.started_metrics != cfg.metrics_listen),
+            ("discovery_nqn is", self.target.discovery.nqn != disc_nqn),
         ] {
             if changed {
                 warn!("reload: {what} not changed while running (restart the target to apply them)");
@@ -849,6 +865,32 @@ mod tests {
         // Without the bad namespace it applies.
         server.reload(&cfg(&[ns(1, "ram = \"1M\""), ns(3, "ram = \"2M\"")])).unwrap();
         assert_eq!(nsids(), vec![1, 3]);
+        server.shutdown(Duration::from_millis(100)).await;
+    }
+
+    /// The discovery NQN is the one the target started with until a
+    /// restart: a reload that names a subsystem with it is refused (a Connect
+    /// by that NQN reaches discovery), one that changes it applies the rest.
+    #[tokio::test]
+    async fn reload_keeps_the_running_discovery_nqn() {
+        const DISC: &str = "nqn.2026-12.io.nvmeof:disc";
+        let cfg = |disc: &str, nqn: &str| {
+            TargetConfig::from_toml(&format!(
+                "discovery_nqn = \"{disc}\"\n[[port]]\nlisten = \"127.0.0.1:0\"\n[[subsystem]]\nnqn = \"{nqn}\"\n\
+                 [[subsystem.namespace]]\nram = \"1M\"\n"
+            ))
+            .unwrap()
+        };
+        let server = Server::start(&cfg(DISC, NQN)).await.unwrap();
+        assert_eq!(server.target.discovery.nqn, DISC);
+        let e = server.reload(&cfg("nqn.2026-12.io.nvmeof:disc2", DISC)).unwrap_err().to_string();
+        assert!(e.contains("running discovery NQN") && e.contains("unchanged"), "{e}");
+        assert!(server.target.subsystem(NQN).is_some());
+        server.reload(&cfg("nqn.2026-12.io.nvmeof:disc2", "nqn.2026-12.io.nvmeof:other")).unwrap();
+        assert!(server.target.subsystem(NQN).is_none());
+        assert!(server.target.subsystem("nqn.2026-12.io.nvmeof:other").is_some());
+        assert!(Arc::ptr_eq(&server.target.subsystem(DISC).unwrap(), &server.target.discovery));
+        assert!(server.target.subsystem("nqn.2026-12.io.nvmeof:disc2").is_none());
         server.shutdown(Duration::from_millis(100)).await;
     }
 }

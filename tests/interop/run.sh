@@ -154,6 +154,8 @@ write_target_config() {
     local nsid size file nqn
     {
         echo "# written by tests/interop/run.sh; SIGHUP re-reads it"
+        # a unique discovery NQN (kernel-host step discover: nvme discover --nqn)
+        echo "discovery_nqn = \"nqn.2014-08.io.nvmeof.interop:discovery\""
         echo "[[port]]"
         echo "listen = \"127.0.0.1:$TARGET_PORT\""
         ana_state_line 1
@@ -523,6 +525,8 @@ hook_run_client() { # kernel-target: run client $1 against the forwarded port
             ckey=*) export NVME_DHCHAP_CTRL_KEY=${a#ckey=} ;;
             # a referral nvmet lists (interop_initiator checks the entry)
             referral=*) export NVME_REFERRAL=${a#referral=} ;;
+            # nvmet's unique discovery NQN (interop_initiator's discovery step)
+            discnqn=*) export NVME_DISCOVERY_NQN=${a#discnqn=} ;;
         esac
     done
     # NVME_FRESH=1: nothing has written to the namespace yet (never-written

@@ -76,6 +76,7 @@ pub fn default_config() -> TargetConfig {
         congestion_control: None,
         referrals: Vec::new(),
         metrics_listen: None,
+        discovery_nqn: None,
     }
 }
 

@@ -159,6 +159,7 @@ async fn steady_state_allocations_per_io() {
         congestion_control: None,
         referrals: Vec::new(),
         metrics_listen: None,
+        discovery_nqn: None,
     };
     let server = Server::start(&cfg).await.unwrap();
     let opts = ConnectOptions {

@@ -15,8 +15,8 @@ use nvmeof_initiator::common::spec::discovery::{AdrFam, SubType, TrType};
 use nvmeof_initiator::common::spec::DISCOVERY_NQN;
 use nvmeof_initiator::common::Status;
 use nvmeof_initiator::{
-    discover, discover_all, nvme_subsystems, ConnectOptions, Controller, ControllerEvent, Error,
-    MAX_DISCOVERY_SERVICES,
+    discover, discover_all, discover_all_nqn, discover_nqn, nvme_subsystems, ConnectOptions, Controller,
+    ControllerEvent, Error, MAX_DISCOVERY_SERVICES,
 };
 use nvmeof_target::config::TargetConfig;
 use nvmeof_tools::{admin, ExitCode};
@@ -246,6 +246,62 @@ async fn discover_all_reads_at_most_max_discovery_services() {
         assert_eq!(addrs[0], a);
         assert_eq!(addrs[1..], dead[..MAX_DISCOVERY_SERVICES - 1]);
         assert!(logs[1..].iter().all(|d| d.log.is_err()));
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await
+}
+
+/// A unique discovery NQN (`discovery_nqn`, nvmet's attribute of that name):
+/// the discovery controller answers to it and to the well-known NQN alike,
+/// its Identify SUBNQN and its log's own entry carry it, an NQN that is
+/// neither is refused as any unknown subsystem, and `nvmeof discover --nqn`
+/// reads the log through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unique_discovery_nqn() {
+    bounded(30, async {
+        const UNIQUE: &str = "nqn.2026-12.io.nvmeof.test:discovery";
+        let nqn = "nqn.2026-12.io.nvmeof.test:disk";
+        let cfg = TargetConfig::from_toml(&format!(
+            "discovery_nqn = \"{UNIQUE}\"\n[[port]]\nlisten = \"127.0.0.1:0\"\n\n\
+             [[subsystem]]\nnqn = \"{nqn}\"\n[[subsystem.namespace]]\nram = \"1M\"\n"
+        ))
+        .unwrap();
+        let (server, a) = start(&cfg).await;
+        let unique = discover_nqn(a, UNIQUE, disc_opts()).await.unwrap();
+        let got: Vec<_> = unique.entries.iter().map(|e| (e.subtype, e.subnqn.as_str())).collect();
+        assert_eq!(got, [(SubType::CURRENT_DISCOVERY, UNIQUE), (SubType::NVME, nqn)]);
+        let known = discover(a, disc_opts()).await.unwrap();
+        assert_eq!(known.entries, unique.entries);
+        let logs = discover_all_nqn(a, UNIQUE, disc_opts()).await.unwrap();
+        assert_eq!((logs.len(), logs[0].addr), (1, a));
+        assert_eq!(logs[0].log.as_ref().unwrap().entries, unique.entries);
+
+        let c = Controller::connect(a, UNIQUE, disc_opts()).await.unwrap();
+        assert!(c.info().discovery);
+        let id = c.identify_controller().await.unwrap();
+        assert_eq!((id.subnqn.as_str(), id.cntrltype), (UNIQUE, 2));
+        c.shutdown().await.unwrap();
+
+        match discover_nqn(a, "nqn.2026-12.io.nvmeof.test:discovery2", disc_opts()).await {
+            Err(Error::Nvme { status, .. }) => {
+                assert_eq!(status.code(), Status::CONNECT_INVALID_PARAM.code())
+            }
+            other => panic!("{other:?}"),
+        }
+
+        for args in [vec!["--nqn", UNIQUE], vec!["-n", UNIQUE, "--referrals"]] {
+            let mut argv = vec!["nvmeof", "discover"];
+            let addr = a.to_string();
+            argv.push(&addr);
+            argv.extend(args.iter().copied());
+            let cli = admin::Cli::parse_args(argv.clone()).unwrap();
+            let mut out = Vec::new();
+            admin::run(&cli, &mut &b""[..], &mut out).await.unwrap();
+            let text = String::from_utf8(out).unwrap();
+            let own = text.split("=====Discovery Log Entry").nth(1).unwrap_or_default().to_string();
+            assert!(own.contains("subtype: current discovery subsystem"), "{argv:?}: {text}");
+            assert!(own.contains(&format!("subnqn:  {UNIQUE}\n")), "{argv:?}: {text}");
+        }
         server.shutdown(Duration::from_secs(1)).await;
     })
     .await

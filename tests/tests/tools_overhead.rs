@@ -49,6 +49,7 @@ async fn start() -> (Server, String) {
         congestion_control: None,
         referrals: Vec::new(),
         metrics_listen: None,
+        discovery_nqn: None,
     };
     let server = Server::start(&cfg).await.unwrap();
     let sub = Arc::new(Subsystem::new(NQN, "overhead", None, false));

@@ -58,6 +58,7 @@ async fn start_target_with(
         congestion_control: None,
         referrals: Vec::new(),
         metrics_listen: None,
+        discovery_nqn: None,
     };
     let server = Server::start(&cfg).await.expect("target starts");
     let mem = Arc::new(MemBackend::new(NS_SIZE, block_size));

@@ -18,7 +18,7 @@ use nvmeof_common::spec::reservation::{
 use nvmeof_common::spec::DISCOVERY_NQN;
 use nvmeof_common::spec::{IdentifyController, IdentifyNamespace};
 use nvmeof_initiator::{
-    discover, discover_all, ConnectOptions, Controller, ControllerEvent, ControllerState, IoFlags,
+    discover_all_nqn, discover_nqn, ConnectOptions, Controller, ControllerEvent, ControllerState, IoFlags,
     ReconnectPolicy,
 };
 use serde_json::{json, Value};
@@ -87,6 +87,11 @@ pub enum Command {
         /// turn (as `nvme connect-all` follows them; each service once, 16 at most).
         #[arg(long)]
         referrals: bool,
+        /// The discovery subsystem's NQN: a service's unique discovery NQN (as `nvme discover
+        /// --nqn`; nvmet's discovery_nqn, nvmeof-target's --discovery-nqn). Default: the
+        /// well-known nqn.2014-08.org.nvmexpress.discovery, which every service answers to.
+        #[arg(long, short = 'n', default_value = DISCOVERY_NQN)]
+        nqn: String,
     },
     /// Identify Controller, or Identify Namespace with --nsid.
     Identify {
@@ -135,8 +140,10 @@ pub enum Command {
     Events {
         /// Target address.
         addr: String,
-        /// Subsystem NQN (default: the one NVM subsystem the discovery log lists).
-        #[arg(long, conflicts_with = "discovery")]
+        /// Subsystem NQN (default: the one NVM subsystem the discovery log lists); with
+        /// --discovery, the discovery subsystem's (a unique discovery NQN; default the
+        /// well-known one).
+        #[arg(long)]
         nqn: Option<String>,
         /// Watch the discovery controller (a persistent discovery connection) instead.
         #[arg(long)]
@@ -612,13 +619,13 @@ fn emit(out: &mut dyn Write, v: &Value) -> Result<(), ToolError> {
 /// Runs one command; `input` is stdin for `write`, `out` is stdout.
 pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result<(), ToolError> {
     match &cli.cmd {
-        Command::Discover { addr, referrals: true } => {
+        Command::Discover { addr, referrals: true, nqn } => {
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
-            discover_referrals(cli, &addr, out).await
+            discover_referrals(cli, &addr, nqn, out).await
         }
-        Command::Discover { addr, referrals: false } => {
+        Command::Discover { addr, referrals: false, nqn } => {
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
-            let log = discover(addr.as_str(), discovery_options(&cli.opts(0)))
+            let log = discover_nqn(addr.as_str(), nqn, discovery_options(&cli.opts(0)))
                 .await
                 .map_err(|e| ToolError::from_initiator(&format!("discovery at {addr}"), &e))?;
             if cli.json {
@@ -680,7 +687,7 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
                     reconnect: ReconnectPolicy::default(),
                     ..discovery_options(&base)
                 };
-                Controller::connect(addr.as_str(), DISCOVERY_NQN, o)
+                Controller::connect(addr.as_str(), nqn.as_deref().unwrap_or(DISCOVERY_NQN), o)
                     .await
                     .map_err(|e| ToolError::from_initiator(&format!("connect to discovery at {addr}"), &e))?
             } else {
@@ -1005,13 +1012,13 @@ pub fn discovery_json(log: &DiscoveryLog) -> Value {
 /// `discover --referrals`: every log [`discover_all`] reads, in its order;
 /// after printing them all, the first referral that could not be read is the
 /// error (exit code).
-async fn discover_referrals(cli: &Cli, addr: &str, out: &mut dyn Write) -> Result<(), ToolError> {
+async fn discover_referrals(cli: &Cli, addr: &str, nqn: &str, out: &mut dyn Write) -> Result<(), ToolError> {
     let first = tokio::net::lookup_host(addr)
         .await
         .ok()
         .and_then(|mut a| a.next())
         .ok_or_else(|| ToolError::usage(format!("cannot resolve {addr}")))?;
-    let logs = discover_all(first, discovery_options(&cli.opts(0)))
+    let logs = discover_all_nqn(first, nqn, discovery_options(&cli.opts(0)))
         .await
         .map_err(|e| ToolError::from_initiator(&format!("discovery at {addr}"), &e))?;
     let failed = logs.iter().find_map(|d| d.log.as_ref().err().map(|e| (d.addr, e)));

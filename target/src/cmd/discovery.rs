@@ -16,7 +16,9 @@ use crate::core::{Controller, Target};
 /// The whole discovery log for `ctrl` (header + entries, 1024 bytes each).
 ///
 /// For every port, starting with the one the host came in on: a "current
-/// discovery subsystem" entry (SUBTYPE 3, well-known discovery NQN), then one
+/// discovery subsystem" entry (SUBTYPE 3, the discovery subsystem's NQN: the
+/// well-known one, or the unique one configured, as nvmet names its renamed
+/// discovery subsystem there), then one
 /// SUBTYPE 2 entry per NVM subsystem the host is allowed to connect to. Field
 /// values follow nvmet: TRTYPE TCP, TREQ 0x04 (SQ flow control disable
 /// supported), CNTLID 0xFFFF, ASQSZ 32, EFLAGS 0, SECTYPE none. TRADDR is the
@@ -24,7 +26,9 @@ use crate::core::{Controller, Target};
 /// wildcard listeners). The referrals follow (SUBTYPE 1, the discovery NQN,
 /// the other service's address and PORTID), after the subsystems as in
 /// nvmet's log, with TREQ 0 (not specified: nothing is known of that
-/// service) as nvmet's zero-filled referrals report.
+/// service) as nvmet's zero-filled referrals report, and the well-known NQN
+/// (nvmet's `NVME_DISC_SUBSYS_NAME`: another service's unique NQN is unknown
+/// here, and every service answers to the well-known one).
 pub fn discovery_log(target: &Target, ctrl: &Controller) -> Vec<u8> {
     discovery_log_with_local_addr(target, ctrl, None)
 }
@@ -43,7 +47,7 @@ pub fn discovery_log_with_local_addr(target: &Target, ctrl: &Controller, local: 
         let trsvcid = port.addr.port().to_string();
         let entry =
             |subtype, nqn: &str| DiscoveryLogEntry::tcp(subtype, nqn, adrfam, &traddr, &trsvcid, port.id);
-        entries.push(entry(SubType::CURRENT_DISCOVERY, DISCOVERY_NQN));
+        entries.push(entry(SubType::CURRENT_DISCOVERY, &target.discovery.nqn));
         for s in subsystems.iter().filter(|s| !s.discovery && s.host_allowed(&ctrl.hostnqn)) {
             entries.push(entry(SubType::NVME, &s.nqn));
         }
@@ -163,6 +167,39 @@ mod tests {
         assert_eq!(&r[32..36], b"4420");
         assert_eq!(&r[256..256 + 24], b"nqn.2024-01.io.example:a");
         assert_eq!(&r[512..523], b"192.168.7.2");
+    }
+
+    /// A unique discovery NQN (nvmet's `discovery_nqn`) names the current
+    /// discovery subsystem entry; referrals keep the well-known NQN; both
+    /// NQNs find the discovery subsystem, which no NVM subsystem lookup does.
+    #[test]
+    fn unique_discovery_nqn() {
+        use crate::core::target::Referral;
+        const UNIQUE: &str = "nqn.2026-12.io.example:discovery";
+        let t = Target::with_discovery_nqn(Limits::default(), UNIQUE);
+        let port = t.add_port("192.168.7.2:4420".parse().unwrap());
+        t.add_subsystem(Arc::new(Subsystem::new("nqn.2024-01.io.example:a", "m", None, false)));
+        t.set_referrals(vec![Referral { addr: "192.0.2.9:8009".parse().unwrap(), portid: 4 }]);
+        let c = t
+            .create_controller(|id| {
+                Controller::new(id, t.discovery.clone(), HOST.into(), [0; 16], port, 0, 0)
+            })
+            .unwrap();
+        let log = DiscoveryLog::decode(&discovery_log(&t, &c)).unwrap();
+        let got: Vec<_> = log.entries.iter().map(|e| (e.subtype, e.subnqn.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                (SubType::CURRENT_DISCOVERY, UNIQUE),
+                (SubType::NVME, "nqn.2024-01.io.example:a"),
+                (SubType::REFERRAL, DISCOVERY_NQN)
+            ]
+        );
+        for nqn in [UNIQUE, DISCOVERY_NQN] {
+            assert!(Arc::ptr_eq(&t.subsystem(nqn).unwrap(), &t.discovery), "{nqn}");
+        }
+        assert!(t.subsystem("nqn.2026-12.io.example:discovery2").is_none());
+        assert_eq!(t.discovery.nqn, UNIQUE);
     }
 
     #[test]

@@ -155,7 +155,8 @@ pub struct DiscoverySnapshot {
 pub struct Target {
     /// Enforced limits.
     pub limits: Limits,
-    /// The well-known discovery subsystem.
+    /// The discovery subsystem: the well-known discovery NQN, or the unique
+    /// one configured ([`Self::with_discovery_nqn`]).
     pub discovery: Arc<Subsystem>,
     subsystems: RwLock<BTreeMap<String, Arc<Subsystem>>>,
     ports: RwLock<Vec<Port>>,
@@ -173,9 +174,19 @@ pub struct Target {
 impl Target {
     /// An empty target with the given limits.
     pub fn new(limits: Limits) -> Arc<Self> {
+        Self::with_discovery_nqn(limits, DISCOVERY_NQN)
+    }
+
+    /// An empty target whose discovery subsystem has the NQN `nqn`: a unique
+    /// discovery NQN (TP 8013), as nvmet's `discovery_nqn` configfs
+    /// attribute renames its discovery subsystem. Hosts reach it by that NQN
+    /// or by the well-known one (`nvmet_find_get_subsys` takes both); its
+    /// Identify Controller SUBNQN and its log's current discovery subsystem
+    /// entry carry `nqn`.
+    pub fn with_discovery_nqn(limits: Limits, nqn: &str) -> Arc<Self> {
         Arc::new(Self {
             limits,
-            discovery: Arc::new(Subsystem::new(DISCOVERY_NQN, "nvmeof discovery", None, true)),
+            discovery: Arc::new(Subsystem::new(nqn, "nvmeof discovery", None, true)),
             subsystems: RwLock::new(BTreeMap::new()),
             ports: RwLock::new(Vec::new()),
             referrals: RwLock::new(Vec::new()),
@@ -262,9 +273,10 @@ impl Target {
         change
     }
 
-    /// Looks a subsystem up by NQN (the discovery NQN included).
+    /// Looks a subsystem up by NQN (the discovery subsystem by the well-known
+    /// discovery NQN or its unique one).
     pub fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
-        if nqn == DISCOVERY_NQN {
+        if nqn == DISCOVERY_NQN || nqn == self.discovery.nqn {
             return Some(self.discovery.clone());
         }
         self.subsystems.read().unwrap().get(nqn).cloned()

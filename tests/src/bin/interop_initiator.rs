@@ -124,8 +124,8 @@ use nvmeof_initiator::common::spec::log::AnaState;
 use nvmeof_initiator::common::spec::DISCOVERY_NQN;
 use nvmeof_initiator::common::{Sqe, Status};
 use nvmeof_initiator::{
-    discover, AuthError, ConnectOptions, Controller, ControllerEvent, ControllerState, Error, HostIdentity,
-    IoFlags, MultipathNamespace, MultipathOptions, Namespace, Payload, ReconnectPolicy,
+    discover, discover_nqn, AuthError, ConnectOptions, Controller, ControllerEvent, ControllerState, Error,
+    HostIdentity, IoFlags, MultipathNamespace, MultipathOptions, Namespace, Payload, ReconnectPolicy,
 };
 use tokio::sync::broadcast;
 
@@ -158,6 +158,8 @@ struct Args {
     auth: Option<AuthArgs>,
     /// A referral the discovery log must list: its address and PORTID.
     referral: Option<(std::net::SocketAddr, u16)>,
+    /// The target's unique discovery NQN (nvmet's `discovery_nqn`), if set.
+    discovery_nqn: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -173,8 +175,9 @@ fn usage(msg: &str) -> ! {
     eprintln!(
         "usage: interop_initiator [--addr A] [--port P] --nqn NQN [--ns-size BYTES] [--backend brd|file]\n\
          \x20      [--port2 P] [--fresh 0|1] [--secs S] [--queues N] [--depth D] [--rounds plain,digest,write-queues,copy] [--seed X]\n\
-         \x20      [--referral IP:PORT/PORTID]\n\
+         \x20      [--referral IP:PORT/PORTID] [--discovery-nqn NQN]\n\
          (or the environment: NVME_ADDR NVME_PORT NVME_PORT2 NVME_NQN NVME_NS_SIZE NVME_BACKEND NVME_FRESH NVME_REFERRAL\n\
+         \x20NVME_DISCOVERY_NQN\
          \x20INTEROP_IO_SECS INTEROP_QUEUES INTEROP_DEPTH INTEROP_ROUNDS INTEROP_SEED)"
     );
     std::process::exit(2)
@@ -201,7 +204,7 @@ fn parse_args() -> Args {
         kv.iter().rev().find(|(n, _)| n == flag).map(|(_, v)| v.clone()).or_else(|| env(var))
     };
     for (n, _) in &kv {
-        const KNOWN: [&str; 17] = [
+        const KNOWN: [&str; 18] = [
             "addr",
             "port",
             "port2",
@@ -219,6 +222,7 @@ fn parse_args() -> Args {
             "dhchap-key",
             "dhchap-ctrl-key",
             "referral",
+            "discovery-nqn",
         ];
         if !KNOWN.contains(&n.as_str()) {
             usage(&format!("unknown flag --{n}"));
@@ -272,6 +276,7 @@ fn parse_args() -> Args {
             let (a, id) = v.split_once('/').unwrap_or_else(|| bad());
             (a.parse().unwrap_or_else(|_| bad()), id.parse().unwrap_or_else(|_| bad()))
         }),
+        discovery_nqn: get("discovery-nqn", "NVME_DISCOVERY_NQN"),
     };
     if a.queues == 0 || a.depth < 2 || a.secs == 0 || a.secs > 600 {
         usage("--queues ≥ 1, --depth ≥ 2, 1 ≤ --secs ≤ 600");
@@ -648,6 +653,52 @@ async fn step_discovery(a: &Args) -> Result<(), String> {
             return Err(format!("referral entry {got:?}, want {want:?}"));
         }
         info("discovery", format!("referral to {addr} (portid {portid}, treq {:#x}) listed", r.treq));
+    }
+    // A unique discovery NQN (nvmet's discovery_nqn): the log read through
+    // it is the same, its own entry (SUBTYPE 3) names it in both, and the
+    // discovery controller's Identify SUBNQN is it.
+    if let Some(unique) = &a.discovery_nqn {
+        let mut o = ConnectOptions::discovery();
+        o.host = Some(HostIdentity::from_id(HOST_ID));
+        o.connect_timeout = Duration::from_secs(15);
+        let ulog = discover_nqn((a.addr.as_str(), a.port), unique, o.clone())
+            .await
+            .map_err(|e| format!("discover by {unique}: {e}"))?;
+        let own = |l: &nvmeof_initiator::common::spec::DiscoveryLog| {
+            l.entries
+                .iter()
+                .filter(|e| e.subtype == SubType::CURRENT_DISCOVERY)
+                .map(|e| e.subnqn.clone())
+                .collect::<Vec<_>>()
+        };
+        if own(&log).is_empty() || own(&log).iter().chain(own(&ulog).iter()).any(|n| n != unique) {
+            return Err(format!(
+                "current discovery subsystem entries: {:?} (well-known NQN), {:?} (unique), want {unique}",
+                own(&log),
+                own(&ulog)
+            ));
+        }
+        if ulog.entries != log.entries {
+            return Err(format!("the log by {unique} differs: {:?} vs {:?}", ulog.entries, log.entries));
+        }
+        let c = Controller::connect((a.addr.as_str(), a.port), unique, o)
+            .await
+            .map_err(|e| format!("connect to {unique}: {e}"))?;
+        let id = c.identify_controller().await.map_err(|e| format!("identify: {e}"))?;
+        let _ = c.shutdown().await;
+        if (id.subnqn.as_str(), id.cntrltype) != (unique.as_str(), 2) {
+            return Err(format!(
+                "discovery Identify SUBNQN {:?} CNTRLTYPE {}, want {unique} 2",
+                id.subnqn, id.cntrltype
+            ));
+        }
+        info(
+            "discovery",
+            format!(
+                "unique discovery NQN {unique}: same {} entries, own entry and Identify SUBNQN name it",
+                ulog.entries.len()
+            ),
+        );
     }
     Ok(())
 }

@@ -53,6 +53,7 @@ pub fn config(namespaces: Vec<NamespaceConfig>) -> TargetConfig {
         congestion_control: None,
         referrals: Vec::new(),
         metrics_listen: None,
+        discovery_nqn: None,
     }
 }
 

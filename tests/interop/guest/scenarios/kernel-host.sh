@@ -233,6 +233,9 @@ kh_net() { net_up || fail "network setup"; info "$(ip -4 addr show eth0 | awk '/
 
 kh_target_setup() { nvmet_setup "$BACKEND" 127.0.0.1 "$NVME_PORT" "$NQN" "$NS_SIZE"; }
 
+# the unique discovery NQN run.sh gives our target (discovery_nqn)
+KH_DISC_NQN=nqn.2014-08.io.nvmeof.interop:discovery
+
 kh_discover() {
     t 30 nvme discover -t tcp -a "$NVME_ADDR" -s "$NVME_PORT" >/tmp/disc.txt 2>&1
     _rc=$?
@@ -249,6 +252,17 @@ kh_discover() {
             && echo "$_ref" | grep -q '^subnqn: *nqn\.2014-08\.org\.nvmexpress\.discovery$'; } \
             || fail "discovery log lacks the referral to 10.0.2.101:4420 (portid 2): $_ref"
         info "referral listed: $(echo "$_ref" | grep -E '^(traddr|trsvcid|portid|treq):' | tr -s ' ' | tr '\n' ' ')"
+        # The target's unique discovery NQN (run.sh write_target_config): its
+        # own entry names it, and nvme-cli reads the same log through it.
+        _own=$(grep -A7 '^subtype: *current discovery subsystem$' /tmp/disc.txt | sed -n 's/^subnqn: *//p' | sort -u)
+        [ "$_own" = "$KH_DISC_NQN" ] || fail "current discovery subsystem entries name '$_own', not $KH_DISC_NQN"
+        t 30 nvme discover -t tcp -a "$NVME_ADDR" -s "$NVME_PORT" --nqn "$KH_DISC_NQN" >/tmp/disc-u.txt 2>&1
+        _rc=$?
+        [ $_rc = 0 ] || fail "nvme discover --nqn $KH_DISC_NQN rc=$_rc: $(tail -n 1 /tmp/disc-u.txt)"
+        _e1=$(grep -E '^(subtype|traddr|trsvcid|subnqn|portid):' /tmp/disc.txt)
+        _e2=$(grep -E '^(subtype|traddr|trsvcid|subnqn|portid):' /tmp/disc-u.txt)
+        [ "$_e1" = "$_e2" ] || fail "the log through $KH_DISC_NQN differs: $(echo "$_e2" | tr '\n' ' ')"
+        info "unique discovery NQN $KH_DISC_NQN: own entry names it; nvme discover --nqn reads the same $(grep -c '^=====Discovery Log Entry' /tmp/disc-u.txt) entries"
     fi
 }
 
@@ -1463,7 +1477,11 @@ kh_ram_digest() {
 
 # ---------------------------------------------------------------- keep-alive, discovery
 
+# The discovery controller's subsystem NQN as the host's sysfs shows it: from
+# Identify SUBNQN, so our target's unique discovery NQN (run.sh gives it one)
+# although `nvme discover -p` connects by the well-known NQN.
 DISC_NQN=nqn.2014-08.org.nvmexpress.discovery
+[ "$TARGET" != kernel-guest ] && DISC_NQN=$KH_DISC_NQN
 NQN2=$NQN-2
 
 # uevent_lines DEV: the uevents seen for controller DEV (see kh_discovery_aen)

@@ -60,6 +60,10 @@ kt_net() { net_up || fail "network setup"; }
 # passed on (referral=IP:PORT/PORTID) and interop_initiator's discovery step
 # checks the entry nvmet makes of it. TEST-NET-1, never connected to.
 KT_REFERRAL_ADDR=192.0.2.1 KT_REFERRAL_PORT=8009 KT_REFERRAL_PORTID=3
+# A unique discovery NQN (nvmet's discovery_nqn, TP 8013): passed on to the
+# host clients too (discnqn=NQN); interop_initiator's discovery step reads the
+# log through it and through the well-known NQN and checks where nvmet puts it.
+KT_DISC_NQN=nqn.2014-08.io.nvmeof.interop:nvmet-discovery
 
 kt_setup() {
     nvmet_setup "$BACKEND" 0.0.0.0 "$NVME_PORT" "$NQN" "$NS_SIZE"
@@ -68,6 +72,11 @@ kt_setup() {
         && echo "$KT_REFERRAL_ADDR" >"$_r/addr_traddr" && echo "$KT_REFERRAL_PORT" >"$_r/addr_trsvcid" \
         && echo "$KT_REFERRAL_PORTID" >"$_r/addr_portid" && echo 1 >"$_r/enable" \
         || fail "nvmet referral on port 1"
+    # Without the newline: nvmet's store returns the NQN's length, not the
+    # count written, so the shell writes the newline again, alone, and gets
+    # EINVAL (the NQN is set by then).
+    printf '%s' "$KT_DISC_NQN" >"$NVMET/discovery_nqn" || fail "nvmet discovery_nqn"
+    info "nvmet discovery_nqn: $(cat "$NVMET/discovery_nqn")"
 }
 
 kt_selfcheck() { # the target answers discovery on the guest's loopback
@@ -79,7 +88,7 @@ kt_selfcheck() { # the target answers discovery on the guest's loopback
 
 kt_client() { # kt_client NAME
     hook_call run-client "$CLIENT_TIMEOUT" "$1" "nqn=$NQN" "size=$NS_SIZE" "backend=$BACKEND" \
-        "referral=$KT_REFERRAL_ADDR:$KT_REFERRAL_PORT/$KT_REFERRAL_PORTID"
+        "referral=$KT_REFERRAL_ADDR:$KT_REFERRAL_PORT/$KT_REFERRAL_PORTID" "discnqn=$KT_DISC_NQN"
     _rc=$?
     [ $_rc = 0 ] || fail "host client $1 failed (rc=$_rc): ${HOOK_REPLY:-no reply}"
     info "host client $1: rc=${HOOK_REPLY#HOOKACK run-client }"
