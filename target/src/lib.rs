@@ -11,7 +11,8 @@
 //! - [`backend`]: RAM, file and block-device storage behind a
 //!   submission/completion interface.
 //! - [`config`] and [`server`]: configuration (CLI or TOML) and running it;
-//!   [`metrics`]: Prometheus metrics of a running target.
+//!   [`metrics`]: Prometheus metrics of a running target; [`service`]:
+//!   systemd readiness, reload, stop and watchdog notifications.
 //!
 //! Data flows socket → `QueueState::handle_bytes` → `cmd::parse` → (R2T …) →
 //! `cmd::execute` → backend → `QueueState::handle_completion` → C2HData /
@@ -25,4 +26,5 @@ pub mod core;
 pub mod metrics;
 pub mod queue;
 pub mod server;
+pub mod service;
 pub mod transport;

@@ -20,6 +20,7 @@ use nvmeof_target::core::qos::QosLimits;
 use nvmeof_target::core::zoned::ZoneConfig;
 use nvmeof_target::core::{Limits, Referral};
 use nvmeof_target::server::Server;
+use nvmeof_target::service;
 
 #[derive(Parser)]
 #[command(name = "nvmeof-target", version, about = "User-space NVMe-over-TCP target")]
@@ -399,6 +400,21 @@ fn host_commands(cfg: &TargetConfig, addrs: &[SocketAddr]) -> Vec<String> {
     lines
 }
 
+/// The service manager's STATUS line of a running target: what it exports
+/// where (`systemctl status` shows it).
+fn serving_status(server: &Server) -> String {
+    let subsystems = server.target.subsystems();
+    let namespaces: usize = subsystems.iter().map(|s| s.namespaces().len()).sum();
+    let ports: Vec<String> = server.local_addrs.iter().map(|a| a.to_string()).collect();
+    format!(
+        "serving {namespaces} namespace{} in {} subsystem{} on {}",
+        if namespaces == 1 { "" } else { "s" },
+        subsystems.len(),
+        if subsystems.len() == 1 { "" } else { "s" },
+        ports.join(", ")
+    )
+}
+
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -449,20 +465,36 @@ fn main() -> std::process::ExitCode {
         if let Some(m) = server.metrics_addr {
             println!("Prometheus metrics: http://{m}{}", nvmeof_target::metrics::METRICS_PATH);
         }
+        // Ready only now: every port listens and every namespace is open, so
+        // units ordered after this one can connect (Type=notify).
+        service::ready(&serving_status(&server));
+        if let Some(every) = service::watchdog_interval() {
+            service::spawn_watchdog(every);
+        }
         loop {
             tokio::select! {
                 _ = int.recv() => break,
                 _ = term.recv() => break,
                 _ = hup.recv() => {
                     // Reload the configuration file: add/remove/resize namespaces live.
+                    // RELOADING=1 before, READY=1 after, also when nothing
+                    // is reloaded: `systemctl reload` waits for READY.
+                    service::reloading();
                     let Some(path) = &args.config else {
                         tracing::warn!("SIGHUP ignored: no --config file to reload");
+                        service::ready(&format!("{}; SIGHUP ignored: no --config file", serving_status(&server)));
                         continue;
                     };
                     match config_from_file(path, &args)
                         .and_then(|c| server.reload(&c).map_err(|e| e.to_string())) {
-                        Ok(()) => tracing::info!(config = %path.display(), "configuration reloaded"),
-                        Err(e) => tracing::error!(error = %e, "reload failed"),
+                        Ok(()) => {
+                            tracing::info!(config = %path.display(), "configuration reloaded");
+                            service::ready(&serving_status(&server));
+                        }
+                        Err(e) => {
+                            tracing::error!(error = %e, "reload failed");
+                            service::ready(&format!("{}; last reload failed: {e}", serving_status(&server)));
+                        }
                     }
                 }
             }
@@ -470,6 +502,10 @@ fn main() -> std::process::ExitCode {
         tracing::info!(
             "signal received: stopping (a second SIGINT or SIGTERM stops without waiting for hosts)"
         );
+        service::stopping(&format!(
+            "stopping: completing the commands of {} connections",
+            server.target.connection_count()
+        ));
         let again = async {
             tokio::select! {
                 _ = int.recv() => {}

@@ -245,3 +245,96 @@ fn sigint_right_after_sighup_stops_the_target() {
         assert_eq!(code, Some(Some(0)), "try {i}: SIGINT after SIGHUP did not stop the target");
     }
 }
+
+/// The next service-manager notification that is not a watchdog keep-alive
+/// (counted in `watchdogs`), within 10 s.
+fn notification(sock: &std::os::unix::net::UnixDatagram, watchdogs: &mut usize) -> String {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 4096];
+    while Instant::now() < deadline {
+        let Ok(n) = sock.recv(&mut buf) else { continue };
+        let msg = String::from_utf8_lossy(&buf[..n]).into_owned();
+        if msg == "WATCHDOG=1\n" {
+            *watchdogs += 1;
+        } else {
+            return msg;
+        }
+    }
+    panic!("no notification within 10 s");
+}
+
+/// Under systemd (`Type=notify`, target/examples/nvmeof-target.service): READY
+/// once the port listens, with a STATUS line of what it serves; WATCHDOG=1
+/// every half WATCHDOG_USEC; RELOADING=1 (with the monotonic clock) and READY
+/// around a SIGHUP reload, the failed one saying why; STOPPING on SIGTERM.
+/// A datagram socket of this test stands in for systemd's NOTIFY_SOCKET.
+#[test]
+fn service_manager_notifications() {
+    let dir = TempDir::new("notify");
+    let sock_path = dir.0.join("notify");
+    let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    // A free port: bound, read, released (the target binds it next).
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let body = |namespaces: usize| {
+        let ns = "[[subsystem.namespace]]\nram = \"1M\"\n".repeat(namespaces);
+        format!("[[port]]\nlisten = \"{addr}\"\n[[subsystem]]\nnqn = \"{NQN}\"\n{ns}")
+    };
+    let path = config(&dir.0, &body(1));
+    let child = command(&["--config", path.to_str().unwrap()])
+        .env("NOTIFY_SOCKET", &sock_path)
+        .env("WATCHDOG_USEC", "200000")
+        .env_remove("WATCHDOG_PID")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let r = Running { child, lines: mpsc::channel().1, log: Vec::new() };
+    let mut watchdogs = 0;
+
+    let ready = notification(&sock, &mut watchdogs);
+    assert!(std::net::TcpStream::connect(addr).is_ok(), "READY before the port listens");
+    assert_eq!(ready, format!("READY=1\nSTATUS=serving 1 namespace in 1 subsystem on {addr}\n"));
+
+    // WATCHDOG_USEC 200 ms: a keep-alive every 100 ms.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut buf = [0u8; 64];
+    while watchdogs < 3 && Instant::now() < deadline {
+        if let Ok(n) = sock.recv(&mut buf) {
+            assert_eq!(&buf[..n], b"WATCHDOG=1\n");
+            watchdogs += 1;
+        }
+    }
+    assert!(watchdogs >= 3, "{watchdogs} watchdog keep-alives in 10 s");
+
+    config(&dir.0, &body(2));
+    r.signal(libc::SIGHUP);
+    let reloading = notification(&sock, &mut watchdogs);
+    let usec: u64 = reloading
+        .strip_prefix("RELOADING=1\nMONOTONIC_USEC=")
+        .and_then(|u| u.strip_suffix('\n'))
+        .and_then(|u| u.parse().ok())
+        .unwrap_or_else(|| panic!("{reloading:?}"));
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: a valid timespec for clock_gettime to fill.
+    assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) }, 0);
+    let now = now.tv_sec as u64 * 1_000_000 + now.tv_nsec as u64 / 1000;
+    assert!(usec <= now && now - usec < 10_000_000, "MONOTONIC_USEC {usec}, now {now}");
+    let ready = notification(&sock, &mut watchdogs);
+    assert_eq!(ready, format!("READY=1\nSTATUS=serving 2 namespaces in 1 subsystem on {addr}\n"));
+
+    // A reload that fails: still serving, and why.
+    config(&dir.0, "[[port]]\nlisten = \"not an address\"\n");
+    r.signal(libc::SIGHUP);
+    assert!(notification(&sock, &mut watchdogs).starts_with("RELOADING=1\nMONOTONIC_USEC="));
+    let ready = notification(&sock, &mut watchdogs);
+    let serving =
+        format!("READY=1\nSTATUS=serving 2 namespaces in 1 subsystem on {addr}; last reload failed: ");
+    assert!(ready.starts_with(&serving) && ready.contains("not an address"), "{ready:?}");
+
+    r.signal(libc::SIGTERM);
+    let stopping = notification(&sock, &mut watchdogs);
+    assert_eq!(stopping, "STOPPING=1\nSTATUS=stopping: completing the commands of 0 connections\n");
+    assert_eq!(r.exit_within(Duration::from_secs(30)), Some(Some(0)));
+}
