@@ -118,6 +118,109 @@ pub fn set_send_buffer(stream: &TcpStream, bytes: usize) {
     }
 }
 
+/// Which IP layer carries a connection's type of service: IPv4 (an IPv4
+/// socket, or an IPv6 socket's IPv4-mapped connection: its packets are IPv4
+/// and take `IP_TOS`) or IPv6 (`IPV6_TCLASS`).
+fn tos_level(peer: std::net::SocketAddr) -> (libc::c_int, libc::c_int, libc::c_int, libc::c_int) {
+    let v4 = match peer {
+        std::net::SocketAddr::V4(_) => true,
+        std::net::SocketAddr::V6(a) => a.ip().to_ipv4_mapped().is_some(),
+    };
+    // (level, "report it" option, the packet-options read, the cmsg type)
+    if v4 {
+        (libc::IPPROTO_IP, libc::IP_RECVTOS, libc::IP_PKTOPTIONS, libc::IP_TOS)
+    } else {
+        (libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, libc::IPV6_2292PKTOPTIONS, libc::IPV6_TCLASS)
+    }
+}
+
+/// Makes the kernel keep (`on`) or stop keeping the type of service (IPv4) or
+/// traffic class (IPv6) of the packets a TCP socket receives, for
+/// [`received_tos`]. Over IPv6 the kernel then keeps a copy of every packet's
+/// options: turn it off again once read.
+pub fn report_received_tos(stream: &impl std::os::fd::AsFd, on: bool) -> std::io::Result<()> {
+    let sock = socket2::SockRef::from(stream);
+    let (level, report, _, _) =
+        tos_level(sock.peer_addr()?.as_socket().ok_or(std::io::ErrorKind::InvalidInput)?);
+    let v: libc::c_int = on.into();
+    // SAFETY: an int option of the socket's own level, from a valid int.
+    let r = unsafe {
+        libc::setsockopt(
+            stream.as_fd().as_raw_fd(),
+            level,
+            report,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The type of service (IPv4, `IP_PKTOPTIONS`) or traffic class (IPv6,
+/// `IPV6_2292PKTOPTIONS`) a TCP socket received, where
+/// [`report_received_tos`] is on: on an accepted socket, what the host's SYN
+/// carried (IPv4 keeps only that; IPv6 the latest packet's, if the report was
+/// on when it came). `None` where the kernel has none to report.
+pub fn received_tos(stream: &impl std::os::fd::AsFd) -> std::io::Result<Option<u8>> {
+    let sock = socket2::SockRef::from(stream);
+    let (level, _, read, kind) =
+        tos_level(sock.peer_addr()?.as_socket().ok_or(std::io::ErrorKind::InvalidInput)?);
+    let mut buf = [0u64; 16];
+    let mut len = std::mem::size_of_val(&buf) as libc::socklen_t;
+    // SAFETY: the kernel writes at most `len` bytes of control messages to `buf`.
+    let r = unsafe {
+        libc::getsockopt(stream.as_fd().as_raw_fd(), level, read, buf.as_mut_ptr().cast(), &mut len)
+    };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: plain bytes of the u64 array, `len` of them written.
+    let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), (len as usize).min(128)) };
+    // Control messages: cmsghdr (length, level, type), then the data at the
+    // header's aligned size; the next one at the aligned length.
+    let align = |n: usize| n.next_multiple_of(std::mem::size_of::<usize>());
+    let hdr = align(std::mem::size_of::<libc::cmsghdr>());
+    let mut off = 0;
+    while off + hdr <= bytes.len() {
+        let w = std::mem::size_of::<usize>();
+        let at = |i: usize| i32::from_ne_bytes(bytes[off + i..off + i + 4].try_into().expect("4 bytes"));
+        let cmsg_len = usize::from_ne_bytes(bytes[off..off + w].try_into().expect("a usize"));
+        let (l, t) = (at(w), at(w + 4));
+        if cmsg_len < hdr || off + cmsg_len > bytes.len() {
+            break;
+        }
+        if l == level && t == kind && cmsg_len >= hdr + 4 {
+            let v = i32::from_ne_bytes(bytes[off + hdr..off + hdr + 4].try_into().expect("4 bytes"));
+            return Ok(Some(v as u8));
+        }
+        off += align(cmsg_len);
+    }
+    Ok(None)
+}
+
+/// Sends with the type of service the host's SYN carried, as nvmet does
+/// (`nvmet_tcp_set_queue_sock`: `ip_sock_set_tos(sk, inet->rcv_tos)`), so
+/// the target's replies (the read data) get the DSCP the host marked its
+/// connection with (`nvme connect --tos`, the initiator's
+/// `ConnectOptions::tos`); over IPv6 the traffic class likewise (nvmet leaves
+/// IPv6 alone). Nothing is set where the SYN carried 0. Returns what was set.
+pub fn mirror_received_tos(stream: &TcpStream) -> std::io::Result<Option<u8>> {
+    report_received_tos(stream, true)?;
+    let tos = received_tos(stream);
+    report_received_tos(stream, false)?;
+    let Some(tos) = tos?.filter(|&t| t != 0) else { return Ok(None) };
+    let sock = socket2::SockRef::from(stream);
+    match tos_level(stream.peer_addr()?).0 {
+        libc::IPPROTO_IP => sock.set_tos(tos.into())?,
+        _ => sock.set_tclass_v6(tos.into())?,
+    }
+    Ok(Some(tos))
+}
+
 /// A TCP congestion control algorithm's name (`TCP_CONGESTION`, e.g.
 /// `cubic`), held inline so options that carry it stay `Copy`: the kernel's
 /// names are at most 15 bytes (`TCP_CA_NAME_MAX` 16 with the NUL).
@@ -381,6 +484,56 @@ impl FairShare {
 mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
+
+    /// An accepted connection sends with the TOS / traffic class its SYN
+    /// carried (IPv4, IPv4-mapped on a dual-stack listener, IPv6), seen on
+    /// the accepted socket and, over IPv6, on the packets the client gets;
+    /// a SYN without one leaves the socket's 0.
+    #[tokio::test]
+    async fn accepted_connections_send_with_the_syn_tos() {
+        let v6 = tokio::net::TcpListener::bind("[::1]:0").await.unwrap();
+        let dual = {
+            let s = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::STREAM, None).unwrap();
+            s.set_only_v6(false).unwrap();
+            s.bind(&"[::]:0".parse::<std::net::SocketAddr>().unwrap().into()).unwrap();
+            s.listen(8).unwrap();
+            s.set_nonblocking(true).unwrap();
+            tokio::net::TcpListener::from_std(s.into()).unwrap()
+        };
+        let v4 = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let dual_v4: std::net::SocketAddr =
+            format!("127.0.0.1:{}", dual.local_addr().unwrap().port()).parse().unwrap();
+        for (l, to, tos) in [
+            (&v4, v4.local_addr().unwrap(), Some(0x20)),
+            (&dual, dual_v4, Some(0x48)),
+            (&v6, v6.local_addr().unwrap(), Some(0x28)),
+            (&v4, v4.local_addr().unwrap(), None),
+        ] {
+            let c =
+                socket2::Socket::new(socket2::Domain::for_address(to), socket2::Type::STREAM, None).unwrap();
+            match (tos, to) {
+                (Some(t), std::net::SocketAddr::V4(_)) => c.set_tos(t).unwrap(),
+                (Some(t), _) => c.set_tclass_v6(t).unwrap(),
+                (None, _) => {}
+            }
+            c.connect(&to.into()).unwrap();
+            let mut c = std::net::TcpStream::from(c);
+            let (a, _) = l.accept().await.unwrap();
+            assert_eq!(mirror_received_tos(&a).unwrap(), tos.map(|t| t as u8), "{to}");
+            let sock = socket2::SockRef::from(&a);
+            let set = if to.is_ipv4() { sock.tos().unwrap() } else { sock.tclass_v6().unwrap() };
+            assert_eq!(set, tos.unwrap_or(0), "{to}");
+            if to.is_ipv6() {
+                // IPv6 keeps each packet's class: the client sees the reply's.
+                report_received_tos(&c, true).unwrap();
+                let mut a = a;
+                a.write_all(b"x").await.unwrap();
+                let mut b = [0u8; 1];
+                std::io::Read::read_exact(&mut c, &mut b).unwrap();
+                assert_eq!(received_tos(&c).unwrap(), tos.map(|t| t as u8));
+            }
+        }
+    }
 
     #[test]
     fn poll_window_grows_on_short_sleeps_and_resets_on_long_ones() {

@@ -206,15 +206,25 @@ impl RawClient {
     /// [`Self::tcp`] with SO_RCVBUF set to `bytes` before connecting, which
     /// keeps the receive window small (no autotuning): a host that reads slowly.
     pub async fn tcp_with_rcvbuf(addr: SocketAddr, bytes: u32) -> Self {
+        Self::tcp_with(addr, |sock| sock.set_recv_buffer_size(bytes).expect("SO_RCVBUF")).await
+    }
+
+    /// [`Self::tcp`] with the socket set up by `configure` before connecting.
+    pub async fn tcp_with(addr: SocketAddr, configure: impl FnOnce(&tokio::net::TcpSocket)) -> Self {
         let sock =
             if addr.is_ipv4() { tokio::net::TcpSocket::new_v4() } else { tokio::net::TcpSocket::new_v6() }
                 .expect("socket");
-        sock.set_recv_buffer_size(bytes).expect("SO_RCVBUF");
+        configure(&sock);
         let stream = tokio::time::timeout(DEFAULT_TIMEOUT, sock.connect(addr))
             .await
             .expect("TCP connect timed out")
             .expect("TCP connect");
         Self::with_stream(stream)
+    }
+
+    /// The connection's socket (for socket options).
+    pub fn stream(&self) -> &TcpStream {
+        &self.stream
     }
 
     /// Opens TCP and exchanges ICReq/ICResp without digests.

@@ -497,3 +497,23 @@ async fn controller_ids_come_from_the_subsystems_range() {
     })
     .await;
 }
+
+/// The target replies with the type of service the host's SYN carried, as
+/// nvmet copies it (`nvme connect --tos`): over IPv6 the kernel keeps each
+/// received packet's traffic class, so the ICResp shows it; a host that marks
+/// nothing gets nothing marked.
+#[tokio::test]
+async fn replies_carry_the_type_of_service_of_the_hosts_syn() {
+    let mut cfg = default_config();
+    cfg.listen = vec!["[::1]:0".parse().unwrap()];
+    let (server, addr) = start(&cfg).await;
+    for tclass in [0x28u32, 0xb8, 0] {
+        let mut c =
+            RawClient::tcp_with(addr, |s| socket2::SockRef::from(s).set_tclass_v6(tclass).unwrap()).await;
+        nvmeof_net::report_received_tos(c.stream(), true).unwrap();
+        let dgst = nvmeof_common::pdu::DigestFlags::new(false, false);
+        c.icreq(nvmeof_common::pdu::IcReq { pfv: 0, hpda: 0, dgst, maxr2t: 0 }).await.unwrap();
+        assert_eq!(nvmeof_net::received_tos(c.stream()).unwrap(), Some(tclass as u8));
+    }
+    server.shutdown(Duration::from_millis(100)).await;
+}

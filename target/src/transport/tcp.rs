@@ -213,6 +213,13 @@ pub async fn run_connection(
 ) {
     let _ = stream.set_nodelay(true);
     nvmeof_net::set_send_buffer(&stream, opts.send_buffer);
+    // Reply with the DSCP the host marked its connection with (nvmet's
+    // nvmet_tcp_set_queue_sock copies the SYN's TOS the same way).
+    match nvmeof_net::mirror_received_tos(&stream) {
+        Ok(Some(tos)) => debug!(tos, "sending with the type of service of the host's SYN"),
+        Ok(None) => {}
+        Err(e) => debug!(error = %e, "type of service of the host's SYN not read"),
+    }
     // Checked at startup (config); a failure now (module unloaded since) leaves
     // the system's algorithm and the connection up.
     if let Err(e) = nvmeof_net::set_congestion_control(&stream, opts.congestion_control) {
