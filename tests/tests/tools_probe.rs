@@ -1815,11 +1815,73 @@ async fn request_sizes_per_direction_and_split_reach_the_target() {
         assert!(ext.iter().all(|e| e.2 == if e.0 == 'R' { 8192 } else { 4096 }), "{ext:?}");
         assert_eq!(r.read.bytes + r.write.bytes, ext.iter().map(|e| e.2).sum::<u64>());
 
-        // Verify and zoned runs need one size.
-        let e = nvmeof_tools::run_probe(&t.opts(&["--rw", "randrw", "--bs", "4k,8k", "--verify"]))
+        // Zoned runs need one size.
+        let e = nvmeof_tools::run_probe(&t.opts(&["--rw", "write", "--bs", "4k,8k", "--zonemode", "zbd"]))
             .await
             .map(drop);
         assert_eq!(e.unwrap_err().exit_code(), ExitCode::Usage);
+        t.stop().await;
+    })
+    .await;
+}
+
+/// `--verify` with several request sizes (fio verifies bssplit runs too),
+/// 6 KiB requests ending inside 4 KiB units: a mixed run on a fresh region
+/// skips only never-written blocks (a unit half written by a 6 KiB write is
+/// not taken for written), a read-back of a written region checks every
+/// block of every size, and a flipped byte is found at its LBA only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_with_several_request_sizes() {
+    bounded(60, async {
+        let t = start_target(512, None).await;
+        let split = ["--bssplit", "4k/40:6k/30:64k/30"];
+        let run = |rw: &'static str, offset: &'static str, size: &'static str, count: &'static str| {
+            let mut a = vec!["--rw", rw, "--verify", "--offset", offset, "--size", size, "--count", count];
+            a.extend(["--qd", "4", "--queues", "2"]);
+            a
+        };
+        // Mostly writes: many units half written by 6 KiB writes stay so for a while.
+        let mut a = run("randrw", "8m", "1m", "1500");
+        a.extend(["--mix", "30"]);
+        a.extend(split);
+        let r = t.probe(&a).await;
+        let v = r.verify.as_ref().unwrap();
+        assert_eq!((v.mismatches, r.exit_code()), (0, ExitCode::Ok), "{:?}", v.first);
+        assert!(v.unwritten_blocks > 0 && v.checked_blocks > 0, "{v:?}");
+        assert_eq!(v.checked_blocks + v.unwritten_blocks, r.stats(OpKind::Read).bytes / 512);
+        assert_eq!(v.written_blocks, r.stats(OpKind::Write).bytes / 512);
+
+        // The whole of another region written, then read back in every size: all checked.
+        let r = t
+            .probe(&[
+                "--rw", "write", "--verify", "--offset", "12m", "--size", "256k", "--bs", "4k", "--count",
+                "64",
+            ])
+            .await;
+        assert_eq!(r.verify.as_ref().unwrap().written_blocks, 512);
+        let mut a = run("randread", "12m", "256k", "300");
+        a.extend(split);
+        let r = t.probe(&a).await;
+        let v = r.verify.as_ref().unwrap();
+        assert_eq!((v.mismatches, v.unwritten_blocks), (0, 0), "{:?}", v.first);
+        assert_eq!(v.checked_blocks, r.stats(OpKind::Read).bytes / 512);
+        let mut a = run("randrw", "12m", "256k", "300");
+        a.extend(split);
+        let v = t.probe(&a).await.verify.unwrap();
+        assert_eq!((v.mismatches, v.unwritten_blocks), (0, 0), "{:?}", v.first);
+
+        let bad_lba = 12 * 2048 + 77;
+        t.mem.corrupt_byte(bad_lba * 512 + 300);
+        let mut a = run("randread", "12m", "256k", "2000");
+        a.extend(split);
+        let r = t.probe(&a).await;
+        let v = r.verify.as_ref().unwrap();
+        assert!(
+            v.mismatches > 0 && v.first.iter().all(|m| m.lba == bad_lba && m.offset == 300),
+            "{:?}",
+            v.first
+        );
+        assert_eq!(r.exit_code(), ExitCode::VerifyFailed);
         t.stop().await;
     })
     .await;

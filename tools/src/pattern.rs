@@ -162,21 +162,22 @@ impl WrittenUnits {
 }
 
 /// Checks a buffer of consecutive blocks read from `lba`; calls `bad` for
-/// each bad block. With `written` false (a read of a unit no write of this run
-/// had completed on, see [`WrittenUnits`]) blocks that read as deallocated are
-/// not checked: all zeros, or all ones, which NVMe also allows (Identify
-/// Namespace DLFEAT 010b) and zoned null_blk devices return beyond a zone's
-/// write pointer. Returns (bad, skipped) block counts.
+/// each bad block. Where `written(i)` is false for its block `i` (no write of
+/// this run had completed on it when the read was sent, see [`WrittenUnits`])
+/// a block that reads as deallocated is not checked: all zeros, or all ones,
+/// which NVMe also allows (Identify Namespace DLFEAT 010b) and zoned null_blk
+/// devices return beyond a zone's write pointer. Returns (bad, skipped) block
+/// counts.
 pub fn check_read(
     buf: &[u8],
     block_size: usize,
     lba: u64,
-    written: bool,
+    written: impl Fn(usize) -> bool,
     mut bad: impl FnMut(Mismatch),
 ) -> (u64, u64) {
     let (mut n, mut zero) = (0, 0);
     for (i, b) in buf.chunks(block_size).enumerate() {
-        if !written && (b.iter().all(|&x| x == 0) || b.iter().all(|&x| x == 0xFF)) {
+        if !written(i) && (b.iter().all(|&x| x == 0) || b.iter().all(|&x| x == 0xFF)) {
             zero += 1;
         } else if let Err(m) = check_block(b, lba + i as u64) {
             n += 1;
@@ -189,7 +190,7 @@ pub fn check_read(
 /// Checks a buffer of consecutive blocks read from `lba`; calls `bad` for each bad block and
 /// returns how many were bad.
 pub fn check(buf: &[u8], block_size: usize, lba: u64, bad: impl FnMut(Mismatch)) -> u64 {
-    check_read(buf, block_size, lba, true, bad).0
+    check_read(buf, block_size, lba, |_| true, bad).0
 }
 
 #[cfg(test)]
@@ -201,19 +202,23 @@ mod tests {
         let mut buf = vec![0u8; 2048];
         fill(&mut buf[..1024], 512, 100, 7);
         // Blocks 100-101 written, 102-103 zeros.
-        assert_eq!(check_read(&buf, 512, 100, false, |_| panic!()), (0, 2));
+        assert_eq!(check_read(&buf, 512, 100, |_| false, |_| panic!()), (0, 2));
         buf[600] ^= 1;
         let mut seen = Vec::new();
-        assert_eq!(check_read(&buf, 512, 100, false, |m| seen.push(m.lba)), (1, 2));
+        assert_eq!(check_read(&buf, 512, 100, |_| false, |m| seen.push(m.lba)), (1, 2));
         assert_eq!(seen, [101]);
         // The strict check counts the zero blocks as bad.
         assert_eq!(check(&buf, 512, 100, |_| {}), 3);
+        // Per block: a zero block a write had completed on (102) is a lost write.
+        let mut seen = Vec::new();
+        assert_eq!(check_read(&buf, 512, 100, |i| i == 2, |m| seen.push(m.lba)), (2, 1));
+        assert_eq!(seen, [101, 102]);
         // Deallocated blocks may read as ones too (DLFEAT 010b); other
         // uniform bytes are damage.
         buf[1024..1536].fill(0xFF);
         buf[1536..].fill(0x5A);
         let mut seen = Vec::new();
-        assert_eq!(check_read(&buf, 512, 100, false, |m| seen.push(m.lba)), (2, 1));
+        assert_eq!(check_read(&buf, 512, 100, |_| false, |m| seen.push(m.lba)), (2, 1));
         assert_eq!(seen, [101, 103]);
         let mut reasons = Vec::new();
         check(&buf, 512, 100, |m| reasons.push(m.reason));

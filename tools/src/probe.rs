@@ -430,10 +430,10 @@ impl ProbeOptions {
 
     /// Checks combinations the parser cannot.
     pub fn validate(&self) -> Result<(), ToolError> {
-        if self.single_bs().is_none() && (self.verify || self.zonemode == ZoneMode::Zbd) {
-            // The verify record and the zone plan count requests of one size.
+        if self.single_bs().is_none() && self.zonemode == ZoneMode::Zbd {
+            // The zone plan counts requests of one size.
             return Err(ToolError::usage(format!(
-                "--verify and --zonemode zbd need one request size (--bs {} gives --rw {} several)",
+                "--zonemode zbd needs one request size (--bs {} gives --rw {} several)",
                 self.sizes(),
                 self.rw.as_str()
             )));
@@ -1104,10 +1104,11 @@ impl IoBuf {
         }
     }
 
-    /// The data the next write sends, to be filled (verify mode).
-    fn write_data_mut(&mut self) -> &mut [u8] {
+    /// The data the next write, of `blocks` blocks, sends: to be filled
+    /// (verify mode). Allocated once, at the largest size.
+    fn write_data_mut(&mut self, blocks: u64) -> &mut [u8] {
         self.scratch.resize(self.len, 0);
-        &mut self.scratch
+        &mut self.scratch[..blocks as usize * self.block_size]
     }
 
     /// The data a write of the current request sends: a view of `wr` (a
@@ -1179,7 +1180,7 @@ impl IoBuf {
                 ctrl.io_command_once_on(qid, sqe, Payload::WriteBytes(self.write_bytes())).await.map(result)
             }
             OpKind::Write if !self.scratch.is_empty() => {
-                ctrl.io_command_on(qid, sqe, Payload::Write(&self.scratch)).await.map(result)
+                ctrl.io_command_on(qid, sqe, Payload::Write(&self.scratch[..self.cur])).await.map(result)
             }
             OpKind::Write => {
                 ctrl.io_command_on(qid, sqe, Payload::WriteBytes(self.write_bytes())).await.map(result)
@@ -1313,6 +1314,9 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
     let mut flush_due = false;
     let mut rewrite = None;
     let mut done_requests = 0u64;
+    // `--verify` in mixed modes: whether each unit a read touches had a write
+    // completed on it when the read was sent (reused: no allocation per read).
+    let mut written_now: Vec<bool> = Vec::new();
     loop {
         if stop.load(Ordering::Relaxed) {
             break;
@@ -1378,13 +1382,16 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
         }
         if op == OpKind::Write && sh.verify {
             let generation = sh.gen_base.wrapping_add(sh.gen.fetch_add(1, Ordering::Relaxed));
-            pattern::fill(buf.write_data_mut(), sh.block_size, lba, generation);
+            pattern::fill(buf.write_data_mut(blocks), sh.block_size, lba, generation);
         }
         // A read of a zone being reset may find zeroes in written units: asked first.
         let epoch =
             zt.as_ref().filter(|_| op == OpKind::Read && sh.written.is_some()).map(|z| z.zones.epoch(lba));
         // Asked before the read is sent: a write completing meanwhile may or may not be seen.
-        let was_written = sh.written.as_ref().is_none_or(|w| w.contains(unit));
+        written_now.clear();
+        if let Some(w) = sh.written.as_ref().filter(|_| op == OpKind::Read) {
+            written_now.extend(sh.geo.touched_units(lba, blocks).map(|u| w.contains(u)));
+        }
         let send = Instant::now();
         // Reads on the read queue, writes and trims on the write queue.
         let qid = qids[(op != OpKind::Read) as usize];
@@ -1399,8 +1406,8 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
                 break;
             }
         }
-        let was_written = was_written
-            && epoch.is_none_or(|e| e % 2 == 0 && zt.as_ref().is_some_and(|z| z.zones.epoch(lba) == e));
+        let zone_kept =
+            epoch.is_none_or(|e| e % 2 == 0 && zt.as_ref().is_some_and(|z| z.zones.epoch(lba) == e));
         let lat = done.duration_since(intended.unwrap_or(send)).as_nanos() as u64;
         let bytes = buf.cur as u64;
         let k = op as usize;
@@ -1414,15 +1421,17 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
             OpKind::Write => {
                 out.written_blocks += blocks;
                 if let Some(w) = &sh.written {
-                    w.mark(unit);
+                    sh.geo.whole_units(lba, blocks).for_each(|u| w.mark(u));
                 }
                 flush_due = sh
                     .flush_every
                     .is_some_and(|n| (sh.writes_done.fetch_add(1, Ordering::Relaxed) + 1).is_multiple_of(n));
             }
             OpKind::Read if sh.verify => {
+                let written =
+                    |i| zone_kept && (sh.written.is_none() || written_now[sh.geo.unit_of_block(lba, i)]);
                 let (_, zero) =
-                    pattern::check_read(buf.read_data(), sh.block_size, lba, was_written, |m| sh.mismatch(m));
+                    pattern::check_read(buf.read_data(), sh.block_size, lba, written, |m| sh.mismatch(m));
                 out.unwritten_blocks += zero;
                 out.checked_blocks += blocks - zero;
             }
@@ -1739,6 +1748,29 @@ impl Geometry {
     #[inline]
     fn random_at(&self, unit: u64, blocks: u64) -> u64 {
         self.fit(self.region_lba + unit * self.blocks_per_io, blocks)
+    }
+
+    /// The units a request of `blocks` at `lba` writes whole: what its
+    /// completion records (`--verify` in mixed modes). Where every request
+    /// has one size, that is the request's unit; with several sizes a request
+    /// may end inside a unit (6 KiB over 4 KiB units), which stays unrecorded
+    /// until a write covers it whole.
+    fn whole_units(&self, lba: u64, blocks: u64) -> std::ops::Range<u64> {
+        let start = lba - self.region_lba;
+        start.div_ceil(self.blocks_per_io)..(start + blocks) / self.blocks_per_io
+    }
+
+    /// The first unit a request at `lba` touches and, for block `i` of it,
+    /// the index of that block's unit from the first.
+    fn unit_of_block(&self, lba: u64, i: usize) -> usize {
+        let start = lba - self.region_lba;
+        ((start + i as u64) / self.blocks_per_io - start / self.blocks_per_io) as usize
+    }
+
+    /// The units a request of `blocks` at `lba` touches.
+    fn touched_units(&self, lba: u64, blocks: u64) -> std::ops::Range<u64> {
+        let start = lba - self.region_lba;
+        start / self.blocks_per_io..(start + blocks).div_ceil(self.blocks_per_io)
     }
 }
 
@@ -2302,6 +2334,7 @@ async fn run_ping(
     let mut seq = 0u64;
     // trimwrite: the unit just trimmed, written next.
     let mut rewrite = None;
+    let mut written_now: Vec<bool> = Vec::new();
     let mut error = None;
     let gen_base = time_seed().rotate_left(17);
     let mut n = 0u64;
@@ -2343,10 +2376,13 @@ async fn run_ping(
             }
         }
         if op == OpKind::Write && opts.verify {
-            pattern::fill(buf.write_data_mut(), g.block_size, lba, gen_base.wrapping_add(n));
+            pattern::fill(buf.write_data_mut(blocks), g.block_size, lba, gen_base.wrapping_add(n));
         }
         let warmup = now < measure_start;
-        let was_written = written.as_ref().is_none_or(|w| w.contains(unit));
+        written_now.clear();
+        if let Some(w) = written.as_ref().filter(|_| op == OpKind::Read) {
+            written_now.extend(g.touched_units(lba, blocks).map(|u| w.contains(u)));
+        }
         let send = Instant::now();
         let r = buf.run_at(ctrl, 1, op, (opts.nsid, lba, blocks), zt.as_ref().zip(zw.as_ref())).await;
         let done = Instant::now();
@@ -2369,9 +2405,10 @@ async fn run_ping(
         if op == OpKind::Write {
             verify.written_blocks += blocks;
             if let Some(w) = &written {
-                w.mark(unit);
+                g.whole_units(lba, blocks).for_each(|u| w.mark(u));
             }
         } else if op == OpKind::Read && opts.verify {
+            let was_written = |i| written.is_none() || written_now[g.unit_of_block(lba, i)];
             let (_, zero) = pattern::check_read(buf.read_data(), g.block_size, lba, was_written, |m| {
                 verify.mismatches += 1;
                 if verify.first.len() < MAX_MISMATCHES_KEPT {
@@ -2469,6 +2506,55 @@ mod tests {
         assert_eq!(e.exit_code(), ExitCode::NotFound);
     }
 
+    /// With sizes that are not multiples of the smallest (6 KiB over 4 KiB
+    /// units of 512-byte blocks), a write records only the units it covers
+    /// whole, and a read maps each of its blocks to the unit it lies in.
+    #[test]
+    fn verify_units_of_mixed_sizes() {
+        let o = ProbeOptions::parse_args([
+            "p",
+            "x",
+            "--rw",
+            "randrw",
+            "--verify",
+            "--bssplit",
+            "4k/50:6k/50",
+            "--offset",
+            "1m",
+            "--size",
+            "64k",
+        ])
+        .unwrap();
+        o.validate().unwrap();
+        let g = geometry(&o, NsInfo { block_size: 512, blocks: 8192 }, None).unwrap();
+        assert_eq!((g.region_lba, g.blocks_per_io, g.max_blocks, g.units), (2048, 8, 12, 16));
+        // 6 KiB at unit 2: unit 2 whole, half of unit 3.
+        assert_eq!(g.whole_units(2048 + 16, 12), 2..3);
+        assert_eq!(g.touched_units(2048 + 16, 12), 2..4);
+        // 6 KiB from the middle of unit 3 (a sequential run's position): unit 4 only.
+        assert_eq!(g.whole_units(2048 + 28, 12), 4..5);
+        assert_eq!(g.touched_units(2048 + 28, 12), 3..5);
+        assert_eq!(
+            (0..12).map(|i| g.unit_of_block(2048 + 28, i)).collect::<Vec<_>>(),
+            [0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1]
+        );
+        // 4 KiB inside one unit; nothing whole where a request covers none.
+        assert_eq!(g.whole_units(2048 + 8, 8), 1..2);
+        assert!(g.whole_units(2048 + 4, 6).is_empty());
+        // Zoned runs still need one size.
+        let z = ProbeOptions::parse_args([
+            "p",
+            "x",
+            "--rw",
+            "randwrite",
+            "--bssplit",
+            "4k/50:8k/50",
+            "--zonemode",
+            "zbd",
+        ]);
+        assert!(z.unwrap().validate().is_err());
+    }
+
     #[test]
     fn parses_flags() {
         let o = ProbeOptions::parse_args([
@@ -2506,7 +2592,7 @@ mod tests {
         assert!(v.is_ok());
         assert_eq!((p.single_bs(), p.bs_text().as_str()), (None, "4k,64k"));
         let (v, p) = sizes(&["--rw", "randrw", "--bs", "4k,64k", "--verify"]).unwrap();
-        assert!(v.unwrap_err().message.contains("one request size"), "{p:?}");
+        assert!(v.is_ok(), "{p:?}: --verify with several sizes");
         let (v, _) = sizes(&["--rw", "write", "--bssplit", "4k/50:8k/50", "--zonemode", "zbd"]).unwrap();
         assert!(v.unwrap_err().message.contains("one request size"));
         let (v, p) = sizes(&["--rw", "randread", "--bssplit", "4k/60:64k/40"]).unwrap();
