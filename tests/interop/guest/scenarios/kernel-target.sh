@@ -8,7 +8,8 @@
 #   initiator       interop_initiator (our initiator library)  -> host-initiator
 #   statuses        interop_statuses (statuses of bad commands) -> host-statuses
 #   probe-randread  nvmeof-probe randread 4k QD8 3 s           -> host-probe-randread
-#   probe-verify    nvmeof-probe write + randread --verify     -> host-probe-verify
+#   probe-verify    nvmeof-probe write + randread --verify,    -> host-probe-verify
+#                   randrw --bssplit --verify
 #   admin           admin-client.sh: nvmeof flush, dsm,         -> host-admin
 #                   write-zeroes, get/set-feature, show-regs
 #   events          interop_initiator --rounds events          -> host-events
