@@ -502,9 +502,10 @@ fn main() -> std::process::ExitCode {
         tracing::info!(
             "signal received: stopping (a second SIGINT or SIGTERM stops without waiting for hosts)"
         );
+        let open = server.target.connection_count();
         service::stopping(&format!(
-            "stopping: completing the commands of {} connections",
-            server.target.connection_count()
+            "stopping: completing the commands of {open} connection{}",
+            if open == 1 { "" } else { "s" }
         ));
         let again = async {
             tokio::select! {
