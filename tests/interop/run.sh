@@ -441,7 +441,7 @@ client_cmd() {
         # 4 KiB reads of it with digests on, every block checked.
         probe-verify) printf '%s' "$probe --rw write --bs 128k --qd 8 --verify --fua --flush-every 16 --offset 16M --size 16M --count 128 --time 60s \
             && $probe --rw randread --bs 4k --qd 8 --verify --digests --offset 16M --size 16M --time 3s \
-            && $probe --rw randrw --bssplit 4k/40:6k/30:64k/30 --qd 8 --verify --offset 16M --size 16M --time 2s" ;;
+            && $probe --rw randrw --bssplit 8k/40:12k/30:64k/30 --qd 8 --verify --offset 16M --size 16M --time 2s" ;;
         *) return 1 ;;
     esac
 }
