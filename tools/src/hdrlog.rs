@@ -2,7 +2,8 @@
 //! HdrHistogram tools (`HistogramLogProcessor`, HistogramLogAnalyzer, the
 //! `hdrhistogram` crates' `IntervalLogIterator`).
 //!
-//! One histogram per second and operation type, tagged `read` / `write`,
+//! One histogram per second and operation type, tagged `read` / `write` /
+//! `trim` (the directions the run sends),
 //! values in nanoseconds, compressed with the V2 deflate encoding; the
 //! `Interval_Max` column is in milliseconds (MaxValueDivisor 1e6), as the
 //! Java tools expect for nanosecond logs.
@@ -26,10 +27,10 @@ pub fn write_interval_log(r: &Report, w: &mut impl Write) -> std::io::Result<()>
         let mut log = IntervalLogWriterBuilder::new()
             .with_max_value_divisor(1e6)
             .begin_log_with(&mut body, &mut ser)?;
-        let (rd, wr) = (r.opts.rw.reads(), r.opts.rw.writes());
+        let (rd, wr, tr) = (r.opts.rw.reads(), r.opts.rw.writes(), r.opts.rw.trims());
         for iv in &r.intervals {
             let len = if iv.length.is_zero() { Duration::from_millis(1) } else { iv.length };
-            for (on, h, tag) in [(rd, &iv.read, "read"), (wr, &iv.write, "write")] {
+            for (on, h, tag) in [(rd, &iv.read, "read"), (wr, &iv.write, "write"), (tr, &iv.trim, "trim")] {
                 if on {
                     log.write_histogram(h, iv.start, len, Tag::new(tag))
                         .map_err(|e| std::io::Error::other(e.to_string()))?;

@@ -37,7 +37,7 @@ fn nines_label(x: f64) -> String {
     }
 }
 
-const COLORS: [RGBColor; 2] = [RGBColor(31, 119, 180), RGBColor(214, 39, 40)];
+const COLORS: [RGBColor; 3] = [RGBColor(31, 119, 180), RGBColor(214, 39, 40), RGBColor(44, 160, 44)];
 
 fn err<E: std::fmt::Debug>(e: E) -> std::io::Error {
     std::io::Error::other(format!("plot: {e:?}"))
@@ -59,7 +59,7 @@ pub fn write_plot(r: &Report, path: &Path) -> std::io::Result<()> {
         r.addr
     );
 
-    let curves: Vec<(OpKind, Vec<(f64, f64)>)> = [OpKind::Read, OpKind::Write]
+    let curves: Vec<(OpKind, Vec<(f64, f64)>)> = [OpKind::Read, OpKind::Write, OpKind::Trim]
         .into_iter()
         .map(|op| (op, percentile_curve(r.stats(op))))
         .filter(|(_, c)| !c.is_empty())
@@ -102,7 +102,8 @@ pub fn write_plot(r: &Report, path: &Path) -> std::io::Result<()> {
 
     let tl = &r.timeline;
     let max_t = tl.last().map_or(1.0, |p| p.t).max(1.0);
-    let max_iops = tl.iter().map(|p| p.read_iops.max(p.write_iops)).fold(1.0, f64::max) * 1.1;
+    let max_iops =
+        tl.iter().map(|p| p.read_iops.max(p.write_iops).max(p.trim_iops)).fold(1.0, f64::max) * 1.1;
     let mut chart = ChartBuilder::on(&bottom)
         .caption("IOPS over time (per second; shaded: warm-up)", ("sans-serif", 18))
         .margin(15)
@@ -126,14 +127,20 @@ pub fn write_plot(r: &Report, path: &Path) -> std::io::Result<()> {
             )))
             .map_err(err)?;
     }
-    for (op, on) in [(OpKind::Read, o.rw.reads()), (OpKind::Write, o.rw.writes())] {
+    for (op, on) in
+        [(OpKind::Read, o.rw.reads()), (OpKind::Write, o.rw.writes()), (OpKind::Trim, o.rw.trims())]
+    {
         if !on || tl.is_empty() {
             continue;
         }
         let color = COLORS[op as usize];
         // A step per interval, so a single interval is visible too.
         let pts = tl.iter().flat_map(|p| {
-            let v = if op == OpKind::Read { p.read_iops } else { p.write_iops };
+            let v = match op {
+                OpKind::Read => p.read_iops,
+                OpKind::Write => p.write_iops,
+                _ => p.trim_iops,
+            };
             [((p.t - p.secs).max(0.0), v), (p.t, v)]
         });
         chart

@@ -300,7 +300,7 @@ pub struct ProbeOptions {
     /// Print fio-style JSON instead of text.
     #[arg(long)]
     pub json: bool,
-    /// Write an HdrHistogram interval log (1 s intervals, tags read/write, values in ns).
+    /// Write an HdrHistogram interval log (1 s intervals, tags read/write/trim, values in ns).
     #[arg(long)]
     pub hdr_log: Option<PathBuf>,
     /// Write an SVG with a latency percentile plot and IOPS over time.
@@ -488,12 +488,6 @@ impl ProbeOptions {
         if self.rw.trims() && (self.verify || self.zonemode == ZoneMode::Zbd) {
             return Err(ToolError::usage(format!(
                 "--rw {}: --verify and --zonemode zbd apply to reads and writes",
-                self.rw.as_str()
-            )));
-        }
-        if self.rw.trims() && (self.hdr_log.is_some() || self.plot.is_some()) {
-            return Err(ToolError::usage(format!(
-                "--rw {}: --hdr-log and --plot record reads and writes only",
                 self.rw.as_str()
             )));
         }
@@ -731,6 +725,8 @@ pub struct IntervalHists {
     pub read: Histogram<u64>,
     /// Write latencies.
     pub write: Histogram<u64>,
+    /// Trim latencies (the trim modes).
+    pub trim: Histogram<u64>,
 }
 
 /// Verification results.
@@ -924,7 +920,7 @@ struct Shared {
 /// What one slot collected.
 struct SlotOut {
     lag: Option<OpStats>,
-    intervals: Vec<(u32, [Histogram<u64>; 2])>,
+    intervals: Vec<(u32, [Histogram<u64>; 3])>,
     samples: [Vec<u64>; 2],
     written_blocks: u64,
     checked_blocks: u64,
@@ -1304,7 +1300,7 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
         checked_blocks: 0,
         unwritten_blocks: 0,
     };
-    let mut cur = sh.interval.map(|_| [new_hist(), new_hist()]);
+    let mut cur = sh.interval.map(|_| [new_hist(), new_hist(), new_hist()]);
     let mut cur_idx = 0u32;
     let mut next_boundary = sh.interval.map(|i| sh.measure_start + i);
     let stop = &sh.hooks.stop;
@@ -1457,16 +1453,15 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
         if let (Some(lag), Some(t)) = (out.lag.as_mut(), intended) {
             lag.record(send.saturating_duration_since(t).as_nanos() as u64, 0);
         }
-        // Samples and interval histograms hold reads and writes.
+        // Samples hold reads and writes; interval histograms trims too.
         if let Some(v) = out.samples.get_mut(op as usize).filter(|_| sh.record_samples) {
             v.push(lat);
         }
         if let (Some(h), Some(nb), Some(iv)) = (cur.as_mut(), next_boundary.as_mut(), sh.interval) {
             while done >= *nb {
-                if h[0].len() + h[1].len() > 0 {
+                if h.iter().any(|h| !h.is_empty()) {
                     out.intervals.push((cur_idx, h.clone()));
-                    h[0].reset();
-                    h[1].reset();
+                    h.iter_mut().for_each(Histogram::reset);
                 }
                 cur_idx += 1;
                 *nb += iv;
@@ -1477,7 +1472,7 @@ async fn slot(sh: Arc<Shared>, idx: usize, qids: [u16; 2], seed: u64) -> SlotOut
         }
     }
     if let Some(h) = cur {
-        if h[0].len() + h[1].len() > 0 {
+        if h.iter().any(|h| !h.is_empty()) {
             out.intervals.push((cur_idx, h));
         }
     }
@@ -2166,7 +2161,7 @@ async fn run_connected(
     let mut trim = OpStats::new();
     let mut sync = OpStats::new();
     let mut lag = sh.period_ns.map(|_| OpStats::new());
-    let mut by_idx: std::collections::BTreeMap<u32, [Histogram<u64>; 2]> = Default::default();
+    let mut by_idx: std::collections::BTreeMap<u32, [Histogram<u64>; 3]> = Default::default();
     let mut samples = [Vec::new(), Vec::new()];
     let (mut written, mut checked, mut unwritten) = (0, 0, 0);
     for q in &sh.queue_stats {
@@ -2181,9 +2176,10 @@ async fn run_connected(
             l.merge(ol);
         }
         for (i, h) in o.intervals {
-            let e = by_idx.entry(i).or_insert_with(|| [new_hist(), new_hist()]);
-            let _ = e[0].add(&h[0]);
-            let _ = e[1].add(&h[1]);
+            let e = by_idx.entry(i).or_insert_with(|| [new_hist(), new_hist(), new_hist()]);
+            for (e, h) in e.iter_mut().zip(&h) {
+                let _ = e.add(h);
+            }
         }
         if opts.record_samples {
             samples[0].extend_from_slice(&o.samples[0]);
@@ -2195,10 +2191,10 @@ async fn run_connected(
     }
     let intervals = by_idx
         .into_iter()
-        .map(|(i, [r, w])| {
+        .map(|(i, [r, w, t])| {
             let start = Duration::from_secs(i as u64);
             let length = runtime.saturating_sub(start).min(Duration::from_secs(1));
-            IntervalHists { start, length, read: r, write: w }
+            IntervalHists { start, length, read: r, write: w, trim: t }
         })
         .collect();
     let verify = opts.verify.then(|| {
