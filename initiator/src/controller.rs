@@ -219,7 +219,7 @@ fn tcp_socket(addr: SocketAddr, opts: &ConnectOptions) -> Result<tokio::net::Tcp
     // is down (no RST) fails after about 3 s (the SYN, one resend after 1 s,
     // 2 s more) instead of waiting out `connect_timeout` at every reconnect
     // attempt.
-    set_int_option(&socket, libc::IPPROTO_TCP, libc::TCP_SYNCNT, 1)?;
+    nvmeof_net::set_int_option(&socket, libc::IPPROTO_TCP, libc::TCP_SYNCNT, 1)?;
     if let Some(tos) = opts.tos {
         let r = if addr.is_ipv4() { sock.set_tos(tos.into()) } else { sock.set_tclass_v6(tos.into()) };
         r.map_err(|e| Error::InvalidArgument(format!("tos {tos}: {e}")))?;
@@ -235,7 +235,7 @@ fn tcp_socket(addr: SocketAddr, opts: &ConnectOptions) -> Result<tokio::net::Tcp
         // nothing of the destination, while the connect picks one that is
         // unique for the 4-tuple only, so many queues bound to one address
         // do not use up its ports.
-        set_int_option(&socket, libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, 1)?;
+        nvmeof_net::set_int_option(&socket, libc::IPPROTO_IP, libc::IP_BIND_ADDRESS_NO_PORT, 1)?;
         socket.bind(SocketAddr::new(ip, 0)).map_err(|e| {
             warn!(%ip, error = %e, "cannot bind the socket to host_traddr");
             std::io::Error::new(e.kind(), format!("binding to host_traddr {ip}: {e}"))
@@ -258,30 +258,6 @@ fn tcp_socket(addr: SocketAddr, opts: &ConnectOptions) -> Result<tokio::net::Tcp
         })?;
     }
     Ok(socket)
-}
-
-/// `setsockopt` of an `int` option socket2 has no call for.
-fn set_int_option(
-    socket: &tokio::net::TcpSocket,
-    level: libc::c_int,
-    name: libc::c_int,
-    value: libc::c_int,
-) -> Result<()> {
-    use std::os::fd::AsRawFd;
-    // SAFETY: a valid socket, a c_int option value of the size given.
-    let r = unsafe {
-        libc::setsockopt(
-            socket.as_raw_fd(),
-            level,
-            name,
-            (&value as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error().into());
-    }
-    Ok(())
 }
 
 /// Which I/O queues a command may use: with dedicated write queues

@@ -118,38 +118,21 @@ pub fn set_send_buffer(stream: &TcpStream, bytes: usize) {
     }
 }
 
-/// Which IP layer carries a connection's type of service: IPv4 (an IPv4
-/// socket, or an IPv6 socket's IPv4-mapped connection: its packets are IPv4
-/// and take `IP_TOS`) or IPv6 (`IPV6_TCLASS`).
-fn tos_level(peer: std::net::SocketAddr) -> (libc::c_int, libc::c_int, libc::c_int, libc::c_int) {
-    let v4 = match peer {
-        std::net::SocketAddr::V4(_) => true,
-        std::net::SocketAddr::V6(a) => a.ip().to_ipv4_mapped().is_some(),
-    };
-    // (level, "report it" option, the packet-options read, the cmsg type)
-    if v4 {
-        (libc::IPPROTO_IP, libc::IP_RECVTOS, libc::IP_PKTOPTIONS, libc::IP_TOS)
-    } else {
-        (libc::IPPROTO_IPV6, libc::IPV6_RECVTCLASS, libc::IPV6_2292PKTOPTIONS, libc::IPV6_TCLASS)
-    }
-}
-
-/// Makes the kernel keep (`on`) or stop keeping the type of service (IPv4) or
-/// traffic class (IPv6) of the packets a TCP socket receives, for
-/// [`received_tos`]. Over IPv6 the kernel then keeps a copy of every packet's
-/// options: turn it off again once read.
-pub fn report_received_tos(stream: &impl std::os::fd::AsFd, on: bool) -> std::io::Result<()> {
-    let sock = socket2::SockRef::from(stream);
-    let (level, report, _, _) =
-        tos_level(sock.peer_addr()?.as_socket().ok_or(std::io::ErrorKind::InvalidInput)?);
-    let v: libc::c_int = on.into();
-    // SAFETY: an int option of the socket's own level, from a valid int.
+/// `setsockopt` of an `int` option that socket2 has no call for (shared by
+/// the target's and the initiator's drivers).
+pub fn set_int_option(
+    fd: &impl std::os::fd::AsFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> std::io::Result<()> {
+    // SAFETY: a valid socket, a c_int option value of the size given.
     let r = unsafe {
         libc::setsockopt(
-            stream.as_fd().as_raw_fd(),
+            fd.as_fd().as_raw_fd(),
             level,
-            report,
-            (&v as *const libc::c_int).cast(),
+            name,
+            (&value as *const libc::c_int).cast(),
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
@@ -160,46 +143,99 @@ pub fn report_received_tos(stream: &impl std::os::fd::AsFd, on: bool) -> std::io
     }
 }
 
+/// The options that carry a connection's type of service: IPv4's (an IPv4
+/// socket, or an IPv6 socket's IPv4-mapped connection: its packets are IPv4
+/// and take `IP_TOS`) or IPv6's (`IPV6_TCLASS`).
+#[derive(Clone, Copy)]
+struct TosOptions {
+    level: libc::c_int,
+    /// Makes the kernel keep the received value.
+    report: libc::c_int,
+    /// Reads the kept packet options (control messages).
+    read: libc::c_int,
+    /// The control message (and socket option) of the value.
+    kind: libc::c_int,
+}
+
+impl TosOptions {
+    fn of(stream: &impl std::os::fd::AsFd) -> std::io::Result<Self> {
+        let peer = socket2::SockRef::from(stream).peer_addr()?;
+        let v4 = match peer.as_socket().ok_or(std::io::ErrorKind::InvalidInput)? {
+            std::net::SocketAddr::V4(_) => true,
+            std::net::SocketAddr::V6(a) => a.ip().to_ipv4_mapped().is_some(),
+        };
+        Ok(if v4 {
+            Self {
+                level: libc::IPPROTO_IP,
+                report: libc::IP_RECVTOS,
+                read: libc::IP_PKTOPTIONS,
+                kind: libc::IP_TOS,
+            }
+        } else {
+            Self {
+                level: libc::IPPROTO_IPV6,
+                report: libc::IPV6_RECVTCLASS,
+                read: libc::IPV6_2292PKTOPTIONS,
+                kind: libc::IPV6_TCLASS,
+            }
+        })
+    }
+
+    fn received(self, stream: &impl std::os::fd::AsFd) -> std::io::Result<Option<u8>> {
+        let mut buf = [0u64; 16];
+        let mut len = std::mem::size_of_val(&buf) as libc::socklen_t;
+        // SAFETY: the kernel writes at most `len` bytes of control messages to `buf`.
+        let r = unsafe {
+            libc::getsockopt(
+                stream.as_fd().as_raw_fd(),
+                self.level,
+                self.read,
+                buf.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: plain bytes of the u64 array, `len` of them written.
+        let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), (len as usize).min(128)) };
+        // Control messages: cmsghdr (length, level, type), then the data at the
+        // header's aligned size; the next one at the aligned length.
+        let w = std::mem::size_of::<usize>();
+        let align = |n: usize| n.next_multiple_of(w);
+        let hdr = align(std::mem::size_of::<libc::cmsghdr>());
+        let mut off = 0;
+        while off + hdr <= bytes.len() {
+            let at = |i: usize| i32::from_ne_bytes(bytes[off + i..off + i + 4].try_into().expect("4 bytes"));
+            let cmsg_len = usize::from_ne_bytes(bytes[off..off + w].try_into().expect("a usize"));
+            if cmsg_len < hdr || off + cmsg_len > bytes.len() {
+                break;
+            }
+            if (at(w), at(w + 4)) == (self.level, self.kind) && cmsg_len >= hdr + 4 {
+                return Ok(Some(at(hdr) as u8));
+            }
+            off += align(cmsg_len);
+        }
+        Ok(None)
+    }
+}
+
+/// Makes the kernel keep (`on`) or stop keeping the type of service (IPv4) or
+/// traffic class (IPv6) of the packets a TCP socket receives, for
+/// [`received_tos`]. Over IPv6 the kernel then keeps a copy of every packet's
+/// options: turn it off again once read.
+pub fn report_received_tos(stream: &impl std::os::fd::AsFd, on: bool) -> std::io::Result<()> {
+    let o = TosOptions::of(stream)?;
+    set_int_option(stream, o.level, o.report, on.into())
+}
+
 /// The type of service (IPv4, `IP_PKTOPTIONS`) or traffic class (IPv6,
 /// `IPV6_2292PKTOPTIONS`) a TCP socket received, where
 /// [`report_received_tos`] is on: on an accepted socket, what the host's SYN
 /// carried (IPv4 keeps only that; IPv6 the latest packet's, if the report was
 /// on when it came). `None` where the kernel has none to report.
 pub fn received_tos(stream: &impl std::os::fd::AsFd) -> std::io::Result<Option<u8>> {
-    let sock = socket2::SockRef::from(stream);
-    let (level, _, read, kind) =
-        tos_level(sock.peer_addr()?.as_socket().ok_or(std::io::ErrorKind::InvalidInput)?);
-    let mut buf = [0u64; 16];
-    let mut len = std::mem::size_of_val(&buf) as libc::socklen_t;
-    // SAFETY: the kernel writes at most `len` bytes of control messages to `buf`.
-    let r = unsafe {
-        libc::getsockopt(stream.as_fd().as_raw_fd(), level, read, buf.as_mut_ptr().cast(), &mut len)
-    };
-    if r != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: plain bytes of the u64 array, `len` of them written.
-    let bytes = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), (len as usize).min(128)) };
-    // Control messages: cmsghdr (length, level, type), then the data at the
-    // header's aligned size; the next one at the aligned length.
-    let align = |n: usize| n.next_multiple_of(std::mem::size_of::<usize>());
-    let hdr = align(std::mem::size_of::<libc::cmsghdr>());
-    let mut off = 0;
-    while off + hdr <= bytes.len() {
-        let w = std::mem::size_of::<usize>();
-        let at = |i: usize| i32::from_ne_bytes(bytes[off + i..off + i + 4].try_into().expect("4 bytes"));
-        let cmsg_len = usize::from_ne_bytes(bytes[off..off + w].try_into().expect("a usize"));
-        let (l, t) = (at(w), at(w + 4));
-        if cmsg_len < hdr || off + cmsg_len > bytes.len() {
-            break;
-        }
-        if l == level && t == kind && cmsg_len >= hdr + 4 {
-            let v = i32::from_ne_bytes(bytes[off + hdr..off + hdr + 4].try_into().expect("4 bytes"));
-            return Ok(Some(v as u8));
-        }
-        off += align(cmsg_len);
-    }
-    Ok(None)
+    TosOptions::of(stream)?.received(stream)
 }
 
 /// Sends with the type of service the host's SYN carried, as nvmet does
@@ -209,15 +245,13 @@ pub fn received_tos(stream: &impl std::os::fd::AsFd) -> std::io::Result<Option<u
 /// `ConnectOptions::tos`); over IPv6 the traffic class likewise (nvmet leaves
 /// IPv6 alone). Nothing is set where the SYN carried 0. Returns what was set.
 pub fn mirror_received_tos(stream: &TcpStream) -> std::io::Result<Option<u8>> {
-    report_received_tos(stream, true)?;
-    let tos = received_tos(stream);
-    report_received_tos(stream, false)?;
+    let o = TosOptions::of(stream)?;
+    set_int_option(stream, o.level, o.report, 1)?;
+    let tos = o.received(stream);
+    set_int_option(stream, o.level, o.report, 0)?;
     let Some(tos) = tos?.filter(|&t| t != 0) else { return Ok(None) };
-    let sock = socket2::SockRef::from(stream);
-    match tos_level(stream.peer_addr()?).0 {
-        libc::IPPROTO_IP => sock.set_tos(tos.into())?,
-        _ => sock.set_tclass_v6(tos.into())?,
-    }
+    // IP_TOS / IPV6_TCLASS: the same option the value came in.
+    set_int_option(stream, o.level, o.kind, tos.into())?;
     Ok(Some(tos))
 }
 

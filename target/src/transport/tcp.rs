@@ -113,18 +113,9 @@ const ACK_BULK_READ: usize = 16 * 1024;
 fn set_receive_low_mark(stream: &TcpStream, cur: &mut usize, want: usize) {
     if *cur != want {
         // A failure leaves the mark as it was (the next call tries again).
-        let v = want as libc::c_int;
-        // SAFETY: setsockopt with a pointer to one c_int of the stated size.
-        let r = unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(stream),
-                libc::SOL_SOCKET,
-                libc::SO_RCVLOWAT,
-                (&v as *const libc::c_int).cast(),
-                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if r == 0 {
+        if nvmeof_net::set_int_option(stream, libc::SOL_SOCKET, libc::SO_RCVLOWAT, want as libc::c_int)
+            .is_ok()
+        {
             *cur = want;
         }
     }
