@@ -38,6 +38,8 @@
 //! cntlid_min = 1                         # optional: controller IDs (to 0xFFEF); disjoint ranges
 //! cntlid_max = 65519                     #   for targets exporting one subsystem (multipath)
 //! max_io_queues = 4                      # optional: I/O queues per controller (nvmet's attr_qid_max)
+//! ports = [1]                            # optional: exported on these ports only (port N: the N-th
+//!                                        #   [[port]] table); default every port; SIGHUP applies changes
 //! # An entry may instead be a table that also sets DH-HMAC-CHAP keys for the host:
 //! # { nqn = "...", dhchap_key = "DHHC-1:00:...:", dhchap_ctrl_key = "DHHC-1:...",
 //! #   dhchap_hash = "sha256", dhchap_dhgroup = "null" }
@@ -562,6 +564,10 @@ pub struct SubsystemConfig {
     /// Most I/O queues per controller (`max_io_queues`, nvmet's
     /// `attr_qid_max`), at most `limits.max_io_queues`; `None`: that limit.
     pub max_io_queues: Option<u16>,
+    /// The ports it is exported on (`ports`, nvmet's `ports/N/subsystems`
+    /// links), by port ID: port N is the N-th `[[port]]` table (the PORTID
+    /// its discovery log entries carry); `None`: every port.
+    pub ports: Option<Vec<u16>>,
 }
 
 /// The NSID of each namespace of a subsystem's configuration: its `nsid`, or
@@ -718,6 +724,7 @@ struct RawSubsystem {
     cntlid_min: Option<u16>,
     cntlid_max: Option<u16>,
     max_io_queues: Option<u16>,
+    ports: Option<Vec<u16>>,
     #[serde(default)]
     namespace: Vec<RawNamespace>,
 }
@@ -953,6 +960,25 @@ impl TargetConfig {
                     format!("must be 1..={} (limits.max_io_queues)", limits.max_io_queues),
                 ));
             }
+            // Port IDs name `[[port]]` tables (nvmet's ports/N/subsystems
+            // links need the port to exist too); `ports = []` exports the
+            // subsystem nowhere, as a subsystem nvmet links to no port.
+            if let Some(ports) = &s.ports {
+                for (j, &p) in ports.iter().enumerate() {
+                    if !(1..=listen.len()).contains(&(p as usize)) {
+                        return Err(invalid(
+                            format!("{key}.ports[{j}]"),
+                            format!("port {p} is not 1..={} (the [[port]] tables, in order)", listen.len()),
+                        ));
+                    }
+                    if ports[..j].contains(&p) {
+                        return Err(invalid(
+                            format!("{key}.ports[{j}]"),
+                            format!("port {p} is listed twice"),
+                        ));
+                    }
+                }
+            }
             let mut namespaces = Vec::new();
             for (j, n) in s.namespace.into_iter().enumerate() {
                 let nkey = format!("{key}.namespace[{j}]");
@@ -1106,6 +1132,7 @@ impl TargetConfig {
                 namespaces,
                 cntlids,
                 max_io_queues: s.max_io_queues,
+                ports: s.ports,
             });
         }
         let send_buffer = l.send_buffer.unwrap_or_else(nvmeof_net::default_send_buffer);
@@ -1676,6 +1703,34 @@ mod tests {
         ] {
             let e = sub(limits, extra).unwrap_err().to_string();
             assert!(e.contains("subsystem[0].max_io_queues") && e.contains(why), "{extra}: {e}");
+        }
+    }
+
+    /// A subsystem's `ports`: IDs of `[[port]]` tables (1-based, in order;
+    /// the default port counts as 1), each once; `[]` is nowhere.
+    #[test]
+    fn subsystem_ports() {
+        let sub = |ports: &str, extra: &str| {
+            TargetConfig::from_toml(&format!(
+                "{ports}\n[[subsystem]]\nnqn = \"nqn.2026-11.x:a\"\n{extra}\n[[subsystem.namespace]]\nram = \"1M\"\n"
+            ))
+        };
+        let two = "[[port]]\nlisten = \"127.0.0.1:4420\"\n[[port]]\nlisten = \"127.0.0.1:4421\"";
+        assert_eq!(sub(two, "").unwrap().subsystems[0].ports, None);
+        assert_eq!(sub(two, "ports = [2]").unwrap().subsystems[0].ports, Some(vec![2]));
+        assert_eq!(sub(two, "ports = [2, 1]").unwrap().subsystems[0].ports, Some(vec![2, 1]));
+        assert_eq!(sub(two, "ports = []").unwrap().subsystems[0].ports, Some(vec![]));
+        assert_eq!(sub("", "ports = [1]").unwrap().subsystems[0].ports, Some(vec![1]));
+        for (ports, extra, why) in [
+            (two, "ports = [3]", "subsystem[0].ports[0]: port 3 is not 1..=2"),
+            (two, "ports = [0]", "port 0 is not 1..=2"),
+            ("", "ports = [2]", "port 2 is not 1..=1"),
+            (two, "ports = [1, 2, 1]", "subsystem[0].ports[2]: port 1 is listed twice"),
+            (two, "ports = 1", "ports"),
+            (two, "ports = [\"127.0.0.1:4420\"]", "ports"),
+        ] {
+            let e = sub(ports, extra).unwrap_err().to_string();
+            assert!(e.contains(why), "{extra}: {e}");
         }
     }
 

@@ -307,6 +307,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
             host_keys,
             namespaces: nss,
             cntlids: nvmeof_target::core::target::CNTLID_RANGE,
+            ports: None,
             max_io_queues: None,
         }],
         limits: Limits::default(),
@@ -373,7 +374,10 @@ fn host_commands(cfg: &TargetConfig, addrs: &[SocketAddr]) -> Vec<String> {
         // Listening on both wildcards (0.0.0.0 and ::) on one port makes the
         // same "<this-host-ip>" lines: printed once.
         let mut shown: Vec<(String, u16)> = Vec::new();
-        for a in addrs {
+        // Port N is the N-th address; a subsystem with `ports` is reached
+        // through those only.
+        let on_port = |i: usize| s.ports.as_ref().is_none_or(|p| p.contains(&(i as u16 + 1)));
+        for (_, a) in addrs.iter().enumerate().filter(|&(i, _)| on_port(i)) {
             let ip = if a.ip().is_unspecified() { "<this-host-ip>".to_string() } else { a.ip().to_string() };
             if shown.contains(&(ip.clone(), a.port())) {
                 continue;
@@ -708,6 +712,23 @@ mod tests {
                 "  nvme connect -t tcp -a <this-host-ip> -s 4421 -n nqn.2026-11.x:y",
             ]
         );
+    }
+
+    /// A subsystem with `ports` gets lines for those ports' addresses only
+    /// (port N: the N-th address).
+    #[test]
+    fn printed_commands_follow_the_subsystems_ports() {
+        let addrs: Vec<SocketAddr> =
+            vec!["127.0.0.1:4420".parse().unwrap(), "127.0.0.2:4421".parse().unwrap()];
+        let mut c = flags(&["--ram", "1M", "--nqn", "nqn.2026-11.x:y"]).unwrap();
+        let connects = |c: &TargetConfig| -> Vec<String> {
+            host_commands(c, &addrs).into_iter().filter(|l| l.contains("nvme connect")).collect()
+        };
+        assert_eq!(connects(&c).len(), 2);
+        c.subsystems[0].ports = Some(vec![2]);
+        assert_eq!(connects(&c), ["  nvme connect -t tcp -a 127.0.0.2 -s 4421 -n nqn.2026-11.x:y"]);
+        c.subsystems[0].ports = Some(vec![]);
+        assert!(connects(&c).is_empty());
     }
 
     /// `--dhchap-secret` gives every `--allow-host` the keys; the printed

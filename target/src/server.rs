@@ -329,6 +329,7 @@ pub fn build_subsystem(
         host_keys: Default::default(),
         namespaces: nss.to_vec(),
         cntlids: crate::core::target::CNTLID_RANGE,
+        ports: None,
         max_io_queues: None,
     })
 }
@@ -340,7 +341,8 @@ pub fn subsystem_from_config(cfg: &SubsystemConfig) -> std::io::Result<Arc<Subsy
     let mut sub = Subsystem::new(nqn, &cfg.model, cfg.allowed_hosts.clone(), false)
         .with_host_keys(&cfg.host_keys)
         .with_cntlids(cfg.cntlids.clone())
-        .with_max_io_queues(cfg.max_io_queues);
+        .with_max_io_queues(cfg.max_io_queues)
+        .with_ports(cfg.ports.clone());
     if let Some(sn) = &cfg.serial {
         sub = sub.with_serial(sn);
     }
@@ -422,7 +424,9 @@ impl Server {
     /// new subsystems and namespaces are added, missing ones removed, a
     /// namespace whose store changed (path, device, engine, block size)
     /// replaced, and one whose configured size changed resized. Connected
-    /// hosts get the Namespace Attribute Changed AEN. Ports, limits,
+    /// hosts get the Namespace Attribute Changed AEN. A subsystem's `ports`
+    /// change live, as nvmet's port links (see
+    /// [`Target::set_subsystem_ports`]). Ports, limits,
     /// `poll_us`, `send_buffer`, `congestion_control`, the metrics address,
     /// the discovery NQN and the models and
     /// controller ID ranges of running subsystems are not changed (a warning
@@ -539,6 +543,12 @@ impl Server {
             if now != before {
                 let deleted = s.delete_controllers();
                 info!(subnqn = %sc.nqn, max_io_queues = now, controllers_deleted = deleted, "reload: I/O queue limit changed; connected hosts reconnect to get it");
+            }
+            // nvmet's ports/N/subsystems link and unlink: discovery hears of
+            // it, and the controllers connected through a port left are deleted.
+            if let Some(deleted) = self.target.set_subsystem_ports(&s, sc.ports.clone()) {
+                let ports = sc.ports.as_ref().map_or_else(|| "every port".to_string(), |p| format!("{p:?}"));
+                info!(subnqn = %sc.nqn, ports = %ports, controllers_deleted = deleted, "reload: the ports the subsystem is exported on changed; controllers connected through a port it left are deleted");
             }
             let mut wanted = Vec::new();
             for (nsid, n) in assign_nsids(&sc.namespaces) {

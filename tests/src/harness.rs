@@ -68,6 +68,7 @@ pub fn default_config() -> TargetConfig {
             host_keys: Default::default(),
             namespaces: vec![ram_ns(1, NS1_SIZE, NS1_BS)],
             cntlids: nvmeof_target::core::target::CNTLID_RANGE,
+            ports: None,
             max_io_queues: None,
         }],
         limits: Limits::default(),

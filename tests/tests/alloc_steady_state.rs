@@ -151,6 +151,7 @@ async fn steady_state_allocations_per_io() {
             }))
             .collect(),
             cntlids: nvmeof_target::core::target::CNTLID_RANGE,
+            ports: None,
             max_io_queues: None,
         }],
         limits: Limits::default(),

@@ -16,7 +16,7 @@ use nvmeof_initiator::common::spec::DISCOVERY_NQN;
 use nvmeof_initiator::common::Status;
 use nvmeof_initiator::{
     discover, discover_all, discover_all_nqn, discover_nqn, nvme_subsystems, ConnectOptions, Controller,
-    ControllerEvent, Error, MAX_DISCOVERY_SERVICES,
+    ControllerEvent, ControllerState, Error, MAX_DISCOVERY_SERVICES,
 };
 use nvmeof_target::config::TargetConfig;
 use nvmeof_tools::{admin, ExitCode};
@@ -301,6 +301,108 @@ async fn unique_discovery_nqn() {
             let own = text.split("=====Discovery Log Entry").nth(1).unwrap_or_default().to_string();
             assert!(own.contains("subtype: current discovery subsystem"), "{argv:?}: {text}");
             assert!(own.contains(&format!("subnqn:  {UNIQUE}\n")), "{argv:?}: {text}");
+        }
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await
+}
+
+/// Two ports; subsystem `a` on both, `b` on the ports `b_ports` lists
+/// (`None`: the key left out).
+fn linked(a: &str, b: &str, ports: [SocketAddr; 2], b_ports: Option<&str>) -> TargetConfig {
+    let b_ports = b_ports.map(|p| format!("ports = {p}\n")).unwrap_or_default();
+    TargetConfig::from_toml(&format!(
+        "[[port]]\nlisten = \"{}\"\n[[port]]\nlisten = \"{}\"\n\n\
+         [[subsystem]]\nnqn = \"{a}\"\n[[subsystem.namespace]]\nram = \"1M\"\n\n\
+         [[subsystem]]\nnqn = \"{b}\"\n{b_ports}[[subsystem.namespace]]\nram = \"1M\"\n",
+        ports[0], ports[1]
+    ))
+    .unwrap()
+}
+
+/// `(PORTID, TRSVCID, SUBNQN)` of each NVM subsystem entry.
+fn nvme_entries(log: &nvmeof_initiator::common::spec::DiscoveryLog) -> Vec<(u16, String, String)> {
+    nvme_subsystems(log).map(|e| (e.portid, e.trsvcid.clone(), e.subnqn.clone())).collect()
+}
+
+/// A subsystem's `ports` (nvmet's `ports/N/subsystems` links): the
+/// discovery log lists it under those ports only, a Connect through another
+/// port is refused as for an unknown subsystem (Connect Invalid Parameters,
+/// DNR), and a reload that moves it to another port notifies the persistent
+/// discovery controllers and deletes the controllers connected through the
+/// port it left, whose reconnects are then refused (the initiator gives up,
+/// as the Linux host does), while the other subsystem's are not touched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subsystem_ports_link_and_unlink() {
+    bounded(40, async {
+        let (a, b) = ("nqn.2026-12.io.nvmeof.test:both-ports", "nqn.2026-12.io.nvmeof.test:port-two");
+        let wild: [SocketAddr; 2] = ["127.0.0.1:0".parse().unwrap(); 2];
+        let (server, p1) = start(&linked(a, b, wild, Some("[2]"))).await;
+        let p2 = server.local_addrs[1];
+        let ports = [p1, p2];
+        let s = |p: SocketAddr| p.port().to_string();
+        let (a_, b_) = (a.to_string(), b.to_string());
+        let both = vec![(1, s(p1), a_.clone()), (2, s(p2), a_.clone()), (2, s(p2), b_.clone())];
+        for p in ports {
+            assert_eq!(nvme_entries(&discover(p, disc_opts()).await.unwrap()).len(), 3);
+        }
+        let mut through1 = nvme_entries(&discover(p1, disc_opts()).await.unwrap());
+        through1.sort();
+        assert_eq!(through1, both);
+
+        match Controller::connect(p1, b, opts()).await {
+            Err(Error::Nvme { status, .. }) => {
+                assert_eq!(status.code(), Status::CONNECT_INVALID_PARAM.code());
+                assert!(status.dnr(), "{status:?}");
+            }
+            other => panic!("connect to {b} through port 1: {other:?}"),
+        }
+        let on2 = Controller::connect(p2, b, opts()).await.unwrap();
+        let a_on2 = Controller::connect(p2, a, opts()).await.unwrap();
+        let ns = on2.namespace(1).await.unwrap();
+        ns.write(0, &[0x5a; 4096]).await.unwrap();
+        let mut state = on2.subscribe_state();
+
+        let o = ConnectOptions { async_events: true, kato: Duration::from_secs(5), ..disc_opts() };
+        let watcher = Controller::connect(p1, DISCOVERY_NQN, o).await.unwrap();
+        let mut rx = watcher.events();
+        server.reload(&linked(a, b, wild, Some("[1]"))).unwrap();
+        let log = match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
+            Ok(Ok(ControllerEvent::DiscoveryChanged(log))) => log,
+            other => panic!("expected a discovery log change, got {other:?}"),
+        };
+        let mut moved = nvme_entries(&log);
+        moved.sort();
+        assert_eq!(moved, [(1, s(p1), a_.clone()), (1, s(p1), b_.clone()), (2, s(p2), a_.clone())]);
+        // Deleted (port 2 was left), then its reconnects through port 2 refused.
+        tokio::time::timeout(Duration::from_secs(15), state.wait_for(|s| *s == ControllerState::Failed))
+            .await
+            .expect("the controller on the port left fails")
+            .unwrap();
+        assert_eq!(a_on2.state(), ControllerState::Live);
+        a_on2.identify_controller().await.unwrap();
+        let on1 = Controller::connect(p1, b, opts()).await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        on1.namespace(1).await.unwrap().read(0, &mut buf).await.unwrap();
+        assert_eq!(buf, [0x5a; 4096]);
+
+        // `ports = []`: exported nowhere; leaving the key out: every port.
+        server.reload(&linked(a, b, wild, Some("[]"))).unwrap();
+        tokio::time::timeout(Duration::from_secs(15), async {
+            let mut s = on1.subscribe_state();
+            s.wait_for(|s| *s == ControllerState::Failed).await.unwrap();
+        })
+        .await
+        .expect("the controller on port 1 fails");
+        for p in ports {
+            assert!(nvme_entries(&discover(p, disc_opts()).await.unwrap()).iter().all(|e| e.2 == a_));
+        }
+        server.reload(&linked(a, b, wild, None)).unwrap();
+        let mut all = nvme_entries(&discover(p2, disc_opts()).await.unwrap());
+        all.sort();
+        assert_eq!(all, [(1, s(p1), a_.clone()), (1, s(p1), b_.clone()), (2, s(p2), a_), (2, s(p2), b_)]);
+        for c in [watcher, a_on2] {
+            c.shutdown().await.unwrap();
         }
         server.shutdown(Duration::from_secs(1)).await;
     })

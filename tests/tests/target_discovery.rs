@@ -35,6 +35,7 @@ fn restricted_config(nqn: &str, allowed_hosts: Option<Vec<String>>) -> Subsystem
         host_keys: Default::default(),
         namespaces: vec![ram_ns(1, 1 << 20, 512)],
         cntlids: nvmeof_target::core::target::CNTLID_RANGE,
+        ports: None,
         max_io_queues: None,
     }
 }

@@ -117,6 +117,7 @@ async fn connect_errors() {
         host_keys: Default::default(),
         namespaces: vec![ram_ns(1, 1 << 20, 512)],
         cntlids: nvmeof_target::core::target::CNTLID_RANGE,
+        ports: None,
         max_io_queues: None,
     });
     let (_server, addr) = start(&cfg).await;

@@ -19,7 +19,8 @@ use crate::core::{Controller, Target};
 /// discovery subsystem" entry (SUBTYPE 3, the discovery subsystem's NQN: the
 /// well-known one, or the unique one configured, as nvmet names its renamed
 /// discovery subsystem there), then one
-/// SUBTYPE 2 entry per NVM subsystem the host is allowed to connect to. Field
+/// SUBTYPE 2 entry per NVM subsystem exported on that port that the host is
+/// allowed to connect to. Field
 /// values follow nvmet: TRTYPE TCP, TREQ 0x04 (SQ flow control disable
 /// supported), CNTLID 0xFFFF, ASQSZ 32, EFLAGS 0, SECTYPE none. TRADDR is the
 /// port's configured address (see [`discovery_log_with_local_addr`] for
@@ -48,7 +49,11 @@ pub fn discovery_log_with_local_addr(target: &Target, ctrl: &Controller, local: 
         let entry =
             |subtype, nqn: &str| DiscoveryLogEntry::tcp(subtype, nqn, adrfam, &traddr, &trsvcid, port.id);
         entries.push(entry(SubType::CURRENT_DISCOVERY, &target.discovery.nqn));
-        for s in subsystems.iter().filter(|s| !s.discovery && s.host_allowed(&ctrl.hostnqn)) {
+        // A subsystem under each port it is exported on (nvmet lists the
+        // asking port's subsystem links).
+        for s in
+            subsystems.iter().filter(|s| !s.discovery && s.on_port(port.id) && s.host_allowed(&ctrl.hostnqn))
+        {
             entries.push(entry(SubType::NVME, &s.nqn));
         }
     }
@@ -294,6 +299,51 @@ mod tests {
             checked += 1;
         }
         writer.join().unwrap();
+    }
+
+    /// A subsystem exported on some ports (nvmet's `ports/N/subsystems`
+    /// links) is listed under those only; moving it deletes its controllers
+    /// on the port it left, moves GENCTR, and a lookup through a port
+    /// finds it only where it is exported (discovery: everywhere).
+    #[test]
+    fn subsystem_on_some_ports() {
+        use crate::core::controller::Teardown;
+        let (t, c) = setup();
+        let p2 = t.add_port("192.168.8.2:4420".parse().unwrap());
+        let a = t.subsystem("nqn.2024-01.io.example:a").unwrap();
+        let on = |port| {
+            t.create_controller(|id| Controller::new(id, a.clone(), HOST.into(), [0; 16], port, 0, 0))
+                .unwrap()
+        };
+        let (a1, a2) = (on(c.port_id), on(p2));
+        let g = t.genctr();
+        assert_eq!(t.set_subsystem_ports(&a, Some(vec![p2])), Some(1));
+        assert_eq!(t.set_subsystem_ports(&a, Some(vec![p2])), None, "unchanged");
+        assert!(t.genctr() > g);
+        assert_eq!((a1.teardown_state(), a2.teardown_state()), (Teardown::Deleted, Teardown::Alive));
+        let log = DiscoveryLog::decode(&discovery_log(&t, &c)).unwrap();
+        let got: Vec<_> = log.entries.iter().map(|e| (e.portid, e.subtype, e.subnqn.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                (c.port_id, SubType::CURRENT_DISCOVERY, DISCOVERY_NQN),
+                (c.port_id, SubType::NVME, "nqn.2024-01.io.example:b"),
+                (p2, SubType::CURRENT_DISCOVERY, DISCOVERY_NQN),
+                (p2, SubType::NVME, "nqn.2024-01.io.example:a"),
+                (p2, SubType::NVME, "nqn.2024-01.io.example:b"),
+            ]
+        );
+        assert!(t.subsystem_on_port(&a.nqn, c.port_id).is_none());
+        assert!(t.subsystem_on_port(&a.nqn, p2).is_some());
+        assert!(t.subsystem_on_port(DISCOVERY_NQN, c.port_id).is_some());
+        // Nowhere, then every port again.
+        assert_eq!(t.set_subsystem_ports(&a, Some(vec![])), Some(1));
+        assert_eq!(a2.teardown_state(), Teardown::Deleted);
+        assert!(t.subsystem_on_port(&a.nqn, p2).is_none());
+        assert_eq!(t.set_subsystem_ports(&a, None), Some(0));
+        assert!(
+            t.subsystem_on_port(&a.nqn, c.port_id).is_some() && t.subsystem_on_port(&a.nqn, p2).is_some()
+        );
     }
 
     #[test]

@@ -106,8 +106,14 @@ fn connect(ctx: &mut QueueCtx, sqe: &Sqe, data: &[u8]) -> Response {
         }
     };
     let target = ctx.target.clone();
-    let Some(subsys) = target.subsystem(&d.subnqn) else {
-        warn!(subnqn = %d.subnqn, "Connect to unknown subsystem");
+    // A subsystem not exported on this port is as unknown here, as with
+    // nvmet (`nvmet_find_get_subsys(req->port, ..)`), for I/O queues too.
+    let Some(subsys) = target.subsystem_on_port(&d.subnqn, ctx.port_id) else {
+        if target.subsystem(&d.subnqn).is_some() {
+            warn!(subnqn = %d.subnqn, port_id = ctx.port_id, "Connect to a subsystem not exported on this port");
+        } else {
+            warn!(subnqn = %d.subnqn, "Connect to unknown subsystem");
+        }
         return invalid_param(true, data_off::SUBNQN);
     };
     // Only a new association is checked (nvmet_alloc_ctrl; an I/O queue's

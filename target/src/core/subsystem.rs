@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU16, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
 
 use arc_swap::ArcSwap;
 
@@ -66,6 +66,9 @@ pub struct Subsystem {
     max_io_queues: AtomicU16,
     /// Who may connect and with which keys; replaced whole by a reload.
     hosts: ArcSwap<HostAccess>,
+    /// IDs of the ports it is exported on (nvmet's `ports/N/subsystems`
+    /// links); `None`: every port. Read by Connect and the discovery log only.
+    ports: RwLock<Option<Vec<u16>>>,
     namespaces: ArcSwap<NamespaceMap>,
     controllers: Mutex<Vec<Weak<Controller>>>,
 }
@@ -85,6 +88,7 @@ impl Subsystem {
             cntlids: super::target::CNTLID_RANGE,
             max_io_queues: AtomicU16::new(0),
             hosts: ArcSwap::from_pointee(HostAccess { allowed: allowed_hosts, keys: BTreeMap::new() }),
+            ports: RwLock::new(None),
             namespaces: ArcSwap::from_pointee(BTreeMap::new()),
             controllers: Mutex::new(Vec::new()),
         }
@@ -125,6 +129,46 @@ impl Subsystem {
         self
     }
 
+    /// Exported on the ports with these IDs only (nvmet links a subsystem to
+    /// each port in `ports/N/subsystems`); `None`: on every port.
+    pub fn with_ports(self, ports: Option<Vec<u16>>) -> Self {
+        *self.ports.write().unwrap_or_else(PoisonError::into_inner) = ports;
+        self
+    }
+
+    /// The IDs of the ports it is exported on; `None`: every port.
+    pub fn ports(&self) -> Option<Vec<u16>> {
+        self.ports.read().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Whether hosts reach it through port `port_id` (the discovery
+    /// subsystem: through every port, as nvmet's).
+    pub fn on_port(&self, port_id: u16) -> bool {
+        self.discovery
+            || self
+                .ports
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_ref()
+                .is_none_or(|p| p.contains(&port_id))
+    }
+
+    /// Replaces the ports it is exported on; the ports it left, if any
+    /// (every port it was on but is not now, of `all`, the target's port
+    /// IDs). Use [`crate::core::Target::set_subsystem_ports`] for a subsystem
+    /// the target exports: it also tells discovery and deletes the
+    /// controllers connected through the ports left.
+    pub fn set_ports(&self, ports: Option<Vec<u16>>, all: &[u16]) -> Option<Vec<u16>> {
+        let mut cur = self.ports.write().unwrap_or_else(PoisonError::into_inner);
+        if *cur == ports {
+            return None;
+        }
+        let on = |p: &Option<Vec<u16>>, id: &u16| p.as_ref().is_none_or(|p| p.contains(id));
+        let left = all.iter().copied().filter(|id| on(&cur, id) && !on(&ports, id)).collect();
+        *cur = ports;
+        Some(left)
+    }
+
     /// The subsystem's own limit on I/O queues per controller, if it has one.
     pub fn max_io_queues(&self) -> Option<u16> {
         Some(self.max_io_queues.load(Ordering::Relaxed)).filter(|&n| n != 0)
@@ -150,8 +194,14 @@ impl Subsystem {
     /// see the connections end and reconnect (or, when the subsystem is gone,
     /// get refused and give up). Returns how many were live.
     pub fn delete_controllers(&self) -> usize {
+        self.delete_controllers_where(|_| true)
+    }
+
+    /// Deletes the controllers `which` accepts (as
+    /// [`Self::delete_controllers`]); how many of them were live.
+    pub fn delete_controllers_where(&self, which: impl Fn(&Controller) -> bool) -> usize {
         let mut live = self.controllers();
-        live.retain(|c| c.teardown_state() == Teardown::Alive);
+        live.retain(|c| c.teardown_state() == Teardown::Alive && which(c));
         for c in &live {
             c.shutdown(Teardown::Deleted);
         }

@@ -282,6 +282,38 @@ impl Target {
         self.subsystems.read().unwrap().get(nqn).cloned()
     }
 
+    /// Looks a subsystem up by NQN as a host connecting through port
+    /// `port_id` finds it (nvmet's `nvmet_find_get_subsys(port, nqn)` walks
+    /// that port's subsystem links): the discovery subsystem on every port,
+    /// an NVM subsystem only on the ports it is exported on.
+    pub fn subsystem_on_port(&self, nqn: &str, port_id: u16) -> Option<Arc<Subsystem>> {
+        self.subsystem(nqn).filter(|s| s.on_port(port_id))
+    }
+
+    /// Replaces the ports subsystem `s` is exported on (`None`: every port),
+    /// as linking and unlinking it in nvmet's `ports/N/subsystems`: GENCTR
+    /// moves and the discovery controllers of the hosts allowed to use it get
+    /// the discovery log change notice (`nvmet_port_disc_changed(port,
+    /// subsys)`), and its controllers connected through a port it left are
+    /// deleted (`nvmet_port_del_ctrls`): their hosts' reconnects through that
+    /// port are refused. `None` when nothing changed, else the controllers
+    /// deleted.
+    pub fn set_subsystem_ports(&self, s: &Arc<Subsystem>, ports: Option<Vec<u16>>) -> Option<usize> {
+        let all: Vec<u16> = self.ports.read().unwrap().iter().map(|p| p.id).collect();
+        // Under the lock the discovery log is read with (see `discovery_snapshot`).
+        let map = self.subsystems.write().unwrap();
+        let exported = map.get(&s.nqn).is_some_and(|m| Arc::ptr_eq(m, s));
+        let left = s.set_ports(ports, &all)?;
+        if exported {
+            self.bump_genctr();
+        }
+        drop(map);
+        if exported {
+            self.notify_discovery(|host| s.host_allowed(host));
+        }
+        Some(s.delete_controllers_where(|c| left.contains(&c.port_id)))
+    }
+
     /// All NVM subsystems.
     pub fn subsystems(&self) -> Vec<Arc<Subsystem>> {
         self.subsystems.read().unwrap().values().cloned().collect()

@@ -45,6 +45,7 @@ pub fn config(namespaces: Vec<NamespaceConfig>) -> TargetConfig {
             host_keys: Default::default(),
             namespaces,
             cntlids: nvmeof_target::core::target::CNTLID_RANGE,
+            ports: None,
             max_io_queues: None,
         }],
         limits: Limits::default(),
