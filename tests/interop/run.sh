@@ -209,6 +209,8 @@ write_target_config() {
         # namespace that HOSTS only see (namespace masking; "any": every
         # host, "none": no host)
         # or ("NQN qmax N") one with at most N I/O queues per controller
+        # or ("NQN ports P") one exported on ports P only (IDs joined by
+        # commas; "none": no port)
         # or ("NQN qos N") one whose namespace is limited to N IOPS
         # or ("NQN zoned") one whose namespace is zoned: 4 zones of 4 MiB,
         # at most 2 open and 3 active
@@ -230,6 +232,9 @@ write_target_config() {
                 [ -n "$INTEROP_ALLOW_HOST" ] && echo "allowed_hosts = [\"$INTEROP_ALLOW_HOST\"]"
             fi
             [ "$kind" = qmax ] && echo "max_io_queues = $file"
+            if [ "$kind" = ports ]; then
+                [ "$file" = none ] && echo "ports = []" || echo "ports = [$file]"
+            fi
             echo
             echo "[[subsystem.namespace]]"
             if [ "$kind" = ro ]; then
@@ -654,10 +659,11 @@ hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespac
     # HOSTS (NQNs joined by commas) only, or (mask HOSTS|any|none) with a
     # second namespace that HOSTS only see, or (qmax N) with at most N I/O
     # queues per controller, or (qos N) with its namespace limited to N IOPS,
-    # or (zoned) with a zoned namespace (4 zones of 4 MiB); SIGHUP
+    # or (zoned) with a zoned namespace (4 zones of 4 MiB), or (ports P) exported
+    # on ports P only (port IDs joined by commas, or none); SIGHUP
     kh_host_target || { echo "not applicable"; return 2; }
     local nqn=$1 kind=${2:-} file="" sum="" extra=""
-    [[ $nqn =~ ^nqn\.[[:alnum:].:-]+$ ]] && [[ $kind =~ ^(ro|auth|acl|mask|qmax|qos|zoned)?$ ]] || { echo "usage: add-subsystem NQN [ro|auth ...|acl HOSTS|mask HOSTS|qmax N|qos N|zoned]"; return 2; }
+    [[ $nqn =~ ^nqn\.[[:alnum:].:-]+$ ]] && [[ $kind =~ ^(ro|auth|acl|mask|qmax|qos|zoned|ports)?$ ]] || { echo "usage: add-subsystem NQN [ro|auth ...|acl HOSTS|mask HOSTS|qmax N|qos N|zoned|ports P]"; return 2; }
     awk -v n="$nqn" '$1==n{f=1} END{exit !f}' "$DIR/subsys.list" 2>/dev/null && { echo "$nqn already configured"; return 1; }
     if [ "$kind" = ro ]; then
         file=$DIR/ro-$(printf '%s' "$nqn" | md5sum | cut -c1-8).img
@@ -677,6 +683,9 @@ hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespac
     elif [ "$kind" = qmax ]; then
         [[ ${3:-} =~ ^[1-9][0-9]{0,2}$ ]] || { echo "usage: add-subsystem NQN qmax N"; return 2; }
         file=$3
+    elif [ "$kind" = ports ]; then
+        port_ids_ok "${3:-}" || { echo "usage: add-subsystem NQN ports P|none"; return 2; }
+        file=$3
     elif [ "$kind" = qos ]; then
         [[ ${3:-} =~ ^[1-9][0-9]{0,6}$ ]] || { echo "usage: add-subsystem NQN qos N"; return 2; }
         file=$3
@@ -685,6 +694,9 @@ hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespac
     reload_target || return 1
     echo "subsystem $nqn added, target reloaded${sum:+ md5=$sum}"
 }
+
+# port_ids_ok P: "none" or port IDs (1, 2) joined by commas
+port_ids_ok() { [[ $1 =~ ^(none|[12](,[12])*)$ ]]; }
 
 # acl_hosts_ok HOSTS: "any" or NQNs joined by commas
 acl_hosts_ok() { [[ $1 =~ ^(any|nqn\.[[:alnum:].:-]+(,nqn\.[[:alnum:].:-]+)*)$ ]]; }
@@ -721,6 +733,14 @@ hook_max_io_queues() { # max-io-queues NQN N: the I/O queue limit of a subsystem
     [[ $n =~ ^[1-9][0-9]{0,2}$ ]] || { echo "usage: max-io-queues NQN N"; return 2; }
     set_subsys_field "$nqn" qmax "$n" || return 1
     echo "$nqn limited to $n I/O queues, target reloaded"
+}
+
+hook_subsystem_ports() { # subsystem-ports NQN P|none: the ports of a subsystem added with "ports"; SIGHUP
+    kh_host_target || { echo "not applicable"; return 2; }
+    local nqn=$1 ports=${2:-}
+    port_ids_ok "$ports" || { echo "usage: subsystem-ports NQN P|none"; return 2; }
+    set_subsys_field "$nqn" ports "$ports" || return 1
+    echo "$nqn exported on ports $ports, target reloaded"
 }
 
 hook_remove_subsystem() { # remove-subsystem NQN, SIGHUP

@@ -133,6 +133,18 @@
 #                     processes; disconnect, hook "stop-twin" (no error
 #                     logged).
 #
+# Port links (nvmet's ports/N/subsystems):
+#   - port-link:      subsystem NQN-ports on port 2 only (our target: hook
+#                     "add-subsystem NQN-ports ports 2", its `ports`; nvmet:
+#                     linked to ports/2 only): nvme discover lists it under
+#                     PORTID 2 only (through port 1 nvmet omits it, ours
+#                     names port 2); connect through port 1 refused, no
+#                     controller left; through port 2 dd verify; moved to
+#                     port 1 (hook "subsystem-ports NQN-ports 1"; nvmet: link
+#                     to port 1, unlink from port 2) -> the controller through
+#                     port 2 deleted, its reconnect refused, gone within 20 s;
+#                     the log lists it under port 1; connect there, dd verify.
+#
 # Per-subsystem I/O queue limit (nvmet's attr_qid_max):
 #   - queue-limit:    subsystem NQN-qmax with max_io_queues = 1 (our target:
 #                     hook "add-subsystem NQN-qmax qmax 1"; nvmet: attr_qid_max):
@@ -1274,14 +1286,99 @@ kh_zoned() {
     hooked_subsystem "$NQN_ZONED" zoned_checks zoned
 }
 
-kh_queue_limit() {
-    _out=$(qmax_subsys add 1) || fail "add $NQN_QMAX: $_out"
-    ( qmax_checks )
+# managed_subsystem NQN MANAGE CHECKS [ARGS...]: "MANAGE add ARGS", CHECKS in a
+# subshell, then the host's controllers of NQN disconnected and "MANAGE
+# remove" whatever CHECKS did; the step fails where CHECKS failed
+managed_subsystem() {
+    _nqn=$1 _manage=$2 _checks=$3
+    shift 3
+    _out=$($_manage add "$@") || fail "add $_nqn: $_out"
+    ( $_checks )
     _rc=$?
-    t 30 nvme disconnect -n "$NQN_QMAX" >/dev/null 2>&1
-    wait_no_ctrl "$NQN_QMAX" 10 || info "a controller of $NQN_QMAX is still present"
-    _out=$(qmax_subsys remove) || fail "remove $NQN_QMAX: $_out"
+    t 30 nvme disconnect -n "$_nqn" >/dev/null 2>&1
+    wait_no_ctrl "$_nqn" 10 || info "a controller of $_nqn is still present"
+    _out=$($_manage remove) || fail "remove $_nqn: $_out"
     [ $_rc = 0 ] || exit 1
+}
+kh_queue_limit() {
+    managed_subsystem "$NQN_QMAX" qmax_subsys qmax_checks 1
+}
+
+NQN_PORTS=$NQN-ports
+# ports_subsys add|move|remove: NQN_PORTS on port 2 only (add), then on
+# port 1 only (move); our target: hooks add-subsystem "ports 2",
+# subsystem-ports (config + SIGHUP); nvmet: its ports/N/subsystems links,
+# with NQN on port 2 too (nvmet stops listening on a port left without
+# subsystems, and the host would retry until ctrl-loss-tmo; ours keeps
+# every port, NQN is on both)
+ports_subsys() {
+    _s=$NVMET/subsystems/$NQN_PORTS
+    if [ "$TARGET" = kernel-guest ]; then
+        case $1 in
+            add) _p=$NVMET/ports/2
+                mkdir "$_p" && echo tcp >"$_p/addr_trtype" && echo ipv4 >"$_p/addr_adrfam" \
+                    && echo "$NVME_ADDR2" >"$_p/addr_traddr" && echo "$NVME_PORT2" >"$_p/addr_trsvcid" \
+                    && mkdir "$_s" && echo 1 >"$_s/attr_allow_any_host" && truncate -s 16M /srv/ports.img \
+                    && mkdir "$_s/namespaces/1" && echo -n /srv/ports.img >"$_s/namespaces/1/device_path" \
+                    && echo 1 >"$_s/namespaces/1/enable" && ln -s "$_s" "$_p/subsystems/$NQN_PORTS" \
+                    && ln -s "$NVMET/subsystems/$NQN" "$_p/subsystems/$NQN" ;;
+            move) ln -s "$_s" "$NVMET/ports/1/subsystems/$NQN_PORTS" && rm "$NVMET/ports/2/subsystems/$NQN_PORTS" ;;
+            remove) rm -f "$NVMET/ports/1/subsystems/$NQN_PORTS" "$NVMET/ports/2/subsystems/$NQN_PORTS" \
+                    "$NVMET/ports/2/subsystems/$NQN"
+                rmdir "$NVMET/ports/2" 2>/dev/null
+                [ -d "$_s" ] || return 0
+                echo 0 >"$_s/namespaces/1/enable"; rmdir "$_s/namespaces/1" "$_s" && rm -f /srv/ports.img ;;
+        esac
+    else
+        case $1 in
+            add) hook_call add-subsystem 60 "$NQN_PORTS" ports 2 ;;
+            move) hook_call subsystem-ports 60 "$NQN_PORTS" 1 ;;
+            remove) hook_call remove-subsystem 60 "$NQN_PORTS" ;;
+        esac || { echo "hook: ${HOOK_REPLY:-no reply}"; return 1; }
+    fi
+}
+# ports_portids ADDR PORT: the PORTID of each discovery log entry of NQN_PORTS
+# that `nvme discover` through ADDR:PORT lists, one per line
+ports_portids() {
+    t 30 nvme discover -t tcp -a "$1" -s "$2" >/tmp/ports-disc.txt 2>&1 || { cat /tmp/ports-disc.txt; return 1; }
+    awk -v n="$NQN_PORTS" '/^portid:/{p=$2} /^subnqn:/{if ($2 == n) print p}' /tmp/ports-disc.txt
+}
+ports_connect() { # ports_connect ADDR PORT
+    t 60 nvme connect -t tcp -a "$1" -s "$2" -n "$NQN_PORTS" --reconnect-delay=1 --ctrl-loss-tmo=30 \
+        >/tmp/ports-connect.txt 2>&1
+}
+ports_checks() {
+    # Listed under port 2 only (nvmet lists the asking port's links only: not
+    # at all through port 1; ours every port's, so port 2's entry there too).
+    _ids=$(ports_portids "$NVME_ADDR2" "$NVME_PORT2") || fail "nvme discover through port 2: $_ids"
+    [ "$_ids" = 2 ] || fail "through port 2 the log lists $NQN_PORTS with PORTIDs '$_ids', want 2"
+    _ids=$(ports_portids "$NVME_ADDR" "$NVME_PORT") || fail "nvme discover through port 1: $_ids"
+    case " $(echo $_ids) " in *" 1 "*) fail "through port 1 the log lists $NQN_PORTS under port 1: '$_ids'" ;; esac
+    info "discovery: $NQN_PORTS under port 2 only (PORTIDs through port 1: '$(echo $_ids)')"
+    ports_connect "$NVME_ADDR" "$NVME_PORT" && fail "connect through port 1, where it is not exported, succeeded"
+    wait_no_ctrl "$NQN_PORTS" 15 || fail "a controller of $NQN_PORTS is left after the refused connect"
+    info "connect through port 1 refused: $(tail -n 1 /tmp/ports-connect.txt)"
+    ports_connect "$NVME_ADDR2" "$NVME_PORT2" || fail "connect through port 2: $(tail -n 2 /tmp/ports-connect.txt | tr '\n' ' ')"
+    _d=$(wait_ns_dev "$NQN_PORTS" 30) || fail "no namespace block device for $NQN_PORTS"
+    _c=$(ctrls_for_nqn "$NQN_PORTS" | head -n 1)
+    dd_verify "$_d" 0 2 ports-2
+    # Moved to port 1: the controller through port 2 is deleted, its
+    # reconnect there refused with DNR, and the host removes it well
+    # before ctrl-loss-tmo (30 s).
+    _t0=$(now_ms)
+    _out=$(ports_subsys move) || fail "move to port 1: $_out"
+    wait_no_ctrl "$NQN_PORTS" 20 || fail "$_c still present 20 s after its subsystem left port 2"
+    info "moved to port 1 while connected through port 2: $_c gone after $(( $(now_ms) - _t0 )) ms"
+    _ids=$(ports_portids "$NVME_ADDR" "$NVME_PORT") || fail "nvme discover through port 1: $_ids"
+    [ "$_ids" = 1 ] || fail "after the move, through port 1 the log lists $NQN_PORTS with PORTIDs '$_ids', want 1"
+    ports_connect "$NVME_ADDR" "$NVME_PORT" || fail "connect through port 1 after the move: $(tail -n 2 /tmp/ports-connect.txt | tr '\n' ' ')"
+    _d=$(wait_ns_dev "$NQN_PORTS" 30) || fail "no namespace block device for $NQN_PORTS through port 1"
+    dd_verify "$_d" 0 2 ports-1
+}
+kh_port_link() {
+    if [ "$TARGET" = kernel-guest ]; then : "${NVME_ADDR2:=127.0.0.1}" "${NVME_PORT2:=4421}"; fi
+    [ -n "${NVME_ADDR2:-}" ] || fail "no second port (NVME_ADDR2)"
+    managed_subsystem "$NQN_PORTS" ports_subsys ports_checks
 }
 
 NQN_AUTH=$NQN-auth
@@ -1972,6 +2069,7 @@ scenario_main() {
     run_step allowed-hosts 240 kh_allowed_hosts
     run_step ns-masking 180 kh_ns_masking
     run_step queue-limit 180 kh_queue_limit
+    run_step port-link 180 kh_port_link
     run_step qos 120 kh_qos
     run_step zoned 240 kh_zoned
     run_step auth 300 kh_auth
