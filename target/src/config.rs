@@ -18,6 +18,8 @@
 //!
 //! [[port]]
 //! listen = "0.0.0.0:4420"
+//! portid = 1                             # optional: nvmet's ports/N, the discovery log's PORTID
+//!                                        #   (default: the table's position, from 1)
 //! ana_state = "optimized"                # optional: every ANA group's state through this port
 //! ana_groups = { 2 = "non-optimized" }   # optional: states of single groups (1..=128)
 //!
@@ -38,8 +40,8 @@
 //! cntlid_min = 1                         # optional: controller IDs (to 0xFFEF); disjoint ranges
 //! cntlid_max = 65519                     #   for targets exporting one subsystem (multipath)
 //! max_io_queues = 4                      # optional: I/O queues per controller (nvmet's attr_qid_max)
-//! ports = [1]                            # optional: exported on these ports only (port N: the N-th
-//!                                        #   [[port]] table); default every port; SIGHUP applies changes
+//! ports = [1]                            # optional: exported on these ports only (their portid);
+//!                                        #   default every port; SIGHUP applies changes
 //! # An entry may instead be a table that also sets DH-HMAC-CHAP keys for the host:
 //! # { nqn = "...", dhchap_key = "DHHC-1:00:...:", dhchap_ctrl_key = "DHHC-1:...",
 //! #   dhchap_hash = "sha256", dhchap_dhgroup = "null" }
@@ -565,8 +567,8 @@ pub struct SubsystemConfig {
     /// `attr_qid_max`), at most `limits.max_io_queues`; `None`: that limit.
     pub max_io_queues: Option<u16>,
     /// The ports it is exported on (`ports`, nvmet's `ports/N/subsystems`
-    /// links), by port ID: port N is the N-th `[[port]]` table (the PORTID
-    /// its discovery log entries carry); `None`: every port.
+    /// links), by port ID ([`TargetConfig::port_id`], the PORTID its
+    /// discovery log entries carry); `None`: every port.
     pub ports: Option<Vec<u16>>,
 }
 
@@ -605,6 +607,11 @@ pub struct TargetConfig {
     pub listen: Vec<SocketAddr>,
     /// ANA states of each port, in the order of `listen`.
     pub port_ana: Vec<PortAnaConfig>,
+    /// Port ID of each port, in the order of `listen` (`portid`, nvmet's
+    /// `ports/N`): the PORTID of its discovery log entries, what a
+    /// subsystem's `ports` names. A port without one here is its position
+    /// (1 for the first); see [`Self::port_id`].
+    pub port_ids: Vec<u16>,
     /// Subsystems.
     pub subsystems: Vec<SubsystemConfig>,
     /// Limits.
@@ -626,6 +633,14 @@ pub struct TargetConfig {
     /// `--discovery-nqn`; nvmet's `discovery_nqn`); `None`: the well-known
     /// one only. Hosts may connect by either.
     pub discovery_nqn: Option<String>,
+}
+
+impl TargetConfig {
+    /// The port ID of the `i`-th port (0-based) of `listen`: its `portid`,
+    /// or its position counted from 1.
+    pub fn port_id(&self, i: usize) -> u16 {
+        self.port_ids.get(i).copied().unwrap_or(i as u16 + 1)
+    }
 }
 
 /// Parses the address of a referral: an IP address and a port, both given
@@ -708,6 +723,7 @@ struct RawLimits {
 #[serde(deny_unknown_fields)]
 struct RawPort {
     listen: String,
+    portid: Option<u16>,
     ana_state: Option<String>,
     ana_groups: Option<BTreeMap<String, String>>,
 }
@@ -868,12 +884,19 @@ impl TargetConfig {
         };
         let mut listen = Vec::new();
         let mut port_ana = Vec::new();
+        let mut port_ids: Vec<u16> = Vec::new();
         for (i, p) in raw.port.iter().enumerate() {
             let a = p
                 .listen
                 .parse()
                 .map_err(|e| invalid(format!("port[{i}].listen"), format!("{:?}: {e}", p.listen)))?;
             listen.push(a);
+            // nvmet's ports/N: any 16-bit number, each port its own.
+            let id = p.portid.unwrap_or(i as u16 + 1);
+            if let Some(j) = port_ids.iter().position(|&o| o == id) {
+                return Err(invalid(format!("port[{i}].portid"), format!("{id} is port[{j}]'s too")));
+            }
+            port_ids.push(id);
             let mut ana = PortAnaConfig::default();
             if let Some(st) = &p.ana_state {
                 ana.state = parse_ana_state(st).map_err(|e| invalid(format!("port[{i}].ana_state"), e))?;
@@ -892,6 +915,7 @@ impl TargetConfig {
         if listen.is_empty() {
             listen.push(default_listen());
             port_ana.push(PortAnaConfig::default());
+            port_ids.push(1);
         }
         let mut subsystems = Vec::new();
         for (i, s) in raw.subsystem.into_iter().enumerate() {
@@ -965,10 +989,11 @@ impl TargetConfig {
             // subsystem nowhere, as a subsystem nvmet links to no port.
             if let Some(ports) = &s.ports {
                 for (j, &p) in ports.iter().enumerate() {
-                    if !(1..=listen.len()).contains(&(p as usize)) {
+                    if !port_ids.contains(&p) {
+                        let ids: Vec<String> = port_ids.iter().map(u16::to_string).collect();
                         return Err(invalid(
                             format!("{key}.ports[{j}]"),
-                            format!("port {p} is not 1..={} (the [[port]] tables, in order)", listen.len()),
+                            format!("port {p} is no [[port]]'s portid ({})", ids.join(", ")),
                         ));
                     }
                     if ports[..j].contains(&p) {
@@ -1171,6 +1196,7 @@ impl TargetConfig {
         Ok(Self {
             listen,
             port_ana,
+            port_ids,
             subsystems,
             limits,
             poll_us: l.poll_us.unwrap_or(0),
@@ -1706,8 +1732,9 @@ mod tests {
         }
     }
 
-    /// A subsystem's `ports`: IDs of `[[port]]` tables (1-based, in order;
-    /// the default port counts as 1), each once; `[]` is nowhere.
+    /// A subsystem's `ports`: `portid`s of `[[port]]` tables (by default
+    /// their positions from 1; the default port is 1), each once; `[]` is
+    /// nowhere.
     #[test]
     fn subsystem_ports() {
         let sub = |ports: &str, extra: &str| {
@@ -1721,10 +1748,25 @@ mod tests {
         assert_eq!(sub(two, "ports = [2, 1]").unwrap().subsystems[0].ports, Some(vec![2, 1]));
         assert_eq!(sub(two, "ports = []").unwrap().subsystems[0].ports, Some(vec![]));
         assert_eq!(sub("", "ports = [1]").unwrap().subsystems[0].ports, Some(vec![1]));
+        // nvmet's port numbers: `portid`, each its own.
+        let ids = "[[port]]\nlisten = \"127.0.0.1:4420\"\nportid = 10\n[[port]]\nlisten = \"127.0.0.1:4421\"\nportid = 20";
+        let c = sub(ids, "ports = [20]").unwrap();
+        assert_eq!((c.port_ids.clone(), c.port_id(0), c.port_id(1)), (vec![10, 20], 10, 20));
+        assert_eq!(c.subsystems[0].ports, Some(vec![20]));
+        assert_eq!(sub(two, "").unwrap().port_ids, [1, 2]);
+        let e = sub(ids, "ports = [2]").unwrap_err().to_string();
+        assert!(e.contains("port 2 is no [[port]]'s portid (10, 20)"), "{e}");
+        for dup in [
+            "[[port]]\nlisten = \"127.0.0.1:4420\"\nportid = 5\n[[port]]\nlisten = \"127.0.0.1:4421\"\nportid = 5",
+            "[[port]]\nlisten = \"127.0.0.1:4420\"\nportid = 2\n[[port]]\nlisten = \"127.0.0.1:4421\"",
+        ] {
+            let e = sub(dup, "").unwrap_err().to_string();
+            assert!(e.contains("port[1].portid") && e.contains("is port[0]'s too"), "{e}");
+        }
         for (ports, extra, why) in [
-            (two, "ports = [3]", "subsystem[0].ports[0]: port 3 is not 1..=2"),
-            (two, "ports = [0]", "port 0 is not 1..=2"),
-            ("", "ports = [2]", "port 2 is not 1..=1"),
+            (two, "ports = [3]", "subsystem[0].ports[0]: port 3 is no [[port]]'s portid (1, 2)"),
+            (two, "ports = [0]", "port 0 is no [[port]]'s portid (1, 2)"),
+            ("", "ports = [2]", "port 2 is no [[port]]'s portid (1)"),
             (two, "ports = [1, 2, 1]", "subsystem[0].ports[2]: port 1 is listed twice"),
             (two, "ports = 1", "ports"),
             (two, "ports = [\"127.0.0.1:4420\"]", "ports"),

@@ -296,6 +296,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
     }
     Ok(TargetConfig {
         port_ana: vec![PortAnaConfig::default(); listen.len()],
+        port_ids: Vec::new(),
         listen,
         subsystems: vec![SubsystemConfig {
             nqn,
@@ -374,9 +375,9 @@ fn host_commands(cfg: &TargetConfig, addrs: &[SocketAddr]) -> Vec<String> {
         // Listening on both wildcards (0.0.0.0 and ::) on one port makes the
         // same "<this-host-ip>" lines: printed once.
         let mut shown: Vec<(String, u16)> = Vec::new();
-        // Port N is the N-th address; a subsystem with `ports` is reached
-        // through those only.
-        let on_port = |i: usize| s.ports.as_ref().is_none_or(|p| p.contains(&(i as u16 + 1)));
+        // The i-th address is port `cfg.port_id(i)`; a subsystem with
+        // `ports` is reached through those only.
+        let on_port = |i: usize| s.ports.as_ref().is_none_or(|p| p.contains(&cfg.port_id(i)));
         for (_, a) in addrs.iter().enumerate().filter(|&(i, _)| on_port(i)) {
             let ip = if a.ip().is_unspecified() { "<this-host-ip>".to_string() } else { a.ip().to_string() };
             if shown.contains(&(ip.clone(), a.port())) {

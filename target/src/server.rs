@@ -35,7 +35,7 @@ pub struct Server {
     configured: Mutex<HashMap<(String, u32), NamespaceConfig>>,
     /// The ports, limits, busy-poll window, send buffer and congestion control the target started with: a
     /// reload does not change them, and says so when the file does.
-    started: (Vec<SocketAddr>, crate::core::Limits, ConnOptions),
+    started: ((Vec<SocketAddr>, Vec<u16>), crate::core::Limits, ConnOptions),
     /// The metrics address the target started with (a reload does not move it).
     started_metrics: Option<SocketAddr>,
 }
@@ -295,11 +295,17 @@ fn save_zone_states(zones: &crate::core::zoned::Zones, path: &std::path::Path) -
 /// changed get the ANA Change notice.
 fn apply_port_ana(target: &Target, cfg: &TargetConfig) {
     for (i, ana) in cfg.port_ana.iter().enumerate() {
-        let id = i as u16 + 1;
+        let id = cfg.port_id(i);
         if target.set_port_ana(id, ana.state, &ana.groups) {
             info!(port_id = id, state = ana_state_name(ana.state), groups = ?ana.groups.iter().map(|(g, s)| (g, ana_state_name(*s))).collect::<Vec<_>>(), "ANA states of port");
         }
     }
+}
+
+/// The ports' addresses and IDs: a reload that changes them says a restart
+/// applies them.
+fn port_list(cfg: &TargetConfig) -> (Vec<SocketAddr>, Vec<u16>) {
+    (cfg.listen.clone(), (0..cfg.listen.len()).map(|i| cfg.port_id(i)).collect())
 }
 
 /// Sets the referrals the discovery log lists; discovery controllers get the
@@ -379,11 +385,11 @@ impl Server {
         let opts = conn_options(cfg);
         let mut local_addrs = Vec::new();
         let mut accept_tasks = Vec::new();
-        for addr in &cfg.listen {
+        for (i, addr) in cfg.listen.iter().enumerate() {
             let l =
                 tcp::bind(*addr).map_err(|e| std::io::Error::new(e.kind(), format!("listen {addr}: {e}")))?;
             let local = l.local_addr()?;
-            let port_id = target.add_port(local);
+            let port_id = target.add_port_with_id(local, cfg.port_id(i));
             local_addrs.push(local);
             accept_tasks.push(tokio::spawn(tcp::serve_port(
                 target.clone(),
@@ -407,7 +413,7 @@ impl Server {
             .iter()
             .flat_map(|s| assign_nsids(&s.namespaces).map(|(nsid, n)| ((s.nqn.clone(), nsid), n.clone())))
             .collect();
-        let started = (cfg.listen.clone(), cfg.limits.clone(), opts);
+        let started = (port_list(cfg), cfg.limits.clone(), opts);
         Ok(Self {
             target,
             local_addrs,
@@ -497,7 +503,7 @@ impl Server {
         let (listen, limits, conn) = &self.started;
         let disc_nqn = cfg.discovery_nqn.as_deref().unwrap_or(nvmeof_common::spec::DISCOVERY_NQN);
         for (what, changed) in [
-            ("the ports are", *listen != cfg.listen),
+            ("the ports are", *listen != port_list(cfg)),
             ("the limits are", *limits != cfg.limits),
             ("poll_us, send_buffer and congestion_control are", *conn != conn_options(cfg)),
             ("the metrics address is", self.started_metrics != cfg.metrics_listen),

@@ -307,12 +307,12 @@ async fn unique_discovery_nqn() {
     .await
 }
 
-/// Two ports; subsystem `a` on both, `b` on the ports `b_ports` lists
-/// (`None`: the key left out).
+/// Two ports, nvmet's port numbers 7 and 9; subsystem `a` on both, `b` on
+/// the ports `b_ports` lists (`None`: the key left out).
 fn linked(a: &str, b: &str, ports: [SocketAddr; 2], b_ports: Option<&str>) -> TargetConfig {
     let b_ports = b_ports.map(|p| format!("ports = {p}\n")).unwrap_or_default();
     TargetConfig::from_toml(&format!(
-        "[[port]]\nlisten = \"{}\"\n[[port]]\nlisten = \"{}\"\n\n\
+        "[[port]]\nlisten = \"{}\"\nportid = 7\n[[port]]\nlisten = \"{}\"\nportid = 9\n\n\
          [[subsystem]]\nnqn = \"{a}\"\n[[subsystem.namespace]]\nram = \"1M\"\n\n\
          [[subsystem]]\nnqn = \"{b}\"\n{b_ports}[[subsystem.namespace]]\nram = \"1M\"\n",
         ports[0], ports[1]
@@ -337,12 +337,12 @@ async fn subsystem_ports_link_and_unlink() {
     bounded(40, async {
         let (a, b) = ("nqn.2026-12.io.nvmeof.test:both-ports", "nqn.2026-12.io.nvmeof.test:port-two");
         let wild: [SocketAddr; 2] = ["127.0.0.1:0".parse().unwrap(); 2];
-        let (server, p1) = start(&linked(a, b, wild, Some("[2]"))).await;
+        let (server, p1) = start(&linked(a, b, wild, Some("[9]"))).await;
         let p2 = server.local_addrs[1];
         let ports = [p1, p2];
         let s = |p: SocketAddr| p.port().to_string();
         let (a_, b_) = (a.to_string(), b.to_string());
-        let both = vec![(1, s(p1), a_.clone()), (2, s(p2), a_.clone()), (2, s(p2), b_.clone())];
+        let both = vec![(7, s(p1), a_.clone()), (9, s(p2), a_.clone()), (9, s(p2), b_.clone())];
         for p in ports {
             assert_eq!(nvme_entries(&discover(p, disc_opts()).await.unwrap()).len(), 3);
         }
@@ -366,14 +366,14 @@ async fn subsystem_ports_link_and_unlink() {
         let o = ConnectOptions { async_events: true, kato: Duration::from_secs(5), ..disc_opts() };
         let watcher = Controller::connect(p1, DISCOVERY_NQN, o).await.unwrap();
         let mut rx = watcher.events();
-        server.reload(&linked(a, b, wild, Some("[1]"))).unwrap();
+        server.reload(&linked(a, b, wild, Some("[7]"))).unwrap();
         let log = match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
             Ok(Ok(ControllerEvent::DiscoveryChanged(log))) => log,
             other => panic!("expected a discovery log change, got {other:?}"),
         };
         let mut moved = nvme_entries(&log);
         moved.sort();
-        assert_eq!(moved, [(1, s(p1), a_.clone()), (1, s(p1), b_.clone()), (2, s(p2), a_.clone())]);
+        assert_eq!(moved, [(7, s(p1), a_.clone()), (7, s(p1), b_.clone()), (9, s(p2), a_.clone())]);
         // Deleted (port 2 was left), then its reconnects through port 2 refused.
         tokio::time::timeout(Duration::from_secs(15), state.wait_for(|s| *s == ControllerState::Failed))
             .await
@@ -400,7 +400,7 @@ async fn subsystem_ports_link_and_unlink() {
         server.reload(&linked(a, b, wild, None)).unwrap();
         let mut all = nvme_entries(&discover(p2, disc_opts()).await.unwrap());
         all.sort();
-        assert_eq!(all, [(1, s(p1), a_.clone()), (1, s(p1), b_.clone()), (2, s(p2), a_), (2, s(p2), b_)]);
+        assert_eq!(all, [(7, s(p1), a_.clone()), (7, s(p1), b_.clone()), (9, s(p2), a_), (9, s(p2), b_)]);
         for c in [watcher, a_on2] {
             c.shutdown().await.unwrap();
         }

@@ -51,6 +51,7 @@ async fn start_target_with(
     let cfg = TargetConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         port_ana: vec![Default::default()],
+        port_ids: Vec::new(),
         subsystems: Vec::new(),
         limits,
         poll_us: 0,

@@ -319,10 +319,16 @@ impl Target {
         self.subsystems.read().unwrap().values().cloned().collect()
     }
 
-    /// Registers a port.
+    /// Registers a port with the next ID (one past the highest so far).
     pub fn add_port(&self, addr: SocketAddr) -> u16 {
+        let id = self.ports.read().unwrap().iter().map(|p| p.id).max().map_or(1, |m| m.wrapping_add(1));
+        self.add_port_with_id(addr, id)
+    }
+
+    /// Registers a port with ID `id` (a configured `portid`, nvmet's
+    /// `ports/N`; the configuration keeps them unique).
+    pub fn add_port_with_id(&self, addr: SocketAddr, id: u16) -> u16 {
         let mut p = self.ports.write().unwrap();
-        let id = p.len() as u16 + 1;
         p.push(Port { id, addr, ana: Arc::default(), ana_groups: BTreeSet::new() });
         self.bump_genctr();
         drop(p);

@@ -35,6 +35,7 @@ pub fn config(namespaces: Vec<NamespaceConfig>) -> TargetConfig {
     TargetConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         port_ana: vec![Default::default()],
+        port_ids: Vec::new(),
         subsystems: vec![SubsystemConfig {
             nqn: SUBNQN.to_string(),
             model: "nvmeof-e2e".to_string(),
