@@ -407,9 +407,9 @@ fn parse_id<const N: usize>(text: &str) -> Result<[u8; N], String> {
         let lo = (pair[1] as char).to_digit(16).unwrap_or(0) as u8;
         *o = hi << 4 | lo;
     }
-    if out == [0; N] {
-        return Err(format!("{text:?}: all zeroes means \"no identifier\""));
-    }
+    // All zeroes is "no identifier": Identify reports it so and the
+    // descriptor list leaves it out, as nvmet's NGUID unless set (kept so
+    // that nothing is derived in its place: `import-nvmetcli` uses it).
     Ok(out)
 }
 
@@ -1129,10 +1129,13 @@ impl TargetConfig {
                 let earlier =
                     subsystems.iter().flat_map(|o: &SubsystemConfig| &o.namespaces).chain(&namespaces[..j]);
                 for o in earlier {
+                    // All zeroes is no identifier (nvmet's NGUID unless set;
+                    // hosts skip it, and Identify leaves it out).
+                    let set = |id: Option<&[u8]>| id.is_some_and(|b| b.iter().any(|&x| x != 0));
                     for (field, dup) in [
-                        ("uuid", n.ids.uuid.is_some() && n.ids.uuid == o.ids.uuid),
-                        ("nguid", n.ids.nguid.is_some() && n.ids.nguid == o.ids.nguid),
-                        ("eui64", n.ids.eui64.is_some() && n.ids.eui64 == o.ids.eui64),
+                        ("uuid", set(n.ids.uuid.as_ref().map(|b| &b[..])) && n.ids.uuid == o.ids.uuid),
+                        ("nguid", set(n.ids.nguid.as_ref().map(|b| &b[..])) && n.ids.nguid == o.ids.nguid),
+                        ("eui64", set(n.ids.eui64.as_ref().map(|b| &b[..])) && n.ids.eui64 == o.ids.eui64),
                     ] {
                         if dup {
                             return Err(invalid(
@@ -1613,9 +1616,9 @@ mod tests {
         assert!("x".parse::<IoEngine>().is_err());
     }
 
-    /// `uuid`, `nguid` and `eui64` take hex digits grouped or not; wrong
-    /// lengths, non-hex, all zeroes and an identifier two namespaces share
-    /// are refused, naming the key.
+    /// `uuid`, `nguid` and `eui64` take hex digits grouped or not (all
+    /// zeroes: none); wrong lengths, non-hex and an identifier two
+    /// namespaces share are refused, naming the key.
     #[test]
     fn namespace_identifiers() {
         let one = |ns: &str| {
@@ -1642,10 +1645,15 @@ mod tests {
         );
         assert_eq!(ids.eui64, Some([0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef]));
         assert!(!one("").unwrap().subsystems[0].namespaces[0].ids.any());
+        // All zeroes: none reported (nothing derived in its place), and two
+        // namespaces may both have none.
+        let c =
+            one("eui64 = \"0000000000000000\"\nnguid = \"00000000-0000-0000-0000-000000000000\"").unwrap();
+        let ids = c.subsystems[0].namespaces[0].ids;
+        assert_eq!((ids.eui64, ids.nguid, ids.uuid), (Some([0; 8]), Some([0; 16]), None));
         for (ns, key, why) in [
             ("uuid = \"0b1d8c4e-7f2a-4c3e-9a61\"", "namespace[0].uuid", "32 hex digits"),
             ("nguid = \"00112233445566778899AABBCCDDEEFG\"", "namespace[0].nguid", "not hexadecimal"),
-            ("eui64 = \"0000000000000000\"", "namespace[0].eui64", "all zeroes"),
             ("eui64 = \"+1234567890abcde\"", "namespace[0].eui64", "not hexadecimal"),
             ("eui64 = \"é1234567890abcd\"", "namespace[0].eui64", "not hexadecimal"),
         ] {
@@ -1667,6 +1675,8 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("subsystem[0].namespace[1].eui64"), "{e}");
+        let none = "eui64 = \"0000000000000000\"";
+        assert!(two(none, none).is_ok(), "no identifier is no duplicate");
     }
 
     /// `cntlid_min` / `cntlid_max` bound a subsystem's controller IDs as

@@ -12,7 +12,8 @@
 //!   submission/completion interface.
 //! - [`config`] and [`server`]: configuration (CLI or TOML) and running it;
 //!   [`metrics`]: Prometheus metrics of a running target; [`service`]:
-//!   systemd readiness, reload, stop and watchdog notifications.
+//!   systemd readiness, reload, stop and watchdog notifications;
+//!   [`nvmetcli`]: converting a saved Linux kernel target configuration.
 //!
 //! Data flows socket → `QueueState::handle_bytes` → `cmd::parse` → (R2T …) →
 //! `cmd::execute` → backend → `QueueState::handle_completion` → C2HData /
@@ -24,6 +25,7 @@ pub mod cmd;
 pub mod config;
 pub mod core;
 pub mod metrics;
+pub mod nvmetcli;
 pub mod queue;
 pub mod server;
 pub mod service;

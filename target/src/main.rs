@@ -6,7 +6,7 @@
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
@@ -32,7 +32,36 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Export namespaces (from flags, or from --config).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
+    /// Convert a Linux kernel target (nvmet) configuration saved by
+    /// `nvmetcli save` into a --config file (printed; notes on stderr).
+    ImportNvmetcli {
+        /// The saved configuration.
+        #[arg(default_value = nvmeof_target::nvmetcli::DEFAULT_SAVE_FILE)]
+        path: PathBuf,
+    },
+}
+
+/// `import-nvmetcli`: the TOML on stdout, each note on stderr; exit 2 when
+/// the file cannot be read or converted.
+fn import_nvmetcli(path: &Path) -> std::process::ExitCode {
+    use nvmeof_target::nvmetcli::{convert, DeviceKind};
+    let converted = std::fs::read_to_string(path)
+        .map_err(|e| format!("{}: {e}", path.display()))
+        .and_then(|json| convert(&json, DeviceKind::of).map_err(|e| format!("{}: {e}", path.display())));
+    match converted {
+        Ok(c) => {
+            for n in &c.notes {
+                eprintln!("note: {n}");
+            }
+            print!("{}", c.toml);
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("nvmeof-target: {e}");
+            std::process::ExitCode::from(2)
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -430,7 +459,10 @@ fn main() -> std::process::ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
-    let Cmd::Serve(args) = cli.cmd;
+    let args = match cli.cmd {
+        Cmd::Serve(args) => *args,
+        Cmd::ImportNvmetcli { path } => return import_nvmetcli(&path),
+    };
     let cfg = match &args.config {
         Some(p) => config_from_file(p, &args),
         None => config_from_flags(&args).and_then(|mut c| apply_overrides(&mut c, &args).map(|()| c)),
@@ -530,8 +562,10 @@ mod tests {
     fn args(args: &[&str]) -> Result<ServeArgs, String> {
         let cli =
             Cli::try_parse_from(["nvmeof-target", "serve"].iter().chain(args)).map_err(|e| e.to_string())?;
-        let Cmd::Serve(a) = cli.cmd;
-        Ok(a)
+        match cli.cmd {
+            Cmd::Serve(a) => Ok(*a),
+            Cmd::ImportNvmetcli { .. } => Err("not serve".into()),
+        }
     }
 
     fn flags(a: &[&str]) -> Result<TargetConfig, String> {

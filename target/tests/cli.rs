@@ -338,3 +338,38 @@ fn service_manager_notifications() {
     assert_eq!(stopping, "STOPPING=1\nSTATUS=stopping: completing the commands of 0 connections\n");
     assert_eq!(r.exit_within(Duration::from_secs(30)), Some(Some(0)));
 }
+
+/// `import-nvmetcli`: the converted configuration on stdout (it parses),
+/// each note on stderr too; a file that is not nvmetcli's exits 2 naming it.
+#[test]
+fn import_nvmetcli_prints_a_config_and_its_notes() {
+    let dir = TempDir::new("nvmetcli");
+    let saved = dir.0.join("config.json");
+    std::fs::write(
+        &saved,
+        r#"{"hosts": [], "ports": [
+             {"portid": 1, "addr": {"adrfam": "ipv4", "traddr": "127.0.0.1", "trsvcid": "4420", "trtype": "tcp"}, "subsystems": ["nqn.2014-08.org.example:a"]},
+             {"portid": 2, "addr": {"adrfam": "ipv4", "traddr": "127.0.0.1", "trsvcid": "4420", "trtype": "rdma"}, "subsystems": []}],
+           "subsystems": [{"nqn": "nqn.2014-08.org.example:a", "attr": {"allow_any_host": "1", "serial": "abc"},
+             "namespaces": [{"nsid": 1, "enable": 1, "device": {"path": "/dev/nvmeof-cli-test-missing", "uuid": "6e766d65-6f66-4974-8000-000000000001"}}]}]}"#,
+    )
+    .unwrap();
+    let out = Command::new(BIN).arg("import-nvmetcli").arg(&saved).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let cfg = nvmeof_target::config::TargetConfig::from_toml(&stdout).unwrap();
+    assert_eq!((cfg.port_ids.clone(), cfg.subsystems[0].serial.as_deref()), (vec![1], Some("abc")));
+    for says in ["port 2 (\"rdma\" transport) left out", "/dev/nvmeof-cli-test-missing does not exist here"] {
+        assert!(stderr.lines().any(|l| l.starts_with("note: ") && l.contains(says)), "{stderr}");
+        assert!(stdout.lines().any(|l| l.starts_with("# note: ") && l.contains(says)), "{stdout}");
+    }
+    std::fs::write(&saved, "[[port]]\nlisten = \"127.0.0.1:4420\"\n").unwrap();
+    let out = Command::new(BIN).arg("import-nvmetcli").arg(&saved).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(saved.to_str().unwrap()) && stderr.contains("not an nvmetcli configuration"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
