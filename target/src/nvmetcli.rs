@@ -17,11 +17,14 @@
 //! - Each enabled namespace keeps its NSID, `device_path` (a block device or
 //!   a file, by what the path is here), UUID and NGUID, and no EUI-64, as
 //!   nvmet reports them (hosts match namespaces by them), ANA group and
-//!   `resv_enable`; files keep nvmet's
-//!   direct I/O (`buffered_io = false`: nvmet's `buffered_io` is 0 unless
-//!   set, and nvmetcli does not save it).
+//!   `resv_enable`; files keep nvmet's block size (the file system's, at
+//!   most 4 KiB) and direct I/O (`buffered_io = false`: nvmet's
+//!   `buffered_io` is 0 unless set, and nvmetcli does not save it).
 //! - Referrals (per port in nvmet, listed through every port here) become
 //!   `[[referral]]` tables.
+//!
+//! nvmetcli does not save nvmet's `discovery_nqn`: give `discovery_nqn` by
+//! hand where nvmet had one.
 //!
 //! What does not map is said in a note (a comment at the top of the output,
 //! and on stderr): passthrough subsystems, disabled namespaces, ports of
@@ -46,19 +49,23 @@ pub const DEFAULT_SAVE_FILE: &str = "/etc/nvmet/config.json";
 pub enum DeviceKind {
     /// A block device: exported as `block`.
     Block,
-    /// A regular file: exported as `file`.
-    File,
-    /// Nothing there (yet): exported as `file`, with a note.
+    /// A regular file: exported as `file`, with the block size nvmet gives
+    /// it: its file system's block size, at most 4 KiB
+    /// (`nvmet_file_ns_enable`: `min(i_blkbits, 12)`).
+    File(u32),
+    /// Nothing there (yet): exported as `file` with 4 KiB blocks (what nvmet
+    /// gives a file on ext4, XFS or tmpfs), with a note.
     Missing,
 }
 
 impl DeviceKind {
     /// What `path` is on this machine (symbolic links followed).
     pub fn of(path: &Path) -> Self {
-        use std::os::unix::fs::FileTypeExt;
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
         match std::fs::metadata(path) {
             Ok(m) if m.file_type().is_block_device() => Self::Block,
-            Ok(_) => Self::File,
+            // st_blksize is 1 << i_blkbits on Linux file systems.
+            Ok(m) => Self::File((m.blksize() as u32).clamp(512, 4096)),
             Err(_) => Self::Missing,
         }
     }
@@ -256,15 +263,11 @@ pub fn convert(json: &str, kind: impl Fn(&Path) -> DeviceKind) -> Result<Convert
     for s in &saved.subsystems {
         let nqn = &s.nqn;
         // nvmetcli saves a `passthru` entry for every subsystem where the
-        // kernel has passthrough (the configfs directory is always there);
-        // one in use is enabled, with a controller's path.
-        let passthru = s.passthru.iter().any(|p| {
-            p.get("enable").and_then(Value::as_i64).is_some_and(|e| e != 0)
-                || p.get("device")
-                    .and_then(|d| d.get("path"))
-                    .and_then(Value::as_str)
-                    .is_some_and(|d| !d.is_empty())
-        });
+        // kernel has passthrough (the configfs directory is always there,
+        // its unset device_path reading "(null)" on 6.12); one in use is
+        // enabled.
+        let passthru =
+            s.passthru.iter().any(|p| p.get("enable").and_then(Value::as_i64).is_some_and(|e| e != 0));
         if passthru {
             notes.push(format!(
                 "subsystem {nqn} left out: it passes an NVMe controller through (passthru), which this target does not"
@@ -327,13 +330,22 @@ pub fn convert(json: &str, kind: impl Fn(&Path) -> DeviceKind) -> Result<Convert
                     let _ = writeln!(body, "block = {}", quoted(&path));
                 }
                 k => {
-                    if k == DeviceKind::Missing {
-                        notes.push(format!(
-                            "subsystem {nqn} namespace {}: {path} does not exist here (exported as a file)",
-                            n.nsid
-                        ));
-                    }
-                    let _ = writeln!(body, "file = {}\nbuffered_io = false", quoted(&path));
+                    let block_size = match k {
+                        DeviceKind::File(bs) => bs,
+                        _ => {
+                            notes.push(format!(
+                                "subsystem {nqn} namespace {}: {path} does not exist here (exported as a file \
+                                 with 4 KiB blocks)",
+                                n.nsid
+                            ));
+                            4096
+                        }
+                    };
+                    let _ = writeln!(
+                        body,
+                        "file = {}\nbuffered_io = false\nblock_size = {block_size}",
+                        quoted(&path)
+                    );
                 }
             }
             // The identifiers exactly as nvmet reports them, unset ones
@@ -426,7 +438,7 @@ mod tests {
         {{ "ana": {{ "grpid": "1" }}, "ana_grpid": 1, "device": {{ "path": "/dev/sdb", "uuid": "0f5a6e38-1b2c-4d3e-8f40-5a6b7c8d9e03" }}, "enable": 0, "nsid": 3, "resv": {{ "enable": "0" }} }}
       ],
       "nqn": "nqn.2014-08.org.example:a",
-      "passthru": [ {{ "admin_timeout": 0, "clear_ids": 1, "device": {{ "path": "" }}, "enable": 0, "io_timeout": 0 }} ]
+      "passthru": [ {{ "admin_timeout": 0, "clear_ids": 1, "device": {{ "path": "(null)" }}, "enable": 0, "io_timeout": 0 }} ]
     }},
     {{
       "allowed_hosts": [],
@@ -501,6 +513,7 @@ mod tests {
         assert_eq!((n1.ids.eui64, n2.ids.eui64), (Some([0; 8]), Some([0; 8])), "nvmet reports no EUI-64");
         assert_eq!(n2.ids.nguid.map(|g| g[0]), Some(0x2f));
         assert!(c.toml.contains("file = \"/srv/nvmet/disk2.img\"\nbuffered_io = false"), "{}", c.toml);
+        assert_eq!((n1.block_size, n2.block_size), (512, 4096), "a device's own; nvmet's for a file");
 
         let b = &cfg.subsystems[1];
         assert_eq!((b.allowed_hosts.clone(), b.ports.clone()), (None, None), "any host, every port");

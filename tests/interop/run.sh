@@ -71,7 +71,7 @@ NS_SIZE=$((NS_SIZE_MB * 1024 * 1024))
 if [ -n "$HOST_CLIENT_CMD" ]; then
     : "${CLIENT_STEPS:=custom}"
 else
-    : "${CLIENT_STEPS:=icreq initiator statuses probe-randread probe-verify admin events auth qmax zoned}"
+    : "${CLIENT_STEPS:=icreq initiator statuses probe-randread probe-verify admin events auth qmax zoned migrate}"
 fi
 
 say() { printf '%s\n' "$*"; }
@@ -124,6 +124,7 @@ cleanup_pids() {
     for p in $QEMU_PID $MON_PID; do kill "$p" 2>/dev/null; done
     stop_target
     stop_target "${DIR:-}/twin.pid"
+    stop_target "${DIR:-}/migrated.pid"
     QEMU_PID=""; MON_PID=""
 }
 trap 'cleanup_pids' EXIT
@@ -447,6 +448,11 @@ client_cmd() {
         probe-verify) printf '%s' "$probe --rw write --bs 128k --qd 8 --verify --fua --flush-every 16 --offset 16M --size 16M --count 128 --time 60s \
             && $probe --rw randread --bs 4k --qd 8 --verify --digests --offset 16M --size 16M --time 3s \
             && $probe --rw randrw --bssplit 8k/40:12k/30:64k/30 --qd 8 --verify --offset 16M --size 16M --time 2s" ;;
+        # Moving from nvmet: the guest's configuration, saved as nvmetcli
+        # saves it, converted by `nvmeof-target import-nvmetcli` and served
+        # by our target beside nvmet (hook migrate-nvmet starts it and passes
+        # NVME_MIGRATED_*): the migrated subsystem must look the same.
+        migrate) printf '%q --rounds migrate' "$INTEROP_INITIATOR_BIN" ;;
         *) return 1 ;;
     esac
 }
@@ -460,6 +466,7 @@ client_limit() {
         events) l=120 ;;
         auth) l=120 ;;
         qmax) l=120 ;;
+        migrate) l=90 ;;
         zoned) l=90 ;;
         probe-*) l=90 ;;
         *) l=60 ;;
@@ -470,6 +477,7 @@ client_limit() {
 client_binary() { # the binaries a client needs (space separated), or nothing
     case $1 in
         initiator|events|auth|qmax) echo "$INTEROP_INITIATOR_BIN" ;;
+        migrate) echo "$INTEROP_INITIATOR_BIN $NVMEOF_TARGET_BIN" ;;
         zoned) echo "$INTEROP_INITIATOR_BIN $NVMEOF_PROBE_BIN" ;;
         statuses) echo "$INTEROP_STATUSES_BIN" ;;
         probe-*) echo "$NVMEOF_PROBE_BIN" ;;
@@ -494,6 +502,10 @@ build_clients() {
                 say "[$SCEN] building interop_statuses (cargo build --release -p nvmeof-tests --bin interop_statuses)"
                 ( cd "$REPO" && timeout 1800 cargo build --release -p nvmeof-tests --bin interop_statuses ) >>"$DIR/cargo.log" 2>&1 \
                     || { say "[$SCEN] building interop_statuses failed:"; tail -n 20 "$DIR/cargo.log" | sed 's/^/    /'; } ;;
+            "$REPO/build/release/nvmeof-target")
+                say "[$SCEN] building nvmeof-target (cargo build --release -p nvmeof-target)"
+                ( cd "$REPO" && timeout 1800 cargo build --release -p nvmeof-target ) >>"$DIR/cargo.log" 2>&1 \
+                    || { say "[$SCEN] building nvmeof-target failed:"; tail -n 20 "$DIR/cargo.log" | sed 's/^/    /'; } ;;
             "$REPO/build/release/nvmeof-probe" | "$REPO/build/release/nvmeof")
                 say "[$SCEN] building ${bin##*/} (cargo build --release -p nvmeof-tools --bin ${bin##*/})"
                 ( cd "$REPO" && timeout 1800 cargo build --release -p nvmeof-tools --bin "${bin##*/}" ) >>"$DIR/cargo.log" 2>&1 \
@@ -545,6 +557,67 @@ hook_run_client() { # kernel-target: run client $1 against the forwarded port
         NVME_BACKEND=$BACKEND NVME_FRESH=$fresh INTEROP_IO_SECS=$INTEROP_IO_SECS timeout --kill-after=5 "$lim" \
         bash -c "$cmd" </dev/null >"$log" 2>&1
     rc=$?
+    client_done "$name" "$rc"
+    return $rc
+}
+
+hook_nvmet_json() { # nvmet-json N BASE64: piece N (from 1) of the guest's nvmet configuration,
+    # saved as nvmetcli saves it (guest/nvmet-save.sh), in base64
+    case $SCEN in kernel-target*) ;; *) echo "not applicable"; return 2 ;; esac
+    [[ ${1:-} =~ ^[1-9][0-9]*$ && ${2:-} =~ ^[A-Za-z0-9+/=]+$ ]] || { echo "usage: nvmet-json N BASE64"; return 2; }
+    [ "$1" = 1 ] && : >"$DIR/nvmet.json.b64"
+    printf '%s\n' "$2" >>"$DIR/nvmet.json.b64"
+    echo "piece $1: $(wc -c <"$DIR/nvmet.json.b64") bytes so far"
+}
+
+hook_migrate_nvmet() { # migrate-nvmet NQN HOSTNQN: our target from `nvmeof-target import-nvmetcli`
+    # of the saved configuration (hook nvmet-json), beside nvmet, with this host's loopback
+    # ports for nvmet's ports 1 and 2 and a 16 MiB file for each device; then client
+    # migrate compares what hosts see of subsystem NQN (open to HOSTNQN) through both
+    case $SCEN in kernel-target*) ;; *) echo "not applicable"; return 2 ;; esac
+    local nqn=${1:-} mhost=${2:-} name=migrate cmd lim log rc p1 p2 bad
+    [[ $nqn =~ ^nqn\.[[:alnum:].:-]+$ && $mhost =~ ^nqn\.[[:alnum:].:-]+$ ]] || { echo "usage: migrate-nvmet NQN HOSTNQN"; return 2; }
+    client_setup "$name" || return $?
+    base64 -d "$DIR/nvmet.json.b64" >"$DIR/nvmet.json" 2>/dev/null || { echo "nvmet-json: not base64"; return 1; }
+    "$NVMEOF_TARGET_BIN" import-nvmetcli "$DIR/nvmet.json" >"$DIR/migrated.toml.in" 2>"$DIR/migrated.notes" \
+        || { echo "import-nvmetcli: $(tail -n 1 "$DIR/migrated.notes")"; return 1; }
+    say "[$SCEN] import-nvmetcli notes: $(tr '\n' ';' <"$DIR/migrated.notes")" >&2
+    p1=$(free_port); p2=$(free_port)
+    [ "$p2" != "$p1" ] || p2=$(free_port)
+    python3 -c '
+import re, sys
+d, p1, p2 = sys.argv[1], sys.argv[2], sys.argv[3]
+text = open(d + "/migrated.toml.in").read()
+# nvmet listens on 0.0.0.0:4420 (port 1) and :4421 (port 2) in the guest
+text = re.sub(r"listen = \"[^\"]*:4420\"", "listen = \"127.0.0.1:%s\"" % p1, text)
+text = re.sub(r"listen = \"[^\"]*:4421\"", "listen = \"127.0.0.1:%s\"" % p2, text)
+files = []
+def local(m):
+    files.append(m.group(2))
+    path = "%s/migrated-%d.img" % (d, len(files))
+    open(path, "wb").truncate(16 << 20)
+    return "file = \"%s\"" % path
+text = re.sub(r"(file|block) = \"([^\"]*)\"", local, text)
+open(d + "/migrated.toml", "w").write(text)
+print(" ".join(files))
+' "$DIR" "$p1" "$p2" >"$DIR/migrated.devices" || { echo "rewriting the converted configuration failed"; return 1; }
+    say "[$SCEN] migrated target: nvmet ports 1, 2 -> 127.0.0.1:$p1, :$p2; devices $(cat "$DIR/migrated.devices") -> 16 MiB files" >&2
+    # shellcheck disable=SC2086
+    setsid "$NVMEOF_TARGET_BIN" serve --config "$DIR/migrated.toml" >>"$DIR/migrated.log" 2>&1 </dev/null &
+    echo $! >"$DIR/migrated.pid"; disown $!
+    if ! wait_listening "$DIR/migrated.pid" "$p1" "$p2"; then
+        echo "migrated target did not start: $(sed 's/\x1b\[[0-9;]*m//g' "$DIR/migrated.log" | tail -n 1 | cut -c1-200)"
+        stop_target "$DIR/migrated.pid"
+        return 1
+    fi
+    say "[$SCEN] host client $name (limit ${lim}s): $cmd" >&2
+    NVME_ADDR=127.0.0.1 NVME_PORT=$HOST_PORT NVME_PORT2=$HOST_PORT2 NVME_NQN=$NQN \
+        NVME_MIGRATED_PORT=$p1 NVME_MIGRATED_PORT2=$p2 NVME_MIGRATED_NQN=$nqn NVME_MIGRATED_HOST=$mhost \
+        timeout --kill-after=5 "$lim" bash -c "$cmd" </dev/null >"$log" 2>&1
+    rc=$?
+    stop_target "$DIR/migrated.pid"
+    bad=$(sed 's/\x1b\[[0-9;]*m//g' "$DIR/migrated.log" | grep -E 'panicked|ERROR' | head -n 1 | cut -c1-200)
+    if [ -n "$bad" ] && [ "$rc" = 0 ]; then echo "migrated.log: $bad" >>"$log"; rc=1; fi
     client_done "$name" "$rc"
     return $rc
 }

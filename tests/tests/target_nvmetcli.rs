@@ -43,7 +43,7 @@ fn saved(host: &str, file: &str) -> String {
       "device": {{ "nguid": "00000000-0000-0000-0000-000000000000", "p2pmem": "none", "path": "{file}", "uuid": "6e766d65-6f66-4974-8000-00000000c0de" }},
       "enable": 1, "nsid": 1, "resv": {{ "enable": "1" }} }} ],
     "nqn": "{NQN}",
-    "passthru": [ {{ "admin_timeout": 0, "clear_ids": 1, "device": {{ "path": "" }}, "enable": 0, "io_timeout": 0 }} ]
+    "passthru": [ {{ "admin_timeout": 0, "clear_ids": 1, "device": {{ "path": "(null)" }}, "enable": 0, "io_timeout": 0 }} ]
   }} ]
 }}"#,
         port(1, "", optimized),

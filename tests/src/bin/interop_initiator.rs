@@ -282,11 +282,11 @@ fn parse_args() -> Args {
         usage("--queues ≥ 1, --depth ≥ 2, 1 ≤ --secs ≤ 600");
     }
     for r in &a.rounds {
-        if !["plain", "digest", "write-queues", "copy", "events", "auth", "qmax", "zoned"]
+        if !["plain", "digest", "write-queues", "copy", "events", "auth", "qmax", "zoned", "migrate"]
             .contains(&r.as_str())
         {
             usage(&format!(
-                "unknown round {r:?} (plain, digest, write-queues, copy, events, auth, qmax, zoned)"
+                "unknown round {r:?} (plain, digest, write-queues, copy, events, auth, qmax, zoned, migrate)"
             ));
         }
         if r == "auth" && a.auth.is_none() {
@@ -1298,6 +1298,10 @@ async fn run(a: Args) -> Steps {
             zoned_round(&a, &mut s).await;
             continue;
         }
+        if round == "migrate" {
+            migrate_round(&a, &mut s).await;
+            continue;
+        }
         let digest = round == "digest";
         let split = round == "write-queues";
         let cname = format!("connect-{round}");
@@ -1718,6 +1722,179 @@ async fn step_auth_io(a: &Args, au: &AuthArgs, bidirectional: bool) -> Result<()
     .await;
     let _ = c.shutdown().await;
     r
+}
+
+// ------------------------------------------------------------------ migrate
+
+/// Our target started from `nvmeof-target import-nvmetcli` of the guest's
+/// nvmet configuration (run.sh's hook migrate-nvmet), beside that nvmet:
+/// its two ports (`NVME_MIGRATED_PORT`, `NVME_MIGRATED_PORT2`) on this host,
+/// nvmet's as `--port` / `--port2`, the subsystem the guest made for it
+/// (`NVME_MIGRATED_NQN`, on port 2 only, open to `NVME_MIGRATED_HOST` only).
+struct Migrated {
+    ours: [u16; 2],
+    nvmet: [u16; 2],
+    nqn: String,
+    host: HostIdentity,
+}
+
+fn migrated(a: &Args) -> Result<Migrated, String> {
+    let var = |k: &str| std::env::var(k).map_err(|_| format!("{k} not set"));
+    let port = |k: &str| var(k)?.parse::<u16>().map_err(|e| format!("{k}: {e}"));
+    Ok(Migrated {
+        ours: [port("NVME_MIGRATED_PORT")?, port("NVME_MIGRATED_PORT2")?],
+        nvmet: [a.port, a.port2.ok_or("no --port2 (nvmet's port 2)")?],
+        nqn: var("NVME_MIGRATED_NQN")?,
+        host: HostIdentity { nqn: var("NVME_MIGRATED_HOST")?, id: HOST_ID },
+    })
+}
+
+/// What a host sees of the migrated subsystem through port 2: Identify
+/// Controller's identity, the controller ID, the I/O queues granted (4
+/// asked), namespace 1's identifiers, size, ANA group and reservation
+/// capabilities, and its ANA group's state.
+async fn migrated_identity(addr: (&str, u16), m: &Migrated) -> Result<Vec<(&'static str, String)>, String> {
+    let o = ConnectOptions { host: Some(m.host.clone()), io_queues: 4, ..opts_plain() };
+    let c = Controller::connect(addr, &m.nqn, o).await.map_err(|e| format!("connect to {addr:?}: {e}"))?;
+    let r = async {
+        let id = c.identify_controller().await.map_err(|e| format!("identify: {e}"))?;
+        if !(300..=399).contains(&id.cntlid) {
+            return Err(format!("controller ID {} outside cntlid_min..=cntlid_max 300..=399", id.cntlid));
+        }
+        let ns = c.identify_namespace(1).await.map_err(|e| format!("identify namespace: {e}"))?;
+        let mut descs: Vec<String> = c
+            .namespace_id_descriptors(1)
+            .await
+            .map_err(|e| format!("namespace identification descriptors: {e}"))?
+            .iter()
+            .map(|d| format!("{d:?}"))
+            .collect();
+        descs.sort();
+        let ana = c.ana_log().await.map_err(|e| format!("ANA log: {e}"))?;
+        let group = ana
+            .groups
+            .iter()
+            .find(|g| g.grpid == ns.anagrpid)
+            .map(|g| format!("{:?} {:?}", g.state, g.nsids))
+            .unwrap_or_else(|| "absent".into());
+        Ok(vec![
+            ("sn", id.sn.trim().to_string()),
+            ("mn", id.mn.trim().to_string()),
+            ("fr", id.fr.trim().to_string()),
+            ("ieee", format!("{:02x?}", id.ieee)),
+            ("io queues", c.io_queue_count().to_string()),
+            ("descriptors", descs.join(" ")),
+            ("nguid", format!("{:02x?}", ns.nguid)),
+            ("eui64", format!("{:02x?}", ns.eui64)),
+            ("nsze", ns.nsze.to_string()),
+            ("anagrpid", ns.anagrpid.to_string()),
+            ("reservations", (ns.rescap != 0).to_string()),
+            ("ana group", group),
+        ])
+    }
+    .await;
+    let _ = c.shutdown().await;
+    r
+}
+
+fn opts_plain() -> ConnectOptions {
+    ConnectOptions {
+        command_timeout: Duration::from_secs(30),
+        connect_timeout: Duration::from_secs(15),
+        reconnect: ReconnectPolicy::never(),
+        ..ConnectOptions::default()
+    }
+}
+
+async fn step_migrate_identity(a: &Args) -> Result<(), String> {
+    let m = migrated(a)?;
+    let theirs =
+        migrated_identity((a.addr.as_str(), m.nvmet[1]), &m).await.map_err(|e| format!("nvmet: {e}"))?;
+    let ours = migrated_identity(("127.0.0.1", m.ours[1]), &m).await.map_err(|e| format!("migrated: {e}"))?;
+    for ((k, t), (_, o)) in theirs.iter().zip(&ours) {
+        if t != o {
+            return Err(format!("{k}: nvmet {t}, migrated {o}"));
+        }
+    }
+    info("migrate-identity", format!("the same through port 2: {theirs:?}"));
+    Ok(())
+}
+
+/// A Connect's status (its code) or "connected".
+async fn connect_status(addr: (&str, u16), nqn: &str, host: HostIdentity) -> String {
+    let o = ConnectOptions { host: Some(host), io_queues: 1, ..opts_plain() };
+    match Controller::connect(addr, nqn, o).await {
+        Ok(c) => {
+            let _ = c.shutdown().await;
+            "connected".into()
+        }
+        Err(nvmeof_initiator::Error::Nvme { status, .. }) => format!("{:?}", status.code()),
+        Err(e) => format!("error {e}"),
+    }
+}
+
+/// Port links, allowed hosts and referrals: the subsystem's entries under
+/// port 2 (nvmet lists a port's own links; ours every port's, so its PORTID
+/// 2 entries), a Connect through port 1 and another host's through port 2
+/// (refused alike), and the referral nvmet lists through port 1.
+async fn step_migrate_ports(a: &Args) -> Result<(), String> {
+    let m = migrated(a)?;
+    let mut d = ConnectOptions::discovery();
+    d.host = Some(m.host.clone());
+    d.connect_timeout = Duration::from_secs(15);
+    let mut seen = Vec::new();
+    for (who, host, ports) in [("nvmet", a.addr.as_str(), m.nvmet), ("migrated", "127.0.0.1", m.ours)] {
+        let log2 = discover((host, ports[1]), d.clone())
+            .await
+            .map_err(|e| format!("{who} discovery port 2: {e}"))?;
+        let mut under2: Vec<String> = log2
+            .entries
+            .iter()
+            .filter(|e| e.portid == 2 && e.subtype != SubType::REFERRAL)
+            // The discovery subsystem's own entry by its type only: nvmetcli
+            // does not save nvmet's discovery_nqn.
+            .map(|e| match e.subtype {
+                SubType::CURRENT_DISCOVERY => "current discovery subsystem".to_string(),
+                t => format!("{t:?} {}", e.subnqn),
+            })
+            .collect();
+        under2.sort();
+        let log1 = discover((host, ports[0]), d.clone())
+            .await
+            .map_err(|e| format!("{who} discovery port 1: {e}"))?;
+        let referrals: Vec<String> = log1
+            .entries
+            .iter()
+            .filter(|e| e.subtype == SubType::REFERRAL)
+            .map(|e| format!("{}:{} portid {}", e.traddr, e.trsvcid, e.portid))
+            .collect();
+        let through1 = connect_status((host, ports[0]), &m.nqn, m.host.clone()).await;
+        let other = connect_status((host, ports[1]), &m.nqn, HostIdentity::from_id(HOST_ID)).await;
+        seen.push((who, (under2, referrals, through1, other)));
+    }
+    let (t, o) = (&seen[0].1, &seen[1].1);
+    if !t.0.iter().any(|e| e.ends_with(&m.nqn)) {
+        return Err(format!("nvmet's log through port 2 lacks {}: {:?}", m.nqn, t.0));
+    }
+    if t != o {
+        return Err(format!("nvmet {t:?}, migrated {o:?}"));
+    }
+    if t.2 == "connected" || t.3 == "connected" {
+        return Err(format!("a Connect that should be refused was not: {t:?}"));
+    }
+    info(
+        "migrate-ports",
+        format!(
+            "the same: under port 2 {:?}; referrals through port 1 {:?}; through port 1 {}, another host {}",
+            t.0, t.1, t.2, t.3
+        ),
+    );
+    Ok(())
+}
+
+async fn migrate_round(a: &Args, s: &mut Steps) {
+    s.run("migrate-identity", Duration::from_secs(60), step_migrate_identity(a)).await;
+    s.run("migrate-ports", Duration::from_secs(60), step_migrate_ports(a)).await;
 }
 
 fn main() {

@@ -184,6 +184,58 @@ kt_zoned() { # our initiator's zone commands against nvmet over a zoned null_blk
     info "host client zoned: rc=${HOOK_REPLY#HOOKACK run-client }"
 }
 
+# Moving from nvmet (host-migrate): a subsystem NQN-migr with an identity of
+# its own, on port 2 only, open to KT_MIGR_HOST only, its namespace in ANA
+# group 2 (non-optimized on port 2) with reservations; the configuration
+# saved as nvmetcli saves it (nvmet-save.sh) goes to the host (hook
+# nvmet-json, in base64 pieces), where hook migrate-nvmet converts it with
+# `nvmeof-target import-nvmetcli`, starts our target from it and runs
+# interop_initiator's migrate round: what hosts see of the subsystem through
+# either must be the same.
+KT_MIGR_HOST=nqn.2014-08.org.nvmexpress:uuid:6e766d65-6f66-4974-8000-0000000000b2
+KT_MIGR_NQN=$NQN-migr
+migrate_checks() {
+    _s=$NVMET/subsystems/$KT_MIGR_NQN
+    _g=$NVMET/ports/2/ana_groups/2
+    [ -d "$NVMET/ports/2" ] || nvmet_add_port 2 0.0.0.0 4421 "$NQN"
+    mkdir -p "$NVMET/hosts/$KT_MIGR_HOST" "$_g" && echo non-optimized >"$_g/ana_state" \
+        && mkdir "$_s" && echo 0 >"$_s/attr_allow_any_host" \
+        && ln -s "$NVMET/hosts/$KT_MIGR_HOST" "$_s/allowed_hosts/$KT_MIGR_HOST" \
+        && echo migr-0001 >"$_s/attr_serial" && echo "nvmet migrated" >"$_s/attr_model" \
+        && echo 0x0050c2 >"$_s/attr_ieee_oui" && echo 300 >"$_s/attr_cntlid_min" && echo 399 >"$_s/attr_cntlid_max" \
+        && echo 3 >"$_s/attr_qid_max" && mkdir "$_s/namespaces/1" && truncate -s 16M /srv/migr.img \
+        && echo -n /srv/migr.img >"$_s/namespaces/1/device_path" \
+        && echo 6e766d65-6f66-4974-8000-00000000c0de >"$_s/namespaces/1/device_uuid" \
+        && echo 2 >"$_s/namespaces/1/ana_grpid" || fail "nvmet subsystem $KT_MIGR_NQN"
+    # persistent reservations came to nvmet in 6.13
+    [ ! -e "$_s/namespaces/1/resv_enable" ] || echo 1 >"$_s/namespaces/1/resv_enable" || fail "resv_enable"
+    echo 1 >"$_s/namespaces/1/enable" && ln -s "$_s" "$NVMET/ports/2/subsystems/$KT_MIGR_NQN" \
+        || fail "nvmet subsystem $KT_MIGR_NQN enabled on port 2"
+    sh /guest/nvmet-save.sh >/tmp/nvmet.json || fail "nvmet-save.sh"
+    info "nvmet configuration saved as nvmetcli saves it: $(wc -c </tmp/nvmet.json) bytes"
+    _i=0
+    for _l in $(base64 -w 900 /tmp/nvmet.json); do
+        _i=$((_i + 1))
+        hook_call nvmet-json 30 "$_i" "$_l" || fail "nvmet-json piece $_i: ${HOOK_REPLY:-no reply}"
+    done
+    hook_call migrate-nvmet "$CLIENT_TIMEOUT" "$KT_MIGR_NQN" "$KT_MIGR_HOST" \
+        || fail "host client migrate failed: ${HOOK_REPLY:-no reply}"
+    info "host client migrate: ${HOOK_REPLY#HOOKACK migrate-nvmet }"
+}
+kt_migrate() {
+    ( migrate_checks )
+    _rc=$?
+    _s=$NVMET/subsystems/$KT_MIGR_NQN
+    rm -f "$NVMET/ports/2/subsystems/$KT_MIGR_NQN" "$_s/allowed_hosts/$KT_MIGR_HOST"
+    if [ -d "$_s" ]; then
+        [ -d "$_s/namespaces/1" ] && { echo 0 >"$_s/namespaces/1/enable"; rmdir "$_s/namespaces/1"; }
+        rmdir "$_s"
+    fi
+    rmdir "$NVMET/hosts/$KT_MIGR_HOST" "$NVMET/ports/2/ana_groups/2" 2>/dev/null
+    rm -f /srv/migr.img
+    [ $_rc = 0 ] || exit 1
+}
+
 kt_teardown() {
     rmdir "$NVMET/ports/1/referrals/interop" || fail "rmdir the referral"
     nvmet_teardown "$NQN"
@@ -206,6 +258,8 @@ scenario_main() {
             run_step "$_sn" $((CLIENT_TIMEOUT + 80)) kt_qmax
         elif [ "$_c" = zoned ]; then
             run_step "$_sn" $((CLIENT_TIMEOUT + 40)) kt_zoned
+        elif [ "$_c" = migrate ]; then
+            run_step "$_sn" $((CLIENT_TIMEOUT + 60)) kt_migrate
         else
             run_step "$_sn" $((CLIENT_TIMEOUT + 10)) kt_client "$_c"
         fi
