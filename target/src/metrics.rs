@@ -22,6 +22,7 @@
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -130,6 +131,25 @@ pub fn render(target: &Target) -> String {
         family(out, meta, [(NONE, v)]);
     }
 
+    // Per port: the connections through it (which path hosts use).
+    let ports = target.ports();
+    let (ids, addrs): (Vec<String>, Vec<String>) =
+        ports.iter().map(|p| (p.id.to_string(), p.addr.to_string())).unzip();
+    family(
+        out,
+        (
+            "nvmeof_port_connections",
+            "gauge",
+            "TCP connections open now through each port (portid, listen address).",
+        ),
+        ports.iter().enumerate().map(|(i, p)| {
+            (
+                [("portid", ids[i].as_str()), ("address", addrs[i].as_str())],
+                p.connections.load(Ordering::Relaxed) as u64,
+            )
+        }),
+    );
+
     // Per subsystem: its live controllers (one being torn down is gone for
     // its host already).
     let subsystems = subsystems(target);
@@ -149,12 +169,15 @@ pub fn render(target: &Target) -> String {
     // The host's IP address (nvmet's debugfs `host_traddr`): which node it is.
     let traddrs: Vec<String> =
         ctrls.iter().map(|c| c.host_addr.map(|a| a.ip().to_string()).unwrap_or_default()).collect();
+    // The port its admin queue came in on (nvmet's debugfs `port`).
+    let portids: Vec<String> = ctrls.iter().map(|c| c.port_id.to_string()).collect();
     let labels = |i: usize| {
         [
             ("subsystem", ctrls[i].subsys.nqn.as_str()),
             ("cntlid", ids[i].as_str()),
             ("hostnqn", ctrls[i].hostnqn.as_str()),
             ("host_traddr", traddrs[i].as_str()),
+            ("portid", portids[i].as_str()),
         ]
     };
     type CtrlValue = fn(&Controller) -> u64;
@@ -395,7 +418,7 @@ mod tests {
         assert_eq!(value(&text, &format!("nvmeof_subsystem_controllers{disc}")), Some(0));
         // The host NQN's quote and backslash are escaped.
         let ctrl = format!(
-            r#"{{subsystem="nqn.2026-12.io.nvmeof:metrics",cntlid="{}",hostnqn="nqn.host:\"a\"\\b",host_traddr="192.0.2.7"}}"#,
+            r#"{{subsystem="nqn.2026-12.io.nvmeof:metrics",cntlid="{}",hostnqn="nqn.host:\"a\"\\b",host_traddr="192.0.2.7",portid="1"}}"#,
             c.cntlid
         );
         assert_eq!(value(&text, &format!("nvmeof_controller_io_queues{ctrl}")), Some(2));

@@ -861,7 +861,8 @@ else:
     ctrls = [l for n, l, v in samples if n == "nvmeof_controller_io_queues" and l.get("subsystem") == nqn and l.get("hostnqn") == arg]
     queues = ",".join(str(value("nvmeof_controller_io_queues", **c)) for c in ctrls)
     traddrs = ",".join(sorted({c["host_traddr"] for c in ctrls}))
-    print(f"controllers={len(ctrls)} io_queues={queues or 0} host_traddr={traddrs or '-'} connections={value('nvmeof_connections')}")
+    portids = ",".join(sorted({c.get("portid", "?") for c in ctrls}))
+    print(f"controllers={len(ctrls)} io_queues={queues or 0} host_traddr={traddrs or '-'} portid={portids or '-'} connections={value('nvmeof_connections')} port1_connections={value('nvmeof_port_connections', portid='1')}")
 PY
 }
 hook_metrics_ns() { # metrics-ns NSID: namespace NSID's read/write commands and bytes from the metrics

@@ -86,11 +86,13 @@ async fn metrics_count_what_a_host_did() {
         // RAM is thin: what the writes touched is allocated, not the whole size.
         let used = value(&text, &ns1("nvmeof_namespace_used_bytes")).unwrap();
         assert!((4096..harness::NS1_SIZE).contains(&used), "used {used}");
-        // Admin queue and two I/O queues.
+        // Admin queue and two I/O queues, all through port 1.
         assert_eq!(value(&text, "nvmeof_connections"), Some(3), "{text}");
+        let port1 = format!("nvmeof_port_connections{{portid=\"1\",address=\"{addr}\"}}");
+        assert_eq!(value(&text, &port1), Some(3), "{text}");
         assert_eq!(value(&text, &format!("nvmeof_subsystem_controllers{{subsystem=\"{SUBNQN}\"}}")), Some(1));
         let ctrl_series = format!(
-            "nvmeof_controller_io_queues{{subsystem=\"{SUBNQN}\",cntlid=\"{}\",hostnqn=\"{hostnqn}\",host_traddr=\"127.0.0.1\"}}",
+            "nvmeof_controller_io_queues{{subsystem=\"{SUBNQN}\",cntlid=\"{}\",hostnqn=\"{hostnqn}\",host_traddr=\"127.0.0.1\",portid=\"1\"}}",
             ctrl.info().cntlid
         );
         assert_eq!(value(&text, &ctrl_series), Some(2), "{text}");
@@ -114,6 +116,7 @@ async fn metrics_count_what_a_host_did() {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         assert_eq!(value(&text, "nvmeof_connections"), Some(0), "{text}");
+        assert_eq!(value(&text, &port1), Some(0), "{text}");
         assert_eq!(value(&text, &format!("nvmeof_subsystem_controllers{{subsystem=\"{SUBNQN}\"}}")), Some(0));
         // Counters stay.
         assert_eq!(value(&text, &ns1("nvmeof_namespace_write_commands_total")), Some(3));

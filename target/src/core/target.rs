@@ -124,6 +124,9 @@ pub struct Port {
     /// Groups the configuration names for this port: the ANA log lists them
     /// even without namespaces, as nvmet lists a port's configfs `ana_groups`.
     pub ana_groups: BTreeSet<u32>,
+    /// TCP connections open through this port now (its listener counts
+    /// them; the metrics report them).
+    pub connections: Arc<AtomicUsize>,
 }
 
 /// Another discovery service the discovery log points hosts to (an entry of
@@ -329,7 +332,13 @@ impl Target {
     /// `ports/N`; the configuration keeps them unique).
     pub fn add_port_with_id(&self, addr: SocketAddr, id: u16) -> u16 {
         let mut p = self.ports.write().unwrap();
-        p.push(Port { id, addr, ana: Arc::default(), ana_groups: BTreeSet::new() });
+        p.push(Port {
+            id,
+            addr,
+            ana: Arc::default(),
+            ana_groups: BTreeSet::new(),
+            connections: Arc::default(),
+        });
         self.bump_genctr();
         drop(p);
         self.notify_discovery(|_| true);

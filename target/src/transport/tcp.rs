@@ -12,6 +12,7 @@
 //! 8× that while sleeps keep ending soon after they start ([`PollWindow`]).
 
 use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -167,6 +168,8 @@ pub async fn serve_port(
 ) {
     let local = listener.local_addr().ok();
     info!(?local, port_id, "listening");
+    // This port's own count (the metrics' nvmeof_port_connections).
+    let on_port = target.port(port_id).map(|p| p.connections);
     loop {
         tokio::select! {
             r = listener.accept() => match r {
@@ -178,10 +181,17 @@ pub async fn serve_port(
                     }
                     let t = target.clone();
                     let stop = stop.clone();
+                    let on_port = on_port.clone();
+                    if let Some(n) = &on_port {
+                        n.fetch_add(1, Ordering::Relaxed);
+                    }
                     tokio::spawn(async move {
                         let span = info_span!("conn", %peer, qid = tracing::field::Empty, cntlid = tracing::field::Empty);
                         run_connection(t.clone(), stream, port_id, opts, stop).instrument(span).await;
                         t.remove_connection();
+                        if let Some(n) = on_port {
+                            n.fetch_sub(1, Ordering::Relaxed);
+                        }
                     });
                 }
                 Err(e) => {

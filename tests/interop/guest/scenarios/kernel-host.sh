@@ -400,11 +400,14 @@ kh_metrics() {
     _path=$(ls -d /sys/class/nvme/"$CTRL"/nvme*n* 2>/dev/null | head -n 1)
     _mq=$(ls "$_path/mq" 2>/dev/null | wc -l)
     case $HOOK_REPLY in
-        *" controllers=1 io_queues=$_mq host_traddr=127.0.0.1 "*) ;;
-        *) fail "metrics of this host's controller: '$HOOK_REPLY' (want 1 controller with $_mq I/O queues from 127.0.0.1)" ;;
+        *" controllers=1 io_queues=$_mq host_traddr=127.0.0.1 portid=1 "*) ;;
+        *) fail "metrics of this host's controller: '$HOOK_REPLY' (want 1 controller with $_mq I/O queues from 127.0.0.1 through port 1)" ;;
     esac
     _conns=$(mval "$HOOK_REPLY" connections)
     [ "${_conns:-0}" -gt "$_mq" ] || fail "$_conns connections open, fewer than the admin and $_mq I/O queues"
+    _p1=$(mval "$HOOK_REPLY" port1_connections)
+    [ "${_p1:-0}" -gt "$_mq" ] && [ "$_p1" -le "$_conns" ] \
+        || fail "$_p1 connections through port 1 (want the admin and $_mq I/O queues at least, at most all $_conns)"
     info "+$_d_write_commands write commands, +$_d_write_bytes bytes for dd's 4 MiB; +$_d_read_commands reads, +$_d_read_bytes bytes; ${HOOK_REPLY#HOOKACK metrics-ctrl 0 }"
 }
 
