@@ -232,13 +232,24 @@ pub fn convert(json: &str, kind: impl Fn(&Path) -> DeviceKind) -> Result<Convert
 
     // Referrals: per port in nvmet, through every port here.
     let mut referrals: Vec<(String, u16)> = Vec::new();
+    let mut per_port: Vec<Vec<String>> = Vec::new();
     for p in &ports {
+        let id = p.portid.unwrap_or_default();
+        let mut mine = Vec::new();
         for r in &p.referrals {
             if r.enable == Some(0) {
                 continue;
             }
+            let trtype = text(&r.addr, "trtype").unwrap_or_default();
+            if trtype != "tcp" {
+                notes.push(format!(
+                    "referral {:?} of port {id} ({trtype:?} transport) left out: referrals here are NVMe/TCP",
+                    r.name
+                ));
+                continue;
+            }
             let (Some(traddr), Some(trsvcid)) = (text(&r.addr, "traddr"), text(&r.addr, "trsvcid")) else {
-                notes.push(format!("referral {:?} of port {:?} left out: no address", r.name, p.portid));
+                notes.push(format!("referral {:?} of port {id} left out: no address", r.name));
                 continue;
             };
             let address = match text(&r.addr, "adrfam").as_deref() {
@@ -246,12 +257,15 @@ pub fn convert(json: &str, kind: impl Fn(&Path) -> DeviceKind) -> Result<Convert
                 _ => format!("{traddr}:{trsvcid}"),
             };
             let portid = text(&r.addr, "portid").and_then(|v| number(&v)).unwrap_or(0) as u16;
+            mine.push(address.clone());
             if !referrals.iter().any(|(a, _)| *a == address) {
                 referrals.push((address, portid));
             }
         }
+        mine.sort();
+        per_port.push(mine);
     }
-    if !referrals.is_empty() && ports.len() > 1 {
+    if per_port.windows(2).any(|w| w[0] != w[1]) {
         notes.push(
             "referrals are listed through every port here (nvmet: through the port they belong to)".into(),
         );
@@ -551,6 +565,17 @@ mod tests {
         let c = convert(&port("tls1.3", "not required"), kind).unwrap();
         assert_eq!(TargetConfig::from_toml(&c.toml).unwrap().listen[0].to_string(), "127.0.0.1:4420");
         assert!(c.notes.iter().any(|n| n.contains("TLS is optional there")), "{:?}", c.notes);
+
+        // A referral of another transport is left out, with a note.
+        let rdma_referral = r#"{"ports": [{"portid": 1, "addr": {"trtype": "tcp", "adrfam": "ipv4", "traddr": "127.0.0.1", "trsvcid": "4420"},
+            "referrals": [{"name": "r", "enable": 1, "addr": {"trtype": "rdma", "adrfam": "ipv4", "traddr": "192.0.2.9", "trsvcid": "4420"}}]}]}"#;
+        let c = convert(rdma_referral, kind).unwrap();
+        assert!(TargetConfig::from_toml(&c.toml).unwrap().referrals.is_empty());
+        assert!(
+            c.notes.iter().any(|n| n.contains("referral \"r\" of port 1 (\"rdma\" transport) left out")),
+            "{:?}",
+            c.notes
+        );
 
         assert!(convert("{", kind).unwrap_err().contains("not an nvmetcli configuration"));
         assert!(convert("[]", kind).unwrap_err().contains("not an nvmetcli configuration"));

@@ -319,6 +319,7 @@ mod tests {
         let g = t.genctr();
         assert_eq!(t.set_subsystem_ports(&a, Some(vec![p2])), Some(1));
         assert_eq!(t.set_subsystem_ports(&a, Some(vec![p2])), None, "unchanged");
+        assert_eq!(t.set_subsystem_ports(&a, Some(vec![p2, p2])), None, "the same ports");
         assert!(t.genctr() > g);
         assert_eq!((a1.teardown_state(), a2.teardown_state()), (Teardown::Deleted, Teardown::Alive));
         let log = DiscoveryLog::decode(&discovery_log(&t, &c)).unwrap();

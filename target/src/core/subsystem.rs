@@ -35,6 +35,16 @@ pub(crate) fn host_listed(allowed: Option<&[String]>, hostnqn: &str) -> bool {
     allowed.is_none_or(|h| h.iter().any(|a| a == hostnqn))
 }
 
+/// Port IDs in order, each once: the same ports listed in another order are
+/// no change.
+fn port_set(ports: Option<Vec<u16>>) -> Option<Vec<u16>> {
+    ports.map(|mut p| {
+        p.sort_unstable();
+        p.dedup();
+        p
+    })
+}
+
 /// What [`Subsystem::set_hosts`] changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct HostsChange {
@@ -132,7 +142,7 @@ impl Subsystem {
     /// Exported on the ports with these IDs only (nvmet links a subsystem to
     /// each port in `ports/N/subsystems`); `None`: on every port.
     pub fn with_ports(self, ports: Option<Vec<u16>>) -> Self {
-        *self.ports.write().unwrap_or_else(PoisonError::into_inner) = ports;
+        *self.ports.write().unwrap_or_else(PoisonError::into_inner) = port_set(ports);
         self
     }
 
@@ -159,6 +169,7 @@ impl Subsystem {
     /// the target exports: it also tells discovery and deletes the
     /// controllers connected through the ports left.
     pub fn set_ports(&self, ports: Option<Vec<u16>>, all: &[u16]) -> Option<Vec<u16>> {
+        let ports = port_set(ports);
         let mut cur = self.ports.write().unwrap_or_else(PoisonError::into_inner);
         if *cur == ports {
             return None;
