@@ -3,7 +3,7 @@
 //! ```toml
 //! io_engine = "threads"   # optional, before any table: "threads" | "uring" | "auto"
 //! discovery_nqn = "nqn.2026-11.io.nvmeof:discovery"   # optional, before any table: a unique
-//!                         # discovery NQN (nvmet's discovery_nqn; the well-known one works too)
+//!                         # discovery NQN (nvmet's discovery_nqn; the well-known one works too); SIGHUP renames
 //!
 //! [limits]            # all optional
 //! mdts = 8            # 2^8 × 4 KiB = 1 MiB per command (1..=18)

@@ -153,6 +153,7 @@ pub fn render(target: &Target) -> String {
     // Per subsystem: its live controllers (one being torn down is gone for
     // its host already).
     let subsystems = subsystems(target);
+    let disc_nqn = target.discovery_nqn();
     let live: Vec<Vec<_>> = subsystems
         .iter()
         .map(|s| s.controllers().into_iter().filter(|c| c.teardown_state() == Teardown::Alive).collect())
@@ -160,7 +161,9 @@ pub fn render(target: &Target) -> String {
     family(
         out,
         ("nvmeof_subsystem_controllers", "gauge", "Live controllers (host associations) of each subsystem."),
-        subsystems.iter().zip(&live).map(|(s, c)| ([("subsystem", s.nqn.as_str())], c.len() as u64)),
+        subsystems.iter().zip(&live).map(|(s, c)| {
+            ([("subsystem", if s.discovery { disc_nqn.as_str() } else { s.nqn.as_str() })], c.len() as u64)
+        }),
     );
 
     // Per controller: which host, how many I/O queues, how many errors.
@@ -173,7 +176,10 @@ pub fn render(target: &Target) -> String {
     let portids: Vec<String> = ctrls.iter().map(|c| c.port_id.to_string()).collect();
     let labels = |i: usize| {
         [
-            ("subsystem", ctrls[i].subsys.nqn.as_str()),
+            (
+                "subsystem",
+                if ctrls[i].subsys.discovery { disc_nqn.as_str() } else { ctrls[i].subsys.nqn.as_str() },
+            ),
             ("cntlid", ids[i].as_str()),
             ("hostnqn", ctrls[i].hostnqn.as_str()),
             ("host_traddr", traddrs[i].as_str()),

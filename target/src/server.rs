@@ -433,8 +433,8 @@ impl Server {
     /// hosts get the Namespace Attribute Changed AEN. A subsystem's `ports`
     /// change live, as nvmet's port links (see
     /// [`Target::set_subsystem_ports`]). Ports, limits,
-    /// `poll_us`, `send_buffer`, `congestion_control`, the metrics address,
-    /// the discovery NQN and the models and
+    /// `poll_us`, `send_buffer`, `congestion_control`, the metrics address
+    /// and the models and
     /// controller ID ranges of running subsystems are not changed (a warning
     /// says so when the configuration changes them). Allowed hosts and DH-HMAC-CHAP keys are replaced; hosts
     /// already connected keep their associations, as with nvmet. A changed
@@ -456,18 +456,19 @@ impl Server {
         // after it skipped).
         let mut new_subsystems = HashMap::new();
         let mut new_backends = HashMap::new();
+        let disc_nqn = cfg.discovery_nqn.as_deref().unwrap_or(nvmeof_common::spec::DISCOVERY_NQN);
         for sc in &cfg.subsystems {
             check_subsystem_nqn(&sc.nqn).map_err(|e| unchanged(e, format_args!("reload")))?;
-            // The running discovery NQN stays until a restart: no subsystem
-            // may take it meanwhile (the lookup below would find discovery).
-            if sc.nqn == self.target.discovery.nqn {
-                let e = format!("subsystem {} has the running discovery NQN", sc.nqn);
+            // The file's parser refuses this too; a configuration built in
+            // code is checked here.
+            if sc.nqn == disc_nqn {
+                let e = format!("subsystem {} has the discovery NQN", sc.nqn);
                 return Err(unchanged(
                     std::io::Error::new(std::io::ErrorKind::InvalidInput, e),
                     format_args!("reload"),
                 ));
             }
-            match self.target.subsystem(&sc.nqn) {
+            match self.target.nvm_subsystem(&sc.nqn) {
                 None => {
                     let s = subsystem_from_config(sc)
                         .map_err(|e| unchanged(e, format_args!("subsystem {}", sc.nqn)))?;
@@ -501,23 +502,31 @@ impl Server {
         // the log says (the reload reported success while the new port or
         // limit silently did not apply).
         let (listen, limits, conn) = &self.started;
-        let disc_nqn = cfg.discovery_nqn.as_deref().unwrap_or(nvmeof_common::spec::DISCOVERY_NQN);
         for (what, changed) in [
             ("the ports are", *listen != port_list(cfg)),
             ("the limits are", *limits != cfg.limits),
             ("poll_us, send_buffer and congestion_control are", *conn != conn_options(cfg)),
             ("the metrics address is", self.started_metrics != cfg.metrics_listen),
-            ("discovery_nqn is", self.target.discovery.nqn != disc_nqn),
         ] {
             if changed {
                 warn!("reload: {what} not changed while running (restart the target to apply them)");
             }
         }
+        // nvmet's discovery_nqn store renames the discovery subsystem in
+        // place; before the subsystems, one of which may take the old NQN.
+        // Removed subsystems still hold their NQNs here, so a rename to one
+        // of them waits for the next reload (said below).
+        let mut rename_failed = None;
+        match self.target.set_discovery_nqn(disc_nqn) {
+            Ok(true) => info!(discovery_nqn = disc_nqn, "reload: discovery subsystem renamed"),
+            Ok(false) => {}
+            Err(e) => rename_failed = Some(e),
+        }
         let mut failed = Vec::new();
         let mut keep = Vec::new();
         for sc in &cfg.subsystems {
             keep.push(sc.nqn.clone());
-            let Some(s) = self.target.subsystem(&sc.nqn) else {
+            let Some(s) = self.target.nvm_subsystem(&sc.nqn) else {
                 let Some(s) = new_subsystems.remove(&sc.nqn) else { continue };
                 info!(subnqn = %sc.nqn, "reload: adding subsystem");
                 self.target.add_subsystem(s);
@@ -626,13 +635,20 @@ impl Server {
             }
         }
         configured.retain(|(nqn, _), _| keep.contains(nqn));
+        if rename_failed.is_some() {
+            // Its subsystem is gone now.
+            match self.target.set_discovery_nqn(disc_nqn) {
+                Ok(_) => info!(discovery_nqn = disc_nqn, "reload: discovery subsystem renamed"),
+                Err(e) => failed.push(format!("discovery_nqn: {e}")),
+            }
+        }
         apply_port_ana(&self.target, cfg);
         apply_referrals(&self.target, cfg);
         if failed.is_empty() {
             Ok(())
         } else {
             // Everything else is applied; a later reload retries these.
-            Err(std::io::Error::other(format!("resize failed, the rest applied: {}", failed.join("; "))))
+            Err(std::io::Error::other(format!("partly failed, the rest applied: {}", failed.join("; "))))
         }
     }
 
@@ -884,12 +900,14 @@ mod tests {
         server.shutdown(Duration::from_millis(100)).await;
     }
 
-    /// The discovery NQN is the one the target started with until a
-    /// restart: a reload that names a subsystem with it is refused (a Connect
-    /// by that NQN reaches discovery), one that changes it applies the rest.
+    /// A reload renames the discovery subsystem in place (nvmet's
+    /// `discovery_nqn` store): its old NQN may then name a subsystem, and a
+    /// rename to the NQN of a subsystem the same reload removes applies once
+    /// that one is gone.
     #[tokio::test]
-    async fn reload_keeps_the_running_discovery_nqn() {
+    async fn reload_renames_the_discovery_subsystem() {
         const DISC: &str = "nqn.2026-12.io.nvmeof:disc";
+        const DISC2: &str = "nqn.2026-12.io.nvmeof:disc2";
         let cfg = |disc: &str, nqn: &str| {
             TargetConfig::from_toml(&format!(
                 "discovery_nqn = \"{disc}\"\n[[port]]\nlisten = \"127.0.0.1:0\"\n[[subsystem]]\nnqn = \"{nqn}\"\n\
@@ -898,15 +916,19 @@ mod tests {
             .unwrap()
         };
         let server = Server::start(&cfg(DISC, NQN)).await.unwrap();
-        assert_eq!(server.target.discovery.nqn, DISC);
-        let e = server.reload(&cfg("nqn.2026-12.io.nvmeof:disc2", DISC)).unwrap_err().to_string();
-        assert!(e.contains("running discovery NQN") && e.contains("unchanged"), "{e}");
-        assert!(server.target.subsystem(NQN).is_some());
-        server.reload(&cfg("nqn.2026-12.io.nvmeof:disc2", "nqn.2026-12.io.nvmeof:other")).unwrap();
+        assert_eq!(server.target.discovery_nqn(), DISC);
+        // Renamed, and the old NQN is now a subsystem's.
+        server.reload(&cfg(DISC2, DISC)).unwrap();
+        assert_eq!(server.target.discovery_nqn(), DISC2);
+        assert!(Arc::ptr_eq(&server.target.subsystem(DISC2).unwrap(), &server.target.discovery));
+        assert!(!server.target.subsystem(DISC).unwrap().discovery);
         assert!(server.target.subsystem(NQN).is_none());
-        assert!(server.target.subsystem("nqn.2026-12.io.nvmeof:other").is_some());
+        // Back to DISC, which the same reload takes from the subsystem.
+        server.reload(&cfg(DISC, "nqn.2026-12.io.nvmeof:other")).unwrap();
+        assert_eq!(server.target.discovery_nqn(), DISC);
         assert!(Arc::ptr_eq(&server.target.subsystem(DISC).unwrap(), &server.target.discovery));
-        assert!(server.target.subsystem("nqn.2026-12.io.nvmeof:disc2").is_none());
+        assert!(server.target.subsystem(DISC2).is_none());
+        assert!(server.target.subsystem("nqn.2026-12.io.nvmeof:other").is_some());
         server.shutdown(Duration::from_millis(100)).await;
     }
 }

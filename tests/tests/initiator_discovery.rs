@@ -280,7 +280,29 @@ async fn unique_discovery_nqn() {
         assert!(c.info().discovery);
         let id = c.identify_controller().await.unwrap();
         assert_eq!((id.subnqn.as_str(), id.cntrltype), (UNIQUE, 2));
+
+        // SIGHUP renames it in place (nvmet's discovery_nqn store): the
+        // connected controller reports the new NQN, which reaches it; the old
+        // one is refused.
+        const RENAMED: &str = "nqn.2026-12.io.nvmeof.test:discovery-renamed";
+        let renamed = cfg.clone();
+        server
+            .reload(&nvmeof_target::config::TargetConfig { discovery_nqn: Some(RENAMED.into()), ..renamed })
+            .unwrap();
+        assert_eq!(c.identify_controller().await.unwrap().subnqn, RENAMED);
+        let log = discover_nqn(a, RENAMED, disc_opts()).await.unwrap();
+        assert_eq!(
+            (log.entries[0].subtype, log.entries[0].subnqn.as_str()),
+            (SubType::CURRENT_DISCOVERY, RENAMED)
+        );
+        match discover_nqn(a, UNIQUE, disc_opts()).await {
+            Err(Error::Nvme { status, .. }) => {
+                assert_eq!(status.code(), Status::CONNECT_INVALID_PARAM.code())
+            }
+            other => panic!("the old NQN: {other:?}"),
+        }
         c.shutdown().await.unwrap();
+        server.reload(&cfg).unwrap();
 
         match discover_nqn(a, "nqn.2026-12.io.nvmeof.test:discovery2", disc_opts()).await {
             Err(Error::Nvme { status, .. }) => {

@@ -366,7 +366,8 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
         aerl: (MAX_AERS - 1) as u8,
         maxcmd: limits.max_queue_entries.min(0xFFFF) as u16,
         sgls,
-        subnqn: subsys.nqn.clone(),
+        // The discovery subsystem's current NQN (renamed in place, as nvmet's).
+        subnqn: if ctrl.is_discovery() { target.discovery_nqn() } else { subsys.nqn.clone() },
         ..Default::default()
     };
     if ctrl.is_discovery() {

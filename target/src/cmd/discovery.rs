@@ -39,7 +39,8 @@ pub fn discovery_log(target: &Target, ctrl: &Controller) -> Vec<u8> {
 /// on — as nvmet's `nvmet_set_disc_traddr` does, so `connect-all` dials a
 /// usable address. `local` is only substituted when its family fits the port.
 pub fn discovery_log_with_local_addr(target: &Target, ctrl: &Controller, local: Option<IpAddr>) -> Vec<u8> {
-    let DiscoverySnapshot { genctr, mut ports, subsystems, referrals } = target.discovery_snapshot();
+    let DiscoverySnapshot { genctr, mut ports, subsystems, referrals, discovery_nqn } =
+        target.discovery_snapshot();
     // The port the host came in on first (nvmet reports only that one).
     ports.sort_by_key(|p| (p.id != ctrl.port_id, p.id));
     let mut entries = Vec::new();
@@ -48,7 +49,7 @@ pub fn discovery_log_with_local_addr(target: &Target, ctrl: &Controller, local: 
         let trsvcid = port.addr.port().to_string();
         let entry =
             |subtype, nqn: &str| DiscoveryLogEntry::tcp(subtype, nqn, adrfam, &traddr, &trsvcid, port.id);
-        entries.push(entry(SubType::CURRENT_DISCOVERY, &target.discovery.nqn));
+        entries.push(entry(SubType::CURRENT_DISCOVERY, &discovery_nqn));
         // A subsystem under each port it is exported on (nvmet lists the
         // asking port's subsystem links).
         for s in
@@ -204,7 +205,31 @@ mod tests {
             assert!(Arc::ptr_eq(&t.subsystem(nqn).unwrap(), &t.discovery), "{nqn}");
         }
         assert!(t.subsystem("nqn.2026-12.io.example:discovery2").is_none());
-        assert_eq!(t.discovery.nqn, UNIQUE);
+        assert_eq!((t.discovery.nqn.as_str(), t.discovery_nqn()), (UNIQUE, UNIQUE.to_string()));
+        let id = crate::cmd::admin::identify_controller(&t, &c);
+        assert_eq!((id.subnqn.as_str(), id.cntrltype), (UNIQUE, 2));
+
+        // Renamed in place, as nvmet's discovery_nqn store: the connected
+        // controller's Identify and the log name the new NQN, lookups follow.
+        const RENAMED: &str = "nqn.2026-12.io.example:discovery2";
+        let g = t.genctr();
+        assert_eq!(t.set_discovery_nqn(RENAMED), Ok(true));
+        assert_eq!(t.set_discovery_nqn(RENAMED), Ok(false));
+        assert!(t.genctr() > g);
+        assert_eq!(crate::cmd::admin::identify_controller(&t, &c).subnqn, RENAMED);
+        let log = DiscoveryLog::decode(&discovery_log(&t, &c)).unwrap();
+        assert_eq!(
+            (log.entries[0].subtype, log.entries[0].subnqn.as_str()),
+            (SubType::CURRENT_DISCOVERY, RENAMED)
+        );
+        for nqn in [RENAMED, DISCOVERY_NQN] {
+            assert!(Arc::ptr_eq(&t.subsystem(nqn).unwrap(), &t.discovery), "{nqn}");
+        }
+        assert!(t.subsystem(UNIQUE).is_none());
+        // Not to an NVM subsystem's NQN (nvmet: "duplicate NQN").
+        let e = t.set_discovery_nqn("nqn.2024-01.io.example:a").unwrap_err();
+        assert!(e.contains("nqn.2024-01.io.example:a"), "{e}");
+        assert_eq!(t.discovery_nqn(), RENAMED);
     }
 
     #[test]

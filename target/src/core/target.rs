@@ -152,15 +152,21 @@ pub struct DiscoverySnapshot {
     pub subsystems: Vec<Arc<Subsystem>>,
     /// Other discovery services.
     pub referrals: Vec<Referral>,
+    /// The discovery subsystem's NQN.
+    pub discovery_nqn: String,
 }
 
 /// The whole target: shared by every connection.
 pub struct Target {
     /// Enforced limits.
     pub limits: Limits,
-    /// The discovery subsystem: the well-known discovery NQN, or the unique
-    /// one configured ([`Self::with_discovery_nqn`]).
+    /// The discovery subsystem. Its NQN is [`Self::discovery_nqn`] (its
+    /// `nqn` field keeps the one it started with).
     pub discovery: Arc<Subsystem>,
+    /// The discovery subsystem's NQN now: the well-known discovery NQN, or
+    /// the unique one configured ([`Self::with_discovery_nqn`],
+    /// [`Self::set_discovery_nqn`]).
+    discovery_nqn: RwLock<String>,
     subsystems: RwLock<BTreeMap<String, Arc<Subsystem>>>,
     ports: RwLock<Vec<Port>>,
     referrals: RwLock<Vec<Referral>>,
@@ -190,6 +196,7 @@ impl Target {
         Arc::new(Self {
             limits,
             discovery: Arc::new(Subsystem::new(nqn, "nvmeof discovery", None, true)),
+            discovery_nqn: RwLock::new(nqn.to_string()),
             subsystems: RwLock::new(BTreeMap::new()),
             ports: RwLock::new(Vec::new()),
             referrals: RwLock::new(Vec::new()),
@@ -279,10 +286,45 @@ impl Target {
     /// Looks a subsystem up by NQN (the discovery subsystem by the well-known
     /// discovery NQN or its unique one).
     pub fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
-        if nqn == DISCOVERY_NQN || nqn == self.discovery.nqn {
+        if nqn == DISCOVERY_NQN || *self.discovery_nqn.read().unwrap() == nqn {
             return Some(self.discovery.clone());
         }
         self.subsystems.read().unwrap().get(nqn).cloned()
+    }
+
+    /// The NVM subsystem `nqn` (never the discovery subsystem).
+    pub fn nvm_subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
+        self.subsystems.read().unwrap().get(nqn).cloned()
+    }
+
+    /// The discovery subsystem's NQN now (its Identify Controller SUBNQN and
+    /// its log's current discovery subsystem entries).
+    pub fn discovery_nqn(&self) -> String {
+        self.discovery_nqn.read().unwrap().clone()
+    }
+
+    /// Renames the discovery subsystem (`DISCOVERY_NQN` for the well-known
+    /// name only), in place as nvmet's `discovery_nqn` store does: connected
+    /// discovery controllers report the new NQN in Identify, new Connects
+    /// find it by it (and by the well-known one), the old one no longer
+    /// reaches it. GENCTR moves (the log's own entries change); no notice
+    /// is sent, as nvmet sends none. Refused when an NVM subsystem has the
+    /// NQN (nvmet: "duplicate NQN"). Whether it changed.
+    pub fn set_discovery_nqn(&self, nqn: &str) -> Result<bool, String> {
+        // Under the subsystems' lock: no subsystem takes the NQN meanwhile,
+        // and the discovery log is read with it (see `discovery_snapshot`).
+        let map = self.subsystems.write().unwrap();
+        if map.contains_key(nqn) {
+            return Err(format!("{nqn} is an NVM subsystem's NQN"));
+        }
+        let mut cur = self.discovery_nqn.write().unwrap();
+        if *cur == nqn {
+            return Ok(false);
+        }
+        *cur = nqn.to_string();
+        self.bump_genctr();
+        drop((cur, map));
+        Ok(true)
     }
 
     /// Looks a subsystem up by NQN as a host connecting through port
@@ -442,6 +484,7 @@ impl Target {
             ports: ports.clone(),
             subsystems: subsystems.values().cloned().collect(),
             referrals: referrals.clone(),
+            discovery_nqn: self.discovery_nqn(),
         }
     }
 
