@@ -157,6 +157,14 @@ fn number(s: &str) -> Option<u64> {
     }
 }
 
+/// `IP:PORT` of an `addr` group (`[IP]:PORT` for `adrfam` ipv6).
+fn socket_address(addr: &Attrs, traddr: &str, trsvcid: &str) -> String {
+    match text(addr, "adrfam").as_deref() {
+        Some("ipv6") => format!("[{traddr}]:{trsvcid}"),
+        _ => format!("{traddr}:{trsvcid}"),
+    }
+}
+
 /// A TOML string literal.
 fn quoted(s: &str) -> String {
     toml::Value::String(s.to_string()).to_string()
@@ -206,10 +214,7 @@ pub fn convert(json: &str, kind: impl Fn(&Path) -> DeviceKind) -> Result<Convert
             continue;
         };
         let trsvcid = text(&p.addr, "trsvcid").unwrap_or_else(|| "4420".into());
-        let listen = match text(&p.addr, "adrfam").as_deref() {
-            Some("ipv6") => format!("[{traddr}]:{trsvcid}"),
-            _ => format!("{traddr}:{trsvcid}"),
-        };
+        let listen = socket_address(&p.addr, &traddr, &trsvcid);
         if text(&p.param, "pi_enable").is_some_and(|v| v != "0") {
             notes.push(format!("port {id}: protection information (param_pi_enable) is not offered here"));
         }
@@ -252,10 +257,7 @@ pub fn convert(json: &str, kind: impl Fn(&Path) -> DeviceKind) -> Result<Convert
                 notes.push(format!("referral {:?} of port {id} left out: no address", r.name));
                 continue;
             };
-            let address = match text(&r.addr, "adrfam").as_deref() {
-                Some("ipv6") => format!("[{traddr}]:{trsvcid}"),
-                _ => format!("{traddr}:{trsvcid}"),
-            };
+            let address = socket_address(&r.addr, &traddr, &trsvcid);
             let portid = text(&r.addr, "portid").and_then(|v| number(&v)).unwrap_or(0) as u16;
             mine.push(address.clone());
             if !referrals.iter().any(|(a, _)| *a == address) {

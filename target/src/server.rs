@@ -516,12 +516,15 @@ impl Server {
         // place; before the subsystems, one of which may take the old NQN.
         // Removed subsystems still hold their NQNs here, so a rename to one
         // of them waits for the next reload (said below).
-        let mut rename_failed = None;
-        match self.target.set_discovery_nqn(disc_nqn) {
-            Ok(true) => info!(discovery_nqn = disc_nqn, "reload: discovery subsystem renamed"),
-            Ok(false) => {}
-            Err(e) => rename_failed = Some(e),
-        }
+        let rename_waits = match self.target.set_discovery_nqn(disc_nqn) {
+            Ok(renamed) => {
+                if renamed {
+                    info!(discovery_nqn = disc_nqn, "reload: discovery subsystem renamed");
+                }
+                false
+            }
+            Err(_) => true,
+        };
         let mut failed = Vec::new();
         let mut keep = Vec::new();
         for sc in &cfg.subsystems {
@@ -635,7 +638,7 @@ impl Server {
             }
         }
         configured.retain(|(nqn, _), _| keep.contains(nqn));
-        if rename_failed.is_some() {
+        if rename_waits {
             // Its subsystem is gone now.
             match self.target.set_discovery_nqn(disc_nqn) {
                 Ok(_) => info!(discovery_nqn = disc_nqn, "reload: discovery subsystem renamed"),

@@ -146,11 +146,6 @@ impl Subsystem {
         self
     }
 
-    /// The IDs of the ports it is exported on; `None`: every port.
-    pub fn ports(&self) -> Option<Vec<u16>> {
-        self.ports.read().unwrap_or_else(PoisonError::into_inner).clone()
-    }
-
     /// Whether hosts reach it through port `port_id` (the discovery
     /// subsystem: through every port, as nvmet's).
     pub fn on_port(&self, port_id: u16) -> bool {

@@ -1753,8 +1753,12 @@ fn migrated(a: &Args) -> Result<Migrated, String> {
 /// Controller's identity, the controller ID, the I/O queues granted (4
 /// asked), namespace 1's identifiers, size, ANA group and reservation
 /// capabilities, and its ANA group's state.
-async fn migrated_identity(addr: (&str, u16), m: &Migrated) -> Result<Vec<(&'static str, String)>, String> {
-    let o = ConnectOptions { host: Some(m.host.clone()), io_queues: 4, ..opts_plain() };
+async fn migrated_identity(
+    a: &Args,
+    addr: (&str, u16),
+    m: &Migrated,
+) -> Result<Vec<(&'static str, String)>, String> {
+    let o = ConnectOptions { host: Some(m.host.clone()), io_queues: 4, ..opts(a, false) };
     let c = Controller::connect(addr, &m.nqn, o).await.map_err(|e| format!("connect to {addr:?}: {e}"))?;
     let r = async {
         let id = c.identify_controller().await.map_err(|e| format!("identify: {e}"))?;
@@ -1797,20 +1801,12 @@ async fn migrated_identity(addr: (&str, u16), m: &Migrated) -> Result<Vec<(&'sta
     r
 }
 
-fn opts_plain() -> ConnectOptions {
-    ConnectOptions {
-        command_timeout: Duration::from_secs(30),
-        connect_timeout: Duration::from_secs(15),
-        reconnect: ReconnectPolicy::never(),
-        ..ConnectOptions::default()
-    }
-}
-
 async fn step_migrate_identity(a: &Args) -> Result<(), String> {
     let m = migrated(a)?;
     let theirs =
-        migrated_identity((a.addr.as_str(), m.nvmet[1]), &m).await.map_err(|e| format!("nvmet: {e}"))?;
-    let ours = migrated_identity(("127.0.0.1", m.ours[1]), &m).await.map_err(|e| format!("migrated: {e}"))?;
+        migrated_identity(a, (a.addr.as_str(), m.nvmet[1]), &m).await.map_err(|e| format!("nvmet: {e}"))?;
+    let ours =
+        migrated_identity(a, ("127.0.0.1", m.ours[1]), &m).await.map_err(|e| format!("migrated: {e}"))?;
     for ((k, t), (_, o)) in theirs.iter().zip(&ours) {
         if t != o {
             return Err(format!("{k}: nvmet {t}, migrated {o}"));
@@ -1821,8 +1817,8 @@ async fn step_migrate_identity(a: &Args) -> Result<(), String> {
 }
 
 /// A Connect's status (its code) or "connected".
-async fn connect_status(addr: (&str, u16), nqn: &str, host: HostIdentity) -> String {
-    let o = ConnectOptions { host: Some(host), io_queues: 1, ..opts_plain() };
+async fn connect_status(a: &Args, addr: (&str, u16), nqn: &str, host: HostIdentity) -> String {
+    let o = ConnectOptions { host: Some(host), io_queues: 1, ..opts(a, false) };
     match Controller::connect(addr, nqn, o).await {
         Ok(c) => {
             let _ = c.shutdown().await;
@@ -1868,8 +1864,8 @@ async fn step_migrate_ports(a: &Args) -> Result<(), String> {
             .filter(|e| e.subtype == SubType::REFERRAL)
             .map(|e| format!("{}:{} portid {}", e.traddr, e.trsvcid, e.portid))
             .collect();
-        let through1 = connect_status((host, ports[0]), &m.nqn, m.host.clone()).await;
-        let other = connect_status((host, ports[1]), &m.nqn, HostIdentity::from_id(HOST_ID)).await;
+        let through1 = connect_status(a, (host, ports[0]), &m.nqn, m.host.clone()).await;
+        let other = connect_status(a, (host, ports[1]), &m.nqn, HostIdentity::from_id(HOST_ID)).await;
         seen.push((who, (under2, referrals, through1, other)));
     }
     let (t, o) = (&seen[0].1, &seen[1].1);
