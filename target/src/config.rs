@@ -22,6 +22,8 @@
 //!                                        #   (default: the table's position, from 1)
 //! ana_state = "optimized"                # optional: every ANA group's state through this port
 //! ana_groups = { 2 = "non-optimized" }   # optional: states of single groups (1..=128)
+//! in_capsule_data = 16384                # optional: this port's own [limits] value (nvmet's
+//! max_queue_entries = 128                #   param_inline_data_size, param_max_queue_size)
 //!
 //! [metrics]                              # optional: Prometheus metrics (GET /metrics)
 //! listen = "127.0.0.1:9464"              # address of the metrics listener (a restart applies changes)
@@ -157,7 +159,7 @@ use nvmeof_common::spec::log::AnaState;
 use crate::core::ana::{parse_ana_state, DEFAULT_ANA_GROUP};
 use crate::core::qos::QosLimits;
 use crate::core::target::Referral;
-use crate::core::Limits;
+use crate::core::{Limits, PortParams};
 
 /// Errors that name the key and why.
 #[derive(Debug, thiserror::Error)]
@@ -612,6 +614,11 @@ pub struct TargetConfig {
     /// subsystem's `ports` names. A port without one here is its position
     /// (1 for the first); see [`Self::port_id`].
     pub port_ids: Vec<u16>,
+    /// Each port's own queue limits (`in_capsule_data`, `max_queue_entries`;
+    /// nvmet's `param_inline_data_size`, `param_max_queue_size`), in the
+    /// order of `listen`; a port without an entry has none (see
+    /// [`Self::port_params`]).
+    pub port_params: Vec<PortParams>,
     /// Subsystems.
     pub subsystems: Vec<SubsystemConfig>,
     /// Limits.
@@ -640,6 +647,11 @@ impl TargetConfig {
     /// or its position counted from 1.
     pub fn port_id(&self, i: usize) -> u16 {
         self.port_ids.get(i).copied().unwrap_or(i as u16 + 1)
+    }
+
+    /// The own queue limits of the `i`-th port (0-based) of `listen`.
+    pub fn port_params(&self, i: usize) -> PortParams {
+        self.port_params.get(i).copied().unwrap_or_default()
     }
 }
 
@@ -724,6 +736,8 @@ struct RawLimits {
 struct RawPort {
     listen: String,
     portid: Option<u16>,
+    in_capsule_data: Option<u32>,
+    max_queue_entries: Option<u32>,
     ana_state: Option<String>,
     ana_groups: Option<BTreeMap<String, String>>,
 }
@@ -854,10 +868,8 @@ impl TargetConfig {
             limits.max_io_queues = v;
         }
         if let Some(v) = l.max_queue_entries {
-            if !(16..=65536).contains(&v) {
-                return Err(invalid("limits.max_queue_entries", "must be 16..=65536"));
-            }
-            limits.max_queue_entries = v;
+            limits.max_queue_entries =
+                Limits::check_queue_entries(v).map_err(|e| invalid("limits.max_queue_entries", e))?;
         }
         if let Some(v) = l.in_capsule_data {
             limits.set_in_capsule_data(v).map_err(|e| invalid("limits.in_capsule_data", e))?;
@@ -885,6 +897,7 @@ impl TargetConfig {
         let mut listen = Vec::new();
         let mut port_ana = Vec::new();
         let mut port_ids: Vec<u16> = Vec::new();
+        let mut port_params = Vec::new();
         for (i, p) in raw.port.iter().enumerate() {
             let a = p
                 .listen
@@ -911,6 +924,19 @@ impl TargetConfig {
                 ana.groups.insert(grp, parse_ana_state(st).map_err(|e| invalid(&key, e))?);
             }
             port_ana.push(ana);
+            // nvmet's param_inline_data_size, param_max_queue_size.
+            port_params.push(PortParams {
+                in_capsule_data: p
+                    .in_capsule_data
+                    .map(Limits::check_in_capsule_data)
+                    .transpose()
+                    .map_err(|e| invalid(format!("port[{i}].in_capsule_data"), e))?,
+                max_queue_entries: p
+                    .max_queue_entries
+                    .map(Limits::check_queue_entries)
+                    .transpose()
+                    .map_err(|e| invalid(format!("port[{i}].max_queue_entries"), e))?,
+            });
         }
         if listen.is_empty() {
             listen.push(default_listen());
@@ -1200,6 +1226,7 @@ impl TargetConfig {
             listen,
             port_ana,
             port_ids,
+            port_params,
             subsystems,
             limits,
             poll_us: l.poll_us.unwrap_or(0),
@@ -1783,6 +1810,36 @@ mod tests {
         ] {
             let e = sub(ports, extra).unwrap_err().to_string();
             assert!(e.contains(why), "{extra}: {e}");
+        }
+    }
+
+    /// A port's own `in_capsule_data` and `max_queue_entries` (nvmet's
+    /// `param_inline_data_size`, `param_max_queue_size`), checked as the
+    /// `[limits]` ones; a port without them has none.
+    #[test]
+    fn port_params() {
+        let cfg = |p2: &str| {
+            TargetConfig::from_toml(&format!(
+                "[limits]\nin_capsule_data = 65536\n[[port]]\nlisten = \"127.0.0.1:4420\"\n[[port]]\nlisten = \"127.0.0.1:4421\"\n{p2}\n[[subsystem]]\nnqn = \"nqn.2026-11.x:a\"\n"
+            ))
+        };
+        let c = cfg("in_capsule_data = 4096\nmax_queue_entries = 64").unwrap();
+        assert_eq!(c.port_params(0), PortParams::default());
+        assert_eq!(c.port_params(1), PortParams { in_capsule_data: Some(4096), max_queue_entries: Some(64) });
+        assert_eq!(c.port_params(2), PortParams::default(), "no such port");
+        let p = c.port_params(1);
+        assert_eq!((p.in_capsule_data(&c.limits), p.max_queue_entries(&c.limits)), (4096, 64));
+        let p = c.port_params(0);
+        assert_eq!((p.in_capsule_data(&c.limits), p.max_queue_entries(&c.limits)), (65536, 1024), "[limits]");
+        assert_eq!(cfg("in_capsule_data = 0").unwrap().port_params(1).in_capsule_data, Some(0));
+        for (bad, why) in [
+            ("in_capsule_data = 4100", "port[1].in_capsule_data: must be a multiple of 16"),
+            ("in_capsule_data = 2000000", "port[1].in_capsule_data: must be a multiple of 16 up to 1 MiB"),
+            ("max_queue_entries = 15", "port[1].max_queue_entries: must be 16..=65536"),
+            ("max_queue_entries = 65537", "port[1].max_queue_entries: must be 16..=65536"),
+        ] {
+            let e = cfg(bad).unwrap_err().to_string();
+            assert!(e.contains(why), "{bad}: {e}");
         }
     }
 

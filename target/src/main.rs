@@ -326,6 +326,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
     Ok(TargetConfig {
         port_ana: vec![PortAnaConfig::default(); listen.len()],
         port_ids: Vec::new(),
+        port_params: Vec::new(),
         listen,
         subsystems: vec![SubsystemConfig {
             nqn,

@@ -9,7 +9,10 @@
 //! where the object has one, and its links (`ports[].subsystems`,
 //! `subsystems[].allowed_hosts`). What maps:
 //! - TCP ports (`ports/N`) become `[[port]]` tables with `portid = N`, in port
-//!   number order, with their ANA group states; other transports are left out.
+//!   number order, with their ANA group states, in-capsule data size and
+//!   queue size (`param_inline_data_size`, `param_max_queue_size`, as nvmet
+//!   applies them: hosts keep their IOCCSZ and MQES); other transports are
+//!   left out.
 //! - Each subsystem keeps its NQN, model, serial, firmware, IEEE OUI,
 //!   controller ID range, `qid_max` (`max_io_queues`), allowed hosts (when
 //!   `allow_any_host` is 0) and the ports it is linked to (`ports`, left out
@@ -157,6 +160,32 @@ fn number(s: &str) -> Option<u64> {
     }
 }
 
+/// nvmet-tcp's in-capsule data size where a port sets none
+/// (`NVMET_TCP_DEF_INLINE_DATA_SIZE`, 4 pages).
+const NVMET_TCP_INLINE_DATA_SIZE: u64 = 16384;
+/// nvmet's queue size bounds (`NVMET_MIN_QUEUE_SIZE`, `NVMET_MAX_QUEUE_SIZE`).
+const NVMET_QUEUE_SIZES: (u64, u64) = (16, 1024);
+
+/// A port's `in_capsule_data` and `max_queue_entries`: what nvmet gives
+/// hosts there, from its `param_inline_data_size` and `param_max_queue_size`
+/// (-1, "unset", is what they read before the port is first enabled).
+/// nvmet-tcp sets an unset inline size to 16 KiB, and `nvmet_enable_port`
+/// clamps the queue size to 16..=1024 (unset: 1024). Identify IOCCSZ counts
+/// 16-byte units, so hosts were told the size rounded down to a multiple of
+/// 16; here it must be one, and at most 1 MiB.
+fn port_params(param: &Attrs, id: u16, notes: &mut Vec<String>) -> (u64, u64) {
+    let value = |k: &str| text(param, k).filter(|v| !v.starts_with('-')).and_then(|v| number(&v));
+    let inline = value("inline_data_size").unwrap_or(NVMET_TCP_INLINE_DATA_SIZE);
+    let in_capsule = inline.min(1 << 20) / 16 * 16;
+    if in_capsule != inline {
+        notes.push(format!(
+            "port {id}: in-capsule data {in_capsule} bytes (param_inline_data_size {inline}: a multiple of 16 up to 1 MiB here)"
+        ));
+    }
+    let (lo, hi) = NVMET_QUEUE_SIZES;
+    (in_capsule, value("max_queue_size").unwrap_or(hi).clamp(lo, hi))
+}
+
 /// `IP:PORT` of an `addr` group (`[IP]:PORT` for `adrfam` ipv6).
 fn socket_address(addr: &Attrs, traddr: &str, trsvcid: &str) -> String {
     match text(addr, "adrfam").as_deref() {
@@ -219,6 +248,8 @@ pub fn convert(json: &str, kind: impl Fn(&Path) -> DeviceKind) -> Result<Convert
             notes.push(format!("port {id}: protection information (param_pi_enable) is not offered here"));
         }
         let _ = writeln!(body, "[[port]]\nlisten = {}\nportid = {id}", quoted(&listen));
+        let (in_capsule, queue) = port_params(&p.param, id, &mut notes);
+        let _ = writeln!(body, "in_capsule_data = {in_capsule}\nmax_queue_entries = {queue}");
         let mut groups: Vec<&SavedAnaGroup> = p.ana_groups.iter().collect();
         groups.sort_by_key(|g| g.grpid);
         let states: Vec<String> = groups
@@ -433,7 +464,7 @@ mod tests {
     {{
       "addr": {{ "adrfam": "ipv4", "traddr": "192.0.2.5", "treq": "not specified", "trsvcid": "4420", "trtype": "tcp", "tsas": "none" }},
       "ana_groups": [ {{ "ana": {{ "state": "optimized" }}, "grpid": 1 }}, {{ "ana": {{ "state": "non-optimized" }}, "grpid": 2 }} ],
-      "param": {{ "inline_data_size": "16384", "max_queue_size": "-1", "pi_enable": "0" }},
+      "param": {{ "inline_data_size": "8200", "max_queue_size": "2048", "pi_enable": "0" }},
       "portid": 1,
       "referrals": [ {{ "addr": {{ "adrfam": "ipv4", "traddr": "192.0.2.9", "treq": "not specified", "trsvcid": "8009", "trtype": "tcp" }}, "enable": 1, "name": "r1" }} ],
       "subsystems": [ "nqn.2014-08.org.example:a", "nqn.2014-08.org.example:b" ]
@@ -491,6 +522,11 @@ mod tests {
         let listen: Vec<String> = cfg.listen.iter().map(|a| a.to_string()).collect();
         assert_eq!(listen, ["192.0.2.5:4420", "[fd00::5]:4421"]);
         assert_eq!(cfg.port_ids, [1, 2]);
+        // nvmet's in-capsule size in 16-byte units (IOCCSZ), its queue size
+        // clamped to 1024; port 2's unset queue size is nvmet's 1024.
+        let params: Vec<(Option<u32>, Option<u32>)> =
+            cfg.port_params.iter().map(|p| (p.in_capsule_data, p.max_queue_entries)).collect();
+        assert_eq!(params, [(Some(8192), Some(1024)), (Some(16384), Some(1024))]);
         let groups: Vec<(u32, AnaState)> = cfg.port_ana[0].groups.iter().map(|(g, s)| (*g, *s)).collect();
         assert_eq!(groups, [(1, AnaState::OPTIMIZED), (2, AnaState::NON_OPTIMIZED)]);
         let r: Vec<String> = cfg.referrals.iter().map(|r| format!("{} {}", r.addr, r.portid)).collect();
@@ -547,11 +583,12 @@ mod tests {
             "/srv/nvmet/disk2.img does not exist here",
             "subsystem nqn.2014-08.org.example:idle is linked to no TCP port",
             "referrals are listed through every port here",
+            "port 1: in-capsule data 8192 bytes (param_inline_data_size 8200",
         ] {
             assert!(c.notes.iter().any(|n| n.contains(says)), "no note {says:?}: {:?}", c.notes);
             assert!(c.toml.lines().any(|l| l.starts_with("# note: ") && l.contains(says)), "{}", c.toml);
         }
-        assert_eq!(c.notes.len(), 6, "{:?}", c.notes);
+        assert_eq!(c.notes.len(), 7, "{:?}", c.notes);
     }
 
     #[test]

@@ -122,7 +122,7 @@ impl QueueState {
     pub fn new(ctx: QueueCtx) -> Self {
         let limits = &ctx.target.limits;
         let dec = DecoderConfig {
-            max_capsule_data: limits.in_capsule_data.max(limits.admin_in_capsule_data),
+            max_capsule_data: ctx.params.in_capsule_data(limits).max(limits.admin_in_capsule_data),
             max_data_pdu: limits.max_h2c_data,
             ..DecoderConfig::new(Role::Controller)
         };
@@ -319,11 +319,13 @@ impl QueueState {
     }
 
     fn in_capsule_limit(&self, sqe: &Sqe) -> u32 {
+        // The port's size (nvmet-tcp: `req.port->inline_data_size`).
         let l = &self.ctx.target.limits;
+        let ic = self.ctx.params.in_capsule_data(l);
         if self.ctx.qid.is_none_or(|q| q == 0) || sqe.opcode() == 0x7F {
-            l.admin_in_capsule_data.max(l.in_capsule_data)
+            l.admin_in_capsule_data.max(ic)
         } else {
-            l.in_capsule_data
+            ic
         }
     }
 
@@ -792,6 +794,7 @@ mod tests {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let q = QueueState::new(QueueCtx {
             ana: t.port_ana(1),
+            params: Default::default(),
             target: t.clone(),
             port_id: 1,
             qid: None,

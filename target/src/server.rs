@@ -35,7 +35,7 @@ pub struct Server {
     configured: Mutex<HashMap<(String, u32), NamespaceConfig>>,
     /// The ports, limits, busy-poll window, send buffer and congestion control the target started with: a
     /// reload does not change them, and says so when the file does.
-    started: ((Vec<SocketAddr>, Vec<u16>), crate::core::Limits, ConnOptions),
+    started: (PortList, crate::core::Limits, ConnOptions),
     /// The metrics address the target started with (a reload does not move it).
     started_metrics: Option<SocketAddr>,
 }
@@ -302,10 +302,19 @@ fn apply_port_ana(target: &Target, cfg: &TargetConfig) {
     }
 }
 
-/// The ports' addresses and IDs: a reload that changes them says a restart
-/// applies them.
-fn port_list(cfg: &TargetConfig) -> (Vec<SocketAddr>, Vec<u16>) {
-    (cfg.listen.clone(), (0..cfg.listen.len()).map(|i| cfg.port_id(i)).collect())
+/// The ports' addresses, IDs and own queue limits: a reload that changes
+/// them says a restart applies them (nvmet takes a port's `addr_*` and
+/// `param_*` only while it is disabled; here connected controllers keep the
+/// IOCCSZ and MQES they were given, and their new I/O queues must agree).
+type PortList = (Vec<SocketAddr>, Vec<u16>, Vec<crate::core::PortParams>);
+
+fn port_list(cfg: &TargetConfig) -> PortList {
+    let n = cfg.listen.len();
+    (
+        cfg.listen.clone(),
+        (0..n).map(|i| cfg.port_id(i)).collect(),
+        (0..n).map(|i| cfg.port_params(i)).collect(),
+    )
 }
 
 /// Sets the referrals the discovery log lists; discovery controllers get the
@@ -390,6 +399,11 @@ impl Server {
                 tcp::bind(*addr).map_err(|e| std::io::Error::new(e.kind(), format!("listen {addr}: {e}")))?;
             let local = l.local_addr()?;
             let port_id = target.add_port_with_id(local, cfg.port_id(i));
+            let params = cfg.port_params(i);
+            if params != Default::default() {
+                target.set_port_params(port_id, params);
+                info!(port_id, in_capsule_data = ?params.in_capsule_data, max_queue_entries = ?params.max_queue_entries, "port's own queue limits");
+            }
             local_addrs.push(local);
             accept_tasks.push(tokio::spawn(tcp::serve_port(
                 target.clone(),

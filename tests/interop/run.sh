@@ -164,6 +164,9 @@ write_target_config() {
             echo
             echo "[[port]]"
             echo "listen = \"127.0.0.1:$TARGET_PORT2\""
+            # its own queue limits (kernel-host step port-link checks them)
+            echo "in_capsule_data = 8192"
+            echo "max_queue_entries = 64"
             ana_state_line 2
         fi
         # a referral (kernel-host step discover: nvme-cli lists it), to the

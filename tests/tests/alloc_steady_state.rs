@@ -108,6 +108,7 @@ async fn steady_state_allocations_per_io() {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         port_ana: vec![Default::default()],
         port_ids: Vec::new(),
+        port_params: Vec::new(),
         subsystems: vec![SubsystemConfig {
             nqn: NQN.into(),
             model: "alloc".into(),

@@ -92,6 +92,10 @@ async fn converted_nvmet_configuration_serves_the_same_identity() {
         assert_eq!((id.sn.trim(), id.mn.trim(), id.fr.trim()), ("migr-0001", "nvmet migrated", "6.12.118"));
         assert_eq!(id.ieee, [0xc2, 0x50, 0x00], "OUI 0050C2, least significant byte first");
         assert!((300..=399).contains(&id.cntlid), "cntlid {}", id.cntlid);
+        // nvmet-tcp's 16 KiB in-capsule data and 1024-entry queues, not this
+        // target's own defaults.
+        assert_eq!((id.ioccsz, id.maxcmd, ctrl.info().cap.mqes()), (1028, 1024, 1023));
+        assert_eq!(ctrl.info().inline_data, 16384);
         assert_eq!(ctrl.io_queue_count(), 3, "qid_max 3 (4 asked)");
         let ids = ctrl.namespace_id_descriptors(1).await.unwrap();
         assert!(ids.contains(&NsIdDescriptor::Uuid(UUID)), "{ids:?}");

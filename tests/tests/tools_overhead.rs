@@ -43,6 +43,7 @@ async fn start() -> (Server, String) {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         port_ana: vec![Default::default()],
         port_ids: Vec::new(),
+        port_params: Vec::new(),
         subsystems: Vec::new(),
         limits: Limits::default(),
         poll_us: 0,

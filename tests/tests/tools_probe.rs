@@ -52,6 +52,7 @@ async fn start_target_with(
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         port_ana: vec![Default::default()],
         port_ids: Vec::new(),
+        port_params: Vec::new(),
         subsystems: Vec::new(),
         limits,
         poll_us: 0,

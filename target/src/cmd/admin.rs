@@ -346,8 +346,12 @@ const VOLATILE_WRITE_CACHE: bool = true;
 pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyController {
     let limits = &target.limits;
     let subsys = &ctrl.subsys;
+    // IOCCSZ, MAXCMD: the admin queue's port (nvmet's `req->port`,
+    // `NVMET_MAX_CMD(ctrl)`).
+    let in_capsule_data = ctrl.port_params.in_capsule_data(limits);
+    let max_queue_entries = ctrl.port_params.max_queue_entries(limits);
     let mut sgls = SGLS_SUPPORTED;
-    if limits.in_capsule_data > 0 {
+    if in_capsule_data > 0 {
         sgls |= SGLS_OFFSET;
     }
     let common = IdentifyController {
@@ -364,7 +368,7 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
         ver: VERSION,
         kas: KAS,
         aerl: (MAX_AERS - 1) as u8,
-        maxcmd: limits.max_queue_entries.min(0xFFFF) as u16,
+        maxcmd: max_queue_entries.min(0xFFFF) as u16,
         sgls,
         // The discovery subsystem's current NQN (renamed in place, as nvmet's).
         subnqn: if ctrl.is_discovery() { target.discovery_nqn() } else { subsys.nqn.clone() },
@@ -396,7 +400,7 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
         ocfs: OCFS_FORMAT0,
         vwc: VOLATILE_WRITE_CACHE as u8,
         mnan: MAX_NAMESPACES,
-        ioccsz: (64 + limits.in_capsule_data) / 16,
+        ioccsz: (64 + in_capsule_data) / 16,
         iorcsz: 1,
         icdoff: 0,
         msdbd: 1,
@@ -942,6 +946,7 @@ mod tests {
         let (sink, rx) = unbounded_channel();
         let ctx = QueueCtx {
             ana: target.port_ana(port),
+            params: Default::default(),
             target: target.clone(),
             port_id: port,
             qid: Some(0),

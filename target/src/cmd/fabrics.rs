@@ -151,6 +151,7 @@ fn connect(ctx: &mut QueueCtx, sqe: &Sqe, data: &[u8]) -> Response {
             Controller::new(id, subsys.clone(), hostnqn, hostid, port, kato, max_qid)
                 .with_host_keys(keys)
                 .with_host_addr(ctx.peer_addr)
+                .with_port_params(ctx.params)
         }) else {
             // nvmet_alloc_ctrl: Controller Busy when its ida range is used up.
             warn!(subnqn = %subsys.nqn, cntlids = ?subsys.cntlids, "no free controller ID in the subsystem's range");
@@ -187,8 +188,16 @@ fn connect(ctx: &mut QueueCtx, sqe: &Sqe, data: &[u8]) -> Response {
         warn!(qid = cmd.qid, "I/O queue already connected");
         return Status::CMD_SEQ_ERROR.with_dnr().into();
     }
-    if cmd.queue_entries() > limits.max_queue_entries {
-        warn!(sqsize = cmd.sqsize, limit = limits.max_queue_entries, "I/O Connect SQSIZE above MQES");
+    // MQES is the controller's (nvmet: `NVME_CAP_MQES(ctrl->cap)`, from
+    // the admin queue's port).
+    let max_entries = ctrl.port_params.max_queue_entries(limits);
+    if cmd.queue_entries() > max_entries {
+        warn!(
+            sqsize = cmd.sqsize,
+            limit = max_entries,
+            port_id = ctrl.port_id,
+            "I/O Connect SQSIZE above MQES"
+        );
         ctrl.remove_io_queue(cmd.qid);
         return invalid_param(false, fabrics_off::SQSIZE);
     }
@@ -218,7 +227,9 @@ fn connected(ctx: &mut QueueCtx, cntlid: u16, auth: bool) -> Response {
 /// namespace's command set from its CSI descriptor, which a zoned
 /// namespace needs.
 pub fn cap(ctx: &QueueCtx) -> Cap {
-    let mqes = (ctx.target.limits.max_queue_entries - 1).min(0xFFFF) as u16;
+    // The controller's port, as nvmet_init_cap's `ctrl->port->max_queue_size`.
+    let params = ctx.ctrl.as_ref().map_or(ctx.params, |c| c.port_params);
+    let mqes = (params.max_queue_entries(&ctx.target.limits) - 1).min(0xFFFF) as u16;
     Cap(0)
         .with_mqes(mqes)
         .with_cqr(true)

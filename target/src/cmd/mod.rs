@@ -29,6 +29,8 @@ pub struct QueueCtx {
     pub port_id: u16,
     /// ANA states of that port: every I/O command checks its namespace's group.
     pub ana: Arc<PortAna>,
+    /// That port's own queue limits, as they were when the connection came in.
+    pub params: crate::core::PortParams,
     /// Queue ID once connected.
     pub qid: Option<u16>,
     /// Controller once connected.
@@ -68,6 +70,7 @@ impl QueueCtx {
     pub fn new(target: Arc<Target>, port_id: u16, io: QueueIo) -> Self {
         Self {
             ana: target.port_ana(port_id),
+            params: target.port_params(port_id),
             target,
             port_id,
             qid: None,

@@ -85,6 +85,9 @@ pub struct Controller {
     pub hostid: [u8; 16],
     /// Port the admin queue came in on.
     pub port_id: u16,
+    /// That port's own queue limits, from the admin queue's connection: the
+    /// controller's IOCCSZ, CAP.MQES and MAXCMD, and what its I/O queues may ask.
+    pub port_params: super::PortParams,
     /// Where the admin queue's connection came from (nvmet's debugfs
     /// `host_traddr`), where known.
     pub host_addr: Option<std::net::SocketAddr>,
@@ -136,6 +139,7 @@ impl Controller {
             hostnqn,
             hostid,
             port_id,
+            port_params: super::PortParams::default(),
             host_addr: None,
             max_qid,
             host_keys: Mutex::new(None),
@@ -157,6 +161,12 @@ impl Controller {
     /// With the address the host connected from.
     pub fn with_host_addr(mut self, addr: Option<std::net::SocketAddr>) -> Self {
         self.host_addr = addr;
+        self
+    }
+
+    /// With the queue limits of the port its admin queue came in on.
+    pub fn with_port_params(mut self, params: super::PortParams) -> Self {
+        self.port_params = params;
         self
     }
 

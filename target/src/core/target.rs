@@ -80,11 +80,27 @@ impl Limits {
     /// Sets [`Self::in_capsule_data`]: a multiple of 16 (IOCCSZ counts 16-byte
     /// units) up to 1 MiB.
     pub fn set_in_capsule_data(&mut self, bytes: u32) -> Result<(), &'static str> {
+        self.in_capsule_data = Self::check_in_capsule_data(bytes)?;
+        Ok(())
+    }
+
+    /// Checks an in-capsule data size ([`Self::in_capsule_data`], a port's
+    /// [`PortParams::in_capsule_data`]): a multiple of 16 up to 1 MiB.
+    pub fn check_in_capsule_data(bytes: u32) -> Result<u32, &'static str> {
         if bytes > 1 << 20 || !bytes.is_multiple_of(16) {
             return Err("must be a multiple of 16 up to 1 MiB");
         }
-        self.in_capsule_data = bytes;
-        Ok(())
+        Ok(bytes)
+    }
+
+    /// Checks a queue size ([`Self::max_queue_entries`], a port's
+    /// [`PortParams::max_queue_entries`]): 16 (nvmet's `NVMET_MIN_QUEUE_SIZE`)
+    /// to 65536 (MQES is 16 bits, 0's based).
+    pub fn check_queue_entries(entries: u32) -> Result<u32, &'static str> {
+        if !(16..=65536).contains(&entries) {
+            return Err("must be 16..=65536");
+        }
+        Ok(entries)
     }
 
     /// Largest data transfer in bytes (2^MDTS × 4 KiB; MDTS 0 = no limit, we cap at 1 GiB).
@@ -112,6 +128,33 @@ impl Limits {
     }
 }
 
+/// A port's own queue limits, nvmet's `param_inline_data_size` and
+/// `param_max_queue_size` (`ports/N/`): unset, the target-wide [`Limits`]
+/// apply. They hold for the connections that come in on the port: an admin
+/// queue's port fixes its controller's IOCCSZ, CAP.MQES and MAXCMD (nvmet's
+/// `nvmet_init_cap` reads `ctrl->port`, Identify `req->port`), and each
+/// queue takes in-capsule data up to its port's size (nvmet-tcp's
+/// `nvmet_tcp_map_data` checks `req.port->inline_data_size`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortParams {
+    /// Most in-capsule data bytes on I/O queues (IOCCSZ = (64 + this) / 16).
+    pub in_capsule_data: Option<u32>,
+    /// Most entries per I/O queue (CAP.MQES + 1).
+    pub max_queue_entries: Option<u32>,
+}
+
+impl PortParams {
+    /// In-capsule data bytes on I/O queues through this port.
+    pub fn in_capsule_data(&self, limits: &Limits) -> u32 {
+        self.in_capsule_data.unwrap_or(limits.in_capsule_data)
+    }
+
+    /// Entries per I/O queue through this port.
+    pub fn max_queue_entries(&self, limits: &Limits) -> u32 {
+        self.max_queue_entries.unwrap_or(limits.max_queue_entries)
+    }
+}
+
 /// A listening port (discovery log PORTID / TRADDR / TRSVCID).
 #[derive(Clone, Debug)]
 pub struct Port {
@@ -127,6 +170,8 @@ pub struct Port {
     /// TCP connections open through this port now (its listener counts
     /// them; the metrics report them).
     pub connections: Arc<AtomicUsize>,
+    /// The port's own queue limits.
+    pub params: PortParams,
 }
 
 /// Another discovery service the discovery log points hosts to (an entry of
@@ -380,6 +425,7 @@ impl Target {
             ana: Arc::default(),
             ana_groups: BTreeSet::new(),
             connections: Arc::default(),
+            params: PortParams::default(),
         });
         self.bump_genctr();
         drop(p);
@@ -423,6 +469,21 @@ impl Target {
     /// Port `id`, if registered.
     pub fn port(&self, id: u16) -> Option<Port> {
         self.ports.read().unwrap().iter().find(|p| p.id == id).cloned()
+    }
+
+    /// The queue limits of port `id` (none of its own when it is not registered).
+    pub fn port_params(&self, id: u16) -> PortParams {
+        self.ports.read().unwrap().iter().find(|p| p.id == id).map(|p| p.params).unwrap_or_default()
+    }
+
+    /// Sets port `id`'s own queue limits. They apply to connections
+    /// accepted from then on (nvmet takes them only while the port is
+    /// disabled); whether the port is registered.
+    pub fn set_port_params(&self, id: u16, params: PortParams) -> bool {
+        let mut ports = self.ports.write().unwrap();
+        let Some(port) = ports.iter_mut().find(|p| p.id == id) else { return false };
+        port.params = params;
+        true
     }
 
     /// Sets the ANA states of port `id`: every group in `default` except

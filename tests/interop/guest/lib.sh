@@ -323,12 +323,18 @@ nvmet_port_up() {
     ln -s "$NVMET/subsystems/$1" "$_p/subsystems/$1" || fail "link subsystem to port"
 }
 
-# nvmet_add_port ID TRADDR TRSVCID NQN: another port to the subsystem (its own ANA groups)
+# nvmet_add_port ID TRADDR TRSVCID NQN [INLINE QUEUE]: another port to the subsystem (its own ANA groups)
 nvmet_add_port() {
     _p=$NVMET/ports/$1
     mkdir "$_p" || fail "mkdir port $1"
     echo tcp >"$_p/addr_trtype"; echo ipv4 >"$_p/addr_adrfam"
     echo "$2" >"$_p/addr_traddr"; echo "$3" >"$_p/addr_trsvcid"
+    # optional: the port's in-capsule data size and queue size (set only
+    # while the port is disabled, before its first subsystem link)
+    if [ -n "${5:-}" ]; then
+        echo "$5" >"$_p/param_inline_data_size" && echo "$6" >"$_p/param_max_queue_size" \
+            || fail "port $1 params"
+    fi
     ln -s "$NVMET/subsystems/$4" "$_p/subsystems/$4" || fail "link subsystem to port $1"
 }
 

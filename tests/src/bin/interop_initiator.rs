@@ -1751,7 +1751,7 @@ fn migrated(a: &Args) -> Result<Migrated, String> {
 
 /// What a host sees of the migrated subsystem through port 2: Identify
 /// Controller's identity, the controller ID, the I/O queues granted (4
-/// asked), namespace 1's identifiers, size, ANA group and reservation
+/// asked), the port's queue limits (IOCCSZ, MAXCMD, CAP.MQES), namespace 1's identifiers, size, ANA group and reservation
 /// capabilities, and its ANA group's state.
 async fn migrated_identity(
     a: &Args,
@@ -1787,6 +1787,10 @@ async fn migrated_identity(
             ("fr", id.fr.trim().to_string()),
             ("ieee", format!("{:02x?}", id.ieee)),
             ("io queues", c.io_queue_count().to_string()),
+            // the port's param_inline_data_size and param_max_queue_size
+            ("ioccsz", id.ioccsz.to_string()),
+            ("maxcmd", id.maxcmd.to_string()),
+            ("mqes", c.info().cap.mqes().to_string()),
             ("descriptors", descs.join(" ")),
             ("nguid", format!("{:02x?}", ns.nguid)),
             ("eui64", format!("{:02x?}", ns.eui64)),

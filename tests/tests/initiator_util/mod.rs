@@ -36,6 +36,7 @@ pub fn config(namespaces: Vec<NamespaceConfig>) -> TargetConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         port_ana: vec![Default::default()],
         port_ids: Vec::new(),
+        port_params: Vec::new(),
         subsystems: vec![SubsystemConfig {
             nqn: SUBNQN.to_string(),
             model: "nvmeof-e2e".to_string(),

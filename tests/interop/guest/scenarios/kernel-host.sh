@@ -1321,6 +1321,8 @@ ports_subsys() {
             add) _p=$NVMET/ports/2
                 mkdir "$_p" && echo tcp >"$_p/addr_trtype" && echo ipv4 >"$_p/addr_adrfam" \
                     && echo "$NVME_ADDR2" >"$_p/addr_traddr" && echo "$NVME_PORT2" >"$_p/addr_trsvcid" \
+                    && echo "$PORT2_INLINE" >"$_p/param_inline_data_size" \
+                    && echo "$PORT2_QUEUE" >"$_p/param_max_queue_size" \
                     && mkdir "$_s" && echo 1 >"$_s/attr_allow_any_host" && truncate -s 16M /srv/ports.img \
                     && mkdir "$_s/namespaces/1" && echo -n /srv/ports.img >"$_s/namespaces/1/device_path" \
                     && echo 1 >"$_s/namespaces/1/enable" && ln -s "$_s" "$_p/subsystems/$NQN_PORTS" \
@@ -1350,6 +1352,22 @@ ports_connect() { # ports_connect ADDR PORT
     t 60 nvme connect -t tcp -a "$1" -s "$2" -n "$NQN_PORTS" --reconnect-delay=1 --ctrl-loss-tmo=30 \
         >/tmp/ports-connect.txt 2>&1
 }
+# Port 2's own queue limits (run.sh's [[port]] in_capsule_data and
+# max_queue_entries; nvmet's param_inline_data_size, param_max_queue_size);
+# port 1 has the defaults: ours 128 KiB and 1024, nvmet's 16 KiB and 1024.
+PORT2_INLINE=8192 PORT2_QUEUE=64
+# ports_limits CTRL INLINE QUEUE WHERE: the controller reports the port's
+# IOCCSZ ((64 + INLINE) / 16) and MAXCMD, and the host sized its queues to
+# them (sysfs sqsize: nvme connect's 128 entries, cut to MQES + 1)
+ports_limits() {
+    t 30 nvme id-ctrl "/dev/$1" >/tmp/ports-id.txt || fail "nvme id-ctrl $1 failed"
+    _ioccsz=$(field ioccsz </tmp/ports-id.txt) _maxcmd=$(field maxcmd </tmp/ports-id.txt)
+    _sq=$(cat "/sys/class/nvme/$1/sqsize" 2>/dev/null)
+    _want_sq=$(( $3 < 128 ? $3 - 1 : 127 ))
+    [ "$_ioccsz" = $(( (64 + $2) / 16 )) ] && [ "$_maxcmd" = "$3" ] && [ "$_sq" = "$_want_sq" ] \
+        || fail "$4: ioccsz $_ioccsz maxcmd $_maxcmd sqsize $_sq, want $(( (64 + $2) / 16 )) $3 $_want_sq"
+    info "$4: ioccsz $_ioccsz ($2 bytes in the capsule), maxcmd $_maxcmd, host sqsize $_sq"
+}
 ports_checks() {
     # Listed under port 2 only (nvmet lists the asking port's links only: not
     # at all through port 1; ours every port's, so port 2's entry there too).
@@ -1364,6 +1382,7 @@ ports_checks() {
     ports_connect "$NVME_ADDR2" "$NVME_PORT2" || fail "connect through port 2: $(tail -n 2 /tmp/ports-connect.txt | tr '\n' ' ')"
     _d=$(wait_ns_dev "$NQN_PORTS" 30) || fail "no namespace block device for $NQN_PORTS"
     _c=$(ctrls_for_nqn "$NQN_PORTS" | head -n 1)
+    ports_limits "$_c" "$PORT2_INLINE" "$PORT2_QUEUE" "through port 2"
     dd_verify "$_d" 0 2 ports-2
     # Moved to port 1: the controller through port 2 is deleted, its
     # reconnect there refused with DNR, and the host removes it well
@@ -1376,6 +1395,8 @@ ports_checks() {
     [ "$_ids" = 1 ] || fail "after the move, through port 1 the log lists $NQN_PORTS with PORTIDs '$_ids', want 1"
     ports_connect "$NVME_ADDR" "$NVME_PORT" || fail "connect through port 1 after the move: $(tail -n 2 /tmp/ports-connect.txt | tr '\n' ' ')"
     _d=$(wait_ns_dev "$NQN_PORTS" 30) || fail "no namespace block device for $NQN_PORTS through port 1"
+    if [ "$TARGET" = kernel-guest ]; then _inline=16384; else _inline=131072; fi
+    ports_limits "$(ctrls_for_nqn "$NQN_PORTS" | head -n 1)" "$_inline" 1024 "through port 1"
     dd_verify "$_d" 0 2 ports-1
 }
 kh_port_link() {

@@ -96,8 +96,10 @@ kt_client() { # kt_client NAME
 }
 
 kt_events() { # our initiator's asynchronous events from nvmet, and multipath over two ports
-    # Port 2 (forwarded to the host as NVME_PORT2): the client's second path.
-    nvmet_add_port 2 0.0.0.0 4421 "$NQN"
+    # Port 2 (forwarded to the host as NVME_PORT2): the client's second
+    # path, with its own in-capsule data and queue sizes (host-migrate
+    # carries them over).
+    nvmet_add_port 2 0.0.0.0 4421 "$NQN" $KT_PORT2_PARAMS
     hook_call start-client 60 events "nqn=$NQN"
     _rc=$?
     [ $_rc = 0 ] || fail "host client events did not start (rc=$_rc): ${HOOK_REPLY:-no reply}"
@@ -193,11 +195,13 @@ kt_zoned() { # our initiator's zone commands against nvmet over a zoned null_blk
 # interop_initiator's migrate round: what hosts see of the subsystem through
 # either must be the same.
 KT_MIGR_HOST=nqn.2014-08.org.nvmexpress:uuid:6e766d65-6f66-4974-8000-0000000000b2
+# port 2's param_inline_data_size and param_max_queue_size (kt_events makes the port)
+KT_PORT2_PARAMS="8192 64"
 KT_MIGR_NQN=$NQN-migr
 migrate_checks() {
     _s=$NVMET/subsystems/$KT_MIGR_NQN
     _g=$NVMET/ports/2/ana_groups/2
-    [ -d "$NVMET/ports/2" ] || nvmet_add_port 2 0.0.0.0 4421 "$NQN"
+    [ -d "$NVMET/ports/2" ] || nvmet_add_port 2 0.0.0.0 4421 "$NQN" $KT_PORT2_PARAMS
     mkdir -p "$NVMET/hosts/$KT_MIGR_HOST" "$_g" && echo non-optimized >"$_g/ana_state" \
         && mkdir "$_s" && echo 0 >"$_s/attr_allow_any_host" \
         && ln -s "$NVMET/hosts/$KT_MIGR_HOST" "$_s/allowed_hosts/$KT_MIGR_HOST" \
