@@ -605,6 +605,11 @@ impl Server {
                     }
                     (None, None) => continue,
                     (Some(ns), None) => {
+                        // Its store's size now (nvmet's revalidate_size):
+                        // a file or device grown or shrunk outside the target.
+                        if ns.revalidate() {
+                            s.namespace_changed(nsid);
+                        }
                         if s.set_namespace_hosts(nsid, n.hosts.clone()) == Ok(true) {
                             let hosts =
                                 n.hosts.as_ref().map_or_else(|| "every host".to_string(), |h| h.join(", "));

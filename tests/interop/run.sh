@@ -716,6 +716,15 @@ hook_resize_namespace() { # resize-namespace NSID SIZE_BYTES: new file size, SIG
     echo "namespace $nsid resized to $size bytes (file now $(stat -c %s "$DIR/ns$nsid.img") bytes), target reloaded"
 }
 
+hook_grow_file() { # grow-file NSID SIZE_BYTES: the file of namespace NSID grown outside the target (no SIGHUP)
+    kh_host_target || { echo "not applicable"; return 2; }
+    local nsid=$1 size=$2
+    [[ $nsid =~ ^[0-9]+$ && $size =~ ^[0-9]+$ ]] || { echo "usage: grow-file NSID SIZE"; return 2; }
+    grep -q "^$nsid " "$DIR/ns.list" || { echo "nsid $nsid not configured"; return 1; }
+    truncate -s "$size" "$DIR/ns$nsid.img" || return 1
+    echo "file of namespace $nsid now $(stat -c %s "$DIR/ns$nsid.img") bytes (the target not told)"
+}
+
 hook_ana_state() { # ana-state STATE1 STATE2: the ANA state of every group through ports 1 and 2, SIGHUP
     kh_host_target || { echo "not applicable"; return 2; }
     local st

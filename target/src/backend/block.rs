@@ -14,6 +14,7 @@ use std::io;
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -69,7 +70,8 @@ struct BlockInner {
     dsync: File,
     /// Whether the descriptors use `O_DIRECT`.
     direct: bool,
-    size: u64,
+    /// Capacity in bytes (the device's, [`Backend::revalidate`] follows it).
+    size: AtomicU64,
     /// Namespace block size (a multiple of the device's).
     block_size: u32,
     /// Device logical block size: the alignment every I/O must have.
@@ -126,7 +128,7 @@ impl IoExecutor for BlockInner {
     fn execute(&self, bounce: &mut Bounce, op: IoOp) -> Result<Bytes, Status> {
         let align = self.dev_block_size as u64 - 1;
         let check = |off: u64, len: u64| {
-            if !in_range(off, len, self.size) {
+            if !in_range(off, len, self.size.load(Ordering::Acquire)) {
                 Err(Status::LBA_RANGE.with_dnr())
             } else if (off | len) & align != 0 {
                 Err(Status::INVALID_FIELD.with_dnr())
@@ -212,7 +214,7 @@ impl BlockBackend {
             file,
             dsync,
             direct,
-            size,
+            size: AtomicU64::new(size),
             block_size,
             dev_block_size,
             io_hints,
@@ -234,7 +236,7 @@ impl BlockBackend {
 
 impl Backend for BlockBackend {
     fn size(&self) -> u64 {
-        self.inner.size
+        self.inner.size.load(Ordering::Acquire)
     }
 
     fn block_size(&self) -> u32 {
@@ -251,6 +253,12 @@ impl Backend for BlockBackend {
 
     fn resize(&self, _new_size: u64) -> Result<(), String> {
         Err("block devices cannot be resized by the target".into())
+    }
+
+    fn revalidate(&self) -> Result<Option<(u64, u64)>, String> {
+        let now = super::sys::store_size(&self.inner.file, &self.inner.path, self.inner.block_size)?;
+        let old = self.inner.size.swap(now, Ordering::AcqRel);
+        Ok((old != now).then_some((old, now)))
     }
 
     fn submit(&self, tag: u32, op: IoOp, io: &QueueIo) -> Option<IoCompletion> {
@@ -336,6 +344,9 @@ mod tests {
         assert!(b.describe().starts_with("block /dev/loop"));
         super::super::sys::check_io_hints_match_sysfs(&b, &lo.dev);
         assert!(b.resize(32 << 20).is_err());
+        if b.block_size() == 512 {
+            super::super::sys::check_revalidate_follows_the_store(&b, 16 << 20, |len| lo.set_len(len));
+        }
         assert!(BlockBackend::open(&lo.dev, Some(100)).is_err());
         let bs = b.block_size() as u64;
 

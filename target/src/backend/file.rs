@@ -481,6 +481,17 @@ impl Backend for FileBackend {
         Ok(())
     }
 
+    fn revalidate(&self) -> Result<Option<(u64, u64)>, String> {
+        let now = super::sys::store_size(&self.inner.file, &self.inner.path, self.inner.block_size)?;
+        if now == self.size() {
+            return Ok(None);
+        }
+        // The write lock waits for the I/O in flight (it holds the read lock).
+        let mut size = self.inner.size.write().unwrap_or_else(|e| e.into_inner());
+        let old = std::mem::replace(&mut *size, now);
+        Ok((old != now).then_some((old, now)))
+    }
+
     fn submit(&self, tag: u32, op: IoOp, io: &QueueIo) -> Option<IoCompletion> {
         self.pool.submit(tag, op, &io.sink)
     }
@@ -702,6 +713,15 @@ mod tests {
         let r = run(&b, 2, IoOp::Read { offset: 1 << 19, len: 512 });
         assert_eq!(r.status, Status::LBA_RANGE.with_dnr());
         assert!(b.resize(100).is_err());
+    }
+
+    #[test]
+    fn revalidate_follows_the_file() {
+        let t = TempPath::new("revalidate");
+        let b = FileBackend::open(&t.0, Some(1 << 20), 512).unwrap();
+        crate::backend::sys::check_revalidate_follows_the_store(&b, 1 << 20, |len| {
+            crate::backend::sys::set_file_len(&t.0, len)
+        });
     }
 
     #[test]

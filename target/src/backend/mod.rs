@@ -147,6 +147,16 @@ pub trait Backend: Send + Sync + 'static {
     fn describe(&self) -> String;
     /// Changes the capacity (namespace resize). Backends that cannot resize return an error string.
     fn resize(&self, new_size: u64) -> Result<(), String>;
+    /// Re-reads the size of the store and adopts it where it changed outside
+    /// the target (a file's length after `truncate`, a block device's after
+    /// `lvextend` or a LUN resize), rounded down to whole blocks, as nvmet's
+    /// `nvmet_ns_revalidate` does (`i_size_read`, `bdev_nr_bytes`).
+    /// `Ok(Some((old, new)))` when it changed; an error where the store
+    /// cannot be read or is now smaller than one block (the size stays).
+    /// Stores with no size of their own outside the target (RAM) keep theirs.
+    fn revalidate(&self) -> Result<Option<(u64, u64)>, String> {
+        Ok(None)
+    }
     /// Submits `op`. Returns the completion if it finished inline, else `None`
     /// and the completion arrives on `sink` with the same `tag`.
     fn submit(&self, tag: u32, op: IoOp, io: &QueueIo) -> Option<IoCompletion>;

@@ -107,6 +107,28 @@ pub(crate) struct BlockGeometry {
     pub(crate) io_hints: super::IoHints,
 }
 
+/// The size of the store `file` is (a block device's, `BLKGETSIZE64`, or
+/// a regular file's length) in whole `block_size`-byte blocks, for
+/// [`super::Backend::revalidate`]: an error names `path`, and a store
+/// smaller than one block is one.
+pub(crate) fn store_size(file: &File, path: &std::path::Path, block_size: u32) -> Result<u64, String> {
+    use std::os::unix::fs::FileTypeExt;
+    let meta = file.metadata().map_err(|e| format!("{}: {e}", path.display()))?;
+    let bytes = if meta.file_type().is_block_device() {
+        ioctl_get::<libc::size_t>(file, BLKGETSIZE64).map_err(|e| format!("{}: {e}", path.display()))? as u64
+    } else {
+        meta.len()
+    };
+    let size = bytes / block_size as u64 * block_size as u64;
+    if size == 0 {
+        return Err(format!(
+            "{} is now smaller than one {block_size}-byte block ({bytes} bytes)",
+            path.display()
+        ));
+    }
+    Ok(size)
+}
+
 /// Checks that `file` (opened from `path`) is a block device and returns the
 /// namespace geometry: `block_size` (default: the device's logical block
 /// size), rejecting block sizes the device cannot address, and the capacity.
@@ -201,6 +223,54 @@ pub(crate) fn run(b: &dyn super::Backend, tag: u32, op: super::IoOp) -> super::I
         .unwrap_or_else(|| rx.blocking_recv().expect("completion"));
     assert_eq!(c.tag, tag);
     c
+}
+
+/// [`super::Backend::revalidate`] of a `size`-byte store with 512-byte
+/// blocks whose size `set_len` changes from outside (a file's length, a loop
+/// device's backing file and capacity): nothing while it stays, the new
+/// size rounded down to whole blocks when it grows or shrinks (and I/O
+/// follows it), an error and the size kept when it is under one block
+/// (shared by the file, block and io_uring backend tests).
+#[cfg(test)]
+pub(crate) fn check_revalidate_follows_the_store(b: &dyn super::Backend, size: u64, set_len: impl Fn(u64)) {
+    use super::IoOp;
+    use nvmeof_common::Status;
+    assert_eq!(b.revalidate(), Ok(None));
+    let grown = size + (2 << 20);
+    set_len(grown + 100);
+    assert_eq!(b.revalidate(), Ok(Some((size, grown))));
+    assert_eq!((b.size(), b.revalidate()), (grown, Ok(None)));
+    let data = bytes::Bytes::from(vec![0xA5; 512]);
+    let w = run(b, 1, IoOp::Write { offset: grown - 512, data: data.clone(), fua: true });
+    assert!(w.status.is_success(), "write at the new end: {}", w.status);
+    let r = run(b, 2, IoOp::Read { offset: grown - 512, len: 512 });
+    assert!(r.status.is_success() && r.data == data);
+    set_len(size / 2);
+    assert_eq!(b.revalidate(), Ok(Some((grown, size / 2))));
+    assert_eq!(run(b, 3, IoOp::Read { offset: size / 2, len: 512 }).status, Status::LBA_RANGE.with_dnr());
+    set_len(100);
+    let e = b.revalidate().unwrap_err();
+    assert!(e.contains("smaller than one 512-byte block"), "{e}");
+    assert_eq!(b.size(), size / 2, "kept");
+    set_len(size);
+    assert_eq!(b.revalidate(), Ok(Some((size / 2, size))));
+}
+
+/// Sets the length of the file at `path` (the store of a file backend, or
+/// of a [`Loop`] device, whose capacity `losetup -c` then follows).
+#[cfg(test)]
+pub(crate) fn set_file_len(path: &std::path::Path, len: u64) {
+    std::fs::OpenOptions::new().write(true).open(path).and_then(|f| f.set_len(len)).unwrap();
+}
+
+#[cfg(test)]
+impl Loop {
+    /// Sets the length of the backing file and the device's capacity to it.
+    pub(crate) fn set_len(&self, len: u64) {
+        set_file_len(&self.file, len);
+        let ok = std::process::Command::new("losetup").arg("-c").arg(&self.dev).status();
+        assert!(ok.is_ok_and(|s| s.success()), "losetup -c {}", self.dev);
+    }
 }
 
 /// Out-of-range reads, writes, Write Zeroes and Deallocate of a 1 MiB

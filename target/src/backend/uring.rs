@@ -1511,6 +1511,20 @@ impl Backend for UringBackend {
         Ok(())
     }
 
+    fn revalidate(&self) -> Result<Option<(u64, u64)>, String> {
+        let sh = &*self.file;
+        let now = super::sys::store_size(&sh.file, &sh.path, sh.block_size)?;
+        if now == sh.size_now.load(Ordering::Acquire) {
+            return Ok(None);
+        }
+        // Operations registered before keep the range they were checked
+        // against; nothing to drain, the store is as it is (no truncate here).
+        let mut size = sh.size.write().unwrap_or_else(PoisonError::into_inner);
+        let old = std::mem::replace(&mut *size, now);
+        sh.size_now.store(now, Ordering::Release);
+        Ok((old != now).then_some((old, now)))
+    }
+
     fn submit(&self, tag: u32, op: IoOp, io: &QueueIo) -> Option<IoCompletion> {
         self.start_op(tag, op, io, None)
     }
@@ -1998,6 +2012,15 @@ mod tests {
     }
 
     #[test]
+    fn uring_revalidate_follows_the_file() {
+        let t = TempPath::new("urevalidate");
+        let Some(b) = open(&t, 1 << 20, 512) else { return };
+        crate::backend::sys::check_revalidate_follows_the_store(&b, 1 << 20, |len| {
+            crate::backend::sys::set_file_len(&t.0, len)
+        });
+    }
+
+    #[test]
     fn uring_out_of_range_is_lba_range() {
         let t = TempPath::new("oob");
         let Some(b) = open(&t, 1 << 20, 512) else { return };
@@ -2416,6 +2439,9 @@ mod tests {
         assert_eq!(b.size(), 16 << 20);
         assert!(b.describe().starts_with("block /dev/loop"));
         crate::backend::sys::check_io_hints_match_sysfs(&b, &lo.dev);
+        if b.block_size() == 512 {
+            crate::backend::sys::check_revalidate_follows_the_store(&b, 16 << 20, |len| lo.set_len(len));
+        }
         // A block namespace without a configured engine opens with io_uring
         // (IoEngine::BLOCK_DEFAULT), as `--block` and a config file without
         // `io_engine` do.

@@ -127,6 +127,36 @@ impl Namespace {
         Ok(self)
     }
 
+    /// Adopts the size of its store where it changed outside the target
+    /// ([`Backend::revalidate`]: `truncate`, `lvextend`), as nvmet's
+    /// Identify Namespace does before it reports the size
+    /// (`nvmet_ns_revalidate`); whether it changed: the caller raises the
+    /// Namespace Attribute Changed notice (`nvmet_ns_changed`). A zoned
+    /// namespace keeps the size its zones were laid out for, until a
+    /// restart. Blocking, but only for a `stat` or an ioctl.
+    pub fn revalidate(&self) -> bool {
+        if self.zones.is_some() {
+            return false;
+        }
+        match self.backend.revalidate() {
+            Ok(None) => false,
+            Ok(Some((old, new))) => {
+                tracing::info!(
+                    nsid = self.nsid,
+                    old_blocks = old >> self.block_shift,
+                    new_blocks = new >> self.block_shift,
+                    backend = %self.backend.describe(),
+                    "namespace size follows its store, changed outside the target"
+                );
+                true
+            }
+            Err(e) => {
+                tracing::warn!(nsid = self.nsid, "namespace size not revalidated: {e}");
+                false
+            }
+        }
+    }
+
     /// Command Set Identifier: Zoned Namespace for a zoned namespace, else NVM.
     pub fn csi(&self) -> nvmeof_common::spec::identify::Csi {
         use nvmeof_common::spec::identify::Csi;

@@ -28,6 +28,10 @@
 #                     nvmet: truncate + revalidate_size) -> the sysfs size of
 #                     namespace 1 grows; data before the old end survives,
 #                     the new end is writable.
+#   - ns-revalidate:  hook "grow-file 2 SIZE+NS_GROW" (truncate only, no
+#                     SIGHUP; nvmet: truncate only) + `nvme ns-rescan` -> the
+#                     Identify Namespace the rescan sends reports the file's
+#                     new size (nvmet_ns_revalidate): namespace 2 grows.
 #   - target-restart: data written, a writer running, hook "restart-target"
 #                     (SIGTERM, RESTART_DOWN_S s down, same config and port;
 #                     nvmet: port removed and re-created) -> the controller
@@ -1891,6 +1895,14 @@ kh_ns_add_aen() {
     echo "$_d2" >"$STATE/dev2"
 }
 
+# blk_bytes_within BLK BYTES SECS: block device BLK reaches BYTES (sysfs) within SECS
+blk_bytes_within() {
+    _bw_dl=$(( $(date +%s) + $3 ))
+    while [ $(( $(cat "/sys/block/$1/size") * 512 )) != "$2" ]; do
+        [ "$(date +%s)" -le $_bw_dl ] || return 1
+        sleep 0.2
+    done
+}
 kh_ns_resize_aen() {
     need_dev
     _blk=${DEV##*/}
@@ -1910,11 +1922,8 @@ kh_ns_resize_aen() {
         hook_call resize-namespace 60 1 "$_new" || fail "hook resize-namespace: ${HOOK_REPLY:-no reply}"
     fi
     _th=$(now_ms)
-    _dl=$(( $(date +%s) + 60 ))
-    while [ $(( $(cat "/sys/block/$_blk/size") * 512 )) != "$_new" ]; do
-        [ "$(date +%s)" -le $_dl ] || fail "/sys/block/$_blk/size still $(cat "/sys/block/$_blk/size") sectors 60s after the resize to $_new bytes (AEN/rescan missing?); id-ns nsze now $(t 20 nvme id-ns "$DEV" 2>/dev/null | field nsze)"
-        sleep 0.2
-    done
+    blk_bytes_within "$_blk" "$_new" 60 \
+        || fail "/sys/block/$_blk/size still $(cat "/sys/block/$_blk/size") sectors 60s after the resize to $_new bytes (AEN/rescan missing?); id-ns nsze now $(t 20 nvme id-ns "$DEV" 2>/dev/null | field nsze)"
     info "$_blk grew from $_old to $_new bytes, $(( $(now_ms) - _th )) ms after the target resized it"
     _bd=$(blockdev --getsize64 "$DEV")
     [ "$_bd" = "$_new" ] || fail "blockdev --getsize64 $_bd != $_new"
@@ -1923,6 +1932,35 @@ kh_ns_resize_aen() {
     rm -f /tmp/rz-pat /tmp/rz-rb
     dd_verify "$DEV" $(( _new / 1048576 - 8 )) 8 grown-end
     echo "$_new" >"$STATE/ns1-size"
+}
+
+# ns-revalidate: namespace 2's file grows outside the target (hook grow-file:
+# truncate only, no reload; nvmet: truncate, no revalidate_size); `nvme
+# ns-rescan` makes the host read Identify Namespace, which reports the file's
+# size now (nvmet_ns_revalidate), so the block device grows; its data stays
+# and the new end is writable.
+kh_ns_revalidate() {
+    need_dev
+    _d2=$(cat "$STATE/dev2" 2>/dev/null)
+    [ -b "$_d2" ] || fail "no block device of namespace 2 (step ns-add-aen)"
+    _blk=${_d2##*/}
+    _old=$(( $(cat "/sys/block/$_blk/size") * 512 ))
+    _new=$(( _old + NS_GROW ))
+    if [ "$TARGET" = kernel-guest ]; then
+        truncate -s "$_new" /srv/ns2.img || fail "truncate"
+    else
+        hook_call grow-file 60 2 "$_new" || fail "hook grow-file: ${HOOK_REPLY:-no reply}"
+    fi
+    [ $(( $(cat "/sys/block/$_blk/size") * 512 )) = "$_old" ] || fail "$_blk changed size before the rescan"
+    _t0=$(now_ms)
+    t 30 nvme ns-rescan "/dev/$CTRL" || fail "nvme ns-rescan /dev/$CTRL"
+    blk_bytes_within "$_blk" "$_new" 30 \
+        || fail "/sys/block/$_blk/size still $(cat "/sys/block/$_blk/size") sectors 30s after a rescan of a file grown to $_new bytes; id-ns nsze $(t 20 nvme id-ns "$_d2" 2>/dev/null | field nsze)"
+    info "$_blk grew from $_old to $_new bytes with its file, $(( $(now_ms) - _t0 )) ms after nvme ns-rescan"
+    t 60 dd if="$_d2" of=/tmp/rv-n2 bs=1M count=2 skip=8 iflag=direct 2>/dev/null || fail "read namespace 2"
+    cmp "$STATE/ns2-pat" /tmp/rv-n2 || fail "namespace 2 data changed when it grew"
+    rm -f /tmp/rv-n2
+    dd_verify "$_d2" $(( _new / 1048576 - 4 )) 4 ns2-grown-end
 }
 
 kh_target_restart() {
@@ -2085,6 +2123,7 @@ scenario_main() {
         run_step connect-reconf 90 kh_connect --reconnect-delay=1 --ctrl-loss-tmo=60
         run_step ns-add-aen 150 kh_ns_add_aen
         run_step ns-resize-aen 180 kh_ns_resize_aen
+        run_step ns-revalidate 120 kh_ns_revalidate
         run_step target-restart 420 kh_target_restart
         run_step disconnect-reconf 60 kh_disconnect
     else
