@@ -21,6 +21,7 @@
 #![deny(missing_docs)]
 
 pub mod backend;
+pub mod check;
 pub mod cmd;
 pub mod config;
 pub mod core;

@@ -373,3 +373,47 @@ fn import_nvmetcli_prints_a_config_and_its_notes() {
     );
     assert!(out.stdout.is_empty());
 }
+
+/// `check-config`: what a configuration exports and whether it would start
+/// here, before a start or a SIGHUP; nothing is created. Exit 0 when it
+/// would start, 1 naming each problem, 2 when it does not parse.
+#[test]
+fn check_config_says_whether_it_would_start() {
+    let dir = TempDir::new("check");
+    let data = dir.0.join("ns.img");
+    let body = |ns: &str| {
+        format!(
+            "[[port]]\nlisten = \"127.0.0.1:4420\"\n[[subsystem]]\nnqn = \"{NQN}\"\n\
+             [[subsystem.namespace]]\nfile = \"{}\"\nsize = \"8M\"\n{ns}",
+            data.display()
+        )
+    };
+    let run = |cfg: &Path| {
+        let out = Command::new(BIN).arg("check-config").arg(cfg).output().unwrap();
+        let (o, e) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.code(), o.into_owned(), e.into_owned())
+    };
+    let cfg = config(&dir.0, &body(""));
+    let (code, out, err) = run(&cfg);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("port 1: 127.0.0.1:4420"), "{out}");
+    assert!(out.contains(&format!("subsystem {NQN}: every port, any host")), "{out}");
+    assert!(out.contains("(created at start: 8388608 bytes, sparse; 16384 blocks of 512)"), "{out}");
+    assert!(out.contains("OK (1 namespace in 1 subsystem on 1 port)"), "{out}");
+    assert!(!data.exists(), "check-config created the file");
+
+    let cfg = config(&dir.0, &body("[[subsystem.namespace]]\nblock = \"/dev/nvmeof-check-missing\"\n"));
+    let (code, out, err) = run(&cfg);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        err.lines().any(|l| l.starts_with("problem: ")
+            && l.contains("namespace 2: /dev/nvmeof-check-missing: No such file or directory")),
+        "{err}"
+    );
+    assert!(err.contains("1 problem: it would not start as it is"), "{err}");
+
+    let cfg = config(&dir.0, &body("bogus = 1\n"));
+    let (code, _, err) = run(&cfg);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains(cfg.to_str().unwrap()) && err.contains("bogus"), "{err}");
+}

@@ -12,7 +12,7 @@
 pub mod block;
 pub mod file;
 pub mod mem;
-mod sys;
+pub(crate) mod sys;
 pub mod uring;
 
 use bytes::{Bytes, BytesMut};
