@@ -62,7 +62,16 @@ pub fn check(cfg: &TargetConfig) -> Report {
         r.lines.push(format!("subsystem {}: {ports}, {hosts}", s.nqn));
         for (nsid, n) in assign_nsids(&s.namespaces) {
             match store(n) {
-                Ok(what) => r.lines.push(format!("  namespace {nsid}: {what}")),
+                Ok((what, bytes)) => {
+                    r.lines.push(format!("  namespace {nsid}: {what}"));
+                    // Zones::new: at least one zone.
+                    if let Some(z) = n.zoned.filter(|z| z.zone_size > bytes) {
+                        r.problems.push(format!(
+                            "subsystem {} namespace {nsid}: zone size {} is larger than the namespace ({bytes} bytes)",
+                            s.nqn, z.zone_size
+                        ));
+                    }
+                }
                 Err(e) => r.problems.push(format!("subsystem {} namespace {nsid}: {e}", s.nqn)),
             }
             for (what, file) in
@@ -84,14 +93,14 @@ fn local_address(addr: &SocketAddr) -> Result<(), String> {
     std::net::UdpSocket::bind(probe).map(drop).map_err(|e| format!("not an address of this machine: {e}"))
 }
 
-/// The store of `n` as starting would open it: a description, or why it
-/// would not open.
-fn store(n: &NamespaceConfig) -> Result<String, String> {
+/// The store of `n` as starting would open it: a description and its size
+/// in bytes, or why it would not open.
+fn store(n: &NamespaceConfig) -> Result<(String, u64), String> {
     let bs = n.block_size as u64;
     match &n.source {
         NamespaceSource::Ram(size) => {
             MemBackend::check_capacity(*size)?;
-            Ok(format!("RAM, {size} bytes ({} blocks of {bs})", size / bs))
+            Ok((format!("RAM, {size} bytes ({} blocks of {bs})", size / bs), *size))
         }
         NamespaceSource::File { path, size, .. } => {
             let meta = match std::fs::metadata(path) {
@@ -99,10 +108,13 @@ fn store(n: &NamespaceConfig) -> Result<String, String> {
                     return match size {
                         Some(want) if !n.read_only => match parent_missing(path) {
                             Some(e) => Err(format!("{}: {e}", path.display())),
-                            None => Ok(format!(
-                                "file {} (created at start: {want} bytes, sparse; {} blocks of {bs})",
-                                path.display(),
-                                want / bs
+                            None => Ok((
+                                format!(
+                                    "file {} (created at start: {want} bytes, sparse; {} blocks of {bs})",
+                                    path.display(),
+                                    want / bs
+                                ),
+                                *want,
                             )),
                         },
                         _ => Err(format!("{}: does not exist (give `size` to create it)", path.display())),
@@ -124,20 +136,24 @@ fn store(n: &NamespaceConfig) -> Result<String, String> {
             } else {
                 String::new()
             };
-            Ok(format!("file {}: {len} bytes{grown} ({} blocks of {bs}){}", path.display(), len / bs, ro(n)))
+            Ok((
+                format!("file {}: {len} bytes{grown} ({} blocks of {bs}){}", path.display(), len / bs, ro(n)),
+                len,
+            ))
         }
         NamespaceSource::Block { path, .. } => {
             let f = open(path, n.read_only)?;
             let g = crate::backend::sys::block_device_geometry(&f, path, None)
                 .map_err(|e| format!("{}: {e}", path.display()))?;
-            Ok(format!(
+            let what = format!(
                 "block device {}: {} bytes ({} blocks of {}){}",
                 path.display(),
                 g.size,
                 g.size / g.block_size as u64,
                 g.block_size,
                 ro(n)
-            ))
+            );
+            Ok((what, g.size))
         }
     }
 }
@@ -189,7 +205,8 @@ mod tests {
              [[subsystem.namespace]]\nfile = \"{small}\"\n\
              [[subsystem.namespace]]\nfile = \"{nodir}\"\nsize = \"1M\"\n\
              [[subsystem.namespace]]\nblock = \"{there}\"\n\
-             [[subsystem.namespace]]\nram = \"1M\"\nreservations_file = \"{nodir}\"\n",
+             [[subsystem.namespace]]\nram = \"1M\"\nreservations_file = \"{nodir}\"\n\
+             [[subsystem.namespace]]\nram = \"1M\"\nzoned = true\nzone_size = \"2M\"\n",
             there = there.display(),
             new = d.join("new.img").display(),
             missing = d.join("missing.img").display(),
@@ -222,10 +239,11 @@ mod tests {
             "namespace 7: ",
             "is not a block device",
             "namespace 8 reservations_file: directory ",
+            "namespace 9: zone size 2097152 is larger than the namespace (1048576 bytes)",
         ] {
             assert!(problems.contains(want), "no {want:?} in\n{problems}");
         }
-        assert_eq!(r.problems.len(), 6, "{problems}");
+        assert_eq!(r.problems.len(), 7, "{problems}");
         assert!(!d.join("new.img").exists(), "nothing is created");
         assert_eq!(std::fs::metadata(&small).unwrap().len(), 100, "nothing is grown");
         let _ = std::fs::remove_dir_all(&d);
