@@ -208,7 +208,7 @@ async fn tcp_connect(addr: SocketAddr, opts: &ConnectOptions) -> Result<TcpStrea
     Ok(s)
 }
 
-/// A socket for `addr` with [`ConnectOptions::tos`],
+/// A socket for `addr` with [`ConnectOptions::tos`], [`ConnectOptions::so_priority`],
 /// [`ConnectOptions::host_traddr`] and [`ConnectOptions::host_iface`] set.
 fn tcp_socket(addr: SocketAddr, opts: &ConnectOptions) -> Result<tokio::net::TcpSocket> {
     let socket =
@@ -223,6 +223,12 @@ fn tcp_socket(addr: SocketAddr, opts: &ConnectOptions) -> Result<tokio::net::Tcp
     if let Some(tos) = opts.tos {
         let r = if addr.is_ipv4() { sock.set_tos(tos.into()) } else { sock.set_tclass_v6(tos.into()) };
         r.map_err(|e| Error::InvalidArgument(format!("tos {tos}: {e}")))?;
+    }
+    if let Some(p) = opts.so_priority {
+        // nvme_tcp_alloc_queue: sock_set_priority(queue->sock->sk, so_priority).
+        nvmeof_net::set_priority(&socket, p).map_err(|e| {
+            Error::InvalidArgument(format!("so_priority {p}: {e} (above 6 needs CAP_NET_ADMIN)"))
+        })?;
     }
     if let Some(ip) = opts.host_traddr {
         if ip.is_ipv4() != addr.is_ipv4() {

@@ -266,6 +266,13 @@ pub struct ConnectOptions {
     /// networks that give storage traffic its own class); `None` keeps the
     /// system's (0).
     pub tos: Option<u8>,
+    /// `SO_PRIORITY` of every queue's socket (the Linux host's nvme-tcp
+    /// `so_priority` module parameter): the queueing class `tc` filters and
+    /// `mqprio` traffic classes map to NIC queues and DCB priorities; `None`
+    /// keeps the default (0). Above 6 the kernel asks for `CAP_NET_ADMIN`:
+    /// connecting then fails with
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+    pub so_priority: Option<u32>,
     /// Enable the asynchronous events the controller supports among those
     /// the host reads logs for (namespace attribute, firmware activation,
     /// ANA and discovery log changes) and keep an Asynchronous Event Request
@@ -312,6 +319,7 @@ impl Default for ConnectOptions {
             host_traddr: None,
             host_iface: None,
             tos: None,
+            so_priority: None,
             async_events: true,
             dhchap_secret: None,
             dhchap_ctrl_secret: None,

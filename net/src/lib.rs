@@ -143,6 +143,42 @@ pub fn set_int_option(
     }
 }
 
+/// Sets the socket's priority (`SO_PRIORITY`: the queueing class of its
+/// packets, which `tc` filters and `mqprio` traffic classes map to NIC
+/// queues and DCB priorities), as nvmet-tcp's and nvme-tcp's `so_priority`
+/// module parameters do (`sock_set_priority`) on every queue's socket. 0
+/// leaves the default; above 6 the kernel asks for `CAP_NET_ADMIN`
+/// (`EPERM`).
+pub fn set_priority(fd: &impl std::os::fd::AsFd, priority: u32) -> std::io::Result<()> {
+    if priority == 0 {
+        return Ok(());
+    }
+    let value = libc::c_int::try_from(priority)
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidInput, "priority out of range"))?;
+    set_int_option(fd, libc::SOL_SOCKET, libc::SO_PRIORITY, value)
+}
+
+/// The socket's `SO_PRIORITY`.
+pub fn priority(fd: &impl std::os::fd::AsFd) -> std::io::Result<u32> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a valid socket, a c_int buffer of the size given.
+    let r = unsafe {
+        libc::getsockopt(
+            fd.as_fd().as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PRIORITY,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    if r == 0 {
+        Ok(value as u32)
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// The options that carry a connection's type of service: IPv4's (an IPv4
 /// socket, or an IPv6 socket's IPv4-mapped connection: its packets are IPv4
 /// and take `IP_TOS`) or IPv6's (`IPV6_TCLASS`).
@@ -518,6 +554,18 @@ impl FairShare {
 mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
+
+    /// `SO_PRIORITY` as set and read back; 0 leaves the socket's.
+    #[test]
+    fn socket_priority() {
+        let s = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        assert_eq!(priority(&s).unwrap(), 0);
+        set_priority(&s, 5).unwrap();
+        assert_eq!(priority(&s).unwrap(), 5);
+        set_priority(&s, 0).unwrap();
+        assert_eq!(priority(&s).unwrap(), 5, "0 changes nothing");
+        assert!(set_priority(&s, u32::MAX).is_err());
+    }
 
     /// An accepted connection sends with the TOS / traffic class its SYN
     /// carried (IPv4, IPv4-mapped on a dual-stack listener, IPv6), seen on

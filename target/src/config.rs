@@ -15,6 +15,7 @@
 //! poll_us = 0         # busy-poll after activity (µs); 0 = sleep in epoll
 //! send_buffer = 524288   # SO_SNDBUF per connection; 0 = kernel autotuning; default: L2 / 4
 //! congestion_control = "cubic"   # TCP_CONGESTION per connection; default: the system's
+//! so_priority = 3     # SO_PRIORITY per connection (nvmet-tcp's so_priority); 0 = default
 //!
 //! [[port]]
 //! listen = "0.0.0.0:4420"
@@ -631,6 +632,10 @@ pub struct TargetConfig {
     /// TCP congestion control of every connection; `None` keeps the system's
     /// ([`nvmeof_net::set_congestion_control`] says when it matters).
     pub congestion_control: Option<nvmeof_net::CongestionControl>,
+    /// `SO_PRIORITY` of every connection and listener (nvmet-tcp's
+    /// `so_priority` module parameter: the queueing class `tc`/`mqprio`
+    /// map to NIC queues and DCB priorities); 0 leaves the default.
+    pub so_priority: u32,
     /// Other discovery services the discovery log refers hosts to.
     pub referrals: Vec<Referral>,
     /// Where Prometheus metrics are served (`[metrics] listen`,
@@ -729,6 +734,7 @@ struct RawLimits {
     poll_us: Option<u64>,
     send_buffer: Option<usize>,
     congestion_control: Option<String>,
+    so_priority: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -1232,6 +1238,7 @@ impl TargetConfig {
             poll_us: l.poll_us.unwrap_or(0),
             send_buffer,
             congestion_control,
+            so_priority: l.so_priority.unwrap_or(0),
             referrals,
             metrics_listen,
             discovery_nqn,
@@ -1416,6 +1423,8 @@ mod tests {
             let e = limits(&format!("send_buffer = {v}")).unwrap_err().to_string();
             assert!(e.contains("limits.send_buffer"), "{v}: {e}");
         }
+        assert_eq!((limits("").unwrap().so_priority, limits("so_priority = 3").unwrap().so_priority), (0, 3));
+        assert!(limits("so_priority = -1").is_err());
         assert_eq!(limits("").unwrap().congestion_control, None, "the system's");
         let reno = limits("congestion_control = \"reno\"").unwrap().congestion_control;
         assert_eq!(reno.map(|c| c.to_string()).as_deref(), Some("reno"));

@@ -216,6 +216,11 @@ struct ServeArgs {
     /// run to run. Overrides the configuration file.
     #[arg(long, value_name = "ALGO")]
     congestion: Option<String>,
+    /// SO_PRIORITY of each connection and listener (nvmet-tcp's so_priority):
+    /// the queueing class tc / mqprio map to NIC queues and DCB priorities;
+    /// above 6 needs CAP_NET_ADMIN. Default 0 (none). Overrides the configuration file.
+    #[arg(long, value_name = "PRIO")]
+    so_priority: Option<u32>,
     /// Worker threads (cores) serving connections, 1 to 1024; default: one per CPU.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
     threads: Option<u32>,
@@ -390,6 +395,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
         poll_us: a.poll_us.unwrap_or(0),
         send_buffer: nvmeof_net::default_send_buffer(),
         congestion_control: None,
+        so_priority: 0,
         referrals: a.referral.iter().map(|&addr| Referral { addr, portid: 0 }).collect(),
         metrics_listen: None,
         discovery_nqn: a.discovery_nqn.clone(),
@@ -397,8 +403,8 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
 }
 
 /// The command-line settings that override the configuration: `--poll-us`, `--metrics-listen`,
-/// `--io-engine`, `--buffered-io` (then checked together) and
-/// `--in-capsule-data`.
+/// `--send-buffer`, `--congestion`, `--so-priority`, `--io-engine`,
+/// `--buffered-io` (then checked together) and `--in-capsule-data`.
 fn apply_overrides(cfg: &mut TargetConfig, a: &ServeArgs) -> Result<(), String> {
     if let Some(p) = a.poll_us {
         cfg.poll_us = p;
@@ -412,6 +418,9 @@ fn apply_overrides(cfg: &mut TargetConfig, a: &ServeArgs) -> Result<(), String> 
     }
     if let Some(c) = &a.congestion {
         cfg.congestion_control = Some(check_congestion_control(c).map_err(|e| format!("--congestion: {e}"))?);
+    }
+    if let Some(p) = a.so_priority {
+        cfg.so_priority = p;
     }
     if let Some(e) = a.io_engine {
         cfg.set_io_engine(e);

@@ -194,6 +194,7 @@ fn conn_options(cfg: &TargetConfig) -> ConnOptions {
         poll_us: cfg.poll_us,
         send_buffer: cfg.send_buffer,
         congestion_control: cfg.congestion_control,
+        so_priority: cfg.so_priority,
     }
 }
 
@@ -395,8 +396,8 @@ impl Server {
         let mut local_addrs = Vec::new();
         let mut accept_tasks = Vec::new();
         for (i, addr) in cfg.listen.iter().enumerate() {
-            let l =
-                tcp::bind(*addr).map_err(|e| std::io::Error::new(e.kind(), format!("listen {addr}: {e}")))?;
+            let l = tcp::bind_with_priority(*addr, cfg.so_priority)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("listen {addr}: {e}")))?;
             let local = l.local_addr()?;
             let port_id = target.add_port_with_id(local, cfg.port_id(i));
             let params = cfg.port_params(i);
@@ -519,7 +520,7 @@ impl Server {
         for (what, changed) in [
             ("the ports are", *listen != port_list(cfg)),
             ("the limits are", *limits != cfg.limits),
-            ("poll_us, send_buffer and congestion_control are", *conn != conn_options(cfg)),
+            ("poll_us, send_buffer, congestion_control and so_priority are", *conn != conn_options(cfg)),
             ("the metrics address is", self.started_metrics != cfg.metrics_listen),
         ] {
             if changed {

@@ -160,6 +160,7 @@ async fn steady_state_allocations_per_io() {
         poll_us: 0,
         send_buffer: nvmeof_net::default_send_buffer(),
         congestion_control: None,
+        so_priority: 0,
         referrals: Vec::new(),
         metrics_listen: None,
         discovery_nqn: None,

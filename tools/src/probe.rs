@@ -1552,6 +1552,7 @@ pub fn discovery_options(opts: &ConnectOptions) -> ConnectOptions {
         host_traddr: opts.host_traddr,
         host_iface: opts.host_iface.clone(),
         tos: opts.tos,
+        so_priority: opts.so_priority,
         ..ConnectOptions::discovery()
     }
 }
@@ -1572,6 +1573,11 @@ pub struct SocketArgs {
     /// as `nvme connect --tos`.
     #[arg(long, global = true, value_name = "TOS")]
     pub tos: Option<u8>,
+    /// Socket priority of every connection (SO_PRIORITY: the class tc /
+    /// mqprio map to NIC queues; above 6 needs CAP_NET_ADMIN), as the Linux
+    /// host's nvme-tcp so_priority.
+    #[arg(long, global = true, value_name = "PRIO")]
+    pub so_priority: Option<u32>,
 }
 
 impl SocketArgs {
@@ -1581,6 +1587,7 @@ impl SocketArgs {
             host_traddr: self.host_traddr,
             host_iface: self.host_iface.clone(),
             tos: self.tos,
+            so_priority: self.so_priority,
             ..opts
         }
     }
@@ -2613,14 +2620,25 @@ mod tests {
         assert_eq!(cc.connect_options(1).congestion_control.map(|c| c.to_string()).as_deref(), Some("cubic"));
         assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--congestion", "not a name"]).is_err());
         // nvme connect's socket options reach every connection, discovery's too.
-        let args = ["p", "x", "--host-traddr", "127.0.0.2", "--host-iface", "lo", "--tos", "40"];
+        let args = [
+            "p",
+            "x",
+            "--host-traddr",
+            "127.0.0.2",
+            "--host-iface",
+            "lo",
+            "--tos",
+            "40",
+            "--so-priority",
+            "3",
+        ];
         let so = ProbeOptions::parse_args(args).unwrap().connect_options(1);
         for c in [&so, &discovery_options(&so)] {
             assert_eq!(c.host_traddr, Some("127.0.0.2".parse().unwrap()));
-            assert_eq!((c.host_iface.as_deref(), c.tos), (Some("lo"), Some(40)));
+            assert_eq!((c.host_iface.as_deref(), c.tos, c.so_priority), (Some("lo"), Some(40), Some(3)));
         }
         let none = ProbeOptions::parse_args(["p", "x"]).unwrap().connect_options(1);
-        assert_eq!((none.host_traddr, none.host_iface, none.tos), (None, None, None));
+        assert_eq!((none.host_traddr, none.host_iface, none.tos, none.so_priority), (None, None, None, None));
         assert!(ProbeOptions::parse_args(["p", "x", "--tos", "256"]).is_err());
         assert!(ProbeOptions::parse_args(["p", "x", "--host-traddr", "host.example"]).is_err());
         assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--mix", "101"]).is_err());

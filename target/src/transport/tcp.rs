@@ -135,16 +135,32 @@ pub struct ConnOptions {
     /// TCP congestion control of every connection; `None` keeps the system's
     /// ([`nvmeof_net::set_congestion_control`] says when it matters).
     pub congestion_control: Option<nvmeof_net::CongestionControl>,
+    /// `SO_PRIORITY` of every connection and listener (nvmet-tcp's
+    /// `so_priority`); 0 leaves the default.
+    pub so_priority: u32,
 }
 
 impl Default for ConnOptions {
     fn default() -> Self {
-        Self { poll_us: 0, send_buffer: nvmeof_net::default_send_buffer(), congestion_control: None }
+        Self {
+            poll_us: 0,
+            send_buffer: nvmeof_net::default_send_buffer(),
+            congestion_control: None,
+            so_priority: 0,
+        }
     }
 }
 
 /// Binds a listener with SO_REUSEADDR (socket2), IPv6-only for IPv6 addresses.
 pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    bind_with_priority(addr, 0)
+}
+
+/// [`bind`] with `SO_PRIORITY` `priority` on the listener (nvmet-tcp's
+/// `nvmet_tcp_add_port` sets `so_priority` there too: the SYN-ACKs carry
+/// it); an error where the kernel refuses it (above 6 without
+/// `CAP_NET_ADMIN`).
+pub fn bind_with_priority(addr: SocketAddr, priority: u32) -> std::io::Result<TcpListener> {
     use socket2::{Domain, Socket, Type};
     let domain = if addr.is_ipv6() { Domain::IPV6 } else { Domain::IPV4 };
     let s = Socket::new(domain, Type::STREAM, None)?;
@@ -153,6 +169,9 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
         s.set_only_v6(true)?;
     }
     s.set_nonblocking(true)?;
+    nvmeof_net::set_priority(&s, priority).map_err(|e| {
+        std::io::Error::new(e.kind(), format!("so_priority {priority}: {e} (above 6 needs CAP_NET_ADMIN)"))
+    })?;
     s.bind(&addr.into())?;
     s.listen(1024)?;
     TcpListener::from_std(s.into())
@@ -225,6 +244,11 @@ pub async fn run_connection(
     // the system's algorithm and the connection up.
     if let Err(e) = nvmeof_net::set_congestion_control(&stream, opts.congestion_control) {
         warn!(error = %e, "congestion control not set; the system's applies");
+    }
+    // nvmet_tcp_set_queue_sock: sock_set_priority(so_priority). The
+    // listener took it at startup, so a failure here is unexpected.
+    if let Err(e) = nvmeof_net::set_priority(&stream, opts.so_priority) {
+        warn!(error = %e, so_priority = opts.so_priority, "socket priority not set");
     }
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut ctx = QueueCtx::new(target.clone(), port_id, QueueIo::with_ring(tx));

@@ -54,6 +54,7 @@ pub fn config(namespaces: Vec<NamespaceConfig>) -> TargetConfig {
         poll_us: 0,
         send_buffer: nvmeof_net::default_send_buffer(),
         congestion_control: None,
+        so_priority: 0,
         referrals: Vec::new(),
         metrics_listen: None,
         discovery_nqn: None,
