@@ -134,6 +134,10 @@ pub(crate) struct Core {
     /// The DH-HMAC-CHAP secrets the next authentication uses
     /// ([`Controller::set_dhchap_secrets`]).
     secrets: RwLock<Secrets>,
+    /// The size in blocks (NSZE) each namespace's handles share, by NSID:
+    /// a Namespace Attribute Changed notice re-reads it for the namespaces
+    /// it lists ([`Controller::refresh_namespace_sizes`]).
+    ns_sizes: Mutex<std::collections::HashMap<u32, std::sync::Weak<AtomicU64>>>,
 }
 
 /// DH-HMAC-CHAP secrets: the host's, and the controller's for bidirectional authentication.
@@ -1085,6 +1089,7 @@ impl Controller {
             events: events::channel(),
             t_ids: AtomicU16::new(t_ids.into_inner()),
             secrets: RwLock::new(secrets),
+            ns_sizes: Default::default(),
         });
         let sup = tokio::spawn(supervise(core.clone(), sup_rx).instrument(ctrl_span.clone()));
         let handle = Arc::new(Handle {
@@ -1333,6 +1338,49 @@ impl Controller {
     pub async fn namespace(&self, nsid: u32) -> Result<Namespace> {
         let id = self.identify_namespace(nsid).await?;
         Namespace::new(self.clone(), nsid, id)
+    }
+
+    /// The size cell the handles of namespace `nsid` share, set to `nsze`
+    /// (the size just read).
+    pub(crate) fn namespace_size_cell(&self, nsid: u32, nsze: u64) -> Arc<AtomicU64> {
+        let mut m = self.core().ns_sizes.lock().unwrap_or_else(|e| e.into_inner());
+        m.retain(|_, w| w.strong_count() > 0);
+        let cell = m.get(&nsid).and_then(std::sync::Weak::upgrade).unwrap_or_else(|| {
+            let c = Arc::new(AtomicU64::new(nsze));
+            m.insert(nsid, Arc::downgrade(&c));
+            c
+        });
+        cell.store(nsze, Ordering::Release);
+        cell
+    }
+
+    /// Re-reads the size of those of `nsids` that have handles (all of them
+    /// for `[0xFFFF_FFFF]`, "more than 1024 changed"), so that
+    /// [`Namespace::blocks`](crate::Namespace::blocks) of every handle
+    /// follows a namespace the target resized, as the Linux host revalidates
+    /// the namespaces a Namespace Attribute Changed notice lists
+    /// (`nvme_scan_ns_list` → `nvme_validate_ns`). A namespace that is gone
+    /// reads as 0 blocks.
+    pub(crate) async fn refresh_namespace_sizes(&self, nsids: &[u32]) {
+        let live: Vec<(u32, Arc<AtomicU64>)> = {
+            let m = self.core().ns_sizes.lock().unwrap_or_else(|e| e.into_inner());
+            let all = nsids == [0xFFFF_FFFF];
+            m.iter()
+                .filter(|(n, _)| all || nsids.contains(n))
+                .filter_map(|(n, w)| w.upgrade().map(|c| (*n, c)))
+                .collect()
+        };
+        for (nsid, cell) in live {
+            match self.identify_namespace(nsid).await {
+                Ok(id) => {
+                    let old = cell.swap(id.nsze, Ordering::AcqRel);
+                    if old != id.nsze {
+                        info!(nsid, old_blocks = old, new_blocks = id.nsze, "namespace size changed");
+                    }
+                }
+                Err(e) => warn!(nsid, error = %e, "namespace size not re-read after a change notice"),
+            }
+        }
     }
 
     /// Get Log Page: reads `buf.len()` bytes (a multiple of 4) of the log

@@ -153,7 +153,15 @@ async fn read_logs(ctrl: &Controller, ev: AsyncEvent) -> ControllerEvent {
         return ControllerEvent::Other(ev);
     }
     let r = match ev.info {
-        aer_notice::NS_CHANGED => ctrl.changed_namespaces().await.map(ControllerEvent::NamespacesChanged),
+        aer_notice::NS_CHANGED => match ctrl.changed_namespaces().await {
+            // The handles' sizes first: the application that hears of the
+            // change finds them current.
+            Ok(list) => {
+                ctrl.refresh_namespace_sizes(&list).await;
+                Ok(ControllerEvent::NamespacesChanged(list))
+            }
+            Err(e) => Err(e),
+        },
         aer_notice::ANA => ctrl.ana_log().await.map(ControllerEvent::AnaChanged),
         aer_notice::DISC_CHANGED => ctrl.discovery_log().await.map(ControllerEvent::DiscoveryChanged),
         _ => return ControllerEvent::Other(ev),

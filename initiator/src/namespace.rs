@@ -163,7 +163,9 @@ pub struct Namespace {
     ctrl: Controller,
     nsid: u32,
     lba_shift: u32,
-    nsze: u64,
+    /// Size in blocks (NSZE), shared with every handle of the namespace on
+    /// this controller and kept current by the change notices.
+    nsze: Arc<std::sync::atomic::AtomicU64>,
     /// Most blocks per command (MDTS, option, 16-bit NLB).
     max_blocks: u64,
     /// Most blocks per Write Zeroes (the controller's WZSL, 16-bit NLB).
@@ -186,7 +188,7 @@ impl std::fmt::Debug for Namespace {
         f.debug_struct("Namespace")
             .field("nsid", &self.nsid)
             .field("block_size", &self.block_size())
-            .field("blocks", &self.nsze)
+            .field("blocks", &self.blocks())
             .finish()
     }
 }
@@ -317,11 +319,12 @@ impl Namespace {
         };
         let (zeroes_blocks, verify_blocks) = (no_data_blocks(nvm.wzsl), no_data_blocks(nvm.vsl));
         let max_retries = ctrl.core().max_retries();
+        let nsze = ctrl.namespace_size_cell(nsid, id.nsze);
         Ok(Self {
             ctrl,
             nsid,
             lba_shift,
-            nsze: id.nsze,
+            nsze,
             max_blocks,
             zeroes_blocks,
             verify_blocks,
@@ -458,14 +461,19 @@ impl Namespace {
         1 << self.lba_shift
     }
 
-    /// Size in logical blocks (NSZE).
+    /// Size in logical blocks (NSZE). It follows a namespace the target
+    /// resizes: with asynchronous events on
+    /// ([`crate::ConnectOptions::async_events`]), the Namespace Attribute
+    /// Changed notice re-reads it for every handle before
+    /// [`crate::ControllerEvent::NamespacesChanged`] reaches the application
+    /// (0 once the namespace is gone).
     pub fn blocks(&self) -> u64 {
-        self.nsze
+        self.nsze.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// Size in bytes.
+    /// Size in bytes ([`Self::blocks`]).
     pub fn size_bytes(&self) -> u64 {
-        self.nsze << self.lba_shift
+        self.blocks() << self.lba_shift
     }
 
     /// Largest transfer one command carries (longer requests are split).
@@ -1086,12 +1094,13 @@ impl Namespace {
         let mut all: Vec<ZoneDescriptor> = Vec::new();
         let mut lba = 0;
         // Bounded: each pass reports at least one more zone, or ends.
-        while lba < self.nsze {
+        let nsze = self.blocks();
+        while lba < nsze {
             // No more descriptors than zones are left, and no more than
             // REPORT_ZONES_MAX_LEN holds, as the Linux host bounds its report
             // buffer (`nvme_zns_alloc_report_buffer`): a buffer of the whole
             // maximum transfer (4 MiB against nvmet) for a few zones is waste.
-            let left = (self.nsze - lba).div_ceil(zsze);
+            let left = (nsze - lba).div_ceil(zsze);
             let most = (REPORT_ZONES_MAX_LEN - ZONE_REPORT_HEADER_LEN) / ZONE_DESCRIPTOR_LEN;
             let r = self.report_zones(lba, ZoneReportFilter::ALL, (left as usize).min(most)).await?;
             let Some(last) = r.zones.last() else { break };

@@ -3,8 +3,9 @@
 //! (`nvmet_ns_revalidate`), the next Identify Namespace reports the store's
 //! size and every connected host gets the Namespace Attribute Changed
 //! notice; a reload (SIGHUP) picks the change up too, as nvmet's
-//! `revalidate_size`. I/O follows the new size. A RAM namespace has no size
-//! outside the target and keeps its own.
+//! `revalidate_size`. I/O follows the new size, and so do the initiator's
+//! namespace handles (the notice re-reads their size). A RAM namespace has
+//! no size outside the target and keeps its own.
 
 mod initiator_util;
 
@@ -32,11 +33,15 @@ async fn a_store_resized_outside_the_target_shows_at_identify_and_at_reload() {
         let ctrl = Controller::connect(addr, SUBNQN, opts()).await.unwrap();
 
         for (nsid, path) in [(2, &paths[0]), (3, &paths[1])] {
+            // A handle the application keeps: the notice updates its size.
+            let watched = watcher.namespace(nsid).await.unwrap();
+            assert_eq!(watched.blocks(), size / BS);
             // Grown by 2 MiB and a bit: whole blocks count.
             let grown = size + (2 << 20);
             set_len(path, grown + 100);
             assert_eq!(ctrl.identify_namespace(nsid).await.unwrap().nsze, grown / BS, "nsid {nsid}");
             assert_eq!(next_event(&mut events).await, ControllerEvent::NamespacesChanged(vec![nsid]));
+            assert_eq!(watched.blocks(), grown / BS, "the kept handle follows");
             let ns = ctrl.namespace(nsid).await.unwrap();
             assert_eq!(ns.blocks(), grown / BS);
             let data: Vec<u8> = (0..4096u32).map(|i| (i * 13 + nsid) as u8).collect();
@@ -52,6 +57,7 @@ async fn a_store_resized_outside_the_target_shows_at_identify_and_at_reload() {
             set_len(path, size / 2);
             assert_eq!(watcher.identify_namespace(nsid).await.unwrap().nsze, size / 2 / BS);
             assert_eq!(next_event(&mut events).await, ControllerEvent::NamespacesChanged(vec![nsid]));
+            assert_eq!(watched.blocks(), size / 2 / BS);
             match ns.read(size / 2 / BS, &mut back).await {
                 Err(Error::Nvme { status, .. }) => assert_eq!(status.code(), Status::LBA_RANGE.code()),
                 other => panic!("nsid {nsid}: a read past the new end: {other:?}"),
@@ -62,6 +68,7 @@ async fn a_store_resized_outside_the_target_shows_at_identify_and_at_reload() {
             server.reload(&cfg).unwrap();
             assert_eq!(next_event(&mut events).await, ControllerEvent::NamespacesChanged(vec![nsid]));
             assert_eq!(ctrl.namespace(nsid).await.unwrap().blocks(), size / BS);
+            assert_eq!(watched.blocks(), size / BS);
         }
 
         // RAM: its own size, and no notice came for it (checked by the
