@@ -77,13 +77,17 @@ async fn verify_reads_the_blocks_on_every_backend() {
                 Status::LBA_RANGE.with_dnr()
             );
         }
-        // The files lose their second half behind the target's back.
+        // The files lose their second half behind the target's back. Until
+        // something reads Identify Namespace (which takes the file's size,
+        // as nvmet's does), the namespace keeps its size and the lost
+        // blocks fail to read.
+        let handles = [ctrl.namespace(2).await.unwrap(), ctrl.namespace(3).await.unwrap()];
         for p in &paths {
             std::fs::OpenOptions::new().write(true).open(p).unwrap().set_len(SIZE / 2).unwrap();
         }
         let half = SIZE / 2 / 512;
-        for nsid in 2..=3u32 {
-            let ns = ctrl.namespace(nsid).await.unwrap();
+        for ns in &handles {
+            let nsid = ns.nsid();
             ns.verify(0, half, IoFlags::default()).await.unwrap();
             let r = ns.verify(half - 8, 16, IoFlags::default()).await;
             assert_eq!(
@@ -91,6 +95,10 @@ async fn verify_reads_the_blocks_on_every_backend() {
                 Status::INTERNAL.with_dnr(),
                 "ns {nsid}: Verify of blocks the file lost"
             );
+            // Identify Namespace: the namespace is the file's size now.
+            assert_eq!(ctrl.namespace(nsid).await.unwrap().blocks(), half);
+            let r = ns.verify(half - 8, 16, IoFlags::default()).await;
+            assert_eq!(status_of(r), Status::LBA_RANGE.with_dnr(), "ns {nsid}: past the new end");
         }
         ctrl.shutdown().await.unwrap();
         server.shutdown(std::time::Duration::from_secs(1)).await;
