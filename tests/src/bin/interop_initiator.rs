@@ -51,6 +51,10 @@
 //!     over both ports (connected before `READY`) keeps verified writes and
 //!     reads going all along: none may fail, port 1's path must turn
 //!     inaccessible, and afterwards every command goes through port 2;
+//!   * `ns-resize`: a handle of namespace 2 kept, `RESIZE` printed (the guest
+//!     then doubles its file and writes `revalidate_size`): within 60 s a
+//!     namespace change naming 2, by when the kept handle has the new size
+//!     (the library re-reads it), as a fresh Identify Namespace says;
 //!   * `shutdown-events`.
 //! * or, with the round `auth` (client step `host-auth`), DH-HMAC-CHAP
 //!   against a subsystem (`NVME_AUTH_NQN`) whose host (`NVME_AUTH_HOSTNQN`)
@@ -1073,14 +1077,16 @@ async fn step_copy(c: &Controller) -> Result<(), String> {
 
 /// The `events` round (see the module documentation).
 async fn events_round(a: &Args, s: &mut Steps) {
-    let Some((c, rx, mp)) = s.run("connect-events", Duration::from_secs(60), step_connect_events(a)).await
+    let Some((c, mut rx, mp)) =
+        s.run("connect-events", Duration::from_secs(60), step_connect_events(a)).await
     else {
-        for n in ["events", "shutdown-events"] {
+        for n in ["events", "ns-resize", "shutdown-events"] {
             s.skip(n, "not connected");
         }
         return;
     };
-    s.run("events", Duration::from_secs(90), step_events(&c, rx, mp.as_ref())).await;
+    s.run("events", Duration::from_secs(90), step_events(&c, &mut rx, mp.as_ref())).await;
+    s.run("ns-resize", Duration::from_secs(70), step_ns_resize(&c, &mut rx)).await;
     if let Some(mp) = mp {
         if let Err(e) = mp.shutdown().await {
             info("shutdown-events", format!("multipath controllers: {e}"));
@@ -1164,13 +1170,13 @@ async fn multipath_io(mp: MultipathNamespace, stop: Arc<AtomicBool>) -> (u64, u6
 
 async fn step_events(
     c: &Controller,
-    mut rx: broadcast::Receiver<ControllerEvent>,
+    rx: &mut broadcast::Receiver<ControllerEvent>,
     mp: Option<&MultipathNamespace>,
 ) -> Result<(), String> {
     // I/O through both paths while the guest changes port 1.
     let stop = Arc::new(AtomicBool::new(false));
     let io = mp.map(|mp| tokio::spawn(multipath_io(mp.clone(), stop.clone())));
-    let r = wait_events(c, &mut rx).await;
+    let r = wait_events(c, rx).await;
     stop.store(true, Ordering::Relaxed);
     let io = match io {
         Some(t) => Some(t.await.map_err(|e| format!("multipath I/O task: {e}"))?),
@@ -1210,6 +1216,48 @@ async fn step_events(
     if bad > 0 || rounds == 0 || after[0] != before[0] || after[1] != before[1] + 2 * rounds {
         return Err(format!(
             "after the change: {bad} of {rounds} rounds failed ({first}); commands per path {before:?} -> {after:?}"
+        ));
+    }
+    Ok(())
+}
+
+/// `ns-resize`: a handle of namespace 2 kept, `RESIZE` printed; the guest
+/// doubles its file and writes `revalidate_size` (nvmet's Namespace
+/// Attribute Changed notice); within 60 s a namespace change naming it, by
+/// when the kept handle's size is the new one (the library re-read it), as a
+/// fresh Identify Namespace says.
+async fn step_ns_resize(c: &Controller, rx: &mut broadcast::Receiver<ControllerEvent>) -> Result<(), String> {
+    let ns = c.namespace(2).await.map_err(|e| format!("namespace 2: {e}"))?;
+    let before = ns.blocks();
+    println!("RESIZE");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let ev = match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Err(_) => {
+                return Err(format!(
+                    "no namespace change naming 2 within 60 s; its handle: {} blocks",
+                    ns.blocks()
+                ))
+            }
+            Ok(r) => r.map_err(|e| format!("event channel: {e}"))?,
+        };
+        if let ControllerEvent::NamespacesChanged(list) = &ev {
+            if (list.contains(&2) || list.first() == Some(&0xFFFF_FFFF)) && ns.blocks() != before {
+                break;
+            }
+        }
+        info("ns-resize", format!("event: {ev:?} (handle {} blocks)", ns.blocks()));
+    }
+    let fresh = c.identify_namespace(2).await.map_err(|e| format!("Identify Namespace 2: {e}"))?.nsze;
+    info(
+        "ns-resize",
+        format!("namespace 2: {before} -> {} blocks in the kept handle, Identify says {fresh}", ns.blocks()),
+    );
+    if ns.blocks() != 2 * before || fresh != ns.blocks() {
+        return Err(format!(
+            "namespace 2: {before} -> {} blocks (Identify {fresh}), want {}",
+            ns.blocks(),
+            2 * before
         ));
     }
     Ok(())

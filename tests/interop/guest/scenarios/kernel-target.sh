@@ -107,6 +107,11 @@ kt_events() { # our initiator's asynchronous events from nvmet, and multipath ov
     # nvmet_ns_changed: a Namespace Attribute Changed notice.
     echo inaccessible >"$NVMET/ports/1/ana_groups/1/ana_state" || fail "ANA state inaccessible"
     nvmet_add_file_ns "$NQN" 2 /srv/events-ns2.img 16777216
+    # The client keeps a handle of namespace 2 and prints RESIZE: doubled,
+    # nvmet sends a Namespace Attribute Changed notice (nvmet_ns_changed).
+    hook_call client-line 60 events RESIZE || fail "client RESIZE: ${HOOK_REPLY:-no reply}"
+    truncate -s 33554432 /srv/events-ns2.img \
+        && echo 1 >"$NVMET/subsystems/$NQN/namespaces/2/revalidate_size" || fail "namespace 2 resize"
     hook_call wait-client "$CLIENT_TIMEOUT" events
     _rc=$?
     # Later steps (and the teardown) want the group back.
