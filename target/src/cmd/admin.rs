@@ -380,6 +380,10 @@ pub fn identify_controller(target: &Target, ctrl: &Controller) -> IdentifyContro
         ..Default::default()
     };
     if ctrl.is_discovery() {
+        // IOCCSZ and IORCSZ 0, as nvmet 6.12's nvmet_execute_disc_identify
+        // (the interop suite compares: a proposed "report ioccsz and iorcsz
+        // for disc ctrl" is not in it); the Linux host checks neither for
+        // discovery. MAXCMD and SGLS are the port's, as nvmet's.
         return IdentifyController { cntrltype: 2, oaes: DISC_AEC_SUPPORTED, lpa: LPA_DISC, ..common };
     }
     let max_nsid = subsys.namespaces().keys().next_back().copied().unwrap_or(0);
@@ -1085,6 +1089,8 @@ mod tests {
         assert_eq!(id.sgls & 3, 1);
         assert_eq!(id.icdoff, 0);
         assert_eq!(id.ver, VERSION);
+        // As nvmet 6.12's: no command or response capsule size.
+        assert_eq!((id.ioccsz, id.iorcsz), (0, 0));
         // Discovery: CNS other than 01h ⇒ Invalid Field; other opcodes ⇒ Invalid Opcode.
         assert_eq!(e.identify(Cns::NS, 1), Err(invalid_field()));
         assert_eq!(e.run(&AbortCmd { sqid: 0, cid: 1 }.to_sqe(9)).unwrap_err(), invalid_opcode());

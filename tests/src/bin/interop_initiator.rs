@@ -1884,7 +1884,9 @@ async fn connect_status(a: &Args, addr: (&str, u16), nqn: &str, host: HostIdenti
 /// Port links, allowed hosts and referrals: the subsystem's entries under
 /// port 2 (nvmet lists a port's own links; ours every port's, so its PORTID
 /// 2 entries), a Connect through port 1 and another host's through port 2
-/// (refused alike), and the referral nvmet lists through port 1.
+/// (refused alike), the referral nvmet lists through port 1, and the
+/// discovery controller's Identify through port 2 (IOCCSZ, IORCSZ, MAXCMD
+/// and SGLS: the port's params).
 async fn step_migrate_ports(a: &Args) -> Result<(), String> {
     let m = migrated(a)?;
     let mut d = ConnectOptions::discovery();
@@ -1918,7 +1920,17 @@ async fn step_migrate_ports(a: &Args) -> Result<(), String> {
             .collect();
         let through1 = connect_status(a, (host, ports[0]), &m.nqn, m.host.clone()).await;
         let other = connect_status(a, (host, ports[1]), &m.nqn, HostIdentity::from_id(HOST_ID)).await;
-        seen.push((who, (under2, referrals, through1, other)));
+        // The discovery controller through port 2: its command and
+        // response capsule sizes (nvmet 6.12 reports none), queue size (the
+        // port's), SGL support (in-capsule data where the port takes it).
+        let dc = Controller::connect((host, ports[1]), DISCOVERY_NQN, d.clone())
+            .await
+            .map_err(|e| format!("{who} discovery controller through port 2: {e}"))?;
+        let id = &dc.info().identify;
+        let disc_id =
+            format!("ioccsz {} iorcsz {} maxcmd {} sgls {:#x}", id.ioccsz, id.iorcsz, id.maxcmd, id.sgls);
+        let _ = dc.shutdown().await;
+        seen.push((who, (under2, referrals, through1, other, disc_id)));
     }
     let (t, o) = (&seen[0].1, &seen[1].1);
     if !t.0.iter().any(|e| e.ends_with(&m.nqn)) {
@@ -1933,8 +1945,8 @@ async fn step_migrate_ports(a: &Args) -> Result<(), String> {
     info(
         "migrate-ports",
         format!(
-            "the same: under port 2 {:?}; referrals through port 1 {:?}; through port 1 {}, another host {}",
-            t.0, t.1, t.2, t.3
+            "the same: under port 2 {:?}; referrals through port 1 {:?}; through port 1 {}, another host {}; discovery controller through port 2: {}",
+            t.0, t.1, t.2, t.3, t.4
         ),
     );
     Ok(())
