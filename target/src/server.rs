@@ -396,7 +396,7 @@ impl Server {
         let mut local_addrs = Vec::new();
         let mut accept_tasks = Vec::new();
         for (i, addr) in cfg.listen.iter().enumerate() {
-            let l = tcp::bind_with_priority(*addr, cfg.so_priority)
+            let l = tcp::bind(*addr, cfg.so_priority)
                 .map_err(|e| std::io::Error::new(e.kind(), format!("listen {addr}: {e}")))?;
             let local = l.local_addr()?;
             let port_id = target.add_port_with_id(local, cfg.port_id(i));
@@ -608,9 +608,7 @@ impl Server {
                     (Some(ns), None) => {
                         // Its store's size now (nvmet's revalidate_size):
                         // a file or device grown or shrunk outside the target.
-                        if ns.revalidate() {
-                            s.namespace_changed(nsid);
-                        }
+                        s.revalidate_namespace(&ns);
                         if s.set_namespace_hosts(nsid, n.hosts.clone()) == Ok(true) {
                             let hosts =
                                 n.hosts.as_ref().map_or_else(|| "every host".to_string(), |h| h.join(", "));

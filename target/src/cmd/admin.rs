@@ -235,11 +235,8 @@ fn identify(target: &Target, ctrl: &Controller, sqe: &Sqe) -> Result<Response, S
             ctrl.namespace(cmd.nsid).map_or_else(
                 || vec![0; IDENTIFY_DATA_LEN],
                 |ns| {
-                    // nvmet_execute_identify_ns: the store's size now, and
-                    // every host that sees the namespace hears of a change.
-                    if ns.revalidate() {
-                        ctrl.subsys.namespace_changed(ns.nsid);
-                    }
+                    // nvmet_execute_identify_ns: the store's size now.
+                    ctrl.subsys.revalidate_namespace(&ns);
                     let ana = target.port_ana(ctrl.port_id).state(ns.ana_group());
                     identify_ns(&ns, ana, &target.limits).encode()
                 },

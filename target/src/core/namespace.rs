@@ -130,8 +130,9 @@ impl Namespace {
     /// Adopts the size of its store where it changed outside the target
     /// ([`Backend::revalidate`]: `truncate`, `lvextend`), as nvmet's
     /// Identify Namespace does before it reports the size
-    /// (`nvmet_ns_revalidate`); whether it changed: the caller raises the
-    /// Namespace Attribute Changed notice (`nvmet_ns_changed`). A zoned
+    /// (`nvmet_ns_revalidate`); whether it changed:
+    /// [`super::Subsystem::revalidate_namespace`] then raises the Namespace
+    /// Attribute Changed notice (`nvmet_ns_changed`). A zoned
     /// namespace keeps the size its zones were laid out for, until a
     /// restart. Blocking, but only for a `stat` or an ioctl.
     pub fn revalidate(&self) -> bool {

@@ -352,6 +352,15 @@ impl Subsystem {
         }
     }
 
+    /// Adopts the size of `ns`'s store where it changed outside the target
+    /// ([`Namespace::revalidate`]) and then tells the hosts that see it, as
+    /// nvmet's `nvmet_ns_revalidate` and `nvmet_ns_changed` go together.
+    pub fn revalidate_namespace(&self, ns: &Namespace) {
+        if ns.revalidate() {
+            self.notify_hosts(ns.nsid, |hostnqn| ns.visible_to(hostnqn));
+        }
+    }
+
     /// Raises the Namespace Attribute Changed notice for `nsid` on the
     /// connected controllers of the hosts `hosts` selects: those that saw a
     /// removed namespace, or whose view of one changed

@@ -151,16 +151,12 @@ impl Default for ConnOptions {
     }
 }
 
-/// Binds a listener with SO_REUSEADDR (socket2), IPv6-only for IPv6 addresses.
-pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    bind_with_priority(addr, 0)
-}
-
-/// [`bind`] with `SO_PRIORITY` `priority` on the listener (nvmet-tcp's
+/// Binds a listener with SO_REUSEADDR (socket2), IPv6-only for IPv6
+/// addresses, and `SO_PRIORITY` `priority` (0: none; nvmet-tcp's
 /// `nvmet_tcp_add_port` sets `so_priority` there too: the SYN-ACKs carry
 /// it); an error where the kernel refuses it (above 6 without
 /// `CAP_NET_ADMIN`).
-pub fn bind_with_priority(addr: SocketAddr, priority: u32) -> std::io::Result<TcpListener> {
+pub fn bind(addr: SocketAddr, priority: u32) -> std::io::Result<TcpListener> {
     use socket2::{Domain, Socket, Type};
     let domain = if addr.is_ipv6() { Domain::IPV6 } else { Domain::IPV4 };
     let s = Socket::new(domain, Type::STREAM, None)?;
