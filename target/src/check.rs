@@ -4,7 +4,8 @@
 //! the key), and then what starting it needs from this machine: each
 //! namespace's file or block device is there and opens as it would be
 //! opened (read-only or read-write; nothing is created or grown, nothing is
-//! written), RAM namespaces fit in memory, the directories of reservation and
+//! written), a writable block device is not in use (mounted, swap, held by
+//! LVM or MD: [`crate::backend::claim`]), RAM namespaces fit in memory, the directories of reservation and
 //! zone state files exist, and each listen address is one of this machine's.
 //! The ports themselves are not bound: the running target holds them.
 //!
@@ -141,10 +142,23 @@ fn store(n: &NamespaceConfig) -> Result<(String, u64), String> {
                 len,
             ))
         }
-        NamespaceSource::Block { path, .. } => {
+        NamespaceSource::Block { path, exclusive, .. } => {
             let f = open(path, n.read_only)?;
             let g = crate::backend::sys::block_device_geometry(&f, path, None)
                 .map_err(|e| format!("{}: {e}", path.display()))?;
+            // What a start would find claiming it (`claim::claim`), as far as
+            // the system tells: not an `O_EXCL` open, so that a running target
+            // holding the device does not fail the check of its next reload.
+            if *exclusive && !n.read_only {
+                use std::os::unix::fs::MetadataExt;
+                let rdev = f.metadata().map_err(|e| format!("{}: {e}", path.display()))?.rdev();
+                if let Some(why) = crate::backend::claim::in_use(rdev) {
+                    return Err(format!(
+                        "{} is in use: {why} (`exclusive = false` exports it anyway)",
+                        path.display()
+                    ));
+                }
+            }
             let what = format!(
                 "block device {}: {} bytes ({} blocks of {}){}",
                 path.display(),

@@ -57,6 +57,7 @@
 //! io_engine = "uring"                    # optional (file/block only): overrides the top-level one
 //! buffered_io = true                     # optional (file only): false = O_DIRECT (io_uring)
 //! read_only = false                      # optional (file/block only): export read-only
+//! exclusive = true                       # optional (block only): false exports a device in use
 //! ana_group = 1                          # optional: ANA group (1..=128)
 //! hosts = ["nqn.2014-08.org.nvmexpress:uuid:..."]   # optional: only these hosts see it; SIGHUP applies
 //! reservations = false                  # optional: persistent reservations (nvmet resv_enable)
@@ -87,6 +88,14 @@
 //! hosts cannot lift): the Linux host marks the block device read-only, and
 //! commands other than Read and Flush fail with Namespace is Write Protected.
 //! A read-only file must exist (no `size`).
+//!
+//! `exclusive` (block devices, default `true`) claims a writable block
+//! namespace's device for the target, as LIO's `iblock` does (nvmet does
+//! not): a device that is mounted (or one of its partitions is), an active
+//! swap area, or held by LVM, MD RAID or another program is not exported
+//! (the error says by what), and while exported it cannot be mounted or
+//! built on. `exclusive = false` exports such a device anyway, e.g. under a
+//! cluster filesystem that shares it; read-only namespaces are never claimed.
 //!
 //! `reservations = true` enables reservations on the namespace (nvmet's
 //! `resv_enable`, off by default there too): hosts register keys and take
@@ -323,6 +332,11 @@ pub enum NamespaceSource {
         path: PathBuf,
         /// I/O engine.
         io_engine: IoEngine,
+        /// Claimed for this process while exported writable (`exclusive`,
+        /// default true; [`crate::backend::claim`]): not exported while
+        /// mounted or held by another driver or program. Read-only namespaces
+        /// are never claimed.
+        exclusive: bool,
     },
     /// RAM of this many bytes.
     Ram(u64),
@@ -829,6 +843,7 @@ struct RawNamespace {
     block_size: Option<u32>,
     io_engine: Option<IoEngine>,
     buffered_io: Option<bool>,
+    exclusive: Option<bool>,
     read_only: Option<bool>,
     ana_group: Option<u32>,
     reservations: Option<bool>,
@@ -1049,6 +1064,9 @@ impl TargetConfig {
                 if n.buffered_io.is_some() && n.file.is_none() {
                     return Err(invalid(format!("{nkey}.buffered_io"), "applies to file namespaces only"));
                 }
+                if n.exclusive.is_some() && n.block.is_none() {
+                    return Err(invalid(format!("{nkey}.exclusive"), "applies to block namespaces only"));
+                }
                 let zoned = zone_config(&n, &nkey, n.block_size.unwrap_or(512))?;
                 let source = match (n.file, n.ram, n.block) {
                     (Some(path), None, None) => NamespaceSource::File {
@@ -1069,6 +1087,7 @@ impl TargetConfig {
                     (None, None, Some(path)) => NamespaceSource::Block {
                         path,
                         io_engine: io_engine.unwrap_or(IoEngine::BLOCK_DEFAULT),
+                        exclusive: n.exclusive.unwrap_or(true),
                     },
                     _ => return Err(invalid(nkey, "exactly one of file, ram or block is required")),
                 };
@@ -1605,6 +1624,27 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("file namespaces only"), "{e}");
+    }
+
+    #[test]
+    fn block_devices_are_claimed_unless_shared() {
+        let ns = |src: &str, extra: &str| {
+            format!("[[subsystem]]\nnqn = \"nqn.2026-11.x:y\"\n[[subsystem.namespace]]\n{src}\n{extra}")
+        };
+        let exclusive = |text: String| match &TargetConfig::from_toml(&text).unwrap().subsystems[0].namespaces
+            [0]
+        .source
+        {
+            NamespaceSource::Block { exclusive, .. } => *exclusive,
+            other => panic!("{other:?}"),
+        };
+        assert!(exclusive(ns("block = \"/dev/sdz\"", "")));
+        assert!(exclusive(ns("block = \"/dev/sdz\"", "exclusive = true")));
+        assert!(!exclusive(ns("block = \"/dev/sdz\"", "exclusive = false")));
+        for src in ["file = \"/x\"", "ram = \"1M\""] {
+            let e = TargetConfig::from_toml(&ns(src, "exclusive = false")).unwrap_err().to_string();
+            assert!(e.contains("namespace[0].exclusive") && e.contains("block namespaces only"), "{e}");
+        }
     }
 
     #[test]

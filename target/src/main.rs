@@ -112,7 +112,7 @@ fn import_nvmetcli(path: &Path) -> std::process::ExitCode {
 #[derive(clap::Args)]
 struct ServeArgs {
     /// TOML configuration (ports, subsystems, namespaces, allowed hosts); excludes the other export flags.
-    #[arg(long, conflicts_with_all = ["file", "size", "ram", "block", "listen", "nqn", "allow_host", "dhchap_secret", "block_size", "read_only", "reservations", "referral", "discovery_nqn", "qos_iops", "qos_bandwidth", "zoned"])]
+    #[arg(long, conflicts_with_all = ["file", "size", "ram", "block", "listen", "nqn", "allow_host", "dhchap_secret", "block_size", "read_only", "shared", "reservations", "referral", "discovery_nqn", "qos_iops", "qos_bandwidth", "zoned"])]
     config: Option<PathBuf>,
     /// Export this regular file (repeat for several namespaces).
     #[arg(long)]
@@ -123,9 +123,14 @@ struct ServeArgs {
     /// Export a RAM namespace of this size (repeatable).
     #[arg(long, value_parser = parse_size)]
     ram: Vec<u64>,
-    /// Export a block device (repeatable).
+    /// Export a block device (repeatable). A writable one is claimed
+    /// (O_EXCL): one that is mounted, swap or held by LVM/MD is refused.
     #[arg(long)]
     block: Vec<PathBuf>,
+    /// Do not claim the --block devices: export them even while mounted or
+    /// held by another driver or program (configuration `exclusive = false`).
+    #[arg(long, requires = "block")]
+    shared: bool,
     /// Export the --file and --block namespaces read-only: opened for reading
     /// only, write protected for good (hosts see a read-only device; writes
     /// fail with Namespace is Write Protected). Not with --ram or --size.
@@ -316,6 +321,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
         let source = NamespaceSource::Block {
             path: b.clone(),
             io_engine: a.io_engine.unwrap_or(IoEngine::BLOCK_DEFAULT),
+            exclusive: !a.shared,
         };
         nss.push(NamespaceConfig {
             nsid: None,
@@ -735,6 +741,24 @@ mod tests {
         assert!(args(&["--ram", "4M", "--zone-size", "1M"]).is_err());
         assert!(args(&["--ram", "4M", "--zoned", "--max-open-zones", "0"]).is_err());
         assert!(args(&["--config", "/x.toml", "--zoned"]).is_err());
+    }
+
+    #[test]
+    fn shared_flag() {
+        let exclusive = |a: &[&str]| {
+            flags(a).unwrap().subsystems[0]
+                .namespaces
+                .iter()
+                .map(|n| match &n.source {
+                    NamespaceSource::Block { exclusive, .. } => *exclusive,
+                    _ => panic!("not a block namespace"),
+                })
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(exclusive(&["--block", "/dev/x", "--block", "/dev/y"]), [true, true]);
+        assert_eq!(exclusive(&["--block", "/dev/x", "--block", "/dev/y", "--shared"]), [false, false]);
+        assert!(args(&["--ram", "1M", "--shared"]).is_err(), "--shared needs --block");
+        assert!(args(&["--config", "/x.toml", "--shared"]).is_err());
     }
 
     #[test]

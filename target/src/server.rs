@@ -174,15 +174,17 @@ fn open_backend_inner(ns: &NamespaceConfig) -> std::io::Result<Arc<dyn Backend>>
                 None => Arc::new(FileBackend::open(path, *size, bs)?),
             }
         }
-        NamespaceSource::Block { path, io_engine } => {
-            let open = || match ns.read_only {
-                true => UringBackend::open_block_read_only(path, None),
-                false => UringBackend::open_block(path, None),
+        NamespaceSource::Block { path, io_engine, exclusive } => {
+            let open = || match (ns.read_only, exclusive) {
+                (true, _) => UringBackend::open_block_read_only(path, None),
+                (false, true) => UringBackend::open_block(path, None),
+                (false, false) => UringBackend::open_block_shared(path, None),
             };
             match uring(*io_engine, path, open)? {
                 Some(b) => b,
                 None if ns.read_only => Arc::new(BlockBackend::open_read_only(path, None)?),
-                None => Arc::new(BlockBackend::open(path, None)?),
+                None if *exclusive => Arc::new(BlockBackend::open(path, None)?),
+                None => Arc::new(BlockBackend::open_shared(path, None)?),
             }
         }
     })

@@ -77,6 +77,8 @@ struct BlockInner {
     /// Device logical block size: the alignment every I/O must have.
     dev_block_size: u32,
     io_hints: IoHints,
+    /// The device's exclusive claim (writable namespaces; [`super::claim`]).
+    _claim: Option<Arc<super::claim::DeviceClaim>>,
 }
 
 impl BlockInner {
@@ -172,19 +174,30 @@ impl BlockBackend {
     /// (`BLKSSZGET`); a given size must be a power of two and a multiple of the
     /// device's. The capacity is the device size (`BLKGETSIZE64`) rounded down to
     /// whole blocks. The device is opened with `O_DIRECT`, or without it (and a
-    /// warning) where the device refuses it.
+    /// warning) where the device refuses it, and claimed for this process
+    /// ([`super::claim`]): it is not exported while mounted or held by another
+    /// driver or program, nor can it be mounted while exported.
     ///
     /// # Errors
-    /// Opening the device, or the `ioctl`s, fail; `path` is not a block device;
+    /// The device is in use ([`io::ErrorKind::ResourceBusy`], saying by what);
+    /// opening the device, or the `ioctl`s, fail; `path` is not a block device;
     /// `block_size` is invalid; or the device is smaller than one block.
     pub fn open(path: impl AsRef<Path>, block_size: Option<u32>) -> io::Result<Self> {
         Self::open_with_workers(path, block_size, DEFAULT_WORKERS)
     }
 
     /// Like [`BlockBackend::open`], with the device opened for reading only
-    /// (a read-only namespace).
+    /// (a read-only namespace), and not claimed: a mounted device can be
+    /// exported read-only.
     pub fn open_read_only(path: impl AsRef<Path>, block_size: Option<u32>) -> io::Result<Self> {
-        Self::open_opts(path.as_ref(), block_size, DEFAULT_WORKERS, false)
+        Self::open_opts(path.as_ref(), block_size, DEFAULT_WORKERS, false, false)
+    }
+
+    /// Like [`BlockBackend::open`], without claiming the device: it is
+    /// exported even while mounted or held by another driver or program
+    /// (`exclusive = false`, for a cluster filesystem that shares it).
+    pub fn open_shared(path: impl AsRef<Path>, block_size: Option<u32>) -> io::Result<Self> {
+        Self::open_opts(path.as_ref(), block_size, DEFAULT_WORKERS, true, false)
     }
 
     /// Like [`BlockBackend::open`], with `workers` I/O threads (at least one).
@@ -193,10 +206,18 @@ impl BlockBackend {
         block_size: Option<u32>,
         workers: usize,
     ) -> io::Result<Self> {
-        Self::open_opts(path.as_ref(), block_size, workers, true)
+        Self::open_opts(path.as_ref(), block_size, workers, true, true)
     }
 
-    fn open_opts(path: &Path, block_size: Option<u32>, workers: usize, writable: bool) -> io::Result<Self> {
+    fn open_opts(
+        path: &Path,
+        block_size: Option<u32>,
+        workers: usize,
+        writable: bool,
+        exclusive: bool,
+    ) -> io::Result<Self> {
+        // Claimed before the I/O descriptors open, so a busy device fails with what holds it.
+        let claim = if exclusive { Some(super::claim::claim(path)?) } else { None };
         let open =
             |flags: libc::c_int| OpenOptions::new().read(true).write(writable).custom_flags(flags).open(path);
         let (file, dsync, direct) = match open(libc::O_DIRECT) {
@@ -218,6 +239,7 @@ impl BlockBackend {
             block_size,
             dev_block_size,
             io_hints,
+            _claim: claim,
         });
         let pool = WorkerPool::start("nvmet-bdev", workers, inner.clone())?;
         Ok(Self { pool, inner })

@@ -10,6 +10,7 @@
 //! Errors cross this boundary as NVMe [`Status`] values, never `errno`.
 
 pub mod block;
+pub mod claim;
 pub mod file;
 pub mod mem;
 pub(crate) mod sys;

@@ -942,6 +942,8 @@ struct FileShared {
     /// Queue rings that have carried this backend's operations: a resize reaps
     /// them while it waits for `live` to reach 0.
     rings: Mutex<Vec<Weak<Ring>>>,
+    /// A block device's exclusive claim (writable namespaces; [`super::claim`]).
+    _claim: Option<Arc<super::claim::DeviceClaim>>,
 }
 
 impl FileShared {
@@ -1126,6 +1128,8 @@ struct DataFile {
     direct: bool,
     io_align: u64,
     mem_align: usize,
+    /// A block device's exclusive claim (writable namespaces; [`super::claim`]).
+    claim: Option<Arc<super::claim::DeviceClaim>>,
 }
 
 impl DataFile {
@@ -1176,7 +1180,13 @@ fn open_file_direct(
              (offset {off}, memory {mem})"
         )));
     }
-    Ok(Ok(DataFile { file: direct, direct: true, io_align: off as u64, mem_align: mem as usize }))
+    Ok(Ok(DataFile {
+        file: direct,
+        direct: true,
+        io_align: off as u64,
+        mem_align: mem as usize,
+        claim: None,
+    }))
 }
 
 /// Whether io_uring hands every buffered write to this regular file to its
@@ -1316,7 +1326,7 @@ impl UringBackend {
         } else {
             Err(())
         };
-        let data = direct.unwrap_or(DataFile { file, direct: false, io_align: 1, mem_align: 1 });
+        let data = direct.unwrap_or(DataFile { file, direct: false, io_align: 1, mem_align: 1, claim: None });
         let fua = data.reopen(path, writable)?;
         Ok(Self::new(data, fua, path, None, block_size, size, writable))
     }
@@ -1324,24 +1334,37 @@ impl UringBackend {
     /// Opens the block device at `path`, like [`BlockBackend::open`](super::BlockBackend::open):
     /// `block_size` `None` uses the device's logical block size; a given size must
     /// be a power-of-two multiple of it. Uses `O_DIRECT` unless the device refuses
-    /// it (then buffered I/O, logged at `info`).
+    /// it (then buffered I/O, logged at `info`). The device is claimed for this
+    /// process ([`super::claim`]).
     ///
     /// # Errors
     /// [`io::ErrorKind::Unsupported`] when io_uring is not usable here (checked
     /// before the device is opened); otherwise the errors of
     /// [`BlockBackend::open`](super::BlockBackend::open).
     pub fn open_block(path: impl AsRef<Path>, block_size: Option<u32>) -> io::Result<Self> {
-        Self::open_block_opts(path.as_ref(), block_size, true)
+        Self::open_block_opts(path.as_ref(), block_size, true, true)
     }
 
     /// [`UringBackend::open_block`] with the device opened for reading only
-    /// (a read-only namespace).
+    /// (a read-only namespace), and not claimed.
     pub fn open_block_read_only(path: impl AsRef<Path>, block_size: Option<u32>) -> io::Result<Self> {
-        Self::open_block_opts(path.as_ref(), block_size, false)
+        Self::open_block_opts(path.as_ref(), block_size, false, false)
     }
 
-    fn open_block_opts(path: &Path, block_size: Option<u32>, writable: bool) -> io::Result<Self> {
+    /// [`UringBackend::open_block`] without claiming the device
+    /// ([`BlockBackend::open_shared`](super::BlockBackend::open_shared)).
+    pub fn open_block_shared(path: impl AsRef<Path>, block_size: Option<u32>) -> io::Result<Self> {
+        Self::open_block_opts(path.as_ref(), block_size, true, false)
+    }
+
+    fn open_block_opts(
+        path: &Path,
+        block_size: Option<u32>,
+        writable: bool,
+        exclusive: bool,
+    ) -> io::Result<Self> {
         check_available()?;
+        let claim = if exclusive { Some(super::claim::claim(path)?) } else { None };
         let open =
             |flags: libc::c_int| OpenOptions::new().read(true).write(writable).custom_flags(flags).open(path);
         let (file, direct) = match open(libc::O_DIRECT) {
@@ -1358,7 +1381,7 @@ impl UringBackend {
             Some((mem, _)) if mem.is_power_of_two() && mem as usize <= BUF_ALIGN => mem as usize,
             _ => dev_block_size as usize,
         };
-        let data = DataFile { file, direct, io_align: dev_block_size as u64, mem_align };
+        let data = DataFile { file, direct, io_align: dev_block_size as u64, mem_align, claim };
         let fua = data.reopen(path, writable)?;
         Ok(Self::new(data, fua, path, Some(io_hints), block_size, size, writable))
     }
@@ -1387,6 +1410,7 @@ impl UringBackend {
             size_now: AtomicU64::new(size),
             live: AtomicUsize::new(0),
             rings: Mutex::new(Vec::new()),
+            _claim: data.claim,
         });
         let writers = if !writable || file.direct || file.is_block() || !punts_buffered_writes(&file.file) {
             None
@@ -2450,6 +2474,7 @@ mod tests {
             source: crate::config::NamespaceSource::Block {
                 path: lo.dev.clone().into(),
                 io_engine: crate::config::IoEngine::BLOCK_DEFAULT,
+                exclusive: true,
             },
             block_size: 512,
             read_only: false,
