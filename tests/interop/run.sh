@@ -125,6 +125,7 @@ cleanup_pids() {
     stop_target
     stop_target "${DIR:-}/twin.pid"
     stop_target "${DIR:-}/migrated.pid"
+    detach_loops
     QEMU_PID=""; MON_PID=""
 }
 trap 'cleanup_pids' EXIT
@@ -152,7 +153,7 @@ ana_state_line() {
     [ -z "$st" ] || echo "ana_state = \"$st\""
 }
 write_target_config() {
-    local nsid size file nqn
+    local nsid size file nqn kind key ckey group
     {
         echo "# written by tests/interop/run.sh; SIGHUP re-reads it"
         # a unique discovery NQN (kernel-host step discover: nvme discover --nqn)
@@ -218,6 +219,7 @@ write_target_config() {
         # or ("NQN qos N") one whose namespace is limited to N IOPS
         # or ("NQN zoned") one whose namespace is zoned: 4 zones of 4 MiB,
         # at most 2 open and 3 active
+        # or ("NQN block DEV") one exporting the loop device DEV
         if [ -f "$DIR/subsys.list" ]; then while read -r nqn kind file key ckey group; do
             [ -n "$nqn" ] || continue
             echo
@@ -244,6 +246,8 @@ write_target_config() {
             if [ "$kind" = ro ]; then
                 echo "file = \"$file\""
                 echo "read_only = true"
+            elif [ "$kind" = block ]; then
+                echo "block = \"$file\""
             else
                 echo "ram = \"16M\""
             fi
@@ -745,10 +749,12 @@ hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespac
     # second namespace that HOSTS only see, or (qmax N) with at most N I/O
     # queues per controller, or (qos N) with its namespace limited to N IOPS,
     # or (zoned) with a zoned namespace (4 zones of 4 MiB), or (ports P) exported
-    # on ports P only (port IDs joined by commas, or none); SIGHUP
+    # on ports P only (port IDs joined by commas, or none), or (block) with a
+    # 64 MiB loop device of this machine (the reply says "claimed" when the
+    # target holds it exclusively: this machine cannot mount it); SIGHUP
     kh_host_target || { echo "not applicable"; return 2; }
     local nqn=$1 kind=${2:-} file="" sum="" extra=""
-    [[ $nqn =~ ^nqn\.[[:alnum:].:-]+$ ]] && [[ $kind =~ ^(ro|auth|acl|mask|qmax|qos|zoned|ports)?$ ]] || { echo "usage: add-subsystem NQN [ro|auth ...|acl HOSTS|mask HOSTS|qmax N|qos N|zoned|ports P]"; return 2; }
+    [[ $nqn =~ ^nqn\.[[:alnum:].:-]+$ ]] && [[ $kind =~ ^(ro|auth|acl|mask|qmax|qos|zoned|ports|block)?$ ]] || { echo "usage: add-subsystem NQN [ro|auth ...|acl HOSTS|mask HOSTS|qmax N|qos N|zoned|ports P|block]"; return 2; }
     awk -v n="$nqn" '$1==n{f=1} END{exit !f}' "$DIR/subsys.list" 2>/dev/null && { echo "$nqn already configured"; return 1; }
     if [ "$kind" = ro ]; then
         file=$DIR/ro-$(printf '%s' "$nqn" | md5sum | cut -c1-8).img
@@ -774,10 +780,41 @@ hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespac
     elif [ "$kind" = qos ]; then
         [[ ${3:-} =~ ^[1-9][0-9]{0,6}$ ]] || { echo "usage: add-subsystem NQN qos N"; return 2; }
         file=$3
+    elif [ "$kind" = block ]; then
+        local img
+        img=$DIR/blk-$(printf '%s' "$nqn" | md5sum | cut -c1-8).img
+        truncate -s 64M "$img" && file=$(losetup --find --show "$img") && [ -b "$file" ] \
+            || { rm -f "$img"; echo "cannot attach a loop device"; return 1; }
+        echo "$img" >"$DIR/loop-${file##*/}"
     fi
     echo "$nqn $kind $file $extra" >>"$DIR/subsys.list"
+    local added=$nqn blk=""
+    [ "$kind" = block ] && blk=$file
     reload_target || return 1
-    echo "subsystem $nqn added, target reloaded${sum:+ md5=$sum}"
+    if [ -n "$blk" ]; then
+        excl_busy "$blk" && blk="$blk (claimed)" || blk="$blk (not claimed)"
+        echo "subsystem $added added on $blk, target reloaded"
+        return 0
+    fi
+    echo "subsystem $added added, target reloaded${sum:+ md5=$sum}"
+}
+
+# excl_busy DEV: an exclusive open of DEV (as mount's) fails with EBUSY
+excl_busy() {
+    python3 -c 'import errno, os, sys
+try:
+    os.close(os.open(sys.argv[1], os.O_RDONLY | os.O_EXCL))
+except OSError as e:
+    sys.exit(0 if e.errno == errno.EBUSY else 2)
+sys.exit(1)' "$1"
+}
+
+hook_block_md5() { # block-md5 NQN OFFSET_MIB COUNT_MIB: md5 of that range of the loop device of a subsystem added with "block", read here with O_DIRECT
+    kh_host_target || { echo "not applicable"; return 2; }
+    local dev
+    dev=$(awk -v n="$1" '$1==n && $2=="block"{print $3}' "$DIR/subsys.list" 2>/dev/null)
+    [ -b "$dev" ] && [[ $2 =~ ^[0-9]+$ && $3 =~ ^[0-9]+$ ]] || { echo "usage: block-md5 NQN OFFSET_MIB COUNT_MIB (NQN added with block)"; return 2; }
+    echo "md5=$(dd if="$dev" bs=1M skip="$2" count="$3" iflag=direct 2>/dev/null | md5sum | cut -d' ' -f1)"
 }
 
 # port_ids_ok P: "none" or port IDs (1, 2) joined by commas
@@ -830,15 +867,36 @@ hook_subsystem_ports() { # subsystem-ports NQN P|none: the ports of a subsystem 
 
 hook_remove_subsystem() { # remove-subsystem NQN, SIGHUP
     kh_host_target || { echo "not applicable"; return 2; }
-    local nqn=$1
-    local file
-    awk -v n="$nqn" '$1==n{f=1} END{exit !f}' "$DIR/subsys.list" 2>/dev/null || { echo "$nqn not configured"; return 1; }
-    # the file of a read-only one (the third field of the others is hosts)
-    file=$(awk -v n="$nqn" '$1==n && $2=="ro"{print $3}' "$DIR/subsys.list")
-    awk -v n="$nqn" '$1!=n' "$DIR/subsys.list" >"$DIR/subsys.list.new"; mv "$DIR/subsys.list.new" "$DIR/subsys.list"
+    local sn=$1 rofile dev released=""
+    awk -v n="$sn" '$1==n{f=1} END{exit !f}' "$DIR/subsys.list" 2>/dev/null || { echo "$sn not configured"; return 1; }
+    # the file of a read-only one (the third field of the others is hosts), the device of a block one
+    rofile=$(awk -v n="$sn" '$1==n && $2=="ro"{print $3}' "$DIR/subsys.list")
+    dev=$(awk -v n="$sn" '$1==n && $2=="block"{print $3}' "$DIR/subsys.list")
+    awk -v n="$sn" '$1!=n' "$DIR/subsys.list" >"$DIR/subsys.list.new"; mv "$DIR/subsys.list.new" "$DIR/subsys.list"
     reload_target || return 1
-    [ -z "$file" ] || rm -f "$file"
-    echo "subsystem $nqn removed, target reloaded"
+    [ -z "$rofile" ] || rm -f "$rofile"
+    if [ -n "$dev" ]; then
+        # the target lets the device go once its namespace is gone (bounded: 5 s)
+        local i
+        for i in $(seq 50); do excl_busy "$dev" || break; sleep 0.1; done
+        excl_busy "$dev" && released=" (still claimed)" || released=" ($dev released)"
+        detach_loop "$dev"
+    fi
+    echo "subsystem $sn removed, target reloaded$released"
+}
+
+# detach_loop DEV: detach a loop device hook add-subsystem attached, remove its file
+detach_loop() {
+    losetup -d "$1" 2>/dev/null
+    [ -f "$DIR/loop-${1##*/}" ] && rm -f "$(cat "$DIR/loop-${1##*/}")" "$DIR/loop-${1##*/}"
+}
+
+# detach_loops: those still attached (a step that failed before its removal), once the target is stopped
+detach_loops() {
+    local f
+    [ -n "${DIR:-}" ] || return 0
+    for f in "$DIR"/loop-*; do [ -f "$f" ] && detach_loop "/dev/${f##*/loop-}"; done
+    return 0
 }
 
 hook_ns_usage() { # ns-usage NSID: bytes the file of namespace NSID has allocated (st_blocks x 512)
@@ -1157,6 +1215,7 @@ run_scenario() {
     MON_PID=""
     stop_target
     stop_target "$DIR/twin.pid"
+    detach_loops
     [ -s "$DIR/qemu.log" ] && sed "s/^/[$SCEN] qemu: /" "$DIR/qemu.log"
     rm -rf "$DIR/initrd.img" "$DIR/overlay" "$DIR"/ns*.img   # big; keep the logs
 

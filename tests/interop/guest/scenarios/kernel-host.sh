@@ -66,6 +66,14 @@
 #                     refused by the host, a write past it (io-passthru) by
 #                     the target with 0x20, and set-feature 0x84 = 0 fails
 #                     (Feature Not Changeable); remove-subsystem.
+#   - block-ns:       (our target) hook "add-subsystem NQN-blk block" (a 64 MiB
+#                     loop device of the host, exported as a block namespace
+#                     with the scenario's engine): the target holds it
+#                     exclusively (an O_EXCL open on the host fails EBUSY);
+#                     8 MiB written and read back with O_DIRECT, and the loop
+#                     device itself holds them (hook block-md5); mkfs.ext4,
+#                     a file, fsck clean, read back; remove-subsystem and
+#                     the device is released.
 #
 # Reservations (our target; nvmet 6.12 has none):
 #   - reservations:   namespace 1 has `reservations = true` and a
@@ -978,6 +986,53 @@ kh_read_only_ns() {
     _md5=$(echo "$HOOK_REPLY" | sed -n 's/.*md5=\([0-9a-f]*\).*/\1/p')
     [ -n "$_md5" ] || fail "no md5 in the hook's reply: $HOOK_REPLY"
     subsys_checks "$NQN_RO" ro_checks "$_md5"
+}
+
+NQN_BLK=$NQN-blk
+
+# blk_checks: what kh_block_ns checks on the connected namespace
+blk_checks() {
+    t 60 nvme connect -t tcp -a "$NVME_ADDR" -s "$NVME_PORT" -n "$NQN_BLK" || fail "nvme connect to $NQN_BLK failed"
+    _d=$(wait_ns_dev "$NQN_BLK" 30) || fail "no namespace block device for $NQN_BLK within 30s"
+    _sz=$(blockdev --getsize64 "$_d")
+    [ "$_sz" = $((64 << 20)) ] || fail "$_d has $_sz bytes, the loop device 64 MiB"
+    t 60 dd if=/dev/urandom of=/tmp/blk-pat bs=1M count=8 2>/dev/null || fail "pattern"
+    _want=$(md5sum </tmp/blk-pat | cut -d' ' -f1)
+    t 60 dd if=/tmp/blk-pat of="$_d" bs=1M seek=1 oflag=direct 2>/dev/null || fail "dd write"
+    _got=$(t 60 dd if="$_d" bs=1M skip=1 count=8 iflag=direct 2>/dev/null | md5sum | cut -d' ' -f1)
+    [ "$_got" = "$_want" ] || fail "read back md5 $_got, written $_want"
+    # The data is on the device itself (read there with O_DIRECT).
+    hook_call block-md5 30 "$NQN_BLK" 1 8 >/dev/null || fail "hook block-md5: ${HOOK_REPLY:-no reply}"
+    case $HOOK_REPLY in *" md5=$_want") ;; *) fail "the loop device holds ${HOOK_REPLY##* }, written md5=$_want" ;; esac
+    # A filesystem: mkfs discards and zeroes through the block backend.
+    t 120 mkfs.ext4 -F -q "$_d" || fail "mkfs.ext4"
+    mkdir -p /mnt/blk
+    t 60 mount -t ext4 "$_d" /mnt/blk || fail "mount"
+    cp /tmp/blk-pat /mnt/blk/pat && t 60 sync || { umount /mnt/blk; fail "copy to ext4"; }
+    t 60 umount /mnt/blk || fail "umount"
+    t 120 fsck.ext4 -fn "$_d" >/dev/null 2>&1 || fail "fsck.ext4 -fn reported problems"
+    t 60 mount -t ext4 -o ro "$_d" /mnt/blk || fail "remount"
+    cmp /tmp/blk-pat /mnt/blk/pat || { umount /mnt/blk; fail "ext4 content mismatch after remount"; }
+    t 60 umount /mnt/blk || fail "umount (ro)"
+    info "block namespace $_d: 8 MiB written and read back (the loop device holds them), ext4 made, filled, fsck clean, read back"
+    rm -f /tmp/blk-pat
+}
+
+kh_block_ns() {
+    if [ "$TARGET" = kernel-guest ]; then
+        info "left out: the guest's nvmet exports the step's files (a block device here would be the guest's)"
+        return 0
+    fi
+    hook_call add-subsystem 60 "$NQN_BLK" block || fail "add $NQN_BLK: ${HOOK_REPLY:-no reply}"
+    case $HOOK_REPLY in *"(claimed)"*) ;; *) fail "the target does not hold its device exclusively: $HOOK_REPLY" ;; esac
+    info "${HOOK_REPLY#HOOKACK add-subsystem 0 }"
+    ( blk_checks )
+    _rc=$?
+    t 30 nvme disconnect -n "$NQN_BLK" >/dev/null 2>&1
+    wait_no_ctrl "$NQN_BLK" 10 || info "a controller of $NQN_BLK is still present after disconnect"
+    hook_call remove-subsystem 60 "$NQN_BLK" || fail "remove $NQN_BLK: ${HOOK_REPLY:-no reply}"
+    [ $_rc = 0 ] || exit 1
+    case $HOOK_REPLY in *" released)"*) info "${HOOK_REPLY#HOOKACK remove-subsystem 0 }" ;; *) fail "device not released: $HOOK_REPLY" ;; esac
 }
 
 NQN_ACL=$NQN-acl
@@ -2105,6 +2160,7 @@ scenario_main() {
     run_step disconnect-digest 60 kh_disconnect
     run_step ram-digest 240 kh_ram_digest
     run_step read-only-ns 180 kh_read_only_ns
+    run_step block-ns 240 kh_block_ns
     # two I/O queues
     run_step connect-2q 90 kh_connect -i 2
     run_step queues-2q 20 kh_queues 2
