@@ -146,6 +146,9 @@ fn store(n: &NamespaceConfig) -> Result<(String, u64), String> {
             let f = open(path, n.read_only)?;
             let g = crate::backend::sys::block_device_geometry(&f, path, None)
                 .map_err(|e| format!("{}: {e}", path.display()))?;
+            if !n.read_only {
+                crate::backend::sys::check_writable(&f, path).map_err(|e| e.to_string())?;
+            }
             // What a start would find claiming it (`claim::claim`), as far as
             // the system tells: not an `O_EXCL` open, so that a running target
             // holding the device does not fail the check of its next reload.

@@ -490,7 +490,8 @@ impl Drop for MountedLoop {
 /// mounted device is not exported (the error says where it is mounted), nor
 /// reported fine by check-config; `--read-only` and `--shared` export it
 /// anyway; and while the target exports it, it cannot be mounted (nor does
-/// that claim fail check-config for the running target's next reload).
+/// that claim fail check-config for the running target's next reload). A
+/// device the kernel holds read-only is exported read-only only.
 #[test]
 fn a_block_device_in_use_is_not_exported() {
     let dir = TempDir::new("claim");
@@ -543,4 +544,26 @@ fn a_block_device_in_use_is_not_exported() {
     assert_eq!(code, Some(0), "a running target's claim fails its own check: {err}");
     assert_eq!(r.stop(), Some(0));
     m.mount().expect("mountable once the target stopped");
+
+    // A device the kernel holds read-only is not exported writable (every
+    // write would fail), nor reported fine; read-only it is.
+    m.umount();
+    /// `blockdev --setro DEV` until dropped (the flag would outlive the loop device).
+    struct SetRo(String);
+    impl Drop for SetRo {
+        fn drop(&mut self) {
+            let _ = Command::new("blockdev").arg("--setrw").arg(&self.0).status();
+        }
+    }
+    assert!(Command::new("blockdev").arg("--setro").arg(&dev).status().unwrap().success());
+    let set_ro = SetRo(dev.clone());
+    let (code, err) = run_with(&[]);
+    let (check_code, check_err) = check();
+    let ro_stop = start_with(&["--read-only"]).stop();
+    drop(set_ro);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains(&format!("{dev}: the device is read-only")), "{err}");
+    assert_eq!(check_code, Some(1), "{check_err}");
+    assert!(check_err.contains("the device is read-only"), "{check_err}");
+    assert_eq!(ro_stop, Some(0));
 }

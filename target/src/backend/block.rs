@@ -228,6 +228,9 @@ impl BlockBackend {
             }
             Err(e) => return Err(e),
         };
+        if writable {
+            super::sys::check_writable(&file, path)?;
+        }
         let BlockGeometry { block_size, dev_block_size, size, io_hints } =
             block_device_geometry(&file, path, block_size)?;
         let inner = Arc::new(BlockInner {
@@ -348,6 +351,42 @@ mod tests {
         let r = run(&b, 2, IoOp::Read { offset: 8192, len: 4096 });
         assert!(r.status.is_success() && r.data == data);
         assert!(run(&b, 3, IoOp::Flush).status.is_success());
+        drop((rw, b));
+
+        // A device the kernel holds read-only (`blockdev --setro`) is not
+        // exported writable (its writes would fail); the error says what to do.
+        /// `blockdev --setro` on the device until dropped (the flag outlives
+        /// the loop device's detach: the next one of that number would have it).
+        struct SetRo<'a>(&'a str);
+        fn blockdev(flag: &str, dev: &str) {
+            let ok = std::process::Command::new("blockdev").arg(flag).arg(dev).status();
+            assert!(ok.is_ok_and(|s| s.success()), "blockdev {flag} {dev}");
+        }
+        impl Drop for SetRo<'_> {
+            fn drop(&mut self) {
+                blockdev("--setrw", self.0);
+            }
+        }
+        blockdev("--setro", &lo.dev);
+        let set_ro = SetRo(&lo.dev);
+        let e = BlockBackend::open(&lo.dev, None).err().expect("writable open of a read-only device");
+        assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
+        let e = e.to_string();
+        assert!(
+            e.contains(&format!("{}: the device is read-only", lo.dev)) && e.contains("--read-only"),
+            "{e}"
+        );
+        if let Err(e) = crate::backend::UringBackend::open_block(&lo.dev, None) {
+            assert!(
+                e.kind() == io::ErrorKind::Unsupported || e.to_string().contains("the device is read-only"),
+                "{e}"
+            );
+        } else {
+            panic!("io_uring backend: writable open of a read-only device");
+        }
+        let ro = BlockBackend::open_read_only(&lo.dev, None).map(|b| b.size());
+        drop(set_ro);
+        assert_eq!(ro.unwrap(), 4 << 20, "exported read-only");
     }
 
     #[test]

@@ -22,6 +22,28 @@ pub(crate) const BLKIOOPT: libc::Ioctl = libc::_IO(0x12, 121);
 /// `BLKPBSZGET`: physical block size (`unsigned int`).
 pub(crate) const BLKPBSZGET: libc::Ioctl = libc::_IO(0x12, 123);
 
+/// `BLKROGET`: whether the device is read-only (`int`).
+pub(crate) const BLKROGET: libc::Ioctl = libc::_IO(0x12, 94);
+
+/// Refuses a writable export of the block device `file` (opened from
+/// `path`) that the kernel holds read-only (`BLKROGET`: a write-protected
+/// medium, `blockdev --setro`, a read-only loop device or device-mapper
+/// table). Opening it for writing succeeds and each write would then fail
+/// (`EPERM`), so hosts would see a writable namespace that fails every write.
+pub(crate) fn check_writable(file: &File, path: &std::path::Path) -> io::Result<()> {
+    match ioctl_get::<libc::c_int>(file, BLKROGET) {
+        Ok(ro) if ro != 0 => Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{}: the device is read-only; export it read-only (`read_only = true`, `--read-only`) \
+                 or make it writable (`blockdev --setrw`)",
+                path.display()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// `ioctl` returning an integer through a pointer.
 pub(crate) fn ioctl_get<T: Default>(file: &File, req: libc::Ioctl) -> io::Result<T> {
     let mut v = T::default();

@@ -1375,6 +1375,9 @@ impl UringBackend {
             }
             Err(e) => return Err(e),
         };
+        if writable {
+            super::sys::check_writable(&file, path)?;
+        }
         let BlockGeometry { block_size, dev_block_size, size, io_hints } =
             block_device_geometry(&file, path, block_size)?;
         let mem_align = match dio_align(&file) {
