@@ -1570,6 +1570,26 @@ kh_queues() { # kh_queues N: expect N I/O queues
     [ "$_mq" = "$1" ] || fail "expected $1 I/O queues, blk-mq has $_mq"
 }
 
+# kh_poll_io: connected with -i 1 -W 1 -P 1 (a default, a write and a poll
+# queue): the target grants the three I/O queues, the block device polls
+# (io_poll), and io_uring with IOPOLL (fio --hipri: completions reaped by
+# polling the poll queue's socket, nvme_tcp_poll) writes and verifies
+kh_poll_io() {
+    need_dev
+    _qc=$(cat "/sys/class/nvme/$CTRL/queue_count" 2>/dev/null)
+    [ "$_qc" = 4 ] || fail "queue_count $_qc, want 4 (admin + default, write and poll queues)"
+    _poll=$(cat "/sys/block/${DEV#/dev/}/queue/io_poll" 2>/dev/null)
+    [ "$_poll" = 1 ] || fail "io_poll is '$_poll' with a poll queue"
+    t 120 fio --name=poll-verify --filename="$DEV" --ioengine=io_uring --hipri --direct=1 \
+        --rw=randrw --rwmixread=50 --bssplit=4k/60:64k/40 --iodepth=8 --size=32M --offset=64M \
+        --time_based --runtime=5 --verify=crc32c --verify_fatal=1 --verify_backlog=64 --do_verify=1 \
+        --serialize_overlap=1 --randrepeat=0 --output=/tmp/fio-poll.txt
+    _rc=$?
+    [ $_rc = 0 ] || { cat /tmp/fio-poll.txt; fail "fio --hipri rc=$_rc: $(grep -i -m1 -E 'verify|error|bad|support' /tmp/fio-poll.txt)"; }
+    grep -q 'err= 0' /tmp/fio-poll.txt || { cat /tmp/fio-poll.txt; fail "fio --hipri reported errors"; }
+    info "queue_count=$_qc io_poll=$_poll; fio io_uring --hipri: $(grep -E '^ *(read|write):' /tmp/fio-poll.txt | sed 's/^ *//; s/,  *BW=/ BW=/; s/ (.*//' | tr '\n' ';')"
+}
+
 kh_disconnect() { # must be clean and quick (DISCONNECT_MAX_MS)
     need_dev
     _t0=$(now_ms)
@@ -2166,6 +2186,10 @@ scenario_main() {
     run_step queues-2q 20 kh_queues 2
     run_step dd-verify-2q 180 kh_dd_verify 2q
     run_step disconnect-2q 90 kh_disconnect_under_io
+    # default, write and poll queues: polled I/O
+    run_step connect-poll 90 kh_connect -i 1 -W 1 -P 1
+    run_step poll-io 120 kh_poll_io
+    run_step disconnect-poll 60 kh_disconnect
     # two paths, ANA
     run_step connect-mp 90 kh_connect
     run_step ana-multipath 240 kh_ana_multipath
