@@ -1590,6 +1590,23 @@ kh_poll_io() {
     info "queue_count=$_qc io_poll=$_poll; fio io_uring --hipri: $(grep -E '^ *(read|write):' /tmp/fio-poll.txt | sed 's/^ *//; s/,  *BW=/ BW=/; s/ (.*//' | tr '\n' ';')"
 }
 
+# kh_deep_queue: connected with -Q 1024 (the target's MQES is 1023): the
+# host's queues have 1024 entries (sqsize 1023), and fio keeps a full queue
+# of 4 KiB writes and verifying reads in flight (iodepth 1024)
+kh_deep_queue() {
+    need_dev
+    _sq=$(cat "/sys/class/nvme/$CTRL/sqsize" 2>/dev/null)
+    [ "$_sq" = 1023 ] || fail "sqsize $_sq with -Q 1024, want 1023"
+    t 120 fio --name=deep-verify --filename="$DEV" --ioengine=libaio --direct=1 --rw=randwrite \
+        --bs=4k --iodepth=1024 --iodepth_batch_submit=64 --size=16M --offset=96M --verify=crc32c \
+        --verify_fatal=1 --do_verify=1 --randrepeat=0 --output=/tmp/fio-deep.txt
+    _rc=$?
+    [ $_rc = 0 ] || { cat /tmp/fio-deep.txt; fail "fio iodepth 1024 rc=$_rc: $(grep -i -m1 -E 'verify|error|bad' /tmp/fio-deep.txt)"; }
+    grep -q 'err= 0' /tmp/fio-deep.txt || { cat /tmp/fio-deep.txt; fail "fio iodepth 1024 reported errors"; }
+    grep -q 'IO depths.*>=64=100.0%' /tmp/fio-deep.txt || { cat /tmp/fio-deep.txt; fail "fio did not keep 64+ requests in flight"; }
+    info "sqsize=$_sq; fio 16 MiB of 4 KiB writes at iodepth 1024, verified: $(grep -E '^ *(read|write):' /tmp/fio-deep.txt | sed 's/^ *//; s/,  *BW=/ BW=/; s/ (.*//' | tr '\n' ';') depths $(grep -m1 'IO depths' /tmp/fio-deep.txt | sed 's/.*: *//')"
+}
+
 kh_disconnect() { # must be clean and quick (DISCONNECT_MAX_MS)
     need_dev
     _t0=$(now_ms)
@@ -2187,8 +2204,9 @@ scenario_main() {
     run_step dd-verify-2q 180 kh_dd_verify 2q
     run_step disconnect-2q 90 kh_disconnect_under_io
     # default, write and poll queues: polled I/O
-    run_step connect-poll 90 kh_connect -i 1 -W 1 -P 1
+    run_step connect-poll 90 kh_connect -i 1 -W 1 -P 1 -Q 1024
     run_step poll-io 120 kh_poll_io
+    run_step deep-queue 120 kh_deep_queue
     run_step disconnect-poll 60 kh_disconnect
     # two paths, ANA
     run_step connect-mp 90 kh_connect
