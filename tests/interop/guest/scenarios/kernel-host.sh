@@ -2204,7 +2204,7 @@ scenario_main() {
     run_step dd-verify-2q 180 kh_dd_verify 2q
     run_step disconnect-2q 90 kh_disconnect_under_io
     # default, write and poll queues: polled I/O
-    run_step connect-poll 90 kh_connect -i 1 -W 1 -P 1 -Q 1024
+    run_step connect-poll 90 kh_connect -i 1 -W 1 -P 1 -Q 1024 --disable-sqflow
     run_step poll-io 120 kh_poll_io
     run_step deep-queue 120 kh_deep_queue
     run_step disconnect-poll 60 kh_disconnect
