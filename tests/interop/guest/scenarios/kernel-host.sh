@@ -1607,6 +1607,71 @@ kh_deep_queue() {
     info "sqsize=$_sq; fio 16 MiB of 4 KiB writes at iodepth 1024, verified: $(grep -E '^ *(read|write):' /tmp/fio-deep.txt | sed 's/^ *//; s/,  *BW=/ BW=/; s/ (.*//' | tr '\n' ';') depths $(grep -m1 'IO depths' /tmp/fio-deep.txt | sed 's/.*: *//')"
 }
 
+# tour_cmd RC PATTERN ARGS...: `nvme ARGS` exits RC and prints a line
+# matching PATTERN (grep -E); the outcome is kept in /tmp/tour.log
+tour_cmd() {
+    _want_rc=$1 _pat=$2; shift 2
+    t 30 nvme "$@" >/tmp/tour.txt 2>&1; _rc=$?
+    echo "nvme $* -> $_rc: $(head -c 160 /tmp/tour.txt | tr '\n' '|')" >>/tmp/tour.log
+    [ "$_rc" = "$_want_rc" ] && grep -qE -- "$_pat" /tmp/tour.txt \
+        || fail "nvme $*: rc $_rc (want $_want_rc), output without /$_pat/: $(head -c 300 /tmp/tour.txt | tr '\n' '|')"
+}
+
+# kh_cli_tour: nvme-cli's admin and I/O commands as an administrator tries
+# them, with nvmet 6.12's answers: what neither target offers fails with the
+# same status (Invalid Command Opcode, Invalid Field, nvme-cli's own refusal
+# of a subsystem reset without CAP.NSSRS); what nvmet 6.12 lacks and this
+# target has (Supported Log Pages, the NVM Identify Namespace, Compare, a
+# firmware slot entry) answers here and fails there as nvmet fails it
+kh_cli_tour() {
+    need_dev
+    : >/tmp/tour.log
+    _n=$(cat "/sys/block/${DEV#/dev/}/nsid")
+    _c=/dev/$CTRL
+    _aec=$(t 30 nvme get-feature "$_c" -f 0x0b 2>/dev/null | sed -n 's/.*Current value:\(0x[0-9a-f]*\).*/\1/p')
+    [ -n "$_aec" ] || fail "get-feature 0x0b gave no value"
+    tour_cmd 0 "NQN=$NQN" list-subsys
+    tour_cmd 0 "^uuid +: " ns-descs "$DEV"
+    tour_cmd 0 "Flush: success" flush "$DEV"
+    tour_cmd 0 "Current value:0x00000001" get-feature "$_c" -f 0x06
+    tour_cmd 0 "value:0x00000100" set-feature "$_c" -f 0x0b -v 0x100
+    tour_cmd 0 "Current value:0x00000100" get-feature "$_c" -f 0x0b
+    tour_cmd 0 "value:$_aec" set-feature "$_c" -f 0x0b -v "$_aec"
+    tour_cmd 0 "^afi" fw-log "$_c"
+    for _a in "write-uncor $DEV -s 0 -c 0" "format $_c -n $_n -f" "device-self-test $_c -s 1" \
+        "sanitize $_c -a 2" "get-lba-status $_c -n $_n -s 0 -m 100 -a 1"; do
+        # shellcheck disable=SC2086
+        tour_cmd 1 "Invalid Command Opcode" $_a
+    done
+    for _a in "id-uuid $_c" "endurance-log $_c -g 1" "telemetry-log $_c -o /tmp/tour-tel.bin" \
+        "get-feature $_c -f 0x05" "get-feature $_c -f 0x02" "get-feature $_c -f 0x08" "get-feature $_c -f 0x80" \
+        "id-ns-granularity $_c" "id-nvmset $_c" "primary-ctrl-caps $_c" "list-ctrl $_c" "list-ns $_c -a" \
+        "persistent-event-log $_c" "set-feature $_c -f 0x06 -v 1"; do
+        # shellcheck disable=SC2086
+        tour_cmd 1 "Invalid Field in Command" $_a
+    done
+    # Timestamp without its 8-byte buffer
+    tour_cmd 1 "Data SGL Length Invalid" get-feature "$_c" -f 0x0e
+    tour_cmd 1 "Subsystem Reset not supported" subsystem-reset "$_c"
+    _bs=$(blockdev --getss "$DEV")
+    t 30 dd if="$DEV" of=/tmp/tour-blk bs="$_bs" count=1 iflag=direct 2>/dev/null || fail "read block 0"
+    if [ "$TARGET" = kernel-guest ]; then
+        tour_cmd 1 "Invalid Field in Command" supported-log-pages "$_c"
+        tour_cmd 1 "Invalid Field in Command" nvm-id-ns "$DEV"
+        tour_cmd 1 "Invalid Command Opcode" compare "$DEV" -s 0 -c 0 -z "$_bs" -d /tmp/tour-blk
+    else
+        tour_cmd 0 "LID 0x2 \(SMART" supported-log-pages "$_c"
+        tour_cmd 0 "^lbstm" nvm-id-ns "$DEV"
+        tour_cmd 0 "^frs1 : " fw-log "$_c"
+        tour_cmd 0 "compare: Success" compare "$DEV" -s 0 -c 0 -z "$_bs" -d /tmp/tour-blk
+        printf '\377' | dd of=/tmp/tour-blk bs=1 seek=7 conv=notrunc 2>/dev/null
+        tour_cmd 1 "Compare Failure" compare "$DEV" -s 0 -c 0 -z "$_bs" -d /tmp/tour-blk
+    fi
+    tour_cmd 0 "Current value:$_aec" get-feature "$_c" -f 0x0b
+    info "$(wc -l </tmp/tour.log) nvme-cli commands answered as expected ($TARGET): $(cut -d' ' -f2 /tmp/tour.log | sort | uniq -c | awk '{printf "%s%s", s, $2; s=" "}')"
+    rm -f /tmp/tour.txt /tmp/tour-blk /tmp/tour-tel.bin
+}
+
 kh_disconnect() { # must be clean and quick (DISCONNECT_MAX_MS)
     need_dev
     _t0=$(now_ms)
@@ -2207,6 +2272,7 @@ scenario_main() {
     run_step connect-poll 90 kh_connect -i 1 -W 1 -P 1 -Q 1024 --disable-sqflow
     run_step poll-io 120 kh_poll_io
     run_step deep-queue 120 kh_deep_queue
+    run_step cli-tour 120 kh_cli_tour
     run_step disconnect-poll 60 kh_disconnect
     # two paths, ANA
     run_step connect-mp 90 kh_connect
