@@ -220,6 +220,7 @@ write_target_config() {
         # or ("NQN zoned") one whose namespace is zoned: 4 zones of 4 MiB,
         # at most 2 open and 3 active
         # or ("NQN block DEV") one exporting the loop device DEV
+        # or ("NQN lbs4k FILE") one with a 32 MiB file namespace of 4 KiB blocks
         if [ -f "$DIR/subsys.list" ]; then while read -r nqn kind file key ckey group; do
             [ -n "$nqn" ] || continue
             echo
@@ -248,6 +249,10 @@ write_target_config() {
                 echo "read_only = true"
             elif [ "$kind" = block ]; then
                 echo "block = \"$file\""
+            elif [ "$kind" = lbs4k ]; then
+                echo "file = \"$file\""
+                echo "size = \"32M\""
+                echo "block_size = 4096"
             else
                 echo "ram = \"16M\""
             fi
@@ -751,10 +756,11 @@ hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespac
     # or (zoned) with a zoned namespace (4 zones of 4 MiB), or (ports P) exported
     # on ports P only (port IDs joined by commas, or none), or (block) with a
     # 64 MiB loop device of this machine (the reply says "claimed" when the
-    # target holds it exclusively: this machine cannot mount it); SIGHUP
+    # target holds it exclusively: this machine cannot mount it), or (lbs4k)
+    # with a 32 MiB file namespace of 4096-byte logical blocks; SIGHUP
     kh_host_target || { echo "not applicable"; return 2; }
     local nqn=$1 kind=${2:-} file="" sum="" extra=""
-    [[ $nqn =~ ^nqn\.[[:alnum:].:-]+$ ]] && [[ $kind =~ ^(ro|auth|acl|mask|qmax|qos|zoned|ports|block)?$ ]] || { echo "usage: add-subsystem NQN [ro|auth ...|acl HOSTS|mask HOSTS|qmax N|qos N|zoned|ports P|block]"; return 2; }
+    [[ $nqn =~ ^nqn\.[[:alnum:].:-]+$ ]] && [[ $kind =~ ^(ro|auth|acl|mask|qmax|qos|zoned|ports|block|lbs4k)?$ ]] || { echo "usage: add-subsystem NQN [ro|auth ...|acl HOSTS|mask HOSTS|qmax N|qos N|zoned|ports P|block|lbs4k]"; return 2; }
     awk -v n="$nqn" '$1==n{f=1} END{exit !f}' "$DIR/subsys.list" 2>/dev/null && { echo "$nqn already configured"; return 1; }
     if [ "$kind" = ro ]; then
         file=$DIR/ro-$(printf '%s' "$nqn" | md5sum | cut -c1-8).img
@@ -780,6 +786,8 @@ hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespac
     elif [ "$kind" = qos ]; then
         [[ ${3:-} =~ ^[1-9][0-9]{0,6}$ ]] || { echo "usage: add-subsystem NQN qos N"; return 2; }
         file=$3
+    elif [ "$kind" = lbs4k ]; then
+        file=$DIR/lbs4k-$(printf '%s' "$nqn" | md5sum | cut -c1-8).img
     elif [ "$kind" = block ]; then
         local img
         img=$DIR/blk-$(printf '%s' "$nqn" | md5sum | cut -c1-8).img
@@ -869,8 +877,8 @@ hook_remove_subsystem() { # remove-subsystem NQN, SIGHUP
     kh_host_target || { echo "not applicable"; return 2; }
     local sn=$1 rofile dev released=""
     awk -v n="$sn" '$1==n{f=1} END{exit !f}' "$DIR/subsys.list" 2>/dev/null || { echo "$sn not configured"; return 1; }
-    # the file of a read-only one (the third field of the others is hosts), the device of a block one
-    rofile=$(awk -v n="$sn" '$1==n && $2=="ro"{print $3}' "$DIR/subsys.list")
+    # the file of a read-only or lbs4k one (the third field of the others is hosts), the device of a block one
+    rofile=$(awk -v n="$sn" '$1==n && ($2=="ro" || $2=="lbs4k"){print $3}' "$DIR/subsys.list")
     dev=$(awk -v n="$sn" '$1==n && $2=="block"{print $3}' "$DIR/subsys.list")
     awk -v n="$sn" '$1!=n' "$DIR/subsys.list" >"$DIR/subsys.list.new"; mv "$DIR/subsys.list.new" "$DIR/subsys.list"
     reload_target || return 1

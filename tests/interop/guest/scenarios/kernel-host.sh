@@ -74,6 +74,10 @@
 #                     device itself holds them (hook block-md5); mkfs.ext4,
 #                     a file, fsck clean, read back; remove-subsystem and
 #                     the device is released.
+#   - lbs-4k:         (our target) hook "add-subsystem NQN-4k lbs4k" (a 32 MiB
+#                     file namespace with block_size = 4096): 4096-byte
+#                     sectors and lbads 12, dd verify, blkdiscard reads
+#                     zeroes, mkfs.ext4, a file, fsck clean, read back.
 #
 # Reservations (our target; nvmet 6.12 has none):
 #   - reservations:   namespace 1 has `reservations = true` and a
@@ -1033,6 +1037,41 @@ kh_block_ns() {
     hook_call remove-subsystem 60 "$NQN_BLK" || fail "remove $NQN_BLK: ${HOOK_REPLY:-no reply}"
     [ $_rc = 0 ] || exit 1
     case $HOOK_REPLY in *" released)"*) info "${HOOK_REPLY#HOOKACK remove-subsystem 0 }" ;; *) fail "device not released: $HOOK_REPLY" ;; esac
+}
+
+NQN_4K=$NQN-4k
+
+# lbs4k_checks: what kh_lbs_4k checks on the connected namespace
+lbs4k_checks() {
+    t 60 nvme connect -t tcp -a "$NVME_ADDR" -s "$NVME_PORT" -n "$NQN_4K" || fail "nvme connect to $NQN_4K failed"
+    _d=$(wait_ns_dev "$NQN_4K" 30) || fail "no namespace block device for $NQN_4K within 30s"
+    _ss=$(blockdev --getss "$_d"); _sz=$(blockdev --getsize64 "$_d")
+    [ "$_ss" = 4096 ] && [ "$_sz" = $((32 << 20)) ] || fail "$_d: $_ss-byte sectors, $_sz bytes (want 4096, 32 MiB)"
+    _lbads=$(t 30 nvme id-ns "$_d" 2>/dev/null | grep '(in use)' | sed -n 's/.*lbads:\([0-9]*\).*/\1/p')
+    [ "$_lbads" = 12 ] || fail "id-ns: LBA format in use has lbads '$_lbads', want 12"
+    dd_verify "$_d" 4 8 lbs4k
+    t 60 blkdiscard -o $((4 << 20)) -l $((1 << 20)) "$_d" || fail "blkdiscard 1 MiB at 4 MiB"
+    zeros_at "$_d" 4 1 || fail "1 MiB at 4 MiB not zero after blkdiscard"
+    t 120 mkfs.ext4 -F -q "$_d" || fail "mkfs.ext4"
+    mkdir -p /mnt/4k
+    t 60 mount -t ext4 "$_d" /mnt/4k || fail "mount"
+    t 60 dd if=/dev/urandom of=/tmp/4k-pat bs=1M count=4 2>/dev/null
+    cp /tmp/4k-pat /mnt/4k/pat && t 60 sync || { umount /mnt/4k; fail "copy to ext4"; }
+    t 60 umount /mnt/4k || fail "umount"
+    t 120 fsck.ext4 -fn "$_d" >/dev/null 2>&1 || fail "fsck.ext4 -fn reported problems"
+    t 60 mount -t ext4 -o ro "$_d" /mnt/4k && cmp /tmp/4k-pat /mnt/4k/pat || { umount /mnt/4k 2>/dev/null; fail "ext4 content after remount"; }
+    t 60 umount /mnt/4k || fail "umount (ro)"
+    info "4 KiB-block namespace $_d: lbads 12, dd verify, blkdiscard reads zeroes, ext4 made, filled, fsck clean"
+    rm -f /tmp/4k-pat
+}
+
+kh_lbs_4k() {
+    if [ "$TARGET" = kernel-guest ]; then
+        info "left out: nvmet's file namespace has 4096-byte blocks already (every step runs on them there)"
+        return 0
+    fi
+    hook_call add-subsystem 60 "$NQN_4K" lbs4k || fail "add $NQN_4K: ${HOOK_REPLY:-no reply}"
+    subsys_checks "$NQN_4K" lbs4k_checks
 }
 
 NQN_ACL=$NQN-acl
@@ -2263,6 +2302,7 @@ scenario_main() {
     run_step ram-digest 240 kh_ram_digest
     run_step read-only-ns 180 kh_read_only_ns
     run_step block-ns 240 kh_block_ns
+    run_step lbs-4k 240 kh_lbs_4k
     # two I/O queues
     run_step connect-2q 90 kh_connect -i 2
     run_step queues-2q 20 kh_queues 2
