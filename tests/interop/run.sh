@@ -796,15 +796,13 @@ hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespac
         echo "$img" >"$DIR/loop-${file##*/}"
     fi
     echo "$nqn $kind $file $extra" >>"$DIR/subsys.list"
-    local added=$nqn blk=""
-    [ "$kind" = block ] && blk=$file
     reload_target || return 1
-    if [ -n "$blk" ]; then
-        excl_busy "$blk" && blk="$blk (claimed)" || blk="$blk (not claimed)"
-        echo "subsystem $added added on $blk, target reloaded"
+    if [ "$kind" = block ]; then
+        excl_busy "$file" && extra="claimed" || extra="not claimed"
+        echo "subsystem $nqn added on $file ($extra), target reloaded"
         return 0
     fi
-    echo "subsystem $added added, target reloaded${sum:+ md5=$sum}"
+    echo "subsystem $nqn added, target reloaded${sum:+ md5=$sum}"
 }
 
 # excl_busy DEV: an exclusive open of DEV (as mount's) fails with EBUSY
