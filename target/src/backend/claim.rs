@@ -32,15 +32,6 @@ use std::sync::{Arc, Mutex, Weak};
 pub struct DeviceClaim {
     /// Keeps the claim.
     _file: File,
-    /// The device number (`st_rdev`).
-    rdev: u64,
-}
-
-impl DeviceClaim {
-    /// The claimed device's number (`st_rdev`).
-    pub fn rdev(&self) -> u64 {
-        self.rdev
-    }
 }
 
 /// The claims alive in this process, by device number.
@@ -66,7 +57,7 @@ pub fn claim(path: &Path) -> io::Result<Arc<DeviceClaim>> {
     }
     match OpenOptions::new().read(true).custom_flags(libc::O_EXCL | libc::O_CLOEXEC).open(path) {
         Ok(file) => {
-            let c = Arc::new(DeviceClaim { _file: file, rdev });
+            let c = Arc::new(DeviceClaim { _file: file });
             claims.push((rdev, Arc::downgrade(&c)));
             Ok(c)
         }

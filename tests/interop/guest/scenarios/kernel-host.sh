@@ -955,7 +955,8 @@ subsys_checks() {
     _rc=$?
     t 30 nvme disconnect -n "$_sn" >/dev/null 2>&1
     wait_no_ctrl "$_sn" 10 || info "a controller of $_sn is still present after disconnect"
-    _out=$(kh_subsys remove "$_sn") || fail "remove $_sn: $_out"
+    # (not in a subshell: the caller may read the removal's HOOK_REPLY)
+    kh_subsys remove "$_sn" >/tmp/subsys-rm.txt || fail "remove $_sn: $(cat /tmp/subsys-rm.txt)"
     [ $_rc = 0 ] || exit 1
 }
 ro_checks() {
@@ -1030,12 +1031,7 @@ kh_block_ns() {
     hook_call add-subsystem 60 "$NQN_BLK" block || fail "add $NQN_BLK: ${HOOK_REPLY:-no reply}"
     case $HOOK_REPLY in *"(claimed)"*) ;; *) fail "the target does not hold its device exclusively: $HOOK_REPLY" ;; esac
     info "${HOOK_REPLY#HOOKACK add-subsystem 0 }"
-    ( blk_checks )
-    _rc=$?
-    t 30 nvme disconnect -n "$NQN_BLK" >/dev/null 2>&1
-    wait_no_ctrl "$NQN_BLK" 10 || info "a controller of $NQN_BLK is still present after disconnect"
-    hook_call remove-subsystem 60 "$NQN_BLK" || fail "remove $NQN_BLK: ${HOOK_REPLY:-no reply}"
-    [ $_rc = 0 ] || exit 1
+    subsys_checks "$NQN_BLK" blk_checks
     case $HOOK_REPLY in *" released)"*) info "${HOOK_REPLY#HOOKACK remove-subsystem 0 }" ;; *) fail "device not released: $HOOK_REPLY" ;; esac
 }
 
