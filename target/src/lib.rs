@@ -30,4 +30,5 @@ pub mod nvmetcli;
 pub mod queue;
 pub mod server;
 pub mod service;
+pub mod spdk;
 pub mod transport;

@@ -40,6 +40,14 @@ enum Cmd {
         #[arg(default_value = nvmeof_target::nvmetcli::DEFAULT_SAVE_FILE)]
         path: PathBuf,
     },
+    /// Convert an SPDK NVMe-oF target configuration saved by SPDK's
+    /// `save_config` RPC (`rpc.py save_config`) into a --config file
+    /// (printed; notes on stderr). DH-HMAC-CHAP keys are read from the files
+    /// its keyring names.
+    ImportSpdk {
+        /// The saved configuration (JSON).
+        path: PathBuf,
+    },
     /// Check a --config file before starting or reloading it, changing
     /// nothing: it parses, each namespace's file or device opens, RAM fits,
     /// each listen address is this machine's. Prints what it exports; exit
@@ -91,9 +99,25 @@ fn check_config(path: &Path) -> std::process::ExitCode {
 /// the file cannot be read or converted.
 fn import_nvmetcli(path: &Path) -> std::process::ExitCode {
     use nvmeof_target::nvmetcli::{convert, DeviceKind};
+    print_converted(path, |json| convert(json, DeviceKind::of))
+}
+
+/// `import-spdk`: as `import-nvmetcli`, the keyring's key files read here.
+fn import_spdk(path: &Path) -> std::process::ExitCode {
+    use nvmeof_target::nvmetcli::DeviceKind;
+    let read_key = |p: &Path| std::fs::read_to_string(p).map_err(|e| e.to_string());
+    print_converted(path, |json| nvmeof_target::spdk::convert(json, DeviceKind::of, read_key))
+}
+
+/// Reads `path`, converts it, prints the TOML on stdout and each note on
+/// stderr; exit 2 when the file cannot be read or converted.
+fn print_converted(
+    path: &Path,
+    convert: impl FnOnce(&str) -> Result<nvmeof_target::nvmetcli::Converted, String>,
+) -> std::process::ExitCode {
     let converted = std::fs::read_to_string(path)
         .map_err(|e| format!("{}: {e}", path.display()))
-        .and_then(|json| convert(&json, DeviceKind::of).map_err(|e| format!("{}: {e}", path.display())));
+        .and_then(|json| convert(&json).map_err(|e| format!("{}: {e}", path.display())));
     match converted {
         Ok(c) => {
             for n in &c.notes {
@@ -522,6 +546,7 @@ fn main() -> std::process::ExitCode {
     let args = match cli.cmd {
         Cmd::Serve(args) => *args,
         Cmd::ImportNvmetcli { path } => return import_nvmetcli(&path),
+        Cmd::ImportSpdk { path } => return import_spdk(&path),
         Cmd::CheckConfig { path } => return check_config(&path),
     };
     let cfg = match &args.config {
@@ -625,7 +650,9 @@ mod tests {
             Cli::try_parse_from(["nvmeof-target", "serve"].iter().chain(args)).map_err(|e| e.to_string())?;
         match cli.cmd {
             Cmd::Serve(a) => Ok(*a),
-            Cmd::ImportNvmetcli { .. } | Cmd::CheckConfig { .. } => Err("not serve".into()),
+            Cmd::ImportNvmetcli { .. } | Cmd::ImportSpdk { .. } | Cmd::CheckConfig { .. } => {
+                Err("not serve".into())
+            }
         }
     }
 

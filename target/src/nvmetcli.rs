@@ -83,6 +83,22 @@ pub struct Converted {
     pub notes: Vec<String>,
 }
 
+impl Converted {
+    /// The configuration: `title` and the notes as comments, then `body`,
+    /// checked by parsing it as a [`TargetConfig`].
+    pub(crate) fn finish(title: &str, notes: Vec<String>, body: &str) -> Result<Self, String> {
+        let mut toml = format!("# {title}\n");
+        for n in &notes {
+            let _ = writeln!(toml, "# note: {n}");
+        }
+        toml.push('\n');
+        toml.push_str(body);
+        TargetConfig::from_toml(&toml)
+            .map_err(|e| format!("the converted configuration is not valid here: {e}"))?;
+        Ok(Converted { toml, notes })
+    }
+}
+
 /// A group of configfs attributes: name → the text the file held.
 type Attrs = BTreeMap<String, Value>;
 
@@ -195,7 +211,7 @@ fn socket_address(addr: &Attrs, traddr: &str, trsvcid: &str) -> String {
 }
 
 /// A TOML string literal.
-fn quoted(s: &str) -> String {
+pub(crate) fn quoted(s: &str) -> String {
     toml::Value::String(s.to_string()).to_string()
 }
 
@@ -418,21 +434,15 @@ pub fn convert(json: &str, kind: impl Fn(&Path) -> DeviceKind) -> Result<Convert
         body.push('\n');
     }
 
-    let mut toml = String::from(
-        "# Converted from an nvmet configuration saved by nvmetcli (nvmeof-target import-nvmetcli).\n",
-    );
-    for n in &notes {
-        let _ = writeln!(toml, "# note: {n}");
-    }
-    toml.push('\n');
-    toml.push_str(&body);
-    TargetConfig::from_toml(&toml)
-        .map_err(|e| format!("the converted configuration is not valid here: {e}"))?;
-    Ok(Converted { toml, notes })
+    Converted::finish(
+        "Converted from an nvmet configuration saved by nvmetcli (nvmeof-target import-nvmetcli).",
+        notes,
+        &body,
+    )
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::config::NamespaceSource;
     use nvmeof_common::spec::log::AnaState;
@@ -576,7 +586,7 @@ mod tests {
         assert_eq!(b.namespaces[0].nsid, Some(5));
         assert_eq!(cfg.subsystems[2].ports, Some(vec![]));
 
-        for says in [
+        let says = [
             "port 3 (\"rdma\" transport) left out",
             "subsystem nqn.2014-08.org.example:passthru left out",
             "namespace 3 left out: disabled in nvmet",
@@ -584,11 +594,17 @@ mod tests {
             "subsystem nqn.2014-08.org.example:idle is linked to no TCP port",
             "referrals are listed through every port here",
             "port 1: in-capsule data 8192 bytes (param_inline_data_size 8200",
-        ] {
-            assert!(c.notes.iter().any(|n| n.contains(says)), "no note {says:?}: {:?}", c.notes);
+        ];
+        assert_notes(&c, &says);
+    }
+
+    /// `c` has exactly one note for each of `says` (each in its TOML too).
+    pub(crate) fn assert_notes(c: &Converted, says: &[&str]) {
+        for says in says {
+            assert!(c.notes.iter().any(|n| n.contains(says)), "no note {says:?}: {:#?}", c.notes);
             assert!(c.toml.lines().any(|l| l.starts_with("# note: ") && l.contains(says)), "{}", c.toml);
         }
-        assert_eq!(c.notes.len(), 7, "{:?}", c.notes);
+        assert_eq!(c.notes.len(), says.len(), "{:#?}", c.notes);
     }
 
     #[test]
