@@ -374,6 +374,65 @@ fn import_nvmetcli_prints_a_config_and_its_notes() {
     assert!(out.stdout.is_empty());
 }
 
+/// `import-spdk`: the converted configuration on stdout, each note on
+/// stderr too, the DH-HMAC-CHAP key read from the keyring's file; a host
+/// whose key file is gone is left out (never let in without its key); a
+/// file that is not SPDK's exits 2 naming it.
+#[test]
+fn import_spdk_prints_a_config_and_its_notes() {
+    let dir = TempDir::new("spdk");
+    let saved = dir.0.join("spdk.json");
+    let key = dir.0.join("key0");
+    let secret = "DHHC-1:01:o8/jE9vGsSdaRVAfWmfEhzOZ8S7KkfTi8F/tg64x4BN8zoYw:";
+    std::fs::write(&key, format!("{secret}\n")).unwrap();
+    let json = format!(
+        r#"{{"subsystems": [
+  {{"subsystem": "keyring", "config": [{{"method": "keyring_file_add_key", "params": {{"name": "key0", "path": "{}"}}}}]}},
+  {{"subsystem": "bdev", "config": [{{"method": "bdev_malloc_create", "params": {{"name": "Malloc0", "num_blocks": 2048, "block_size": 512}}}},
+                                   {{"method": "bdev_null_create", "params": {{"name": "Null0", "num_blocks": 2048, "block_size": 512}}}}]}},
+  {{"subsystem": "nvmf", "config": [
+    {{"method": "nvmf_create_transport", "params": {{"trtype": "TCP", "max_queue_depth": 128}}}},
+    {{"method": "nvmf_create_subsystem", "params": {{"nqn": "nqn.2016-06.io.spdk:a", "serial_number": "abc"}}}},
+    {{"method": "nvmf_subsystem_add_host", "params": {{"nqn": "nqn.2016-06.io.spdk:a", "host": "nqn.2014-08.org.example:h", "dhchap_key": "key0"}}}},
+    {{"method": "nvmf_subsystem_add_ns", "params": {{"nqn": "nqn.2016-06.io.spdk:a", "namespace": {{"nsid": 1, "bdev_name": "Malloc0"}}}}}},
+    {{"method": "nvmf_subsystem_add_ns", "params": {{"nqn": "nqn.2016-06.io.spdk:a", "namespace": {{"nsid": 2, "bdev_name": "Null0"}}}}}},
+    {{"method": "nvmf_subsystem_add_listener", "params": {{"nqn": "nqn.2016-06.io.spdk:a",
+      "listen_address": {{"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "4420"}}}}}}]}}]}}"#,
+        key.display()
+    );
+    std::fs::write(&saved, &json).unwrap();
+    let run = || Command::new(BIN).arg("import-spdk").arg(&saved).output().unwrap();
+    let out = run();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let cfg = nvmeof_target::config::TargetConfig::from_toml(&stdout).unwrap();
+    let s = &cfg.subsystems[0];
+    assert_eq!((s.serial.as_deref(), s.namespaces.len()), (Some("abc"), 1));
+    assert_eq!(s.allowed_hosts, Some(vec!["nqn.2014-08.org.example:h".to_string()]));
+    assert_eq!(s.host_keys["nqn.2014-08.org.example:h"].key, secret.parse().unwrap());
+    for says in ["namespace 2 left out: bdev Null0: a null bdev", "discovery is answered on every port"] {
+        assert!(stderr.lines().any(|l| l.starts_with("note: ") && l.contains(says)), "{stderr}");
+        assert!(stdout.lines().any(|l| l.starts_with("# note: ") && l.contains(says)), "{stdout}");
+    }
+    std::fs::remove_file(&key).unwrap();
+    let out = run();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let cfg = nvmeof_target::config::TargetConfig::from_toml(&stdout).unwrap();
+    assert_eq!(cfg.subsystems[0].allowed_hosts, Some(vec![]), "{stdout}");
+    assert!(stderr.contains("key \"key0\" cannot be read") && stderr.contains("allows no host"), "{stderr}");
+
+    std::fs::write(&saved, "[[port]]\nlisten = \"127.0.0.1:4420\"\n").unwrap();
+    let out = run();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(saved.to_str().unwrap()) && stderr.contains("not an SPDK configuration"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
 /// `check-config`: what a configuration exports and whether it would start
 /// here, before a start or a SIGHUP; nothing is created. Exit 0 when it
 /// would start, 1 naming each problem, 2 when it does not parse.
