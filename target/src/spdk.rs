@@ -222,7 +222,8 @@ pub fn convert(
     // Bdevs by name, and their QoS limits.
     let mut bdevs: BTreeMap<&str, Bdev> = BTreeMap::new();
     let mut qos: BTreeMap<&str, Qos> = BTreeMap::new();
-    let mut nvme_controllers: Vec<&str> = Vec::new();
+    // NVMe controllers SPDK attached as bdevs: name, transport.
+    let mut nvme_controllers: Vec<(&str, &str)> = Vec::new();
     for c in section(&root, "bdev") {
         let p = c.params;
         let uuid = string(p, "uuid").map(str::to_string);
@@ -261,7 +262,7 @@ pub fn convert(
             }
             "bdev_nvme_attach_controller" => {
                 if let Some(name) = string(p, "name") {
-                    nvme_controllers.push(name);
+                    nvme_controllers.push((name, string(p, "trtype").unwrap_or("PCIe")));
                 }
                 continue;
             }
@@ -537,7 +538,7 @@ fn namespace(
     allowed: Option<&[&str]>,
     bdevs: &BTreeMap<&str, Bdev>,
     qos: &BTreeMap<&str, Qos>,
-    nvme_controllers: &[&str],
+    nvme_controllers: &[(&str, &str)],
     kind: &impl Fn(&Path) -> DeviceKind,
     body: &mut String,
     notes: &mut Vec<String>,
@@ -552,10 +553,15 @@ fn namespace(
         return;
     };
     let Some(bdev) = bdevs.get(name) else {
-        let why = match nvme_controllers.iter().find(|c| name.starts_with(*c)) {
-            Some(c) => format!(
+        // The controller's bdevs are its namespaces, `{name}n{nsid}`.
+        let why = match nvme_controllers.iter().find(|(c, _)| name.starts_with(c)) {
+            Some((c, t)) if t.eq_ignore_ascii_case("pcie") => format!(
                 "bdev {name} is a namespace of NVMe controller {c}, which SPDK drives itself: \
                  bind it to the kernel's nvme driver and export its /dev/nvmeXnY as a block namespace"
+            ),
+            Some((c, t)) => format!(
+                "bdev {name} is a namespace of NVMe-oF controller {c} ({t}), which SPDK connects to itself: \
+                 connect it with nvme connect and export its /dev/nvmeXnY as a block namespace"
             ),
             None => format!("bdev {name} is not made by a method this converter knows"),
         };
@@ -712,6 +718,7 @@ mod tests {
       {{ "method": "bdev_set_options", "params": {{ "bdev_io_pool_size": 65535, "bdev_io_cache_size": 256, "bdev_auto_examine": true }} }},
       {{ "method": "bdev_nvme_set_options", "params": {{ "action_on_timeout": "none" }} }},
       {{ "method": "bdev_nvme_attach_controller", "params": {{ "name": "Nvme0", "trtype": "PCIe", "traddr": "0000:5e:00.0" }} }},
+      {{ "method": "bdev_nvme_attach_controller", "params": {{ "name": "Remote", "trtype": "tcp", "traddr": "192.0.2.20", "trsvcid": "4420", "subnqn": "nqn.x:y" }} }},
       {{ "method": "bdev_zone_block_create", "params": {{ "base_bdev": "Malloc9", "name": "Zoned0", "zone_capacity": 8192, "optimal_open_zones": 4 }} }},
       {{ "method": "bdev_malloc_create", "params": {{ "name": "Malloc0", "num_blocks": 131072, "block_size": 512, "physical_block_size": 512,
           "uuid": "6a1f0c2e-3b4d-4e5f-8a9b-0c1d2e3f4a5b", "optimal_io_boundary": 0, "md_size": 0, "dif_type": 0, "dif_is_head_of_md": false, "dif_pi_format": 0, "numa_id": -1 }} }},
@@ -763,6 +770,7 @@ mod tests {
       {{ "method": "nvmf_subsystem_add_ns", "params": {{ "nqn": "nqn.2016-06.io.spdk:cnode1", "namespace": {{ "nsid": 5, "bdev_name": "MallocMd" }} }} }},
       {{ "method": "nvmf_subsystem_add_ns", "params": {{ "nqn": "nqn.2016-06.io.spdk:cnode1", "namespace": {{ "nsid": 6, "bdev_name": "Nvme0n1" }} }} }},
       {{ "method": "nvmf_subsystem_add_ns", "params": {{ "nqn": "nqn.2016-06.io.spdk:cnode1", "namespace": {{ "nsid": 7, "bdev_name": "lvs/lv0" }} }} }},
+      {{ "method": "nvmf_subsystem_add_ns", "params": {{ "nqn": "nqn.2016-06.io.spdk:cnode1", "namespace": {{ "nsid": 9, "bdev_name": "Remoten1" }} }} }},
       {{ "method": "nvmf_subsystem_add_ns", "params": {{ "nqn": "nqn.2016-06.io.spdk:cnode1", "namespace": {{ "nsid": 8, "bdev_name": "Zoned0" }} }} }},
       {{ "method": "nvmf_subsystem_add_listener", "params": {{ "nqn": "nqn.2016-06.io.spdk:cnode1",
           "listen_address": {{ "trtype": "TCP", "adrfam": "IPv4", "traddr": "192.0.2.5", "trsvcid": "4420" }}, "secure_channel": false }} }},
@@ -893,6 +901,7 @@ mod tests {
             "namespace 5 left out: bdev MallocMd: it has 8 bytes of metadata",
             "namespace 6 left out: bdev Nvme0n1 is a namespace of NVMe controller Nvme0",
             "namespace 7 left out: bdev lvs/lv0: made by bdev_lvol_create",
+            "namespace 9 left out: bdev Remoten1 is a namespace of NVMe-oF controller Remote (tcp)",
             "namespace 8 left out: bdev Zoned0: a zoned bdev",
             "/var/lib/spdk/uring0.img does not exist here",
             "reservations persist in /var/lib/spdk/golden.ptpl.nvmeof",
