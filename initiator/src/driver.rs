@@ -159,13 +159,73 @@ struct RxCounters {
     direct: AtomicU64,
 }
 
-/// Data of a command as the queue driver takes it: the public [`Payload`]
-/// or a read into a buffer the ticket owns while the command runs.
+/// Data of a command as the queue driver takes it: the public [`Payload`],
+/// a read into a buffer the ticket owns while the command runs, or the
+/// caller's buffers in pieces ([`Namespace::read_vectored`],
+/// [`Namespace::write_vectored`](crate::Namespace::write_vectored)).
+///
+/// [`Namespace::read_vectored`]: crate::Namespace::read_vectored
 pub(crate) enum Xfer<'a> {
     /// A caller-held payload.
     P(Payload<'a>),
     /// Controller to host: `len` bytes appended to this buffer.
     ReadOwned(BytesMut, usize),
+    /// Controller to host, into these pieces in order: copied by the
+    /// caller's future, as [`Payload::Read`] is.
+    ReadScatter(&'a mut (dyn ScatterMut + 'a)),
+    /// Host to controller: these pieces, in order, copied once into the
+    /// ticket's reusable buffer, as [`Payload::Write`] is.
+    WriteGather(&'a [&'a [u8]]),
+}
+
+impl Xfer<'_> {
+    /// Bytes the command moves.
+    fn len(&self) -> usize {
+        match self {
+            Xfer::P(p) => p.len(),
+            Xfer::ReadOwned(_, len) => *len,
+            Xfer::ReadScatter(s) => s.total(),
+            Xfer::WriteGather(g) => g.iter().map(|b| b.len()).sum(),
+        }
+    }
+}
+
+/// A read's destination in pieces (a scatter list, as `readv`'s).
+pub(crate) trait ScatterMut: Send {
+    /// Bytes of all pieces together.
+    fn total(&self) -> usize;
+    /// Copies `data` to byte `off` of the pieces taken as one (what lies
+    /// past their end is dropped); returns the bytes copied.
+    fn put(&mut self, off: usize, data: &[u8]) -> usize;
+}
+
+impl ScatterMut for Vec<&mut [u8]> {
+    fn total(&self) -> usize {
+        self.iter().map(|b| b.len()).sum()
+    }
+
+    fn put(&mut self, mut off: usize, mut data: &[u8]) -> usize {
+        let mut copied = 0;
+        for piece in self.iter_mut() {
+            if data.is_empty() {
+                break;
+            }
+            if off >= piece.len() {
+                off -= piece.len();
+                continue;
+            }
+            let n = (piece.len() - off).min(data.len());
+            piece[off..off + n].copy_from_slice(&data[..n]);
+            (off, data, copied) = (0, &data[n..], copied + n);
+        }
+        copied
+    }
+}
+
+/// Where a read's data goes once its command completed.
+enum ReadDest<'a> {
+    One(&'a mut [u8]),
+    Pieces(&'a mut (dyn ScatterMut + 'a)),
 }
 
 impl<'a> From<Payload<'a>> for Xfer<'a> {
@@ -459,14 +519,15 @@ impl QueueShared {
     pub(crate) async fn execute(
         &self,
         sqe: Sqe,
-        payload: Payload<'_>,
+        payload: impl Into<Xfer<'_>>,
         timeout: Option<Duration>,
         setup: bool,
     ) -> Result<Cqe> {
+        let payload = payload.into();
         check_len(payload.len())?;
         let t = self.acquire().await?;
         let info = command_info(self.qid, &sqe);
-        let (data, read) = t.prepare(payload.into(), timeout);
+        let (data, read) = t.prepare(payload, timeout);
         t.submit(Command { sqe, data, timeout }, if setup { SETUP_BIT } else { 0 })?;
         let cqe = t.wait().await?;
         let cqe = check_status(cqe, info)?;
@@ -733,7 +794,7 @@ impl Ticket<'_> {
 
     /// Turns the caller's payload into the state machine's form; returns the
     /// read buffer to fill after completion.
-    fn prepare<'b>(&self, payload: Xfer<'b>, timeout: Option<Duration>) -> (DataXfer, Option<&'b mut [u8]>) {
+    fn prepare<'b>(&self, payload: Xfer<'b>, timeout: Option<Duration>) -> (DataXfer, Option<ReadDest<'b>>) {
         let mut st = self.state();
         st.timeout = timeout.unwrap_or(self.q.default_timeout);
         st.seq = st.seq.wrapping_add(1);
@@ -748,7 +809,18 @@ impl Ticket<'_> {
                 st.wbuf.extend_from_slice(b);
                 (DataXfer::Write(st.wbuf.split().freeze()), None)
             }
-            Xfer::P(Payload::Read(buf)) => (DataXfer::Read(buf.len() as u32), Some(buf)),
+            Xfer::P(Payload::Read(buf)) => (DataXfer::Read(buf.len() as u32), Some(ReadDest::One(buf))),
+            Xfer::ReadScatter(pieces) => {
+                (DataXfer::Read(pieces.total() as u32), Some(ReadDest::Pieces(pieces)))
+            }
+            Xfer::WriteGather(pieces) => {
+                st.wbuf.clear();
+                st.wbuf.reserve(pieces.iter().map(|b| b.len()).sum());
+                for b in pieces {
+                    st.wbuf.extend_from_slice(b);
+                }
+                (DataXfer::Write(st.wbuf.split().freeze()), None)
+            }
             Xfer::ReadOwned(mut buf, len) => {
                 // Room for all of it now: the driver appends without reallocating.
                 buf.reserve(len);
@@ -804,16 +876,25 @@ impl Ticket<'_> {
         .await
     }
 
-    /// Copies received read data into `buf` (each chunk at its offset).
-    fn copy_into(&self, buf: &mut [u8]) {
+    /// Copies received read data into `dest` (each chunk at its offset).
+    fn copy_into(&self, dest: ReadDest<'_>) {
         let mut st = self.state();
         let mut copied = 0;
-        for (off, data) in st.chunks.drain(..) {
-            let off = off as usize;
-            let end = (off + data.len()).min(buf.len());
-            if off < end {
-                buf[off..end].copy_from_slice(&data[..end - off]);
-                copied += end - off;
+        match dest {
+            ReadDest::One(buf) => {
+                for (off, data) in st.chunks.drain(..) {
+                    let off = off as usize;
+                    let end = (off + data.len()).min(buf.len());
+                    if off < end {
+                        buf[off..end].copy_from_slice(&data[..end - off]);
+                        copied += end - off;
+                    }
+                }
+            }
+            ReadDest::Pieces(pieces) => {
+                for (off, data) in st.chunks.drain(..) {
+                    copied += pieces.put(off as usize, &data);
+                }
             }
         }
         self.q.rx.chunks.fetch_add(copied as u64, Ordering::Relaxed);

@@ -1,5 +1,6 @@
 //! Namespace handle: block I/O split by the maximum transfer size.
 
+use std::io::{IoSlice, IoSliceMut};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -220,6 +221,47 @@ enum Data<'a> {
     /// which is with the driver while the command runs and back here after
     /// it (`None` where the driver could not give it back).
     Owned(Option<BytesMut>, usize),
+    /// A read into pieces of the caller's buffers, in order
+    /// ([`Namespace::read_vectored`]).
+    ReadV(Vec<&'a mut [u8]>),
+    /// A write of pieces of the caller's buffers, in order
+    /// ([`Namespace::write_vectored`]).
+    WriteV(Vec<&'a [u8]>),
+}
+
+/// Cuts `pieces` (whose lengths add up to a multiple of `chunk`, or less at
+/// the end) into groups of `chunk` bytes, splitting a piece across a
+/// boundary: one group per command of a vectored request.
+fn regroup<B>(
+    pieces: impl IntoIterator<Item = B>,
+    chunk: usize,
+    split: impl Fn(B, usize) -> (B, B),
+) -> Vec<Vec<B>>
+where
+    B: std::ops::Deref<Target = [u8]>,
+{
+    let mut groups = Vec::new();
+    let (mut group, mut room) = (Vec::new(), chunk);
+    for mut piece in pieces {
+        while piece.len() > room {
+            let (head, tail) = split(piece, room);
+            group.push(head);
+            groups.push(std::mem::take(&mut group));
+            (piece, room) = (tail, chunk);
+        }
+        room -= piece.len();
+        if !piece.is_empty() {
+            group.push(piece);
+        }
+        if room == 0 {
+            groups.push(std::mem::take(&mut group));
+            room = chunk;
+        }
+    }
+    if !group.is_empty() {
+        groups.push(group);
+    }
+    groups
 }
 
 /// The queues `ops` may go to: the read queues when every one reads.
@@ -234,7 +276,7 @@ fn queue_use(ops: &[Op<'_>]) -> QueueUse {
 impl Data<'_> {
     /// Whether the command reads.
     fn is_read(&self) -> bool {
-        matches!(self, Data::Read(_) | Data::Owned(..))
+        matches!(self, Data::Read(_) | Data::Owned(..) | Data::ReadV(_))
     }
 
     /// The payload of one execution of the command. (Cloning `Bytes` costs
@@ -245,7 +287,9 @@ impl Data<'_> {
             Data::Read(b) => Payload::Read(b),
             Data::Write(b) => Payload::Write(b),
             Data::Bytes(b) => Payload::WriteBytes(b.clone()),
-            Data::Owned(..) => unreachable!("owned reads go through Data::xfer"),
+            Data::Owned(..) | Data::ReadV(_) | Data::WriteV(_) => {
+                unreachable!("owned and vectored transfers go through Data::xfer")
+            }
         }
     }
 
@@ -258,6 +302,8 @@ impl Data<'_> {
                 buf.clear();
                 Xfer::ReadOwned(buf, *len)
             }
+            Data::ReadV(pieces) => Xfer::ReadScatter(pieces),
+            Data::WriteV(pieces) => Xfer::WriteGather(pieces),
             other => Xfer::P(other.payload()),
         }
     }
@@ -382,7 +428,7 @@ impl Namespace {
     async fn run_one(&self, q: &QueueShared, sqe: Sqe, data: &mut Data<'_>, allowed: u8) -> Result<()> {
         let mut tried = 0;
         loop {
-            match q.execute(sqe, data.payload(), None, false).await {
+            match q.execute(sqe, data.xfer(), None, false).await {
                 Ok(_) => return Ok(()),
                 Err(e) => self.before_retry(e, tried, allowed).await?,
             }
@@ -537,6 +583,54 @@ impl Namespace {
             .pieces(lba, blocks)
             .zip(buf.chunks_mut(chunk))
             .map(|((l, n, _), b)| self.op(self.rw_sqe(IoOpcode::READ, l, n, flags), Data::Read(b), flags))
+            .collect();
+        self.run(ops).await
+    }
+
+    /// Reads into `bufs` in order, as `preadv` does: their lengths together
+    /// are a multiple of the block size (each alone may be any length), the
+    /// blocks from `lba` on fill the first, then the next, and so on. One
+    /// command carries them all (several above the maximum transfer size,
+    /// a buffer split between two where it must): pages of a cache or rows
+    /// of a tensor that are not next to each other in memory arrive without
+    /// a bounce buffer, copied once from the receive buffer as with
+    /// [`Self::read`].
+    pub async fn read_vectored(&self, lba: u64, bufs: &mut [IoSliceMut<'_>], flags: IoFlags) -> Result<()> {
+        let len = bufs.iter().map(|b| b.len()).sum();
+        let blocks = self.blocks_of(lba, len)?;
+        let pieces: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut **b).collect();
+        if blocks <= self.max_blocks {
+            let q = self.ctrl.core().pick_io(QueueUse::Read)?;
+            let sqe = self.rw_sqe(IoOpcode::READ, lba, blocks, flags);
+            return self.run_one(q, sqe, &mut Data::ReadV(pieces), self.retries(flags)).await;
+        }
+        let groups = regroup(pieces, self.max_transfer() as usize, |b, at| b.split_at_mut(at));
+        let ops = self
+            .pieces(lba, blocks)
+            .zip(groups)
+            .map(|((l, n, _), g)| self.op(self.rw_sqe(IoOpcode::READ, l, n, flags), Data::ReadV(g), flags))
+            .collect();
+        self.run(ops).await
+    }
+
+    /// Writes `bufs` in order, as `pwritev` does: their lengths together are
+    /// a multiple of the block size, written from `lba` on as one command
+    /// (several above the maximum transfer size). The data is gathered once
+    /// into a buffer the queue reuses, as [`Self::write`] copies it.
+    pub async fn write_vectored(&self, lba: u64, bufs: &[IoSlice<'_>], flags: IoFlags) -> Result<()> {
+        let len = bufs.iter().map(|b| b.len()).sum();
+        let blocks = self.blocks_of(lba, len)?;
+        let pieces: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
+        if blocks <= self.max_blocks {
+            let q = self.ctrl.core().pick_io(QueueUse::Default)?;
+            let sqe = self.rw_sqe(IoOpcode::WRITE, lba, blocks, flags);
+            return self.run_one(q, sqe, &mut Data::WriteV(pieces), self.retries(flags)).await;
+        }
+        let groups = regroup(pieces, self.max_transfer() as usize, |b, at| b.split_at(at));
+        let ops = self
+            .pieces(lba, blocks)
+            .zip(groups)
+            .map(|((l, n, _), g)| self.op(self.rw_sqe(IoOpcode::WRITE, l, n, flags), Data::WriteV(g), flags))
             .collect();
         self.run(ops).await
     }
@@ -1243,6 +1337,30 @@ mod tests {
             .into_iter()
             .map(|c| c.iter().map(|r| (r.slba, r.nlb)).collect())
             .collect()
+    }
+
+    /// A vectored request's pieces cut into groups of one command each,
+    /// split where a command ends, in order, nothing lost or empty.
+    #[test]
+    fn vectored_pieces_are_regrouped_per_command() {
+        let data: Vec<u8> = (0..=255u8).cycle().take(10_000).collect();
+        for lens in [vec![10_000], vec![1, 4095, 4097, 1807], vec![4096, 4096, 1808], vec![0, 3000, 0, 7000]]
+        {
+            let mut rest = &data[..];
+            let pieces: Vec<&[u8]> = lens
+                .iter()
+                .map(|&l| {
+                    let (h, t) = rest.split_at(l);
+                    rest = t;
+                    h
+                })
+                .collect();
+            let groups = regroup(pieces, 4096, |b, at| b.split_at(at));
+            let sizes: Vec<usize> = groups.iter().map(|g| g.iter().map(|b| b.len()).sum()).collect();
+            assert_eq!(sizes, [4096, 4096, 1808], "{lens:?}");
+            assert!(groups.iter().flatten().all(|b| !b.is_empty()), "{lens:?}");
+            assert_eq!(groups.concat().concat(), data, "{lens:?}");
+        }
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //! - [`config`] and [`server`]: configuration (CLI or TOML) and running it;
 //!   [`metrics`]: Prometheus metrics of a running target; [`service`]:
 //!   systemd readiness, reload, stop and watchdog notifications;
-//!   [`nvmetcli`]: converting a saved Linux kernel target configuration.
+//!   [`nvmetcli`] and [`spdk`]: converting a saved Linux kernel target or SPDK
+//!   configuration.
 //!
 //! Data flows socket → `QueueState::handle_bytes` → `cmd::parse` → (R2T …) →
 //! `cmd::execute` → backend → `QueueState::handle_completion` → C2HData /

@@ -12,6 +12,7 @@
 
 mod initiator_util;
 
+use std::io::{IoSlice, IoSliceMut};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -414,6 +415,63 @@ async fn large_io(digests: bool) {
         assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
         check(&back2, &data, lba).unwrap();
     }
+
+    // Vectored: pieces of odd lengths (a byte, a page less and more one,
+    // ...) adding up to whole blocks, one command for a few KiB, several for
+    // 3 MiB with pieces split across the commands' boundaries.
+    for (lba, total) in [(90_000u64, 4096usize), (100_000, (3 << 20) + 1536)] {
+        let pattern = [1usize, 4095, 4097, 131_079, 333_333, 9, 700_001];
+        let cut = |total: usize, rev: bool| {
+            let mut lens = Vec::new();
+            let mut left = total;
+            for i in 0.. {
+                let l = pattern[if rev { pattern.len() - 1 - i % pattern.len() } else { i % pattern.len() }];
+                if l >= left {
+                    lens.push(left);
+                    break;
+                }
+                lens.push(l);
+                left -= l;
+            }
+            lens
+        };
+        let mut data = vec![0u8; total];
+        fill(&mut rng, &mut data);
+        let mut rest: &[u8] = &data;
+        let slices: Vec<IoSlice<'_>> = cut(total, false)
+            .into_iter()
+            .map(|l| {
+                let (head, tail) = rest.split_at(l);
+                rest = tail;
+                IoSlice::new(head)
+            })
+            .collect();
+        ns.write_vectored(lba, &slices, IoFlags::default())
+            .await
+            .unwrap_or_else(|e| panic!("writev {total}: {e}"));
+        let mut back = vec![0u8; total];
+        ns.read(lba, &mut back).await.unwrap();
+        check(&back, &data, lba).unwrap();
+        let mut into = vec![0u8; total];
+        let mut rest: &mut [u8] = &mut into;
+        let mut slices: Vec<IoSliceMut<'_>> = cut(total, true)
+            .into_iter()
+            .map(|l| {
+                let (head, tail) = std::mem::take(&mut rest).split_at_mut(l);
+                rest = tail;
+                IoSliceMut::new(head)
+            })
+            .collect();
+        ns.read_vectored(lba, &mut slices, IoFlags::default())
+            .await
+            .unwrap_or_else(|e| panic!("readv {total}: {e}"));
+        drop(slices);
+        check(&into, &data, lba).unwrap();
+    }
+    // Not whole blocks together: refused before anything is sent.
+    let mut odd = [0u8; 700];
+    let r = ns.read_vectored(0, &mut [IoSliceMut::new(&mut odd)], IoFlags::default()).await;
+    assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
 
     // Eight tasks with 3 MiB extents of their own, concurrently.
     let mut set = tokio::task::JoinSet::new();

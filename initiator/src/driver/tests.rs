@@ -157,3 +157,31 @@ fn dropped_connection_delivers_the_responses_already_received() {
         q.send_ctrl(DriverCtrl::Shutdown);
     });
 }
+
+/// A vectored read's pieces take each chunk at its offset in the whole,
+/// whatever piece it starts in or how many it spans; bytes past the end are
+/// dropped.
+#[test]
+fn scatter_puts_chunks_across_pieces() {
+    let whole: Vec<u8> = (0..100u8).collect();
+    let lens = [1usize, 7, 0, 30, 13, 49];
+    // Chunks of every size from every offset, in any order.
+    for size in 1..=37 {
+        let mut bufs: Vec<Vec<u8>> = lens.iter().map(|&l| vec![0xee; l]).collect();
+        let mut pieces: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+        assert_eq!(pieces.total(), 100);
+        let mut offs: Vec<usize> = (0..100).step_by(size).collect();
+        offs.reverse();
+        let mut copied = 0;
+        for off in offs {
+            copied += pieces.put(off, &whole[off..(off + size).min(100)]);
+        }
+        assert_eq!(copied, 100);
+        assert_eq!(bufs.concat(), whole, "chunks of {size}");
+    }
+    let mut b = [0u8; 4];
+    let mut pieces: Vec<&mut [u8]> = vec![&mut b[..]];
+    assert_eq!(pieces.put(2, &[1, 2, 3, 4]), 2, "past the end dropped");
+    assert_eq!(pieces.put(9, &[1]), 0);
+    assert_eq!(b, [0, 0, 1, 2]);
+}
