@@ -19,7 +19,7 @@
 //!   (`ports`, left out when it listens on every port). Referrals
 //!   (`nvmf_discovery_add_referral`) become `[[referral]]` tables.
 //! - Each subsystem keeps its NQN, serial and model number, controller ID
-//!   range and, when `allow_any_host` is false (SPDK's default), its hosts
+//!   range, SPDK's IEEE OUI and, when `allow_any_host` is false (SPDK's default), its hosts
 //!   (`nvmf_subsystem_add_host`) with their DH-HMAC-CHAP keys, read from the
 //!   files the `keyring` section names (`keyring_file_add_key`).
 //! - Each namespace keeps its NSID, UUID, NGUID and EUI-64 exactly as SPDK
@@ -57,6 +57,9 @@ const DISCOVERY_NQN: &str = nvmeof_common::spec::DISCOVERY_NQN;
 
 /// SPDK's controller ID range unless set (`NVMF_MIN_CNTLID`, `NVMF_MAX_CNTLID`).
 const SPDK_CNTLIDS: (u64, u64) = (1, 0xFFEF);
+
+/// The IEEE OUI SPDK's controllers report (Intel's, bytes E4 D2 5C).
+const SPDK_IEEE_OUI: u32 = 0x5c_d2_e4;
 
 /// One saved RPC call.
 struct Call<'a> {
@@ -418,6 +421,8 @@ pub fn convert(
         if let Some(v) = string(create, "serial_number") {
             let _ = writeln!(body, "serial = {}", quoted(v));
         }
+        // SPDK reports Intel's OUI in every controller (`nvmf_ctrlr_cdata_init`).
+        let _ = writeln!(body, "ieee_oui = 0x{SPDK_IEEE_OUI:06x}");
         let min = uint(create, "min_cntlid").filter(|&v| v != SPDK_CNTLIDS.0);
         let max = uint(create, "max_cntlid").filter(|&v| v != SPDK_CNTLIDS.1);
         for (key, v) in [("cntlid_min", min), ("cntlid_max", max)] {
@@ -838,8 +843,8 @@ mod tests {
         );
         let a = &cfg.subsystems[0];
         assert_eq!(
-            (a.model.as_str(), a.serial.as_deref(), a.cntlids.clone()),
-            ("SPDK bdev Controller", Some("SPDK00000000000001"), 1..=0xFFEF)
+            (a.model.as_str(), a.serial.as_deref(), a.cntlids.clone(), a.ieee_oui),
+            ("SPDK bdev Controller", Some("SPDK00000000000001"), 1..=0xFFEF, Some(0x5cd2e4))
         );
         // The host whose key file is missing is left out, not let in without it.
         assert_eq!(a.allowed_hosts, Some(vec![HOST1.to_string(), HOST2.to_string()]));

@@ -123,6 +123,7 @@ async fn converted_spdk_configuration_serves_the_same_identity() {
         let id = ctrl.identify_controller().await.unwrap();
         assert_eq!((id.sn.trim(), id.mn.trim()), ("SPDK00000000000001", "SPDK bdev Controller"));
         assert!((10..=20).contains(&id.cntlid), "cntlid {}", id.cntlid);
+        assert_eq!(id.ieee, [0xe4, 0xd2, 0x5c], "SPDK's (Intel's) OUI");
         // SPDK's CAP.MQES max_queue_depth − 1, IOCCSZ (64 + 4096) / 16, MDTS
         // log2(128 KiB / 4 KiB), 2 I/O queues of the 4 asked for.
         assert_eq!((ctrl.info().cap.mqes(), id.ioccsz, id.mdts), (63, 260, 5));
