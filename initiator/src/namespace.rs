@@ -229,22 +229,43 @@ enum Data<'a> {
     WriteV(Vec<&'a [u8]>),
 }
 
+/// A piece of a vectored request: a caller's buffer, or a part of one.
+trait Piece<'a>: std::ops::Deref<Target = [u8]> + Sized {
+    /// The first `at` bytes and the rest.
+    fn split(self, at: usize) -> (Self, Self);
+    /// The data of one command made of `pieces`.
+    fn data(pieces: Vec<Self>) -> Data<'a>;
+}
+
+impl<'a> Piece<'a> for &'a mut [u8] {
+    fn split(self, at: usize) -> (Self, Self) {
+        self.split_at_mut(at)
+    }
+
+    fn data(pieces: Vec<Self>) -> Data<'a> {
+        Data::ReadV(pieces)
+    }
+}
+
+impl<'a> Piece<'a> for &'a [u8] {
+    fn split(self, at: usize) -> (Self, Self) {
+        self.split_at(at)
+    }
+
+    fn data(pieces: Vec<Self>) -> Data<'a> {
+        Data::WriteV(pieces)
+    }
+}
+
 /// Cuts `pieces` (whose lengths add up to a multiple of `chunk`, or less at
 /// the end) into groups of `chunk` bytes, splitting a piece across a
 /// boundary: one group per command of a vectored request.
-fn regroup<B>(
-    pieces: impl IntoIterator<Item = B>,
-    chunk: usize,
-    split: impl Fn(B, usize) -> (B, B),
-) -> Vec<Vec<B>>
-where
-    B: std::ops::Deref<Target = [u8]>,
-{
+fn regroup<'a, B: Piece<'a>>(pieces: impl IntoIterator<Item = B>, chunk: usize) -> Vec<Vec<B>> {
     let mut groups = Vec::new();
     let (mut group, mut room) = (Vec::new(), chunk);
     for mut piece in pieces {
         while piece.len() > room {
-            let (head, tail) = split(piece, room);
+            let (head, tail) = piece.split(room);
             group.push(head);
             groups.push(std::mem::take(&mut group));
             (piece, room) = (tail, chunk);
@@ -597,20 +618,8 @@ impl Namespace {
     /// [`Self::read`].
     pub async fn read_vectored(&self, lba: u64, bufs: &mut [IoSliceMut<'_>], flags: IoFlags) -> Result<()> {
         let len = bufs.iter().map(|b| b.len()).sum();
-        let blocks = self.blocks_of(lba, len)?;
-        let pieces: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut **b).collect();
-        if blocks <= self.max_blocks {
-            let q = self.ctrl.core().pick_io(QueueUse::Read)?;
-            let sqe = self.rw_sqe(IoOpcode::READ, lba, blocks, flags);
-            return self.run_one(q, sqe, &mut Data::ReadV(pieces), self.retries(flags)).await;
-        }
-        let groups = regroup(pieces, self.max_transfer() as usize, |b, at| b.split_at_mut(at));
-        let ops = self
-            .pieces(lba, blocks)
-            .zip(groups)
-            .map(|((l, n, _), g)| self.op(self.rw_sqe(IoOpcode::READ, l, n, flags), Data::ReadV(g), flags))
-            .collect();
-        self.run(ops).await
+        self.run(self.vectored_ops(IoOpcode::READ, lba, len, bufs.iter_mut().map(|b| &mut **b), flags, 0)?)
+            .await
     }
 
     /// Writes `bufs` in order, as `pwritev` does: their lengths together are
@@ -619,20 +628,31 @@ impl Namespace {
     /// into a buffer the queue reuses, as [`Self::write`] copies it.
     pub async fn write_vectored(&self, lba: u64, bufs: &[IoSlice<'_>], flags: IoFlags) -> Result<()> {
         let len = bufs.iter().map(|b| b.len()).sum();
+        self.run(self.vectored_ops(IoOpcode::WRITE, lba, len, bufs.iter().map(|b| &**b), flags, 0)?).await
+    }
+
+    /// The commands of a vectored read or write of `pieces` (`len` bytes
+    /// together) from `lba`, for request `owner`: one per maximum transfer,
+    /// each with its pieces (split where a command ends).
+    fn vectored_ops<'a, B: Piece<'a>>(
+        &self,
+        opcode: IoOpcode,
+        lba: u64,
+        len: usize,
+        pieces: impl IntoIterator<Item = B>,
+        flags: IoFlags,
+        owner: usize,
+    ) -> Result<Vec<Op<'a>>> {
         let blocks = self.blocks_of(lba, len)?;
-        let pieces: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
-        if blocks <= self.max_blocks {
-            let q = self.ctrl.core().pick_io(QueueUse::Default)?;
-            let sqe = self.rw_sqe(IoOpcode::WRITE, lba, blocks, flags);
-            return self.run_one(q, sqe, &mut Data::WriteV(pieces), self.retries(flags)).await;
-        }
-        let groups = regroup(pieces, self.max_transfer() as usize, |b, at| b.split_at(at));
-        let ops = self
+        let groups = regroup(pieces, self.max_transfer() as usize);
+        Ok(self
             .pieces(lba, blocks)
             .zip(groups)
-            .map(|((l, n, _), g)| self.op(self.rw_sqe(IoOpcode::WRITE, l, n, flags), Data::WriteV(g), flags))
-            .collect();
-        self.run(ops).await
+            .map(|((l, n, _), g)| Op {
+                owner,
+                ..self.op(self.rw_sqe(opcode, l, n, flags), B::data(g), flags)
+            })
+            .collect())
     }
 
     /// Reads `len` bytes (a multiple of the block size) starting at `lba` into
@@ -1281,6 +1301,34 @@ impl<'a> Batch<'a> {
         })
     }
 
+    /// Adds a vectored read ([`Namespace::read_vectored`]); returns its
+    /// index in the results.
+    pub fn read_vectored(&mut self, lba: u64, bufs: &'a mut [IoSliceMut<'_>], flags: IoFlags) -> usize {
+        self.add(|ns, owner, ops| {
+            let len = bufs.iter().map(|b| b.len()).sum();
+            let pieces = bufs.iter_mut().map(|b| &mut **b);
+            ops.extend(ns.vectored_ops(IoOpcode::READ, lba, len, pieces, flags, owner)?);
+            Ok(())
+        })
+    }
+
+    /// Adds a vectored write ([`Namespace::write_vectored`]); returns its
+    /// index in the results.
+    pub fn write_vectored(&mut self, lba: u64, bufs: &'a [IoSlice<'_>], flags: IoFlags) -> usize {
+        self.add(|ns, owner, ops| {
+            let len = bufs.iter().map(|b| b.len()).sum();
+            ops.extend(ns.vectored_ops(
+                IoOpcode::WRITE,
+                lba,
+                len,
+                bufs.iter().map(|b| &**b),
+                flags,
+                owner,
+            )?);
+            Ok(())
+        })
+    }
+
     /// Adds a flush; returns its index in the results.
     pub fn flush(&mut self) -> usize {
         self.add(|ns, owner, ops| {
@@ -1355,7 +1403,7 @@ mod tests {
                     h
                 })
                 .collect();
-            let groups = regroup(pieces, 4096, |b, at| b.split_at(at));
+            let groups = regroup(pieces, 4096);
             let sizes: Vec<usize> = groups.iter().map(|g| g.iter().map(|b| b.len()).sum()).collect();
             assert_eq!(sizes, [4096, 4096, 1808], "{lens:?}");
             assert!(groups.iter().flatten().all(|b| !b.is_empty()), "{lens:?}");

@@ -467,6 +467,25 @@ async fn large_io(digests: bool) {
             .unwrap_or_else(|e| panic!("readv {total}: {e}"));
         drop(slices);
         check(&into, &data, lba).unwrap();
+
+        // In a batch: the extent read again into two halves while its
+        // halves, swapped, are written 8 MiB further on.
+        let (mut a, mut b) = (vec![0u8; total / 2], vec![0u8; total - total / 2]);
+        let mut halves = [IoSliceMut::new(&mut a), IoSliceMut::new(&mut b)];
+        let (first, second) = data.split_at(total / 2);
+        let swapped = [IoSlice::new(second), IoSlice::new(first)];
+        let lba2 = lba + (8 << 20) / BS as u64;
+        let r = {
+            let mut batch = ns.batch();
+            batch.read_vectored(lba, &mut halves, IoFlags::default());
+            batch.write_vectored(lba2, &swapped, IoFlags::default());
+            batch.submit().await
+        };
+        assert!(r.iter().all(|r| r.is_ok()), "{r:?}");
+        check(&[a, b].concat(), &data, lba).unwrap();
+        let mut back = vec![0u8; total];
+        ns.read(lba2, &mut back).await.unwrap();
+        check(&back, &[second, first].concat(), lba2).unwrap();
     }
     // Not whole blocks together: refused before anything is sent.
     let mut odd = [0u8; 700];
