@@ -226,55 +226,43 @@ write_target_config() {
             echo
             echo "[[subsystem]]"
             echo "nqn = \"$nqn\""
-            if [ "$kind" = auth ]; then
-                printf 'allowed_hosts = [{ nqn = "%s", dhchap_key = "%s"' "$file" "$key"
-                [ "$ckey" = - ] || printf ', dhchap_ctrl_key = "%s"' "$ckey"
-                [ "$group" = - ] || printf ', dhchap_dhgroup = "%s"' "$group"
-                echo ' }]'
-            elif [ "$kind" = acl ]; then
-                [ "$file" = any ] || echo "allowed_hosts = [\"${file//,/\", \"}\"]"
-            elif [ "$kind" = mask ]; then
-                : # open to every host: the namespace's hosts decide who sees it
-            else
-                [ -n "$INTEROP_ALLOW_HOST" ] && echo "allowed_hosts = [\"$INTEROP_ALLOW_HOST\"]"
-            fi
-            [ "$kind" = qmax ] && echo "max_io_queues = $file"
-            if [ "$kind" = ports ]; then
-                [ "$file" = none ] && echo "ports = []" || echo "ports = [$file]"
-            fi
+            case $kind in
+                auth)
+                    printf 'allowed_hosts = [{ nqn = "%s", dhchap_key = "%s"' "$file" "$key"
+                    [ "$ckey" = - ] || printf ', dhchap_ctrl_key = "%s"' "$ckey"
+                    [ "$group" = - ] || printf ', dhchap_dhgroup = "%s"' "$group"
+                    echo ' }]'
+                    ;;
+                acl) [ "$file" = any ] || echo "allowed_hosts = [\"${file//,/\", \"}\"]" ;;
+                mask) ;; # open to every host: the namespace's hosts decide who sees it
+                *) [ -n "$INTEROP_ALLOW_HOST" ] && echo "allowed_hosts = [\"$INTEROP_ALLOW_HOST\"]" ;;
+            esac
+            case $kind in
+                qmax) echo "max_io_queues = $file" ;;
+                ports) [ "$file" = none ] && echo "ports = []" || echo "ports = [$file]" ;;
+            esac
             echo
             echo "[[subsystem.namespace]]"
-            if [ "$kind" = ro ]; then
-                echo "file = \"$file\""
-                echo "read_only = true"
-            elif [ "$kind" = block ]; then
-                echo "block = \"$file\""
-            elif [ "$kind" = lbs4k ]; then
-                echo "file = \"$file\""
-                echo "size = \"32M\""
-                echo "block_size = 4096"
-            else
-                echo "ram = \"16M\""
-            fi
-            if [ "$kind" = qos ]; then
-                echo "qos_iops = $file"
-            fi
-            if [ "$kind" = zoned ]; then
-                echo "zoned = true"
-                echo "zone_size = \"4M\""
-                echo "max_open_zones = 2"
-                echo "max_active_zones = 3"
-            fi
-            if [ "$kind" = mask ]; then
-                echo
-                echo "[[subsystem.namespace]]"
-                echo "ram = \"16M\""
-                case $file in
-                    any) ;;
-                    none) echo "hosts = []" ;;
-                    *) echo "hosts = [\"${file//,/\", \"}\"]" ;;
-                esac
-            fi
+            case $kind in
+                ro) printf 'file = "%s"\nread_only = true\n' "$file" ;;
+                block) echo "block = \"$file\"" ;;
+                lbs4k) printf 'file = "%s"\nsize = "32M"\nblock_size = 4096\n' "$file" ;;
+                qos) printf 'ram = "16M"\nqos_iops = %s\n' "$file" ;;
+                zoned)
+                    printf 'ram = "16M"\nzoned = true\nzone_size = "4M"\n'
+                    printf 'max_open_zones = 2\nmax_active_zones = 3\n'
+                    ;;
+                mask)
+                    # a second namespace that only the hosts in FILE see
+                    printf 'ram = "16M"\n\n[[subsystem.namespace]]\nram = "16M"\n'
+                    case $file in
+                        any) ;;
+                        none) echo "hosts = []" ;;
+                        *) echo "hosts = [\"${file//,/\", \"}\"]" ;;
+                    esac
+                    ;;
+                *) echo 'ram = "16M"' ;;
+            esac
         done <"$DIR/subsys.list"; fi
     } >"$DIR/target.toml.new" && mv "$DIR/target.toml.new" "$DIR/target.toml"
 }
