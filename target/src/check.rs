@@ -17,7 +17,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use crate::backend::mem::MemBackend;
-use crate::config::{assign_nsids, NamespaceConfig, NamespaceSource, TargetConfig};
+use crate::config::{assign_nsids, NamespaceConfig, NamespaceSource, ReservationsFormat, TargetConfig};
+use crate::core::reservation::FileFormat;
+use crate::core::Reservations;
 
 /// What [`check`] found.
 #[derive(Debug, Default)]
@@ -80,6 +82,17 @@ pub fn check(cfg: &TargetConfig) -> Report {
             {
                 if let Some(e) = file.as_deref().and_then(parent_missing) {
                     r.problems.push(format!("subsystem {} namespace {nsid} {what}: {e}", s.nqn));
+                }
+            }
+            // Registrations a start would refuse to drop (the bdev UUID
+            // only fills a file that names none).
+            if let Some(path) = &n.reservations_file {
+                let format = match n.reservations_format {
+                    ReservationsFormat::Nvmeof => FileFormat::Nvmeof,
+                    ReservationsFormat::Spdk => FileFormat::Spdk { bdev_uuid: [0; 16] },
+                };
+                if let Err(e) = Reservations::persistent(path.clone(), format) {
+                    r.problems.push(format!("subsystem {} namespace {nsid} reservations_file: {e}", s.nqn));
                 }
             }
         }
@@ -223,7 +236,8 @@ mod tests {
              [[subsystem.namespace]]\nfile = \"{nodir}\"\nsize = \"1M\"\n\
              [[subsystem.namespace]]\nblock = \"{there}\"\n\
              [[subsystem.namespace]]\nram = \"1M\"\nreservations_file = \"{nodir}\"\n\
-             [[subsystem.namespace]]\nram = \"1M\"\nzoned = true\nzone_size = \"2M\"\n",
+             [[subsystem.namespace]]\nram = \"1M\"\nzoned = true\nzone_size = \"2M\"\n\
+             [[subsystem.namespace]]\nram = \"1M\"\nreservations_file = \"{small}\"\nreservations_format = \"spdk\"\n",
             there = there.display(),
             new = d.join("new.img").display(),
             missing = d.join("missing.img").display(),
@@ -257,10 +271,13 @@ mod tests {
             "is not a block device",
             "namespace 8 reservations_file: directory ",
             "namespace 9: zone size 2097152 is larger than the namespace (1048576 bytes)",
+            // 100 zero bytes: not SPDK's reservations JSON.
+            "namespace 10 reservations_file: ",
+            "small.img: not SPDK's reservations JSON",
         ] {
             assert!(problems.contains(want), "no {want:?} in\n{problems}");
         }
-        assert_eq!(r.problems.len(), 7, "{problems}");
+        assert_eq!(r.problems.len(), 8, "{problems}");
         assert!(!d.join("new.img").exists(), "nothing is created");
         assert_eq!(std::fs::metadata(&small).unwrap().len(), 100, "nothing is grown");
         let _ = std::fs::remove_dir_all(&d);

@@ -62,6 +62,7 @@
 //! hosts = ["nqn.2014-08.org.nvmexpress:uuid:..."]   # optional: only these hosts see it; SIGHUP applies
 //! reservations = false                  # optional: persistent reservations (nvmet resv_enable)
 //! reservations_file = "/var/lib/nvmeof/ns1.resv"  # optional: they persist through power loss
+//! reservations_format = "nvmeof"         # optional: "spdk" reads and writes SPDK's ptpl_file JSON
 //! qos_iops = 20000                       # optional: I/O commands per second; SIGHUP applies
 //! qos_bandwidth = "500M"                 # optional: bytes per second (reads and writes together)
 //! zoned = true                           # optional: a zoned namespace (Zoned Namespace command set)
@@ -109,6 +110,10 @@
 //! Linux host's `pr_ops` always ask, or Set Features 83h), every change is
 //! written to the file before the command completes, and the target
 //! restores the registrations and the reservation when it starts again.
+//! `reservations_format = "spdk"` keeps the file in SPDK's `ptpl_file` JSON
+//! instead of this target's TOML: a namespace moved from SPDK (`import-spdk`
+//! points at its `ptpl_file`) keeps its hosts' registrations, and SPDK can
+//! take the file back.
 //!
 //! `hosts` hides the namespace from every host not listed (namespace
 //! masking, as SPDK's `no_auto_visible` namespaces with `nvmf_ns_add_host`;
@@ -252,6 +257,17 @@ pub fn check_host_nqn(nqn: &str) -> Result<(), String> {
     nvmeof_common::spec::nqn::validate_lax(nqn).map_err(|e| e.to_string())
 }
 
+/// The format of a namespace's `reservations_file` (`reservations_format`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReservationsFormat {
+    /// This target's TOML.
+    #[default]
+    Nvmeof,
+    /// SPDK's `ptpl_file` JSON ([`crate::core::reservation::FileFormat::Spdk`]).
+    Spdk,
+}
+
 /// How a file or block-device namespace executes I/O.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -365,6 +381,8 @@ pub struct NamespaceConfig {
     pub reservations: bool,
     /// Where reservations persist through power loss (implies `reservations`).
     pub reservations_file: Option<PathBuf>,
+    /// How `reservations_file` is written.
+    pub reservations_format: ReservationsFormat,
     /// The hosts that see the namespace (`None`: every host;
     /// [`crate::core::Namespace::visible_to`]).
     pub hosts: Option<Vec<String>>,
@@ -848,6 +866,7 @@ struct RawNamespace {
     ana_group: Option<u32>,
     reservations: Option<bool>,
     reservations_file: Option<PathBuf>,
+    reservations_format: Option<ReservationsFormat>,
     hosts: Option<Vec<String>>,
     qos_iops: Option<u64>,
     qos_bandwidth: Option<String>,
@@ -1114,6 +1133,7 @@ impl TargetConfig {
                     ids,
                     reservations: n.reservations.unwrap_or(n.reservations_file.is_some()),
                     reservations_file: n.reservations_file.clone(),
+                    reservations_format: n.reservations_format.unwrap_or_default(),
                     hosts: n.hosts.clone(),
                     qos: QosLimits {
                         iops: match n.qos_iops {
@@ -1152,6 +1172,12 @@ impl TargetConfig {
                     return Err(invalid(
                         format!("{nkey}.reservations_file"),
                         "needs reservations (set false here)",
+                    ));
+                }
+                if n.reservations_format.is_some() && ns.reservations_file.is_none() {
+                    return Err(invalid(
+                        format!("{nkey}.reservations_format"),
+                        "applies to a reservations_file",
                     ));
                 }
                 ns.check_size().map_err(|(key, e)| invalid(format!("{nkey}.{key}"), e))?;
@@ -1382,6 +1408,20 @@ mod tests {
         assert!(e.contains("reservations_file"), "{e}");
         let e = ns("reservations = 1\n").unwrap_err().to_string();
         assert!(e.contains("reservations"), "{e}");
+        let format = |extra: &str| {
+            TargetConfig::from_toml(&format!(
+                "[[subsystem]]\nnqn = \"nqn.2026-12.x:y\"\n[[subsystem.namespace]]\nram = \"1M\"\n{extra}"
+            ))
+            .map(|c| c.subsystems[0].namespaces[0].reservations_format)
+        };
+        assert_eq!(format("reservations_file = \"/x\"\n").unwrap(), ReservationsFormat::Nvmeof);
+        let spdk = "reservations_file = \"/x\"\nreservations_format = \"spdk\"\n";
+        assert_eq!(format(spdk).unwrap(), ReservationsFormat::Spdk);
+        let e = format("reservations = true\nreservations_format = \"spdk\"\n").unwrap_err().to_string();
+        assert!(e.contains("reservations_format") && e.contains("reservations_file"), "{e}");
+        let e =
+            format("reservations_file = \"/x\"\nreservations_format = \"json\"\n").unwrap_err().to_string();
+        assert!(e.contains("reservations_format"), "{e}");
     }
 
     /// The model, serial and firmware are Identify Controller MN, SN and FR:

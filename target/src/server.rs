@@ -12,9 +12,11 @@ use tracing::{info, warn};
 
 use crate::backend::{Backend, BlockBackend, FileBackend, MemBackend, UringBackend};
 use crate::config::{
-    assign_nsids, IoEngine, NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig,
+    assign_nsids, IoEngine, NamespaceConfig, NamespaceSource, ReservationsFormat, SubsystemConfig,
+    TargetConfig,
 };
 use crate::core::ana::ana_state_name;
+use crate::core::reservation::FileFormat;
 use crate::core::{Namespace, Reservations, Subsystem, Target};
 use crate::transport::tcp::{self, ConnOptions};
 
@@ -59,6 +61,7 @@ fn same_store(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
         // `resv_enable` only while the namespace is disabled).
         && a.reservations == b.reservations
         && a.reservations_file == b.reservations_file
+        && a.reservations_format == b.reservations_format
         // New identifiers make hosts drop the namespace and add it again.
         && a.ids == b.ids
         // A zoned namespace keeps the zones (and the size) it started with.
@@ -242,18 +245,23 @@ fn new_namespace(
     if n.qos.any() {
         info!(subnqn = nqn, nsid, limits = %n.qos, "namespace rate limits");
     }
+    // As given (a given UUID keeps its own version bits).
+    ns.uuid = n.ids.uuid.unwrap_or(ns.uuid);
+    ns.nguid = n.ids.nguid.unwrap_or(ns.nguid);
+    ns.eui64 = n.ids.eui64.unwrap_or(ns.eui64);
     if let Some(path) = &n.reservations_file {
-        let r = Reservations::persistent(path.clone())?;
+        let format = match n.reservations_format {
+            ReservationsFormat::Nvmeof => FileFormat::Nvmeof,
+            // SPDK names the bdev; `import-spdk` gives the namespace its UUID.
+            ReservationsFormat::Spdk => FileFormat::Spdk { bdev_uuid: ns.uuid },
+        };
+        let r = Reservations::persistent(path.clone(), format)?;
         let st = r.report();
         if st.ptpls {
             info!(subnqn = nqn, nsid, file = %path.display(), registrants = st.regctl, rtype = st.rtype.0, "reservations restored (persist through power loss)");
         }
         ns.reservations = Some(r);
     }
-    // As given (a given UUID keeps its own version bits).
-    ns.uuid = n.ids.uuid.unwrap_or(ns.uuid);
-    ns.nguid = n.ids.nguid.unwrap_or(ns.nguid);
-    ns.eui64 = n.ids.eui64.unwrap_or(ns.eui64);
     Ok(ns)
 }
 

@@ -27,7 +27,10 @@
 //!   group, the hosts that see it (`no_auto_visible` with `nvmf_ns_add_host`:
 //!   `hosts` here) and its bdev's QoS limits (`bdev_set_qos_limit`
 //!   `rw_ios_per_sec`, `rw_mbytes_per_sec`). SPDK offers reservations on
-//!   every namespace, so every namespace has `reservations = true`.
+//!   every namespace, so every namespace has `reservations = true`; a
+//!   namespace's `ptpl_file` is its `reservations_file`, kept in SPDK's
+//!   format (`reservations_format = "spdk"`), so hosts keep the
+//!   registrations they persisted through power loss.
 //! - Malloc bdevs become RAM namespaces of the same size and block size;
 //!   AIO and io_uring bdevs a block device or a file (by what the path is
 //!   here) with their block size and read-only flag, files with direct I/O
@@ -37,9 +40,7 @@
 //! and on stderr): other transports, TLS listeners and PSKs, bdevs of other
 //! kinds (NVMe controllers SPDK drives itself, logical volumes, RAID, null,
 //! zoned, ...), metadata and protection information, read- or write-only
-//! bandwidth limits, SPDK's own persisted reservations (a `ptpl_file` is
-//! SPDK's format: the namespace persists in a file of its own here), hosts a
-//! key of which cannot be read. A subsystem's namespace that cannot be
+//! bandwidth limits, hosts a key of which cannot be read. A subsystem's namespace that cannot be
 //! exported is left out, never replaced by something else. The output is
 //! checked by parsing it as a [`crate::config::TargetConfig`].
 
@@ -649,12 +650,10 @@ fn namespace(
     }
     // SPDK offers reservations on every namespace.
     t.push_str("reservations = true\n");
+    // SPDK's own file, read and written in SPDK's format: the hosts keep
+    // their registrations, and SPDK can take the file back.
     if let Some(ptpl) = string(ns, "ptpl_file") {
-        let ours = format!("{ptpl}.nvmeof");
-        notes.push(format!(
-            "{what}: reservations persist in {ours} (SPDK's {ptpl} is not read: hosts register again)"
-        ));
-        let _ = writeln!(t, "reservations_file = {}", quoted(&ours));
+        let _ = writeln!(t, "reservations_file = {}\nreservations_format = \"spdk\"", quoted(ptpl));
     }
     if flag(ns, "no_auto_visible") {
         let listed = nsid.and_then(|n| s.ns_hosts.get(&n)).cloned().unwrap_or_default();
@@ -889,7 +888,8 @@ mod tests {
         assert_eq!((n.nsid, n.block_size, n.read_only, n.ana_group), (Some(10), 512, true, 3));
         assert_eq!(n.ids.eui64, Some([0x00, 0x50, 0xc2, 0xff, 0xfe, 0x00, 0x00, 0x01]));
         assert_eq!(n.ids.nguid.map(|g| g[0]), Some(0x1b), "the bdev's UUID, as SPDK fills it in");
-        assert_eq!(n.reservations_file.as_deref(), Some(Path::new("/var/lib/spdk/golden.ptpl.nvmeof")));
+        assert_eq!(n.reservations_file.as_deref(), Some(Path::new("/var/lib/spdk/golden.ptpl")));
+        assert_eq!(n.reservations_format, crate::config::ReservationsFormat::Spdk);
         assert_eq!(cfg.subsystems[2].ports, Some(vec![]));
 
         let says = [
@@ -909,7 +909,6 @@ mod tests {
             "namespace 9 left out: bdev Remoten1 is a namespace of NVMe-oF controller Remote (tcp)",
             "namespace 8 left out: bdev Zoned0: a zoned bdev",
             "/var/lib/spdk/uring0.img does not exist here",
-            "reservations persist in /var/lib/spdk/golden.ptpl.nvmeof",
             "subsystem nqn.2016-06.io.spdk:cnode3 has no TCP listener",
         ];
         crate::nvmetcli::tests::assert_notes(&c, &says);

@@ -45,6 +45,7 @@ pub fn ram_ns(nsid: u32, size: u64, block_size: u32) -> NamespaceConfig {
         ids: Default::default(),
         reservations: false,
         reservations_file: None,
+        reservations_format: Default::default(),
         hosts: None,
         qos: Default::default(),
         zoned: None,

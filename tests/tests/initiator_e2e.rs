@@ -372,6 +372,7 @@ async fn random_io_verified_on_io_uring_files() {
             ids: Default::default(),
             reservations: false,
             reservations_file: None,
+            reservations_format: Default::default(),
             hosts: None,
             qos: Default::default(),
             zoned: None,

@@ -4,8 +4,9 @@
 //! controller IDs), the TCP transport's limits (MQES, I/O queues, IOCCSZ,
 //! MDTS), DH-HMAC-CHAP with the keyring's key files, the namespaces a host
 //! may see (`no_auto_visible`) with their identifiers as SPDK reports them
-//! (UUID and NGUID from the bdev, an EUI-64 where set), reservations, and
-//! the data of an io_uring bdev's file.
+//! (UUID and NGUID from the bdev, an EUI-64 where set), reservations with
+//! the registrations SPDK persisted in a namespace's `ptpl_file` (kept in
+//! SPDK's format), and the data of an io_uring bdev's file.
 
 mod initiator_util;
 
@@ -14,6 +15,7 @@ use std::time::Duration;
 use initiator_util::*;
 use nvmeof_initiator::common::auth::DhchapSecret;
 use nvmeof_initiator::common::spec::identify::{Csi, NsIdDescriptor};
+use nvmeof_initiator::common::spec::reservation::{RegisterAction, ReservationType};
 use nvmeof_initiator::{discover, nvme_subsystems, AuthError, ConnectOptions, Controller, Error};
 use nvmeof_target::config::TargetConfig;
 use nvmeof_target::nvmetcli::DeviceKind;
@@ -34,8 +36,9 @@ fn bytes(uuid: &str) -> [u8; 16] {
 /// the capsule and 128 KiB commands; the discovery subsystem on 127.0.0.1
 /// (port 0: any free one), `NQN` on ::1 only, open to `host` only with its
 /// keys; namespace 1 (Malloc0), 2 (the file, for `host` only, an EUI-64)
-/// and 3 (Malloc1, for another host only).
-fn saved(host: &str, file: &str, key: &str, ctrl_key: &str) -> String {
+/// and 3 (Malloc1, for another host only); namespace 2's reservations
+/// persist in `ptpl`.
+fn saved(host: &str, file: &str, key: &str, ctrl_key: &str, ptpl: &str) -> String {
     format!(
         r#"{{ "subsystems": [
   {{ "subsystem": "keyring", "config": [
@@ -63,7 +66,8 @@ fn saved(host: &str, file: &str, key: &str, ctrl_key: &str) -> String {
     {{ "method": "nvmf_subsystem_add_ns", "params": {{ "nqn": "{NQN}", "namespace": {{ "nsid": 1, "bdev_name": "Malloc0",
         "nguid": "6A1F0C2E3B4D4E5F8A9B0C1D2E3F4A5B", "uuid": "{MALLOC_UUID}", "no_auto_visible": false }} }} }},
     {{ "method": "nvmf_subsystem_add_ns", "params": {{ "nqn": "{NQN}", "namespace": {{ "nsid": 2, "bdev_name": "Uring0",
-        "nguid": "C3D4E5F6A7B84C9D8E0F112233445566", "eui64": "0050C2FFFE000002", "uuid": "{URING_UUID}", "no_auto_visible": true }} }} }},
+        "nguid": "C3D4E5F6A7B84C9D8E0F112233445566", "eui64": "0050C2FFFE000002", "uuid": "{URING_UUID}", "no_auto_visible": true,
+        "ptpl_file": "{ptpl}" }} }} }},
     {{ "method": "nvmf_ns_add_host", "params": {{ "nqn": "{NQN}", "nsid": 2, "host": "{host}" }} }},
     {{ "method": "nvmf_subsystem_add_ns", "params": {{ "nqn": "{NQN}", "namespace": {{ "nsid": 3, "bdev_name": "Malloc1", "no_auto_visible": true }} }} }},
     {{ "method": "nvmf_ns_add_host", "params": {{ "nqn": "{NQN}", "nsid": 3, "host": "nqn.2014-08.org.example:other" }} }},
@@ -88,7 +92,25 @@ async fn converted_spdk_configuration_serves_the_same_identity() {
         std::fs::write(&key, format!("{host_secret}\n")).unwrap();
         std::fs::write(&ctrl_key, ctrl_secret).unwrap();
         let hostnqn = host().nqn.clone();
-        let json = saved(&hostnqn, file.to_str().unwrap(), key.to_str().unwrap(), ctrl_key.to_str().unwrap());
+        // What SPDK persisted for namespace 2: this host (by its host ID)
+        // and another one registered, this one holding Write Exclusive.
+        let ptpl = dir.join("uring0.ptpl");
+        let host_uuid = nvmeof_initiator::common::spec::nqn::format_uuid(&host().id);
+        let other_uuid = "0b0b0b0b-0b0b-0b0b-0b0b-0b0b0b0b0b0b";
+        std::fs::write(
+            &ptpl,
+            format!(
+                r#"{{"ptpl":true,"rtype":1,"crkey":4660,"bdev_uuid":"{URING_UUID}","holder_uuid":"{host_uuid}","registrants":[{{"rkey":43981,"host_uuid":"{other_uuid}"}},{{"rkey":4660,"host_uuid":"{host_uuid}"}}]}}"#
+            ),
+        )
+        .unwrap();
+        let json = saved(
+            &hostnqn,
+            file.to_str().unwrap(),
+            key.to_str().unwrap(),
+            ctrl_key.to_str().unwrap(),
+            ptpl.to_str().unwrap(),
+        );
         let read_key = |p: &std::path::Path| std::fs::read_to_string(p).map_err(|e| e.to_string());
         let c = convert(&json, DeviceKind::of, read_key).unwrap();
         // SPDK answers discovery on its discovery listener only, this
@@ -163,6 +185,22 @@ async fn converted_spdk_configuration_serves_the_same_identity() {
         let mut back = vec![0u8; data.len()];
         ns.read(100, &mut back).await.unwrap();
         assert_eq!(back, data);
+
+        // SPDK's persisted registrations are back: this host holds Write
+        // Exclusive with its key, the other host is registered, PTPL is on.
+        let st = ns.reservation_report().await.unwrap();
+        assert_eq!((st.rtype, st.ptpls, st.generation), (ReservationType::WRITE_EXCLUSIVE, true, 0));
+        let regs: Vec<([u8; 16], u64, bool)> = st.registrants.iter().map(|r| (r.hostid, r.rkey, r.holds)).collect();
+        assert_eq!(regs, [([0x0b; 16], 0xabcd, false), (host().id, 0x1234, true)]);
+        // A change is in SPDK's file, in SPDK's form, before it completes.
+        ns.reservation_register(RegisterAction::REPLACE, 0x1234, 0x5678, false).await.unwrap();
+        let text = std::fs::read_to_string(&ptpl).unwrap();
+        assert_eq!(
+            text,
+            format!(
+                r#"{{"ptpl":true,"rtype":1,"crkey":22136,"bdev_uuid":"{URING_UUID}","holder_uuid":"{host_uuid}","registrants":[{{"rkey":43981,"host_uuid":"{other_uuid}"}},{{"rkey":22136,"host_uuid":"{host_uuid}"}}]}}"#
+            )
+        );
 
         ctrl.shutdown().await.unwrap();
         server.shutdown(Duration::from_secs(1)).await;

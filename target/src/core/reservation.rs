@@ -11,7 +11,9 @@
 //! and they last as long as the namespace, as nvmet's. With a reservations
 //! file ([`Reservations::persistent`], as SPDK's `ptpl_file`) they can
 //! persist through power loss: RESCAP bit 0, and once a host turns PTPL
-//! on, every change is in the file before its command completes.
+//! on, every change is in the file before its command completes. The file
+//! is this target's TOML, or SPDK's own JSON ([`FileFormat::Spdk`]), so
+//! registrations move with a namespace from SPDK and back.
 //!
 //! Where nvmet and the specification differ, this follows the specification
 //! in two places: under the All Registrants types every registrant holds
@@ -29,7 +31,7 @@
 //! that fences another one off can rely on none of that host's writes
 //! landing after its command completes.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -220,6 +222,31 @@ impl State {
     }
 }
 
+/// How a reservations file is written ([`Reservations::persistent`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FileFormat {
+    /// This target's TOML (configuration `reservations_format = "nvmeof"`).
+    #[default]
+    Nvmeof,
+    /// SPDK's `ptpl_file` JSON (`reservations_format = "spdk"`), as
+    /// `nvmf_ns_reservation_update_json` writes it and
+    /// `nvmf_ns_reservation_load_json` reads it: a namespace moved from SPDK
+    /// keeps its hosts' registrations, and SPDK can take the file back.
+    /// `bdev_uuid` is written where the file does not name one already
+    /// (SPDK restores only a file naming its bdev's UUID).
+    Spdk {
+        /// The UUID of the bdev (or this namespace) the file belongs to.
+        bdev_uuid: [u8; 16],
+    },
+}
+
+/// Where and how the state persists.
+#[derive(Debug)]
+struct Store {
+    path: PathBuf,
+    format: FileFormat,
+}
+
 /// Reservation state of one namespace.
 #[derive(Debug, Default)]
 pub struct Reservations {
@@ -230,7 +257,7 @@ pub struct Reservations {
     /// The reservations file (configuration `reservations_file`): Persist
     /// Through Power Loss is supported (RESCAP bit 0), and while the host
     /// has it on, every change is written there before it completes.
-    store: Option<PathBuf>,
+    store: Option<Store>,
     /// Commands in flight per host, for Preempt and Abort.
     inflight: InflightRegistry,
     /// Moves on with every change of `state` (under its lock): a queue's
@@ -244,20 +271,25 @@ impl Reservations {
         Self::default()
     }
 
-    /// Reservations that can persist through power loss in `path`: the
-    /// state it holds (with PTPL on) is restored; a missing file starts
-    /// empty with PTPL off. A file that cannot be read or parsed is an
-    /// error, so registrations are never dropped silently.
-    pub fn persistent(path: PathBuf) -> std::io::Result<Self> {
-        let state = match std::fs::read_to_string(&path) {
-            Ok(text) => persist::decode(&text).map_err(|e| {
+    /// Reservations that can persist through power loss in `path`, written
+    /// in `format`: the state it holds (with PTPL on) is restored; a missing
+    /// file starts empty with PTPL off. A file that cannot be read or parsed
+    /// is an error, so registrations are never dropped silently.
+    pub fn persistent(path: PathBuf, format: FileFormat) -> std::io::Result<Self> {
+        let (state, format) = match std::fs::read_to_string(&path) {
+            Ok(text) => persist::decode(&text, format).map_err(|e| {
                 std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {e}", path.display()))
             })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => State::default(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (State::default(), format),
             Err(e) => return Err(std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))),
         };
         let held = AtomicBool::new(state.holder.is_some());
-        Ok(Self { state: Mutex::new(state), held, store: Some(path), ..Self::default() })
+        Ok(Self { state: Mutex::new(state), held, store: Some(Store { path, format }), ..Self::default() })
+    }
+
+    /// The reservations file and its format.
+    pub fn file(&self) -> Option<(&Path, FileFormat)> {
+        self.store.as_ref().map(|s| (s.path.as_path(), s.format))
     }
 
     /// Whether Persist Through Power Loss is supported (a reservations file).
@@ -294,9 +326,9 @@ impl Reservations {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let mut next = s.clone();
         let r = f(&mut next)?;
-        if let Some(path) = &self.store {
+        if let Some(Store { path, format }) = &self.store {
             if (s.ptpl || next.ptpl) && s.persisted() != next.persisted() {
-                persist::save(path, &next).map_err(|e| {
+                persist::save(path, *format, &next).map_err(|e| {
                     tracing::error!(file = %path.display(), error = %e, "reservations: cannot write the reservations file; the command fails");
                     Status::INTERNAL
                 })?;
@@ -579,16 +611,18 @@ impl Reservations {
     }
 }
 
-/// The reservations file: TOML written whole (a temporary file, fsync,
-/// rename, fsync of the directory), so a crash leaves the old state or the
-/// new one. Keys are hexadecimal strings (TOML integers are signed).
+/// The reservations file, written whole (a temporary file, fsync, rename,
+/// fsync of the directory), so a crash leaves the old state or the new one:
+/// this target's TOML (keys are hexadecimal strings: TOML integers are
+/// signed), or SPDK's JSON.
 mod persist {
     use std::path::Path;
 
+    use nvmeof_common::spec::nqn::{format_uuid, parse_uuid};
     use nvmeof_common::spec::reservation::ReservationType;
     use serde::{Deserialize, Serialize};
 
-    use super::{Holder, HostId, Reg, State};
+    use super::{FileFormat, Holder, HostId, Reg, State};
 
     #[derive(Serialize, Deserialize)]
     #[serde(deny_unknown_fields)]
@@ -610,6 +644,29 @@ mod persist {
         rkey: String,
     }
 
+    /// SPDK's `struct _nvmf_ns_reservation` as `nvmf_ns_pr_decoders` reads
+    /// it (`ptpl`, `rtype`, `crkey`, `holder_uuid` optional) and
+    /// `nvmf_ns_reservation_update_json` writes it, in its order.
+    #[derive(Serialize, Deserialize)]
+    struct SpdkFile {
+        #[serde(default)]
+        ptpl: bool,
+        #[serde(default)]
+        rtype: u32,
+        #[serde(default)]
+        crkey: u64,
+        bdev_uuid: String,
+        #[serde(default)]
+        holder_uuid: String,
+        registrants: Vec<SpdkReg>,
+    }
+
+    #[derive(Serialize, Deserialize)]
+    struct SpdkReg {
+        rkey: u64,
+        host_uuid: String,
+    }
+
     fn hex(b: &[u8]) -> String {
         b.iter().map(|x| format!("{x:02x}")).collect()
     }
@@ -626,8 +683,20 @@ mod persist {
         Ok(id)
     }
 
-    /// The state the file holds; with PTPL off, none but that.
-    pub(super) fn decode(text: &str) -> Result<State, String> {
+    fn uuid(s: &str) -> Result<HostId, String> {
+        parse_uuid(s).ok_or_else(|| format!("{s:?} is not a UUID"))
+    }
+
+    /// The state the file holds (with PTPL off, none but that) and the
+    /// format to keep writing it in.
+    pub(super) fn decode(text: &str, format: FileFormat) -> Result<(State, FileFormat), String> {
+        match format {
+            FileFormat::Nvmeof => Ok((decode_toml(text)?, format)),
+            FileFormat::Spdk { bdev_uuid } => decode_spdk(text, bdev_uuid),
+        }
+    }
+
+    fn decode_toml(text: &str) -> Result<State, String> {
         let f: File = toml::from_str(text).map_err(|e| e.to_string())?;
         if !f.ptpl {
             return Ok(State::default());
@@ -638,24 +707,70 @@ mod persist {
                 .map_err(|_| format!("key {:?} is not hexadecimal", r.rkey))?;
             regs.push(Reg { hostid: hostid(&r.hostid)?, rkey });
         }
-        let holder = match &f.holder {
-            None => None,
-            Some(h) => {
-                let hostid = hostid(h)?;
-                let rtype = ReservationType(f.rtype);
-                if !rtype.is_valid() || !regs.iter().any(|r| r.hostid == hostid) {
-                    return Err(format!(
-                        "holder {h} with type {} is not a registrant with a valid type",
-                        f.rtype
-                    ));
-                }
-                Some(Holder { hostid, rtype })
-            }
-        };
+        let holder =
+            f.holder.as_deref().map(|h| Ok::<_, String>((hostid(h)?, f.rtype as u32))).transpose()?;
+        let holder = holder_of(&regs, holder)?;
         Ok(State { regs, holder, generation: f.generation, ptpl: true, notify_mask: 0 })
     }
 
-    pub(super) fn encode(s: &State) -> String {
+    /// SPDK's file: empty while PTPL is off (SPDK writes nothing then); the
+    /// holder is `holder_uuid`, or under the All Registrants types (where
+    /// SPDK writes none) the first registrant, as `nvmf_ns_reservation_restore`
+    /// takes it. The holder's key is its registration's (SPDK's `crkey`,
+    /// checked as SPDK does). SPDK keeps no generation.
+    fn decode_spdk(text: &str, bdev_uuid: [u8; 16]) -> Result<(State, FileFormat), String> {
+        if text.trim().is_empty() {
+            return Ok((State::default(), FileFormat::Spdk { bdev_uuid }));
+        }
+        let f: SpdkFile =
+            serde_json::from_str(text).map_err(|e| format!("not SPDK's reservations JSON: {e}"))?;
+        let format =
+            FileFormat::Spdk { bdev_uuid: uuid(&f.bdev_uuid).map_err(|e| format!("bdev_uuid {e}"))? };
+        if !f.ptpl {
+            return Ok((State::default(), format));
+        }
+        let mut regs: Vec<Reg> = Vec::with_capacity(f.registrants.len());
+        for r in &f.registrants {
+            let hostid = uuid(&r.host_uuid).map_err(|e| format!("host_uuid {e}"))?;
+            if regs.iter().any(|x| x.hostid == hostid) {
+                return Err(format!("host {} is registered twice", r.host_uuid));
+            }
+            regs.push(Reg { hostid, rkey: r.rkey });
+        }
+        let holder = match ReservationType(f.rtype.min(0xFF) as u8) {
+            _ if f.rtype == 0 => None,
+            t if t.all_registrants() => regs.first().map(|r| (r.hostid, f.rtype)),
+            _ => Some((uuid(&f.holder_uuid).map_err(|e| format!("holder_uuid {e}"))?, f.rtype)),
+        };
+        // SPDK refuses a file whose `crkey` no registrant holds.
+        if f.crkey != 0 && !regs.iter().any(|r| r.rkey == f.crkey) {
+            return Err(format!("crkey {:#x} is no registrant's key", f.crkey));
+        }
+        let holder = holder_of(&regs, holder)?;
+        Ok((State { regs, holder, generation: 0, ptpl: true, notify_mask: 0 }, format))
+    }
+
+    /// The holder `(hostid, rtype)`: a registrant, with a valid type.
+    fn holder_of(regs: &[Reg], holder: Option<(HostId, u32)>) -> Result<Option<Holder>, String> {
+        let Some((hostid, rtype)) = holder else { return Ok(None) };
+        let t = ReservationType(rtype.min(0xFF) as u8);
+        if rtype > 0xFF || !t.is_valid() || !regs.iter().any(|r| r.hostid == hostid) {
+            return Err(format!(
+                "holder {} with type {rtype} is not a registrant with a valid type",
+                hex(&hostid)
+            ));
+        }
+        Ok(Some(Holder { hostid, rtype: t }))
+    }
+
+    pub(super) fn encode(s: &State, format: FileFormat) -> String {
+        match format {
+            FileFormat::Nvmeof => encode_toml(s),
+            FileFormat::Spdk { bdev_uuid } => encode_spdk(s, &bdev_uuid),
+        }
+    }
+
+    fn encode_toml(s: &State) -> String {
         let f = File {
             ptpl: s.ptpl,
             generation: if s.ptpl { s.generation } else { 0 },
@@ -676,8 +791,34 @@ mod persist {
         )
     }
 
-    pub(super) fn save(path: &Path, s: &State) -> std::io::Result<()> {
-        crate::core::write_durably(path, encode(s).as_bytes())
+    /// As `nvmf_ns_update_reservation_info` fills the file: nothing with
+    /// PTPL off; `holder_uuid` empty without a reservation and under the
+    /// All Registrants types; `crkey` the holder's key.
+    fn encode_spdk(s: &State, bdev_uuid: &[u8; 16]) -> String {
+        if !s.ptpl {
+            return String::new();
+        }
+        let holder =
+            s.holder.map(|h| (h, s.regs.iter().find(|r| r.hostid == h.hostid).map_or(0, |r| r.rkey)));
+        let f = SpdkFile {
+            ptpl: true,
+            rtype: holder.map_or(0, |(h, _)| h.rtype.0 as u32),
+            crkey: holder.map_or(0, |(_, k)| k),
+            bdev_uuid: format_uuid(bdev_uuid),
+            holder_uuid: holder
+                .filter(|(h, _)| !h.rtype.all_registrants())
+                .map_or_else(String::new, |(h, _)| format_uuid(&h.hostid)),
+            registrants: s
+                .regs
+                .iter()
+                .map(|r| SpdkReg { rkey: r.rkey, host_uuid: format_uuid(&r.hostid) })
+                .collect(),
+        };
+        serde_json::to_string(&f).expect("serializable")
+    }
+
+    pub(super) fn save(path: &Path, format: FileFormat, s: &State) -> std::io::Result<()> {
+        crate::core::write_durably(path, encode(s, format).as_bytes())
     }
 }
 
@@ -936,7 +1077,7 @@ mod tests {
     fn persists_through_power_loss_once_asked() {
         let path = temp_path("ptpl");
         let _ = std::fs::remove_file(&path);
-        let r = Reservations::persistent(path.clone()).unwrap();
+        let r = Reservations::persistent(path.clone(), FileFormat::Nvmeof).unwrap();
         assert!(r.ptpl_capable() && !r.ptpl());
         // PTPL off: nothing is written, and a restart starts empty.
         reg(&r, &A, 1);
@@ -947,7 +1088,7 @@ mod tests {
         acquire(&r, &B, u64::MAX, ReservationType::EXCLUSIVE_ACCESS_REG_ONLY).unwrap();
         let before = r.report();
         drop(r);
-        let again = Reservations::persistent(path.clone()).unwrap();
+        let again = Reservations::persistent(path.clone(), FileFormat::Nvmeof).unwrap();
         assert_eq!(again.report(), before);
         assert_eq!(may(&again, &C), (false, false), "the restored reservation is enforced");
         assert_eq!(may(&again, &A), (true, true));
@@ -955,7 +1096,7 @@ mod tests {
         again.set_ptpl(false).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.contains("ptpl = false") && !text.contains("registrant"), "{text}");
-        assert_eq!(Reservations::persistent(path.clone()).unwrap().report().regctl, 0);
+        assert_eq!(Reservations::persistent(path.clone(), FileFormat::Nvmeof).unwrap().report().regctl, 0);
         // Without a file, CPTPL is ignored (nvmet) and Features 83h is refused.
         let plain = Reservations::new();
         plain.register(&A, RegisterAction::REGISTER, false, (0, 1), CPTPL_SET).unwrap();
@@ -967,7 +1108,7 @@ mod tests {
     #[test]
     fn an_unwritable_file_fails_the_command_and_changes_nothing() {
         let path = temp_path("gone").join("dir-that-does-not-exist").join("ns.resv");
-        let r = Reservations::persistent(path).unwrap();
+        let r = Reservations::persistent(path, FileFormat::Nvmeof).unwrap();
         assert_eq!(r.register(&A, RegisterAction::REGISTER, false, (0, 1), CPTPL_SET), Err(Status::INTERNAL));
         let rep = r.report();
         assert_eq!((rep.regctl, rep.generation, rep.ptpls), (0, 0, false));
@@ -982,10 +1123,110 @@ mod tests {
         ] {
             let path = temp_path(name);
             std::fs::write(&path, text).unwrap();
-            let e = Reservations::persistent(path.clone()).unwrap_err();
+            let e = Reservations::persistent(path.clone(), FileFormat::Nvmeof).unwrap_err();
             assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{name}: {e}");
             assert!(e.to_string().contains(&path.display().to_string()), "{e}");
             std::fs::remove_file(&path).unwrap();
         }
+    }
+
+    const BDEV: &str = "6a1f0c2e-3b4d-4e5f-8a9b-0c1d2e3f4a5b";
+    const A_UUID: &str = "0a0a0a0a-0a0a-0a0a-0a0a-0a0a0a0a0a0a";
+    const B_UUID: &str = "0b0b0b0b-0b0b-0b0b-0b0b-0b0b0b0b0b0b";
+    const C_UUID: &str = "0c0c0c0c-0c0c-0c0c-0c0c-0c0c0c0c0c0c";
+
+    fn spdk(bdev_uuid: [u8; 16]) -> FileFormat {
+        FileFormat::Spdk { bdev_uuid }
+    }
+
+    /// SPDK's `ptpl_file` as `nvmf_ns_reservation_update_json` writes it
+    /// (compact JSON, its key order) is restored and written back the same
+    /// way, keeping the bdev UUID it names.
+    #[test]
+    fn spdk_files_are_read_and_written_as_spdk_does() {
+        let path = temp_path("spdk");
+        let other_uuid = [0x99; 16];
+        // Host B holds Write Exclusive with key 0xb2; A and B registered.
+        let saved = format!(
+            r#"{{"ptpl":true,"rtype":1,"crkey":178,"bdev_uuid":"{BDEV}","holder_uuid":"{B_UUID}","registrants":[{{"rkey":161,"host_uuid":"{A_UUID}"}},{{"rkey":178,"host_uuid":"{B_UUID}"}}]}}"#
+        );
+        std::fs::write(&path, &saved).unwrap();
+        let r = Reservations::persistent(path.clone(), spdk(other_uuid)).unwrap();
+        let bdev = nvmeof_common::spec::nqn::parse_uuid(BDEV).unwrap();
+        assert_eq!(r.file(), Some((path.as_path(), spdk(bdev))), "the file's bdev UUID is kept");
+        let rep = r.report();
+        assert_eq!(
+            (rep.rtype, rep.regctl, rep.ptpls, rep.generation),
+            (ReservationType::WRITE_EXCLUSIVE, 2, true, 0)
+        );
+        let regs: Vec<(HostId, u64, bool)> =
+            rep.registrants.iter().map(|g| (g.hostid, g.rkey, g.holds)).collect();
+        assert_eq!(regs, [(A, 0xa1, false), (B, 0xb2, true)]);
+        assert_eq!(may(&r, &A), (true, false), "restored and enforced");
+        // A change is written back in SPDK's form.
+        reg(&r, &C, 0xc3);
+        let want = format!(
+            r#"{{"ptpl":true,"rtype":1,"crkey":178,"bdev_uuid":"{BDEV}","holder_uuid":"{B_UUID}","registrants":[{{"rkey":161,"host_uuid":"{A_UUID}"}},{{"rkey":178,"host_uuid":"{B_UUID}"}},{{"rkey":195,"host_uuid":"{C_UUID}"}}]}}"#
+        );
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), want);
+        // All Registrants: SPDK writes no holder and the acquirer's key (C's);
+        // read back, the first registrant is the holder (every registrant holds it).
+        r.release(&B, ReleaseAction::RELEASE, ReservationType::WRITE_EXCLUSIVE, 0xb2).unwrap();
+        acquire(&r, &C, 0xc3, ReservationType::EXCLUSIVE_ACCESS_ALL_REGS).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(text.starts_with(r#"{"ptpl":true,"rtype":6,"crkey":195,"bdev_uuid""#), "{text}");
+        assert!(text.contains(r#""holder_uuid":"","#), "{text}");
+        let before = r.report();
+        drop(r);
+        let again = Reservations::persistent(path.clone(), spdk(other_uuid)).unwrap();
+        assert_eq!(again.report(), ReservationStatus { generation: 0, ..before });
+        // PTPL off: SPDK empties the file; read back, nothing persists, and
+        // the bdev UUID the file no longer names comes from the namespace.
+        again.set_ptpl(false).unwrap();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "");
+        let empty = Reservations::persistent(path.clone(), spdk(other_uuid)).unwrap();
+        assert_eq!((empty.report().regctl, empty.ptpl()), (0, false));
+        empty.register(&A, RegisterAction::REGISTER, false, (0, 1), CPTPL_SET).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(
+            text.contains(r#""bdev_uuid":"99999999-9999-9999-9999-999999999999","holder_uuid":"","#),
+            "{text}"
+        );
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn a_bad_spdk_file_is_an_error() {
+        let file = |rtype: u32, crkey: u64, holder: &str, regs: &[(u64, &str)]| {
+            let regs: Vec<String> =
+                regs.iter().map(|(k, h)| format!(r#"{{"rkey":{k},"host_uuid":"{h}"}}"#)).collect();
+            format!(
+                r#"{{"ptpl":true,"rtype":{rtype},"crkey":{crkey},"bdev_uuid":"{BDEV}","holder_uuid":"{holder}","registrants":[{}]}}"#,
+                regs.join(",")
+            )
+        };
+        for (name, text) in [
+            ("toml", "ptpl = true\ngeneration = 1\n".to_string()),
+            ("no-bdev", r#"{"ptpl":true,"registrants":[]}"#.to_string()),
+            ("bad-host", file(0, 0, "", &[(1, "0a0a")])),
+            ("twice", file(0, 0, "", &[(1, A_UUID), (2, A_UUID)])),
+            ("stranger", file(1, 1, C_UUID, &[(1, A_UUID)])),
+            ("no-holder", file(2, 1, "", &[(1, A_UUID)])),
+            ("crkey", file(1, 7, A_UUID, &[(1, A_UUID)])),
+            ("rtype", file(7, 1, A_UUID, &[(1, A_UUID)])),
+            ("rtype-wide", file(0x101, 1, A_UUID, &[(1, A_UUID)])),
+        ] {
+            let path = temp_path(&format!("spdk-{name}"));
+            std::fs::write(&path, text).unwrap();
+            let e = Reservations::persistent(path.clone(), spdk([0; 16])).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::InvalidData, "{name}: {e}");
+            std::fs::remove_file(&path).unwrap();
+        }
+        // PTPL off in the file: nothing else is looked at (SPDK restores nothing).
+        let path = temp_path("spdk-off");
+        std::fs::write(&path, file(7, 7, "x", &[(1, A_UUID)]).replace("\"ptpl\":true", "\"ptpl\":false"))
+            .unwrap();
+        assert_eq!(Reservations::persistent(path.clone(), spdk([0; 16])).unwrap().report().regctl, 0);
+        std::fs::remove_file(&path).unwrap();
     }
 }
