@@ -34,14 +34,21 @@
 //! - Malloc bdevs become RAM namespaces of the same size and block size;
 //!   AIO and io_uring bdevs a block device or a file (by what the path is
 //!   here) with their block size and read-only flag, files with direct I/O
-//!   (`buffered_io = false`), as SPDK's `O_DIRECT` opens.
+//!   (`buffered_io = false`), as SPDK's `O_DIRECT` opens. A zoned bdev
+//!   (`bdev_zone_block_create`) on one of them becomes that namespace with
+//!   `zoned = true` and zones of its capacity, over the same blocks (SPDK
+//!   maps zone LBAs onto the base bdev one to one), a RAM one of SPDK's size
+//!   (whole zones, a multiple of `optimal_open_zones`); a zone capacity that
+//!   is not a power of two does not convert (SPDK's zones are then larger
+//!   than their capacity, which Linux hosts refuse).
 //!
 //! What does not map is said in a note (a comment at the top of the output,
 //! and on stderr): other transports, TLS listeners and PSKs, bdevs of other
 //! kinds (NVMe controllers SPDK drives itself, logical volumes, RAID, null,
-//! zoned, ...), metadata and protection information, read- or write-only
-//! bandwidth limits, hosts a key of which cannot be read. A subsystem's namespace that cannot be
-//! exported is left out, never replaced by something else. The output is
+//! ...), metadata and protection information, read- or write-only
+//! bandwidth limits, hosts a key of which cannot be read. A subsystem's
+//! namespace that cannot be exported is left out, never replaced by
+//! something else. The output is
 //! checked by parsing it as a [`crate::config::TargetConfig`].
 
 use std::collections::BTreeMap;
@@ -110,6 +117,9 @@ enum BdevKind {
     Ram { bytes: u64, block_size: u64 },
     /// `bdev_aio_create`, `bdev_uring_create`: a file or block device.
     Path { path: String, block_size: Option<u64>, read_only: bool },
+    /// `bdev_zone_block_create`: `base` exported zoned, zones of
+    /// `zone_capacity` blocks in groups of `optimal_open_zones`.
+    Zoned { base: String, zone_capacity: u64, optimal_open_zones: u64 },
     /// Anything else: why it cannot be exported here.
     Unsupported(String),
 }
@@ -271,9 +281,14 @@ pub fn convert(
                 continue;
             }
             "bdev_null_create" => BdevKind::Unsupported("a null bdev discards what is written".into()),
-            "bdev_zone_block_create" => BdevKind::Unsupported(
-                "a zoned bdev (bdev_zone_block_create): configure zoned = true by hand".into(),
-            ),
+            "bdev_zone_block_create" => match string(p, "base_bdev") {
+                Some(base) => BdevKind::Zoned {
+                    base: base.to_string(),
+                    zone_capacity: uint(p, "zone_capacity").unwrap_or(0),
+                    optimal_open_zones: uint(p, "optimal_open_zones").unwrap_or(1).max(1),
+                },
+                None => BdevKind::Unsupported("a zoned bdev without a base_bdev".into()),
+            },
             m if m.ends_with("_create") => {
                 BdevKind::Unsupported(format!("made by {m}, which is not converted"))
             }
@@ -534,6 +549,27 @@ fn transport_limits(p: &Map<String, Value>, limits: &mut Vec<String>, notes: &mu
     }
 }
 
+/// The bdev a zoned bdev (`bdev_zone_block_create`) is made on, if it can
+/// be exported zoned here: a RAM, file or device bdev, and zones as large as
+/// their capacity. SPDK's zones are the capacity rounded up to a power of
+/// two (`spdk_align64pow2`), the rest of each never written; Linux hosts
+/// refuse a capacity below the zone size, so only powers of two convert.
+fn zoned_base<'b>(
+    bdevs: &'b BTreeMap<&str, Bdev>,
+    base: &str,
+    capacity: u64,
+) -> Result<&'b BdevKind, String> {
+    match bdevs.get(base).map(|b| &b.kind) {
+        None => Err(format!("its base bdev {base} is not made by a method this converter knows")),
+        Some(BdevKind::Unsupported(why)) => Err(format!("its base bdev {base}: {why}")),
+        Some(BdevKind::Zoned { .. }) => Err(format!("its base bdev {base} is zoned already")),
+        Some(_) if !capacity.is_power_of_two() => Err(format!(
+            "its zone capacity of {capacity} blocks is not a power of two (zones here are as large as their capacity)"
+        )),
+        Some(k) => Ok(k),
+    }
+}
+
 /// One `nvmf_subsystem_add_ns` as a `[[subsystem.namespace]]` table (or a
 /// note saying why it is left out).
 #[allow(clippy::too_many_arguments)]
@@ -578,11 +614,27 @@ fn namespace(
     if let Some(n) = nsid {
         let _ = writeln!(t, "nsid = {n}");
     }
-    match &bdev.kind {
+    // A zoned bdev exports its base bdev's blocks where they are (SPDK's
+    // `vbdev_zone_block` maps zone LBAs onto the base one to one).
+    let (kind_of, zones) = match &bdev.kind {
+        BdevKind::Zoned { base, zone_capacity, optimal_open_zones } => {
+            match zoned_base(bdevs, base, *zone_capacity) {
+                Ok(k) => (k, Some((*zone_capacity, *optimal_open_zones))),
+                Err(why) => {
+                    notes.push(format!("{what} left out: bdev {name}: a zoned bdev: {why}"));
+                    return;
+                }
+            }
+        }
+        k => (k, None),
+    };
+    match kind_of {
         BdevKind::Unsupported(why) => {
             notes.push(format!("{what} left out: bdev {name}: {why}"));
             return;
         }
+        // A zoned bdev's base is never zoned (`zoned_base`).
+        BdevKind::Zoned { .. } => return,
         BdevKind::Ram { bytes, block_size } => {
             if !matches!(block_size, 512 | 1024 | 2048 | 4096) {
                 notes.push(format!(
@@ -590,7 +642,23 @@ fn namespace(
                 ));
                 return;
             }
+            // SPDK's zoned bdev: whole zones, a multiple of optimal_open_zones.
+            let bytes = match zones {
+                Some((cap, group)) => {
+                    let zone = cap.saturating_mul(*block_size);
+                    let count = bytes / zone;
+                    (count - count % group) * zone
+                }
+                None => *bytes,
+            };
+            if bytes == 0 {
+                notes.push(format!("{what} left out: bdev {name} holds no whole zone"));
+                return;
+            }
             let _ = writeln!(t, "ram = \"{bytes}\"\nblock_size = {block_size}");
+            if let Some((cap, _)) = zones {
+                let _ = writeln!(t, "zoned = true\nzone_size = \"{}\"", cap * block_size);
+            }
         }
         BdevKind::Path { path, block_size, read_only } => {
             if let Some(b) = block_size.filter(|b| !matches!(b, 512 | 1024 | 2048 | 4096)) {
@@ -606,12 +674,13 @@ fn namespace(
                 }
                 k => k,
             };
-            match here {
+            let block = match here {
                 DeviceKind::Block => {
                     let _ = writeln!(t, "block = {}", quoted(path));
                     if let Some(b) = block_size {
                         let _ = writeln!(t, "block_size = {b}");
                     }
+                    *block_size
                 }
                 k => {
                     if k == DeviceKind::Missing {
@@ -622,10 +691,27 @@ fn namespace(
                         512
                     });
                     let _ = writeln!(t, "file = {}\nbuffered_io = false\nblock_size = {b}", quoted(path));
+                    Some(b)
                 }
-            }
+            };
             if *read_only {
                 t.push_str("read_only = true\n");
+            }
+            if let Some((cap, group)) = zones {
+                // The zone size is in bytes here, SPDK's capacity in blocks.
+                let Some(zone) = block.and_then(|b| cap.checked_mul(b)) else {
+                    notes.push(format!(
+                        "{what} left out: bdev {name}: a zoned bdev of {cap}-block zones on a device whose block size \
+                         SPDK did not save (configure zoned = true and zone_size by hand)"
+                    ));
+                    return;
+                };
+                if group > 1 {
+                    notes.push(format!(
+                        "{what}: SPDK exports a multiple of {group} zones (optimal_open_zones), this target every whole zone of {path}"
+                    ));
+                }
+                let _ = writeln!(t, "zoned = true\nzone_size = \"{zone}\"");
             }
         }
     }
@@ -700,7 +786,8 @@ mod tests {
     /// included) for: a keyring of three keys (one file unreadable); a
     /// Malloc bdev with QoS limits, an AIO bdev on a device, an io_uring bdev
     /// on a file, a read-only AIO file, a null bdev, a Malloc bdev with
-    /// metadata, a zoned bdev and an NVMe controller SPDK drives itself; a TCP
+    /// metadata, zoned bdevs (on RAM, on a file, of a capacity not a power
+    /// of two) and an NVMe controller SPDK drives itself; a TCP
     /// and an RDMA transport, a referral of each kind; the discovery
     /// subsystem listening on port 8009 only, `cnode1` (two hosts with keys,
     /// one namespace per bdev kind, one masked), `cnode2` open to any host
@@ -736,7 +823,11 @@ mod tests {
       {{ "method": "bdev_null_create", "params": {{ "name": "Null0", "num_blocks": 2097152, "block_size": 512, "uuid": "2b7e8d6c-5a4f-4e3d-9c2b-1a0f9e8d7c6b" }} }},
       {{ "method": "bdev_malloc_create", "params": {{ "name": "MallocMd", "num_blocks": 1024, "block_size": 520, "md_size": 8, "dif_type": 1,
           "uuid": "3b7e8d6c-5a4f-4e3d-9c2b-1a0f9e8d7c6b" }} }},
-      {{ "method": "bdev_malloc_create", "params": {{ "name": "Malloc9", "num_blocks": 65536, "block_size": 4096, "uuid": "4b7e8d6c-5a4f-4e3d-9c2b-1a0f9e8d7c6b" }} }},
+      {{ "method": "bdev_malloc_create", "params": {{ "name": "Malloc9", "num_blocks": 80000, "block_size": 4096, "uuid": "4b7e8d6c-5a4f-4e3d-9c2b-1a0f9e8d7c6b" }} }},
+      {{ "method": "bdev_malloc_create", "params": {{ "name": "Malloc7", "num_blocks": 65536, "block_size": 512 }} }},
+      {{ "method": "bdev_zone_block_create", "params": {{ "base_bdev": "Malloc7", "name": "Zoned1", "zone_capacity": 3000, "optimal_open_zones": 1 }} }},
+      {{ "method": "bdev_aio_create", "params": {{ "name": "AIO2", "block_size": 4096, "filename": "/srv/zoned.img" }} }},
+      {{ "method": "bdev_zone_block_create", "params": {{ "base_bdev": "AIO2", "name": "Zoned2", "zone_capacity": 4096, "optimal_open_zones": 2 }} }},
       {{ "method": "bdev_lvol_create", "params": {{ "name": "lvs/lv0" }} }},
       {{ "method": "bdev_wait_for_examine" }}
     ] }},
@@ -776,6 +867,8 @@ mod tests {
       {{ "method": "nvmf_subsystem_add_ns", "params": {{ "nqn": "nqn.2016-06.io.spdk:cnode1", "namespace": {{ "nsid": 7, "bdev_name": "lvs/lv0" }} }} }},
       {{ "method": "nvmf_subsystem_add_ns", "params": {{ "nqn": "nqn.2016-06.io.spdk:cnode1", "namespace": {{ "nsid": 9, "bdev_name": "Remoten1" }} }} }},
       {{ "method": "nvmf_subsystem_add_ns", "params": {{ "nqn": "nqn.2016-06.io.spdk:cnode1", "namespace": {{ "nsid": 8, "bdev_name": "Zoned0" }} }} }},
+      {{ "method": "nvmf_subsystem_add_ns", "params": {{ "nqn": "nqn.2016-06.io.spdk:cnode1", "namespace": {{ "nsid": 11, "bdev_name": "Zoned1" }} }} }},
+      {{ "method": "nvmf_subsystem_add_ns", "params": {{ "nqn": "nqn.2016-06.io.spdk:cnode1", "namespace": {{ "nsid": 12, "bdev_name": "Zoned2" }} }} }},
       {{ "method": "nvmf_subsystem_add_listener", "params": {{ "nqn": "nqn.2016-06.io.spdk:cnode1",
           "listen_address": {{ "trtype": "TCP", "adrfam": "IPv4", "traddr": "192.0.2.5", "trsvcid": "4420" }}, "secure_channel": false }} }},
       {{ "method": "nvmf_subsystem_add_listener", "params": {{ "nqn": "nqn.2016-06.io.spdk:cnode1",
@@ -854,7 +947,11 @@ mod tests {
         assert!(!a.host_keys.contains_key(HOST2));
         assert_eq!(a.ports, Some(vec![2]));
         let nsids: Vec<Option<u32>> = a.namespaces.iter().map(|n| n.nsid).collect();
-        assert_eq!(nsids, [Some(1), Some(2), Some(3)], "the bdevs that cannot be exported are left out");
+        assert_eq!(
+            nsids,
+            [Some(1), Some(2), Some(3), Some(8), Some(12)],
+            "the bdevs that cannot be exported are left out"
+        );
         let (n1, n2, n3) = (&a.namespaces[0], &a.namespaces[1], &a.namespaces[2]);
         assert_eq!((&n1.source, n1.block_size), (&NamespaceSource::Ram(64 << 20), 512));
         assert_eq!(n1.qos.iops, Some(20000));
@@ -881,6 +978,23 @@ mod tests {
         assert_eq!((n3.block_size, n3.read_only, n3.hosts.clone()), (4096, false, None));
         assert!(c.toml.contains("file = \"/var/lib/spdk/uring0.img\"\nbuffered_io = false"), "{}", c.toml);
         assert!(a.namespaces.iter().all(|n| n.reservations), "SPDK offers reservations on every namespace");
+        // Zoned bdevs: zones of their capacity on the base bdev's blocks; a
+        // RAM one keeps SPDK's size (8 of its 9 whole 32 MiB zones: a
+        // multiple of optimal_open_zones 4).
+        let zoned =
+            |z: u64| Some(crate::core::zoned::ZoneConfig { zone_size: z, max_open: None, max_active: None });
+        let (n8, n12) = (&a.namespaces[3], &a.namespaces[4]);
+        assert_eq!(
+            (&n8.source, n8.block_size, n8.zoned),
+            (&NamespaceSource::Ram(256 << 20), 4096, zoned(32 << 20))
+        );
+        assert!(
+            matches!(&n12.source, NamespaceSource::File { path, .. } if path == Path::new("/srv/zoned.img")),
+            "{:?}",
+            n12.source
+        );
+        assert_eq!((n12.block_size, n12.zoned), (4096, zoned(16 << 20)));
+        assert!(a.namespaces[..3].iter().all(|n| n.zoned.is_none()));
 
         let b = &cfg.subsystems[1];
         assert_eq!((b.allowed_hosts.clone(), b.ports.clone(), b.cntlids.clone()), (None, None, 100..=199));
@@ -907,7 +1021,9 @@ mod tests {
             "namespace 6 left out: bdev Nvme0n1 is a namespace of NVMe controller Nvme0",
             "namespace 7 left out: bdev lvs/lv0: made by bdev_lvol_create",
             "namespace 9 left out: bdev Remoten1 is a namespace of NVMe-oF controller Remote (tcp)",
-            "namespace 8 left out: bdev Zoned0: a zoned bdev",
+            "namespace 11 left out: bdev Zoned1: a zoned bdev: its zone capacity of 3000 blocks is not a power of two",
+            "namespace 12: SPDK exports a multiple of 2 zones (optimal_open_zones), this target every whole zone of /srv/zoned.img",
+            "/srv/zoned.img does not exist here (exported as a file)",
             "/var/lib/spdk/uring0.img does not exist here",
             "subsystem nqn.2016-06.io.spdk:cnode3 has no TCP listener",
         ];

@@ -6,7 +6,8 @@
 //! may see (`no_auto_visible`) with their identifiers as SPDK reports them
 //! (UUID and NGUID from the bdev, an EUI-64 where set), reservations with
 //! the registrations SPDK persisted in a namespace's `ptpl_file` (kept in
-//! SPDK's format), and the data of an io_uring bdev's file.
+//! SPDK's format), a zoned bdev's zones, and the data of an io_uring bdev's
+//! file.
 
 mod initiator_util;
 
@@ -24,6 +25,7 @@ use nvmeof_target::spdk::convert;
 const NQN: &str = "nqn.2016-06.io.spdk:cnode1";
 const MALLOC_UUID: &str = "6a1f0c2e-3b4d-4e5f-8a9b-0c1d2e3f4a5b";
 const URING_UUID: &str = "c3d4e5f6-a7b8-4c9d-8e0f-112233445566";
+const ZONED_UUID: &str = "d4e5f6a7-b8c9-4d0e-8f10-223344556677";
 
 fn bytes(uuid: &str) -> [u8; 16] {
     let hex: String = uuid.chars().filter(|c| *c != '-').collect();
@@ -36,8 +38,9 @@ fn bytes(uuid: &str) -> [u8; 16] {
 /// the capsule and 128 KiB commands; the discovery subsystem on 127.0.0.1
 /// (port 0: any free one), `NQN` on ::1 only, open to `host` only with its
 /// keys; namespace 1 (Malloc0), 2 (the file, for `host` only, an EUI-64)
-/// and 3 (Malloc1, for another host only); namespace 2's reservations
-/// persist in `ptpl`.
+/// and 3 (Malloc1, for another host only), 4 (a zoned bdev of 4 MiB zones,
+/// two at a time, on a Malloc bdev of 19.5 MiB); namespace 2's
+/// reservations persist in `ptpl`.
 fn saved(host: &str, file: &str, key: &str, ctrl_key: &str, ptpl: &str) -> String {
     format!(
         r#"{{ "subsystems": [
@@ -50,6 +53,8 @@ fn saved(host: &str, file: &str, key: &str, ctrl_key: &str, ptpl: &str) -> Strin
         "uuid": "{MALLOC_UUID}", "optimal_io_boundary": 0, "md_size": 0, "dif_type": 0, "dif_is_head_of_md": false, "dif_pi_format": 0, "numa_id": -1 }} }},
     {{ "method": "bdev_uring_create", "params": {{ "name": "Uring0", "block_size": 4096, "filename": "{file}", "uuid": "{URING_UUID}" }} }},
     {{ "method": "bdev_malloc_create", "params": {{ "name": "Malloc1", "num_blocks": 2048, "block_size": 4096, "uuid": "0b7e8d6c-5a4f-4e3d-9c2b-1a0f9e8d7c6b" }} }},
+    {{ "method": "bdev_malloc_create", "params": {{ "name": "Malloc2", "num_blocks": 5000, "block_size": 4096, "uuid": "{ZONED_UUID}" }} }},
+    {{ "method": "bdev_zone_block_create", "params": {{ "base_bdev": "Malloc2", "name": "Zoned0", "zone_capacity": 1024, "optimal_open_zones": 2 }} }},
     {{ "method": "bdev_wait_for_examine" }} ] }},
   {{ "subsystem": "nvmf", "config": [
     {{ "method": "nvmf_set_config", "params": {{ "discovery_filter": "match_any", "admin_cmd_passthru": {{ "identify_ctrlr": false }} }} }},
@@ -71,6 +76,7 @@ fn saved(host: &str, file: &str, key: &str, ctrl_key: &str, ptpl: &str) -> Strin
     {{ "method": "nvmf_ns_add_host", "params": {{ "nqn": "{NQN}", "nsid": 2, "host": "{host}" }} }},
     {{ "method": "nvmf_subsystem_add_ns", "params": {{ "nqn": "{NQN}", "namespace": {{ "nsid": 3, "bdev_name": "Malloc1", "no_auto_visible": true }} }} }},
     {{ "method": "nvmf_ns_add_host", "params": {{ "nqn": "{NQN}", "nsid": 3, "host": "nqn.2014-08.org.example:other" }} }},
+    {{ "method": "nvmf_subsystem_add_ns", "params": {{ "nqn": "{NQN}", "namespace": {{ "nsid": 4, "bdev_name": "Zoned0" }} }} }},
     {{ "method": "nvmf_subsystem_add_listener", "params": {{ "nqn": "{NQN}",
         "listen_address": {{ "trtype": "TCP", "adrfam": "IPv6", "traddr": "::1", "trsvcid": "0" }}, "secure_channel": false }} }} ] }}
 ] }}"#
@@ -153,7 +159,7 @@ async fn converted_spdk_configuration_serves_the_same_identity() {
         assert_ne!(id.oncs & (1 << 5), 0, "reservations, as SPDK offers them");
 
         // Namespace 3 belongs to the other host.
-        assert_eq!(ctrl.active_namespaces().await.unwrap(), [1, 2]);
+        assert_eq!(ctrl.active_namespaces().await.unwrap(), [1, 2, 4]);
         for (nsid, uuid, eui64) in
             [(1, MALLOC_UUID, None), (2, URING_UUID, Some([0x00, 0x50, 0xc2, 0xff, 0xfe, 0, 0, 2]))]
         {
@@ -201,6 +207,16 @@ async fn converted_spdk_configuration_serves_the_same_identity() {
                 r#"{{"ptpl":true,"rtype":1,"crkey":22136,"bdev_uuid":"{URING_UUID}","holder_uuid":"{host_uuid}","registrants":[{{"rkey":43981,"host_uuid":"{other_uuid}"}},{{"rkey":22136,"host_uuid":"{host_uuid}"}}]}}"#
             )
         );
+
+        // The zoned bdev: SPDK's zones (capacity 1024 blocks of 4 KiB), as
+        // many as SPDK exports (4 whole zones of the 4.88: a multiple of 2).
+        let zns = ctrl.namespace(4).await.unwrap();
+        assert_eq!((zns.block_size(), zns.size_bytes()), (4096, 16 << 20));
+        let zones = zns.zones().await.unwrap();
+        let layout: Vec<(u64, u64)> = zones.iter().map(|z| (z.slba, z.capacity)).collect();
+        assert_eq!(layout, [(0, 1024), (1024, 1024), (2048, 1024), (3072, 1024)]);
+        assert_eq!(zns.zone_append(1024, &[7u8; 8192], Default::default()).await.unwrap(), 1024);
+        assert_eq!(zns.zones().await.unwrap()[1].wp, 1026);
 
         ctrl.shutdown().await.unwrap();
         server.shutdown(Duration::from_secs(1)).await;
