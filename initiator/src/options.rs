@@ -1,10 +1,14 @@
 //! Connection options, reconnect policy and the host identity.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nvmeof_common::auth::DhchapSecret;
 use nvmeof_common::spec::nqn;
+
+/// Where nvme-cli (libnvme) keeps the Linux host's identity: `hostnqn` and
+/// `hostid` (`nvmf_hostnqn_from_file`, `nvmf_hostid_from_file`).
+pub const NVME_CLI_DIR: &str = "/etc/nvme";
 
 /// Host NQN and host identifier (HOSTID) sent in every Connect.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,14 +31,53 @@ impl HostIdentity {
         Self { nqn: nqn.into(), id }
     }
 
-    /// A stable identity for this machine and user, found in this order:
+    /// This machine's identity: the Linux host's where nvme-cli has one
+    /// (`/etc/nvme/hostnqn`, `/etc/nvme/hostid`, as `nvme connect` sends
+    /// them), so this host is the same host to a target as the kernel's
+    /// (its `allowed_hosts` entry, its reservations); else
+    /// [`Self::own`]. The same as [`Self::resolve`]`(None, None)`.
+    pub fn default_for_host() -> Self {
+        Self::resolve(None, None)
+    }
+
+    /// The identity for an NQN and ID given by hand, either or both missing
+    /// (the `--hostnqn` and `--hostid` of `nvme connect`), the rest filled
+    /// in as libnvme does (`nvme_host_get_ids`): the NQN from
+    /// `/etc/nvme/hostnqn`, else the UUID form of the given ID; the ID from
+    /// `/etc/nvme/hostid`, else the UUID of a UUID-form NQN; what is still
+    /// missing from [`Self::own`].
+    pub fn resolve(nqn: Option<&str>, id: Option<[u8; 16]>) -> Self {
+        Self::resolve_in(Path::new(NVME_CLI_DIR), nqn, id)
+    }
+
+    fn resolve_in(dir: &Path, nqn: Option<&str>, id: Option<[u8; 16]>) -> Self {
+        let read = |name: &str| {
+            std::fs::read_to_string(dir.join(name))
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+        };
+        let nqn =
+            nqn.map(str::to_string).or_else(|| read("hostnqn")).or_else(|| id.map(|i| nqn::uuid_nqn(&i)));
+        let id = id
+            .or_else(|| read("hostid").and_then(|s| nqn::parse_uuid(&s)))
+            .or_else(|| nqn.as_deref().and_then(nqn::uuid_from_nqn));
+        match (nqn, id) {
+            (Some(nqn), Some(id)) => Self::new(nqn, id),
+            (Some(nqn), None) => Self::new(nqn, Self::own().id),
+            (None, _) => Self::own(),
+        }
+    }
+
+    /// This library's own stable identity for this machine and user, found
+    /// in this order:
     /// 1. a UUID stored in `$XDG_CONFIG_HOME/nvmeof/hostid` (or `~/.config/nvmeof/hostid`);
     /// 2. a UUID derived from `/etc/machine-id` (hashed with an application key, so the
     ///    machine ID itself is not disclosed);
     /// 3. a random UUID, stored in the file of step 1 so that it stays the same.
     ///
     /// The NQN is the UUID form (like the Linux host's default).
-    pub fn default_for_host() -> Self {
+    pub fn own() -> Self {
         let path = config_dir().map(|d| d.join("nvmeof").join("hostid"));
         if let Some(id) = path
             .as_ref()
@@ -346,6 +389,44 @@ impl ConnectOptions {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// nvme-cli's files first, the gaps filled as libnvme's
+    /// `nvme_host_get_ids`; this library's own identity where there are none.
+    #[test]
+    fn host_identity_follows_nvme_cli() {
+        let dir = std::env::temp_dir().join(format!("nvmeof-hostid-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (own, given) = (HostIdentity::own(), [0x42; 16]);
+        let r = |nqn: Option<&str>, id| HostIdentity::resolve_in(&dir, nqn, id);
+        // No files: this library's own, or what was given.
+        assert_eq!(r(None, None), own);
+        assert_eq!(
+            r(Some("nqn.2014-08.org.example:h"), None),
+            HostIdentity::new("nqn.2014-08.org.example:h", own.id)
+        );
+        assert_eq!(r(None, Some(given)), HostIdentity::from_id(given));
+        let uuid_nqn = "nqn.2014-08.org.nvmexpress:uuid:1164775d-7d3c-4ca6-9dfa-e1fcd301bca3";
+        let in_nqn = nqn::parse_uuid("1164775d-7d3c-4ca6-9dfa-e1fcd301bca3").unwrap();
+        assert_eq!(r(Some(uuid_nqn), None).id, in_nqn, "the UUID of a UUID-form NQN");
+        // A host NQN file alone: its NQN, the ID its UUID (or this library's).
+        std::fs::write(dir.join("hostnqn"), format!("{uuid_nqn}\n")).unwrap();
+        assert_eq!(r(None, None), HostIdentity::new(uuid_nqn, in_nqn));
+        std::fs::write(dir.join("hostnqn"), "nqn.2014-08.org.example:named\n").unwrap();
+        assert_eq!(r(None, None), HostIdentity::new("nqn.2014-08.org.example:named", own.id));
+        assert_eq!(r(None, Some(given)), HostIdentity::new("nqn.2014-08.org.example:named", given));
+        // Both files (nvme-cli's package writes them apart, so they may not match).
+        let file_id = "f42e64ca-ee56-4fb5-8e9e-64ed10b935ce";
+        std::fs::write(dir.join("hostid"), format!("{file_id}\n")).unwrap();
+        let both = HostIdentity::new("nqn.2014-08.org.example:named", nqn::parse_uuid(file_id).unwrap());
+        assert_eq!(r(None, None), both);
+        // What is given wins over the files.
+        assert_eq!(r(Some(uuid_nqn), None), HostIdentity::new(uuid_nqn, both.id));
+        assert_eq!(r(Some(uuid_nqn), Some(given)), HostIdentity::new(uuid_nqn, given));
+        // A host ID file that holds no UUID is passed over.
+        std::fs::write(dir.join("hostid"), "not a uuid\n").unwrap();
+        assert_eq!(r(None, None).id, own.id);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn machine_id_derivation_is_stable_and_uuid_shaped() {

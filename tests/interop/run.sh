@@ -968,15 +968,20 @@ hook_stop_twin() { # stop-twin: stop the twin (SIGTERM); its log must show no er
     echo "twin stopped"
 }
 
-hook_resv_write() { # resv-write conflict|ok: another host (this machine's host ID, the
-    # guest's NQN where only that one is allowed) writes one block of NQN's namespace 1 at
+# The host ID the nvmeof CLI connects with in the hooks below: another host than the guest
+# (whose NQN it may borrow where only that one is allowed; without --hostid the CLI would take
+# this machine's /etc/nvme/hostid, or else the UUID of that NQN: the guest's own ID).
+OTHER_HOSTID=6e766d65-6f66-4974-8000-0000000000b2
+
+hook_resv_write() { # resv-write conflict|ok: another host (OTHER_HOSTID, the guest's NQN
+    # where only that one is allowed) writes one block of NQN's namespace 1 at
     # LBA 122880 (60 MiB) with the nvmeof CLI: refused with Reservation Conflict, or written
     kh_host_target || { echo "not applicable"; return 2; }
     local want=${1:-} out rc
     [ -x "$NVMEOF_CLI_BIN" ] || { echo "no CLI at $NVMEOF_CLI_BIN"; return 1; }
     # shellcheck disable=SC2086
-    out=$(head -c 512 /dev/urandom | timeout 30 "$NVMEOF_CLI_BIN" ${INTEROP_ALLOW_HOST:+--hostnqn "$INTEROP_ALLOW_HOST"} \
-        write "127.0.0.1:$TARGET_PORT" --nqn "$NQN" --nsid 1 --lba 122880 2>&1); rc=$?
+    out=$(head -c 512 /dev/urandom | timeout 30 "$NVMEOF_CLI_BIN" --hostid "$OTHER_HOSTID" \
+        ${INTEROP_ALLOW_HOST:+--hostnqn "$INTEROP_ALLOW_HOST"} write "127.0.0.1:$TARGET_PORT" --nqn "$NQN" --nsid 1 --lba 122880 2>&1); rc=$?
     out=$(tr '\n' ' ' <<<"$out" | sed 's/\x1b\[[0-9;]*m//g' | cut -c1-300)
     case $want in
         conflict) [ $rc -ne 0 ] && grep -qi "reservation conflict" <<<"$out" && { echo "refused: $out"; return 0; } ;;
@@ -988,12 +993,12 @@ hook_resv_write() { # resv-write conflict|ok: another host (this machine's host 
 }
 
 hook_resv_cli() { # resv-cli ARGS...: `nvmeof resv ... ARGS` on NQN's namespace 1 as another host
-    # (this machine's host ID; the guest's NQN where only that one is allowed)
+    # (OTHER_HOSTID; the guest's NQN where only that one is allowed)
     kh_host_target || { echo "not applicable"; return 2; }
     local out rc
     [ -x "$NVMEOF_CLI_BIN" ] || { echo "no CLI at $NVMEOF_CLI_BIN"; return 1; }
     # shellcheck disable=SC2086
-    out=$(timeout 30 "$NVMEOF_CLI_BIN" ${INTEROP_ALLOW_HOST:+--hostnqn "$INTEROP_ALLOW_HOST"} \
+    out=$(timeout 30 "$NVMEOF_CLI_BIN" --hostid "$OTHER_HOSTID" ${INTEROP_ALLOW_HOST:+--hostnqn "$INTEROP_ALLOW_HOST"} \
         resv "127.0.0.1:$TARGET_PORT" --nqn "$NQN" --nsid 1 "$@" 2>&1 </dev/null); rc=$?
     echo "$(tr '\n' ' ' <<<"$out" | sed 's/\x1b\[[0-9;]*m//g' | cut -c1-300)"
     return $rc

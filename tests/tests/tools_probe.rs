@@ -1487,6 +1487,19 @@ async fn admin_cli_reservations() {
         let e = ctrl.namespace(2).await.unwrap().write(0, &[1u8; 512]).await.unwrap_err();
         assert_eq!(e.status().map(|s| s.code()), Some(nvmeof_common::Status::RESERVATION_CONFLICT), "{e}");
         ctrl.shutdown().await.unwrap();
+        // `--hostid` acts as that host (as `nvme resv-register --hostid`):
+        // the other host registers, and is a registrant by its ID.
+        let other_id = "746f6f6c-732d-7265-7376-2d6f74686572"; // b"tools-resv-other"
+        admin(&resv(a, &["register", "--new-key", "0xb2", "--hostid", other_id]), b"").await.unwrap();
+        let j: Value = serde_json::from_str(&admin(&resv(a, &["--json"]), b"").await.unwrap()).unwrap();
+        assert_eq!(j["regctl"].as_u64(), Some(2), "{j}");
+        let hostid: String = b"tools-resv-other".iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            (j["registrants"][1]["hostid"].as_str(), j["registrants"][1]["rkey"].as_u64()),
+            (Some(hostid.as_str()), Some(0xb2))
+        );
+        admin(&resv(a, &["unregister", "--key", "0xb2", "--hostid", other_id]), b"").await.unwrap();
+        assert!(admin::Cli::parse_args(resv(a, &["--hostid", "tools-resv-other"])).is_err(), "not a UUID");
         admin(&["nvmeof", "write", a, "--nqn", NQN, "--nsid", "2", "--lba", "0"], &[2u8; 512]).await.unwrap();
         // Usage and status errors exit as such.
         let e = admin(&resv(a, &["acquire", "--key", "0xa1"]), b"").await.unwrap_err();
@@ -1502,7 +1515,7 @@ async fn admin_cli_reservations() {
         let j: Value = serde_json::from_str(&admin(&resv(a, &["--json"]), b"").await.unwrap()).unwrap();
         assert_eq!(
             (j["rtype"].as_str(), j["regctl"].as_u64(), j["generation"].as_u64()),
-            (Some("none"), Some(0), Some(2))
+            (Some("none"), Some(0), Some(4))
         );
     })
     .await;

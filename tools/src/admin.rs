@@ -18,8 +18,8 @@ use nvmeof_common::spec::reservation::{
 use nvmeof_common::spec::DISCOVERY_NQN;
 use nvmeof_common::spec::{IdentifyController, IdentifyNamespace};
 use nvmeof_initiator::{
-    discover_all_nqn, discover_nqn, ConnectOptions, Controller, ControllerEvent, ControllerState, IoFlags,
-    ReconnectPolicy,
+    discover_all_nqn, discover_nqn, ConnectOptions, Controller, ControllerEvent, ControllerState,
+    HostIdentity, IoFlags, ReconnectPolicy,
 };
 use serde_json::{json, Value};
 
@@ -33,7 +33,8 @@ mod nvm;
 
 use crate::probe::{connect, connect_options, discovery_options, namespace_info, SocketArgs};
 use crate::util::{
-    fmt_bytes, parse_dhchap_secret, parse_host_nqn, parse_positive_duration, target_addr, DEFAULT_PORT,
+    fmt_bytes, parse_dhchap_secret, parse_host_id, parse_host_nqn, parse_positive_duration, target_addr,
+    DEFAULT_PORT,
 };
 pub use features::FeatureSelArg;
 
@@ -52,9 +53,15 @@ pub struct Cli {
     /// Print JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
-    /// Host NQN to connect as (default: this machine's UUID host NQN).
+    /// Host NQN to connect as (default: nvme-cli's /etc/nvme/hostnqn, as
+    /// `nvme connect`; without it this machine's UUID host NQN).
     #[arg(long, global = true, value_parser = parse_host_nqn)]
     pub hostnqn: Option<String>,
+    /// Host identifier to connect as, a UUID (default: nvme-cli's
+    /// /etc/nvme/hostid, else the UUID of a UUID host NQN, as `nvme connect
+    /// --hostid`): reservations belong to it.
+    #[arg(long, global = true, value_name = "UUID", value_parser = parse_host_id)]
+    pub hostid: Option<[u8; 16]>,
     /// Connect and command timeout (e.g. 10s).
     #[arg(long, global = true, default_value = "10s", value_parser = parse_positive_duration)]
     pub timeout: Duration,
@@ -600,7 +607,13 @@ impl Cli {
             command_timeout: self.timeout,
             dhchap_secret: self.dhchap_secret.clone(),
             dhchap_ctrl_secret: self.dhchap_ctrl_secret.clone(),
-            ..self.socket.apply(connect_options(io_queues, 16, self.digests, self.hostnqn.as_deref(), 0))
+            ..self.socket.apply(connect_options(
+                io_queues,
+                16,
+                self.digests,
+                HostIdentity::resolve(self.hostnqn.as_deref(), self.hostid),
+                0,
+            ))
         }
     }
 }

@@ -309,9 +309,15 @@ pub struct ProbeOptions {
     /// Job name in the report.
     #[arg(long, default_value = "nvmeof-probe")]
     pub name: String,
-    /// Host NQN to connect as (default: this machine's UUID host NQN).
+    /// Host NQN to connect as (default: nvme-cli's /etc/nvme/hostnqn, as
+    /// `nvme connect`; without it this machine's UUID host NQN).
     #[arg(long, value_parser = util::parse_host_nqn)]
     pub hostnqn: Option<String>,
+    /// Host identifier to connect as, a UUID (default: nvme-cli's
+    /// /etc/nvme/hostid, else the UUID of a UUID host NQN, as `nvme connect
+    /// --hostid`): reservations belong to it.
+    #[arg(long, value_name = "UUID", value_parser = util::parse_host_id)]
+    pub hostid: Option<[u8; 16]>,
     /// DH-HMAC-CHAP secret for targets that require in-band authentication
     /// (`DHHC-1:..`, as `nvme connect --dhchap-secret`).
     #[arg(long, value_name = "SECRET", value_parser = util::parse_dhchap_secret)]
@@ -353,7 +359,8 @@ pub struct ProbeOptions {
 impl ProbeOptions {
     /// What the probe connects with, for `qd` commands per queue.
     pub fn connect_options(&self, qd: u32) -> ConnectOptions {
-        let base = connect_options(self.queues, qd, self.digests, self.hostnqn.as_deref(), self.poll_us);
+        let host = HostIdentity::resolve(self.hostnqn.as_deref(), self.hostid);
+        let base = connect_options(self.queues, qd, self.digests, host, self.poll_us);
         // Unset: the initiator's default, which `base` already carries.
         let base = self.socket.apply(base);
         ConnectOptions {
@@ -1504,12 +1511,11 @@ pub fn connect_options(
     io_queues: u16,
     qd: u32,
     digests: bool,
-    hostnqn: Option<&str>,
+    host: HostIdentity,
     poll_us: u64,
 ) -> ConnectOptions {
-    let host = hostnqn.map(|n| HostIdentity::new(n, HostIdentity::default_for_host().id));
     ConnectOptions {
-        host,
+        host: Some(host),
         io_queues,
         queue_depth: (qd + 1).clamp(2, u16::MAX as u32) as u16,
         hdr_digest: digests,
@@ -2639,6 +2645,23 @@ mod tests {
         }
         let none = ProbeOptions::parse_args(["p", "x"]).unwrap().connect_options(1);
         assert_eq!((none.host_traddr, none.host_iface, none.tos, none.so_priority), (None, None, None, None));
+        // The host: this machine's (nvme-cli's where it has one), or as given.
+        assert_eq!(none.host, Some(HostIdentity::default_for_host()));
+        let id = [
+            "p",
+            "x",
+            "--hostid",
+            "746F6F6C-732D-7265-7376-2D6F74686572",
+            "--hostnqn",
+            "nqn.2014-08.org.example:h",
+        ];
+        let host = ProbeOptions::parse_args(id).unwrap().connect_options(1).host.unwrap();
+        assert_eq!((host.nqn.as_str(), &host.id), ("nqn.2014-08.org.example:h", b"tools-resv-other"));
+        assert_eq!(
+            discovery_options(&ProbeOptions::parse_args(id).unwrap().connect_options(1)).host,
+            Some(host)
+        );
+        assert!(ProbeOptions::parse_args(["p", "x", "--hostid", "42"]).is_err());
         assert!(ProbeOptions::parse_args(["p", "x", "--tos", "256"]).is_err());
         assert!(ProbeOptions::parse_args(["p", "x", "--host-traddr", "host.example"]).is_err());
         assert!(ProbeOptions::parse_args(["p", "x", "--nqn", "n", "--mix", "101"]).is_err());

@@ -67,6 +67,13 @@ pub fn parse_host_nqn(s: &str) -> Result<String, String> {
     Ok(s.to_string())
 }
 
+/// Parses a host identifier (`--hostid`): a UUID, as `nvme connect --hostid`
+/// and `/etc/nvme/hostid` give it.
+pub fn parse_host_id(s: &str) -> Result<[u8; 16], String> {
+    nvmeof_common::spec::nqn::parse_uuid(s.trim())
+        .ok_or_else(|| format!("{s:?} is not a UUID (xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx)"))
+}
+
 /// Parses a DH-HMAC-CHAP secret (`DHHC-1:..`, as `nvme gen-dhchap-key` prints it).
 pub fn parse_dhchap_secret(s: &str) -> Result<nvmeof_common::auth::DhchapSecret, String> {
     s.parse().map_err(|e: nvmeof_common::auth::secret::SecretError| e.to_string())
