@@ -827,6 +827,69 @@ async fn malformed_addresses_are_usage_errors() {
     .await;
 }
 
+/// `nvmeof discover` without an address asks the discovery controllers of
+/// nvme-cli's discovery.conf, each with its line's options (here the host
+/// NQN, which decides what the log lists), as `nvme discover` does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discover_reads_nvme_clis_discovery_conf() {
+    bounded(60, async {
+        let allowed = "nqn.2024-01.io.nvmeof.test:allowed-host";
+        let t = start_target(512, Some(vec![allowed.to_string()])).await;
+        let port = t.addr.rsplit_once(':').unwrap().1.to_string();
+        let dir = std::env::temp_dir().join(format!("nvmeof-discovery-conf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let conf = dir.join("discovery.conf");
+        let conf_s = conf.to_str().unwrap();
+        let allowed_line = format!("-t tcp -a 127.0.0.1 -s {port} -q {allowed}\n");
+        let plain_line = format!("--transport=tcp --traddr=127.0.0.1 --trsvcid={port}\n");
+        std::fs::write(&conf, format!("# discovery controllers\n\n{allowed_line}{plain_line}")).unwrap();
+        let text = admin(&["nvmeof", "discover", "--config", conf_s], b"").await.unwrap();
+        let logs: Vec<&str> = text.split("Discovery Log at ").skip(1).collect();
+        assert_eq!(logs.len(), 2, "{text}");
+        assert!(
+            logs[0].starts_with(&format!("127.0.0.1:{port}: "))
+                && logs[0].contains(&format!("subnqn:  {NQN}"))
+        );
+        assert!(!logs[1].contains(NQN), "not for the host the subsystem does not allow: {text}");
+        let j: Value = serde_json::from_str(
+            &admin(&["nvmeof", "discover", "--config", conf_s, "--json"], b"").await.unwrap(),
+        )
+        .unwrap();
+        let services = j["services"].as_array().unwrap();
+        assert_eq!(services.len(), 2, "{j}");
+        assert_eq!(services[0]["address"], format!("127.0.0.1:{port}"));
+        assert!(services[0]["records"].as_array().unwrap().iter().any(|r| r["subnqn"] == NQN), "{j}");
+        assert!(services[1]["records"].as_array().unwrap().iter().all(|r| r["subnqn"] != NQN), "{j}");
+        // A line for another transport is skipped and said so; the rest is asked.
+        std::fs::write(&conf, format!("-t rdma -a 127.0.0.1 -s {port}\n{allowed_line}")).unwrap();
+        let e = admin(&["nvmeof", "discover", "--config", conf_s], b"").await.unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
+        assert!(e.to_string().contains("line 1: transport rdma (NVMe/TCP only here)"), "{e}");
+        // A controller that cannot be reached: exit code 3, naming it.
+        let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let dead_port = dead.local_addr().unwrap().port();
+        drop(dead);
+        std::fs::write(&conf, format!("{allowed_line}-t tcp -a 127.0.0.1 -s {dead_port}\n")).unwrap();
+        let e = admin(&["nvmeof", "discover", "--config", conf_s], b"").await.unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::Transport, "{e}");
+        assert!(e.to_string().contains(&format!("127.0.0.1:{dead_port}")), "{e}");
+        // No file, or nothing in it: usage errors that name it.
+        std::fs::write(&conf, "# nothing\n").unwrap();
+        let e = admin(&["nvmeof", "discover", "--config", conf_s], b"").await.unwrap_err();
+        assert!(
+            e.exit_code() == ExitCode::Usage
+                && e.to_string().contains("lists no NVMe/TCP discovery controller"),
+            "{e}"
+        );
+        std::fs::remove_file(&conf).unwrap();
+        let e = admin(&["nvmeof", "discover", "--config", conf_s], b"").await.unwrap_err();
+        assert!(e.exit_code() == ExitCode::Usage && e.to_string().contains(conf_s), "{e}");
+        assert!(admin::Cli::parse_args(["nvmeof", "discover", "127.0.0.1", "--config", conf_s]).is_err());
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_cli_outputs_and_exit_codes() {
     bounded(60, async {

@@ -7,7 +7,7 @@
 //! [`ToolError`] whose [`ToolError::exit_code`] scripts can trust.
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nvmeof_common::spec::discovery::{AdrFam, DiscoveryLog, DiscoveryLogEntry, SecType, SubType, TrType};
@@ -86,10 +86,18 @@ pub struct Cli {
 /// Subcommands.
 #[derive(clap::Subcommand, Debug, Clone)]
 pub enum Command {
-    /// Read the discovery log of HOST or HOST:PORT (default port 4420).
+    /// Read the discovery log of HOST or HOST:PORT (default port 4420); without an address,
+    /// of every discovery controller nvme-cli's /etc/nvme/discovery.conf lists (as `nvme
+    /// discover` without one).
     Discover {
-        /// Target address.
-        addr: String,
+        /// Target address (none: the discovery controllers of --config).
+        addr: Option<String>,
+        /// nvme-cli's file of discovery controllers, one line of `nvme discover` options each
+        /// (`-t tcp -a ADDR -s PORT`, `--hostnqn`, `--hostid`, `--host-traddr`, `--host-iface`,
+        /// `--tos`, `--dhchap-secret`, digests; port 8009 where a line names none), read when
+        /// no address is given.
+        #[arg(long, value_name = "FILE", conflicts_with = "addr", default_value = crate::discovery_conf::DEFAULT_PATH)]
+        config: PathBuf,
         /// Also read the logs of the discovery services its referrals name, and of theirs in
         /// turn (as `nvme connect-all` follows them; each service once, 16 at most).
         #[arg(long)]
@@ -632,11 +640,14 @@ fn emit(out: &mut dyn Write, v: &Value) -> Result<(), ToolError> {
 /// Runs one command; `input` is stdin for `write`, `out` is stdout.
 pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result<(), ToolError> {
     match &cli.cmd {
-        Command::Discover { addr, referrals: true, nqn } => {
+        Command::Discover { addr: None, referrals, nqn, config } => {
+            discover_from_conf(cli, config, nqn, *referrals, out).await
+        }
+        Command::Discover { addr: Some(addr), referrals: true, nqn, .. } => {
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
             discover_referrals(cli, &addr, nqn, out).await
         }
-        Command::Discover { addr, referrals: false, nqn } => {
+        Command::Discover { addr: Some(addr), referrals: false, nqn, .. } => {
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
             let log = discover_nqn(addr.as_str(), nqn, discovery_options(&cli.opts(0)))
                 .await
@@ -1025,40 +1036,166 @@ pub fn discovery_json(log: &DiscoveryLog) -> Value {
 /// `discover --referrals`: every log [`discover_all`] reads, in its order;
 /// after printing them all, the first referral that could not be read is the
 /// error (exit code).
-async fn discover_referrals(cli: &Cli, addr: &str, nqn: &str, out: &mut dyn Write) -> Result<(), ToolError> {
+/// The discovery logs of `addr`'s service and of the services its referrals
+/// name, in turn.
+async fn referral_logs(addr: &str, nqn: &str, opts: ConnectOptions) -> Result<Vec<Service>, ToolError> {
     let first = tokio::net::lookup_host(addr)
         .await
         .ok()
         .and_then(|mut a| a.next())
         .ok_or_else(|| ToolError::usage(format!("cannot resolve {addr}")))?;
-    let logs = discover_all_nqn(first, nqn, discovery_options(&cli.opts(0)))
+    let logs = discover_all_nqn(first, nqn, discovery_options(&opts))
         .await
         .map_err(|e| ToolError::from_initiator(&format!("discovery at {addr}"), &e))?;
-    let failed = logs.iter().find_map(|d| d.log.as_ref().err().map(|e| (d.addr, e)));
+    Ok(logs
+        .into_iter()
+        .map(|d| Service { addr: d.addr.to_string(), referral: true, log: d.log.map_err(Into::into) })
+        .collect())
+}
+
+async fn discover_referrals(cli: &Cli, addr: &str, nqn: &str, out: &mut dyn Write) -> Result<(), ToolError> {
+    let services = referral_logs(addr, nqn, cli.opts(0)).await?;
+    emit_services(cli, &services, &[], out)
+}
+
+/// `discover` without an address: every discovery controller of nvme-cli's
+/// `discovery.conf` at `path`, each with the options of its line (over the
+/// command line's), and with `referrals` the services they name. A line
+/// skipped or a controller that cannot be read is reported, and the others
+/// are still asked; the exit code is then the first failure's.
+async fn discover_from_conf(
+    cli: &Cli,
+    path: &Path,
+    nqn: &str,
+    referrals: bool,
+    out: &mut dyn Write,
+) -> Result<(), ToolError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ToolError::usage(format!("no address given, and {} cannot be read: {e}", path.display()))
+    })?;
+    let (entries, skipped) = crate::discovery_conf::parse(&text);
+    let skipped: Vec<String> = skipped.iter().map(|s| format!("{} {s}", path.display())).collect();
+    if entries.is_empty() {
+        return Err(ToolError::usage(format!(
+            "no address given, and {} lists no NVMe/TCP discovery controller{}",
+            path.display(),
+            skipped.iter().map(|s| format!("; {s}")).collect::<String>()
+        )));
+    }
+    let mut services = Vec::new();
+    for e in &entries {
+        let base = cli.opts(0);
+        let opts = ConnectOptions {
+            host: Some(HostIdentity::resolve(
+                e.hostnqn.as_deref().or(cli.hostnqn.as_deref()),
+                e.hostid.or(cli.hostid),
+            )),
+            host_traddr: e.host_traddr.or(base.host_traddr),
+            host_iface: e.host_iface.clone().or(base.host_iface.clone()),
+            tos: e.tos.or(base.tos),
+            dhchap_secret: e.dhchap_secret.clone().or(base.dhchap_secret.clone()),
+            hdr_digest: e.hdr_digest || base.hdr_digest,
+            data_digest: e.data_digest || base.data_digest,
+            ..base
+        };
+        let nqn = e.nqn.as_deref().unwrap_or(nqn);
+        if referrals {
+            match referral_logs(&e.addr, nqn, opts).await {
+                Ok(logs) => services.extend(logs),
+                Err(err) => {
+                    services.push(Service { addr: e.addr.clone(), referral: false, log: Err(err.into()) })
+                }
+            }
+        } else {
+            let log = discover_nqn(e.addr.as_str(), nqn, discovery_options(&opts)).await.map_err(Into::into);
+            services.push(Service { addr: e.addr.clone(), referral: false, log });
+        }
+    }
+    emit_services(cli, &services, &skipped, out)?;
+    if let Some(s) = skipped.first() {
+        return Err(ToolError::usage(format!("{s} (skipped)")));
+    }
+    Ok(())
+}
+
+/// One discovery service's log, or why it could not be read.
+struct Service {
+    addr: String,
+    /// Reached through a referral (an error there names it so).
+    referral: bool,
+    log: Result<DiscoveryLog, ServiceError>,
+}
+
+/// Why a service's log could not be read.
+enum ServiceError {
+    Initiator(nvmeof_initiator::Error),
+    Tool(ToolError),
+}
+
+impl From<nvmeof_initiator::Error> for ServiceError {
+    fn from(e: nvmeof_initiator::Error) -> Self {
+        Self::Initiator(e)
+    }
+}
+
+impl From<ToolError> for ServiceError {
+    fn from(e: ToolError) -> Self {
+        Self::Tool(e)
+    }
+}
+
+impl std::fmt::Display for ServiceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Initiator(e) => e.fmt(f),
+            Self::Tool(e) => e.fmt(f),
+        }
+    }
+}
+
+/// The logs of `services` (and the configuration lines `skipped`) as text or
+/// JSON; the first service that could not be read is the error.
+fn emit_services(
+    cli: &Cli,
+    services: &[Service],
+    skipped: &[String],
+    out: &mut dyn Write,
+) -> Result<(), ToolError> {
     if cli.json {
-        let services: Vec<Value> = logs
+        let list: Vec<Value> = services
             .iter()
             .map(|d| match &d.log {
                 Ok(log) => {
                     let mut v = discovery_json(log);
-                    v["address"] = json!(d.addr.to_string());
+                    v["address"] = json!(d.addr);
                     v
                 }
-                Err(e) => json!({ "address": d.addr.to_string(), "error": e.to_string() }),
+                Err(e) => json!({ "address": d.addr, "error": e.to_string() }),
             })
             .collect();
-        emit(out, &json!({ "services": services }))?;
+        let mut v = json!({ "services": list });
+        if !skipped.is_empty() {
+            v["skipped"] = json!(skipped);
+        }
+        emit(out, &v)?;
     } else {
-        for d in &logs {
+        for s in skipped {
+            writeln!(out, "{s}: skipped").map_err(out_err)?;
+        }
+        for d in services {
             match &d.log {
-                Ok(log) => write!(out, "{}", discovery_text(&d.addr.to_string(), log)),
+                Ok(log) => write!(out, "{}", discovery_text(&d.addr, log)),
                 Err(e) => writeln!(out, "Discovery Log at {}: cannot be read: {e}", d.addr),
             }
             .map_err(out_err)?;
         }
     }
-    match failed {
-        Some((a, e)) => Err(ToolError::from_initiator(&format!("discovery at referral {a}"), e)),
+    match services.iter().find_map(|d| d.log.as_ref().err().map(|e| (d, e))) {
+        Some((d, ServiceError::Initiator(e))) => {
+            let what = if d.referral { "discovery at referral" } else { "discovery at" };
+            Err(ToolError::from_initiator(&format!("{what} {}", d.addr), e))
+        }
+        Some((_, ServiceError::Tool(e))) => Err(e.clone()),
         None => Ok(()),
     }
 }

@@ -15,6 +15,7 @@
 //! - [`pattern`]: self-describing verify blocks (LBA + generation).
 //! - [`pacer`]: sub-millisecond waits for `--rate` (timerfd on Linux).
 //! - [`admin`]: the `nvmeof` CLI (discover, identify, list, read, write).
+//! - [`discovery_conf`]: nvme-cli's `/etc/nvme/discovery.conf` (`nvmeof discover` without an address).
 //! - [`error`]: [`error::ToolError`], exit codes, explanations of NVMe statuses.
 //! - [`util`]: size/duration/address parsing and formatting.
 //!
@@ -33,6 +34,7 @@
 
 pub mod admin;
 pub mod blocksizes;
+pub mod discovery_conf;
 pub mod distribution;
 pub mod error;
 pub mod hdrlog;
