@@ -753,6 +753,13 @@ async fn admin_raw(args: &[&str], stdin: &[u8]) -> Result<Vec<u8>, ToolError> {
     Ok(out)
 }
 
+/// A path for a test's file in the temporary directory (per process).
+fn dir_file(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("nvmeof-tools-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
 async fn admin(args: &[&str], stdin: &[u8]) -> Result<String, ToolError> {
     admin_raw(args, stdin).await.map(|o| String::from_utf8(o).expect("text output"))
 }
@@ -843,7 +850,7 @@ async fn discover_reads_nvme_clis_discovery_conf() {
         let allowed_line = format!("-t tcp -a 127.0.0.1 -s {port} -q {allowed}\n");
         let plain_line = format!("--transport=tcp --traddr=127.0.0.1 --trsvcid={port}\n");
         std::fs::write(&conf, format!("# discovery controllers\n\n{allowed_line}{plain_line}")).unwrap();
-        let text = admin(&["nvmeof", "discover", "--config", conf_s], b"").await.unwrap();
+        let text = admin(&["nvmeof", "discover", "--discovery-conf", conf_s], b"").await.unwrap();
         let logs: Vec<&str> = text.split("Discovery Log at ").skip(1).collect();
         assert_eq!(logs.len(), 2, "{text}");
         assert!(
@@ -852,7 +859,7 @@ async fn discover_reads_nvme_clis_discovery_conf() {
         );
         assert!(!logs[1].contains(NQN), "not for the host the subsystem does not allow: {text}");
         let j: Value = serde_json::from_str(
-            &admin(&["nvmeof", "discover", "--config", conf_s, "--json"], b"").await.unwrap(),
+            &admin(&["nvmeof", "discover", "--discovery-conf", conf_s, "--json"], b"").await.unwrap(),
         )
         .unwrap();
         let services = j["services"].as_array().unwrap();
@@ -862,7 +869,7 @@ async fn discover_reads_nvme_clis_discovery_conf() {
         assert!(services[1]["records"].as_array().unwrap().iter().all(|r| r["subnqn"] != NQN), "{j}");
         // A line for another transport is skipped and said so; the rest is asked.
         std::fs::write(&conf, format!("-t rdma -a 127.0.0.1 -s {port}\n{allowed_line}")).unwrap();
-        let e = admin(&["nvmeof", "discover", "--config", conf_s], b"").await.unwrap_err();
+        let e = admin(&["nvmeof", "discover", "--discovery-conf", conf_s], b"").await.unwrap_err();
         assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
         assert!(e.to_string().contains("line 1: transport rdma (NVMe/TCP only here)"), "{e}");
         // A controller that cannot be reached: exit code 3, naming it.
@@ -870,21 +877,23 @@ async fn discover_reads_nvme_clis_discovery_conf() {
         let dead_port = dead.local_addr().unwrap().port();
         drop(dead);
         std::fs::write(&conf, format!("{allowed_line}-t tcp -a 127.0.0.1 -s {dead_port}\n")).unwrap();
-        let e = admin(&["nvmeof", "discover", "--config", conf_s], b"").await.unwrap_err();
+        let e = admin(&["nvmeof", "discover", "--discovery-conf", conf_s], b"").await.unwrap_err();
         assert_eq!(e.exit_code(), ExitCode::Transport, "{e}");
         assert!(e.to_string().contains(&format!("127.0.0.1:{dead_port}")), "{e}");
         // No file, or nothing in it: usage errors that name it.
         std::fs::write(&conf, "# nothing\n").unwrap();
-        let e = admin(&["nvmeof", "discover", "--config", conf_s], b"").await.unwrap_err();
+        let e = admin(&["nvmeof", "discover", "--discovery-conf", conf_s], b"").await.unwrap_err();
         assert!(
             e.exit_code() == ExitCode::Usage
                 && e.to_string().contains("lists no NVMe/TCP discovery controller"),
             "{e}"
         );
         std::fs::remove_file(&conf).unwrap();
-        let e = admin(&["nvmeof", "discover", "--config", conf_s], b"").await.unwrap_err();
+        let e = admin(&["nvmeof", "discover", "--discovery-conf", conf_s], b"").await.unwrap_err();
         assert!(e.exit_code() == ExitCode::Usage && e.to_string().contains(conf_s), "{e}");
-        assert!(admin::Cli::parse_args(["nvmeof", "discover", "127.0.0.1", "--config", conf_s]).is_err());
+        assert!(
+            admin::Cli::parse_args(["nvmeof", "discover", "127.0.0.1", "--discovery-conf", conf_s]).is_err()
+        );
         let _ = std::fs::remove_dir_all(&dir);
     })
     .await;
@@ -1497,6 +1506,37 @@ async fn tools_authenticate_with_dhchap_secrets() {
             .await
             .unwrap_err();
         assert!(e.to_string().contains("dhchap_ctrl_secret"), "{e}");
+        // nvme-cli's config.json gives the keys where the command line gives
+        // none (as `nvme connect`): the port's keys, or the host's own key.
+        let port = a.rsplit_once(':').unwrap().1.to_string();
+        let json = dir_file("config.json");
+        let cfg_arg = |p: &std::path::Path| vec!["--config".to_string(), p.display().to_string()];
+        std::fs::write(
+            &json,
+            format!(
+                r#"[{{"hostnqn":"{HOST}","subsystems":[{{"nqn":"{NQN}","ports":[{{"transport":"tcp","traddr":"127.0.0.1","trsvcid":"{port}","dhchap_key":"{ks}","dhchap_ctrl_key":"{k3s}"}}]}}]}}]"#
+            ),
+        )
+        .unwrap();
+        list(&[], cfg_arg(&json)).await.unwrap();
+        let e = list(&[], vec!["--config".into(), "none".into()]).await.unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::NvmeStatus, "without the file: {e}");
+        // The wrong controller key in the file: the tool refuses the target.
+        std::fs::write(&json, std::fs::read_to_string(&json).unwrap().replace(&k3s, &ks)).unwrap();
+        assert!(list(&[], cfg_arg(&json)).await.is_err(), "the controller proved a key it does not hold");
+        std::fs::write(&json, format!(r#"[{{"hostnqn":"{HOST}","dhchap_key":"{ks}"}}]"#)).unwrap();
+        list(&[], cfg_arg(&json)).await.unwrap();
+        std::fs::write(&json, "[{").unwrap();
+        let e = list(&[], cfg_arg(&json)).await.unwrap_err();
+        assert!(e.exit_code() == ExitCode::Usage && e.to_string().contains("config.json"), "{e}");
+        std::fs::write(&json, format!(r#"[{{"hostnqn":"{HOST}","dhchap_key":"{ks}"}}]"#)).unwrap();
+        let opts = ProbeOptions::parse_args([
+            "nvmeof-probe", &a, "--nqn", NQN, "--hostnqn", HOST, "--config", json.to_str().unwrap(), "--time", "200ms",
+            "--quiet",
+        ])
+        .unwrap();
+        assert!(nvmeof_tools::run_probe(&opts).await.unwrap().read.ops > 0);
+        let _ = std::fs::remove_file(&json);
         // The probe, two queues, each authenticated.
         let opts = ProbeOptions::parse_args([
             "nvmeof-probe", &a, "--nqn", NQN, "--hostnqn", HOST, "--dhchap-secret", &ks, "--dhchap-ctrl-secret", &k3s,

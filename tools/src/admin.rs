@@ -90,14 +90,14 @@ pub enum Command {
     /// of every discovery controller nvme-cli's /etc/nvme/discovery.conf lists (as `nvme
     /// discover` without one).
     Discover {
-        /// Target address (none: the discovery controllers of --config).
+        /// Target address (none: the discovery controllers of --discovery-conf).
         addr: Option<String>,
         /// nvme-cli's file of discovery controllers, one line of `nvme discover` options each
         /// (`-t tcp -a ADDR -s PORT`, `--hostnqn`, `--hostid`, `--host-traddr`, `--host-iface`,
         /// `--tos`, `--dhchap-secret`, digests; port 8009 where a line names none), read when
         /// no address is given.
         #[arg(long, value_name = "FILE", conflicts_with = "addr", default_value = crate::discovery_conf::DEFAULT_PATH)]
-        config: PathBuf,
+        discovery_conf: PathBuf,
         /// Also read the logs of the discovery services its referrals name, and of theirs in
         /// turn (as `nvme connect-all` follows them; each service once, 16 at most).
         #[arg(long)]
@@ -640,8 +640,8 @@ fn emit(out: &mut dyn Write, v: &Value) -> Result<(), ToolError> {
 /// Runs one command; `input` is stdin for `write`, `out` is stdout.
 pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result<(), ToolError> {
     match &cli.cmd {
-        Command::Discover { addr: None, referrals, nqn, config } => {
-            discover_from_conf(cli, config, nqn, *referrals, out).await
+        Command::Discover { addr: None, referrals, nqn, discovery_conf } => {
+            discover_from_conf(cli, discovery_conf, nqn, *referrals, out).await
         }
         Command::Discover { addr: Some(addr), referrals: true, nqn, .. } => {
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
@@ -674,28 +674,28 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
         }
         Command::Identify { addr, nqn, nsid } => {
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
-            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(0)).await?;
+            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(0), cli.socket.nvme_config()).await?;
             let r = identify(cli, &ctrl, *nsid, out).await;
             close(ctrl).await;
             r
         }
         Command::List { addr, nqn } => {
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
-            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(0)).await?;
+            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(0), cli.socket.nvme_config()).await?;
             let r = list(cli, &ctrl, out).await;
             close(ctrl).await;
             r
         }
         Command::AnaLog { addr, nqn } => {
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
-            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(0)).await?;
+            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(0), cli.socket.nvme_config()).await?;
             let r = ana_log(cli, &ctrl, out).await;
             close(ctrl).await;
             r
         }
         Command::SmartLog { addr, nqn, nsid } => {
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
-            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(0)).await?;
+            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(0), cli.socket.nvme_config()).await?;
             let r = smart_log(cli, &ctrl, *nsid, out).await;
             close(ctrl).await;
             r
@@ -715,7 +715,7 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
                     .await
                     .map_err(|e| ToolError::from_initiator(&format!("connect to discovery at {addr}"), &e))?
             } else {
-                connect(&addr, nqn.as_deref(), base).await?
+                connect(&addr, nqn.as_deref(), base, cli.socket.nvme_config()).await?
             };
             let r = events(cli, &ctrl, *count, *duration, out).await;
             close(ctrl).await;
@@ -726,7 +726,7 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
                 return Err(ToolError::usage("read --json needs --file (the data goes to stdout otherwise)"));
             }
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
-            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(1)).await?;
+            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(1), cli.socket.nvme_config()).await?;
             let r = read(cli, &ctrl, *nsid, *lba, *count, file.as_ref(), out).await;
             close(ctrl).await;
             r
@@ -740,14 +740,14 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
                 None => input.read_to_end(&mut data),
             }
             .map_err(|e| ToolError::usage(format!("cannot read {src}: {e}")))?;
-            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(1)).await?;
+            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(1), cli.socket.nvme_config()).await?;
             let r = write(cli, &ctrl, *nsid, *lba, *count, data, *fua, &src, out).await;
             close(ctrl).await;
             r
         }
         Command::Copy { addr, nqn, nsid, ranges, to, fua } => {
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
-            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(1)).await?;
+            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(1), cli.socket.nvme_config()).await?;
             let r = copy(cli, &ctrl, *nsid, ranges, *to, *fua, out).await;
             close(ctrl).await;
             r
@@ -758,14 +758,14 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
                 std::fs::read(f).map_err(|e| ToolError::usage(format!("cannot read {}: {e}", f.display())))
             };
             let (expected, new) = (read(expected)?, read(new)?);
-            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(1)).await?;
+            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(1), cli.socket.nvme_config()).await?;
             let r = compare_and_write(cli, &ctrl, *nsid, *lba, &expected, &new, *fua, out).await;
             close(ctrl).await;
             r
         }
         Command::Verify { addr, nqn, nsid, lba, count } => {
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
-            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(1)).await?;
+            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(1), cli.socket.nvme_config()).await?;
             let r = verify(cli, &ctrl, *nsid, *lba, *count, out).await;
             close(ctrl).await;
             r
@@ -775,7 +775,7 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
                 return Err(ToolError::usage("zones: --lba or --all is required for this action"));
             }
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
-            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(1)).await?;
+            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(1), cli.socket.nvme_config()).await?;
             let r = zones(cli, &ctrl, *nsid, *action, lba.unwrap_or(0), *all, out).await;
             close(ctrl).await;
             r
@@ -789,7 +789,7 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
                 return Err(ToolError::usage(format!("resv {}: --rtype is required", action.name())));
             }
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
-            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(1)).await?;
+            let ctrl = connect(&addr, nqn.as_deref(), cli.opts(1), cli.socket.nvme_config()).await?;
             let keys =
                 ResvKeys { key: *key, new_key: *new_key, preempt_key: *preempt_key, ignore_key: *ignore_key };
             let r = resv(cli, &ctrl, *nsid, *action, keys, rtype.map(ResvType::wire), out).await;
@@ -855,7 +855,7 @@ impl CtrlArgs {
     /// Connects with `io_queues` I/O queues (errors name the address and subsystem).
     async fn connect(&self, cli: &Cli, io_queues: u16) -> Result<Controller, ToolError> {
         let addr = target_addr(&self.addr, DEFAULT_PORT).map_err(ToolError::usage)?;
-        connect(&addr, self.nqn.as_deref(), cli.opts(io_queues)).await
+        connect(&addr, self.nqn.as_deref(), cli.opts(io_queues), cli.socket.nvme_config()).await
     }
 }
 

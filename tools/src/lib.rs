@@ -16,6 +16,7 @@
 //! - [`pacer`]: sub-millisecond waits for `--rate` (timerfd on Linux).
 //! - [`admin`]: the `nvmeof` CLI (discover, identify, list, read, write).
 //! - [`discovery_conf`]: nvme-cli's `/etc/nvme/discovery.conf` (`nvmeof discover` without an address).
+//! - [`nvme_config`]: nvme-cli's `/etc/nvme/config.json` (DH-HMAC-CHAP keys and settings per host, subsystem, port).
 //! - [`error`]: [`error::ToolError`], exit codes, explanations of NVMe statuses.
 //! - [`util`]: size/duration/address parsing and formatting.
 //!
@@ -38,6 +39,7 @@ pub mod discovery_conf;
 pub mod distribution;
 pub mod error;
 pub mod hdrlog;
+pub mod nvme_config;
 pub mod pacer;
 pub mod pattern;
 pub mod plot;

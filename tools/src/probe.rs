@@ -19,7 +19,7 @@
 //!   the probe waiting for it (coordinated omission). How late the probe
 //!   itself sent is reported separately (`sched_lag`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
@@ -1529,8 +1529,20 @@ pub fn connect_options(
 
 /// Connects to subsystem `nqn` at `addr`, or to the one subsystem discovery
 /// finds there when `nqn` is `None` ([`subsystem_nqn`]); errors say what failed.
-pub async fn connect(addr: &str, nqn: Option<&str>, opts: ConnectOptions) -> Result<Controller, ToolError> {
+/// With `nvme_config` (nvme-cli's `config.json`), what it gives this host
+/// for the subsystem and port fills in what `opts` leaves unset
+/// ([`with_nvme_config`]).
+pub async fn connect(
+    addr: &str,
+    nqn: Option<&str>,
+    opts: ConnectOptions,
+    nvme_config: Option<&Path>,
+) -> Result<Controller, ToolError> {
     let nqn = &subsystem_nqn(addr, nqn, &opts).await?;
+    let opts = match nvme_config {
+        Some(path) => with_nvme_config(opts, path, addr, nqn).await?,
+        None => opts,
+    };
     let host = opts.host.clone();
     Controller::connect(addr, nqn, opts).await.map_err(|e| {
         let mut err = ToolError::from_initiator(&format!("connect to {addr} (subsystem {nqn})"), &e);
@@ -1563,6 +1575,47 @@ pub fn discovery_options(opts: &ConnectOptions) -> ConnectOptions {
     }
 }
 
+/// `opts` for subsystem `nqn` at `addr` with what nvme-cli's `config.json`
+/// at `path` gives this host there ([`crate::nvme_config::lookup`]): its
+/// DH-HMAC-CHAP keys where `opts` has none (nvme-cli's order: the command
+/// line, then the file), digests and TOS added. A missing file is no file;
+/// one that cannot be read or parsed is a usage error naming it.
+pub async fn with_nvme_config(
+    opts: ConnectOptions,
+    path: &Path,
+    addr: &str,
+    nqn: &str,
+) -> Result<ConnectOptions, ToolError> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(opts),
+        Err(e) => {
+            return Err(ToolError::usage(format!("{}: {e} (--config none reads none)", path.display())))
+        }
+    };
+    let Some(sock) = tokio::net::lookup_host(addr).await.ok().and_then(|mut a| a.next()) else {
+        return Ok(opts);
+    };
+    let host = opts.host.clone().unwrap_or_else(HostIdentity::default_for_host);
+    let found = crate::nvme_config::lookup(&text, &host.nqn, &host.id, nqn, &sock)
+        .map_err(|e| ToolError::usage(format!("{}: {e} (--config none reads none)", path.display())))?;
+    let Some(s) = found else { return Ok(opts) };
+    if opts.dhchap_secret.is_none() && s.dhchap_secret.is_some() {
+        tracing::info!(file = %path.display(), subnqn = nqn, "DH-HMAC-CHAP keys from nvme-cli's configuration");
+    }
+    Ok(ConnectOptions {
+        dhchap_ctrl_secret: match opts.dhchap_secret {
+            Some(_) => opts.dhchap_ctrl_secret,
+            None => opts.dhchap_ctrl_secret.or(s.dhchap_ctrl_secret),
+        },
+        dhchap_secret: opts.dhchap_secret.or(s.dhchap_secret),
+        hdr_digest: opts.hdr_digest || s.hdr_digest,
+        data_digest: opts.data_digest || s.data_digest,
+        tos: opts.tos.or(s.tos),
+        ..opts
+    })
+}
+
 /// Where the tools' connections come from, with `nvme connect`'s names for
 /// these options.
 #[derive(clap::Args, Clone, Debug, Default, PartialEq, Eq)]
@@ -1584,9 +1637,19 @@ pub struct SocketArgs {
     /// host's nvme-tcp so_priority.
     #[arg(long, global = true, value_name = "PRIO")]
     pub so_priority: Option<u32>,
+    /// nvme-cli's JSON configuration, whose DH-HMAC-CHAP keys (and digests,
+    /// TOS) for this host, subsystem and port apply where the command line
+    /// gives none, as `nvme connect --config`; `none`: read none.
+    #[arg(long = "config", global = true, value_name = "FILE", default_value = crate::nvme_config::DEFAULT_PATH)]
+    pub nvme_config: PathBuf,
 }
 
 impl SocketArgs {
+    /// The nvme-cli JSON configuration to read (none for `--config none`).
+    pub fn nvme_config(&self) -> Option<&Path> {
+        Some(self.nvme_config.as_path()).filter(|p| !p.as_os_str().is_empty() && p.as_os_str() != "none")
+    }
+
     /// `opts` with these socket options.
     pub fn apply(&self, opts: ConnectOptions) -> ConnectOptions {
         ConnectOptions {
@@ -2048,7 +2111,8 @@ pub async fn run_probe_with(opts: &ProbeOptions, hooks: Hooks) -> Result<Report,
     opts.validate()?;
     let addr = opts.addr();
     let qd = if opts.ping { 1 } else { opts.qd };
-    let ctrl = connect(&addr, opts.nqn.as_deref(), opts.connect_options(qd)).await?;
+    let ctrl =
+        connect(&addr, opts.nqn.as_deref(), opts.connect_options(qd), opts.socket.nvme_config()).await?;
     // The report names the subsystem it measured, found or given.
     let opts = &ProbeOptions { nqn: Some(ctrl.subnqn().to_string()), ..opts.clone() };
     let r = run_connected(opts, &addr, &ctrl, hooks).await;
