@@ -206,4 +206,13 @@ mod tests {
         );
         assert_eq!(parse(""), (vec![], vec![]));
     }
+
+    proptest::proptest! {
+        /// Whatever the file holds, lines parse or are skipped: never a panic.
+        #[test]
+        fn any_text_parses_or_is_skipped(text in "(-{1,2}[a-zA-Z_=-]{0,12}[ \t]+[^\n ]{0,8}[ \t\n]*){0,12}") {
+            let (entries, skipped) = parse(&text);
+            proptest::prop_assert!(entries.len() + skipped.len() <= text.lines().count());
+        }
+    }
 }

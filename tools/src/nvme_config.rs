@@ -190,4 +190,19 @@ mod tests {
         let e = lookup(&text, HOST, &id, "x", &a).unwrap_err();
         assert!(e.contains("dhchap_key"), "{e}");
     }
+
+    proptest::proptest! {
+        /// A file cut short or with any byte changed is read or refused, never
+        /// a panic.
+        #[test]
+        fn any_change_is_read_or_refused(cut in 0usize..2000, at in 0usize..2000, byte in 0x20u8..0x7f) {
+            let mut text = config().into_bytes();
+            let at = at % text.len();
+            text[at] = byte;
+            text.truncate(cut.max(1).min(text.len()));
+            let text = String::from_utf8(text).unwrap();
+            let id = parse_uuid(HOST_ID).unwrap();
+            let _ = lookup(&text, HOST, &id, "nqn.2024-01.io.example:disk", &"192.0.2.5:4420".parse().unwrap());
+        }
+    }
 }
