@@ -94,8 +94,7 @@ pub enum Command {
         addr: Option<String>,
         /// nvme-cli's file of discovery controllers, one line of `nvme discover` options each
         /// (`-t tcp -a ADDR -s PORT`, `--hostnqn`, `--hostid`, `--host-traddr`, `--host-iface`,
-        /// `--tos`, `--dhchap-secret`, digests; port 8009 where a line names none), read when
-        /// no address is given.
+        /// `--tos`, digests; port 8009 where a line names none), read when no address is given.
         #[arg(long, value_name = "FILE", conflicts_with = "addr", default_value = crate::discovery_conf::DEFAULT_PATH)]
         discovery_conf: PathBuf,
         /// Also read the logs of the discovery services its referrals name, and of theirs in
@@ -1093,7 +1092,6 @@ async fn discover_from_conf(
             host_traddr: e.host_traddr.or(base.host_traddr),
             host_iface: e.host_iface.clone().or(base.host_iface.clone()),
             tos: e.tos.or(base.tos),
-            dhchap_secret: e.dhchap_secret.clone().or(base.dhchap_secret.clone()),
             hdr_digest: e.hdr_digest || base.hdr_digest,
             data_digest: e.data_digest || base.data_digest,
             ..base

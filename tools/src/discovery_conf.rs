@@ -5,7 +5,7 @@
 //! reads it (`discover_from_conf_file`: the line split at blanks and parsed
 //! as arguments). Sans-IO: [`parse`] takes the file's text.
 
-use crate::util::{parse_dhchap_secret, parse_host_id, parse_host_nqn};
+use crate::util::{parse_host_id, parse_host_nqn};
 
 /// Where nvme-cli keeps the file.
 pub const DEFAULT_PATH: &str = "/etc/nvme/discovery.conf";
@@ -33,8 +33,6 @@ pub struct Entry {
     pub host_iface: Option<String>,
     /// `--tos`.
     pub tos: Option<u8>,
-    /// `--dhchap-secret`.
-    pub dhchap_secret: Option<nvmeof_common::auth::DhchapSecret>,
     /// `--hdr-digest`.
     pub hdr_digest: bool,
     /// `--data-digest`.
@@ -147,10 +145,11 @@ fn entry(line: usize, text: &str) -> Result<Entry, String> {
             }
             "host-iface" => e.host_iface = Some(v),
             "tos" => e.tos = Some(v.parse().map_err(|_| format!("tos {v:?} is not 0-255"))?),
-            "dhchap-secret" => e.dhchap_secret = Some(parse_dhchap_secret(&v)?),
             "hdr-digest" => e.hdr_digest = true,
             "data-digest" => e.data_digest = true,
-            // Connection tuning of nvme-cli's own persistent controllers.
+            // Connection tuning of nvme-cli's own persistent controllers, and
+            // the key of the connections `nvme connect-all` makes (a discovery
+            // controller asks for none: nvmet's and this target's).
             _ => {}
         }
     }
@@ -171,7 +170,7 @@ mod tests {
     fn reads_what_nvme_cli_reads() {
         let text = "# Used for extracting default parameters for discovery\n\
                     #\n# Example:\n# --transport=<trtype> --traddr=<traddr> --trsvcid=<trsvcid>\n\n\
-                    -t tcp -a 192.0.2.1 -s 4420\n\
+                    -t tcp -a 192.0.2.1 -s 4420 -S DHHC-1:00:for-connect-all:\n\
                     --transport=tcp --traddr=fd00::5 --hostnqn=nqn.2014-08.org.example:h -g --data_digest\n\
                     -ttcp -afiler.example -I 746f6f6c-732d-7265-7376-2d6f74686572 -w 192.0.2.9 -f eth0 -T 40 -k 30 -p\n\
                     -t rdma -a 192.0.2.2 -s 4420\n\
