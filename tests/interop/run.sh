@@ -15,7 +15,8 @@
 #                       (io_uring with O_DIRECT where the run directory's
 #                       filesystem allows it; kernel-host itself runs the
 #                       default: io_uring through the page cache)
-#   kernel-host-threads kernel-host with --io-engine threads (the fallback
+#   kernel-host-threads kernel-host with --io-engine threads and namespace 1's
+#                       reservations file in SPDK's format (the fallback
 #                       where io_uring is unavailable)
 #   smoke               (not in "all") boot + control channel round trip
 #
@@ -144,6 +145,7 @@ TARGET_PORT2=""                          # a second port of the same subsystem (
 TWIN_PORT=""                             # a second target process exporting the same subsystem (hook start-twin)
 METRICS_PORT=""                          # the target's Prometheus metrics ([metrics] listen; hooks metrics-*)
 SCEN_TARGET_ARGS=""                      # per-scenario target flags (kernel-host-*)
+SCEN_RESV_FORMAT=""                      # per-scenario reservations_format of namespace 1 (kernel-host-*)
 # ana_state_line N: the ana_state key of port N from $DIR/ana.list ("PORT STATE"
 # per line, written by hook ana-state), if any
 ana_state_line() {
@@ -201,6 +203,8 @@ write_target_config() {
             [ "$nsid" = 1 ] && echo "reservations = true"
             # kernel-host step target-restart: registrations persist through it
             [ "$nsid" = 1 ] && echo "reservations_file = \"$DIR/ns1.resv\""
+            # kernel-host-threads keeps it in SPDK's ptpl_file JSON
+            [ "$nsid" = 1 ] && [ -n "$SCEN_RESV_FORMAT" ] && echo "reservations_format = \"$SCEN_RESV_FORMAT\""
             echo "file = \"$file\""
             echo "size = \"$size\""
         done <"$DIR/ns.list"
@@ -690,7 +694,9 @@ hook_restart_target() { # stop the target (SIGTERM), RESTART_DOWN_S s down, star
     stop_target
     sleep "$RESTART_DOWN_S"
     start_target >&2 || { echo "restart failed"; return 1; }
-    echo "restarted (stopped, ${RESTART_DOWN_S}s down, started) in $((SECONDS - t0))s"
+    # what namespace 1's reservations file held (the guest checks its format)
+    echo "restarted (stopped, ${RESTART_DOWN_S}s down, started) in $((SECONDS - t0))s;" \
+        "ns1.resv: $(grep -v '^#' "$DIR/ns1.resv" 2>/dev/null | head -c 400 | tr '\n' ' ')"
 }
 
 hook_add_namespace() { # add-namespace NSID SIZE_BYTES: file namespace, SIGHUP
@@ -1118,17 +1124,19 @@ run_scenario() {
     TWIN_PORT=""
     METRICS_PORT=""
     SCEN_TARGET_ARGS=""
+    SCEN_RESV_FORMAT=""
     case $SCEN in
         kernel-host|kernel-host-direct|kernel-host-threads)
             case $SCEN in
                 kernel-host-direct) SCEN_TARGET_ARGS="--io-engine uring --buffered-io false" ;;
-                kernel-host-threads) SCEN_TARGET_ARGS="--io-engine threads" ;;
+                kernel-host-threads) SCEN_TARGET_ARGS="--io-engine threads"; SCEN_RESV_FORMAT=spdk ;;
             esac
             if [ "$SCEN" != kernel-host ] && [ "$TARGET" != host ]; then
                 say "[$SCEN] skipped: needs TARGET=host"; return
             fi
             gscen=kernel-host
             env="TARGET=$TARGET NS2_SIZE=$((NS2_SIZE_MB << 20)) NS_GROW=$((NS_GROW_MB << 20)) RESTART_DOWN_S=$RESTART_DOWN_S"
+            env="$env RESV_FORMAT=${SCEN_RESV_FORMAT:-nvmeof}"
             # ONLY_STEPS="auth ...": only those guest steps (development runs)
             [ -n "${ONLY_STEPS:-}" ] && env="$env ONLY_STEPS='$ONLY_STEPS'"
             qtimeout=${INTEROP_TIMEOUT:-$((FIO_RUNTIME + 540))}

@@ -8,7 +8,7 @@
 #               kernel-guest  : Linux nvmet inside this same guest on
 #                               127.0.0.1:4420 (validates the harness itself)
 #   NVME_ADDR, NVME_PORT, NQN, NS_SIZE (bytes), FIO_RUNTIME (s), BACKEND,
-#   NS2_SIZE, NS_GROW (bytes), RESTART_DOWN_S, DISCONNECT_MAX_MS, NS1_UUID
+#   NS2_SIZE, NS_GROW (bytes), RESTART_DOWN_S, DISCONNECT_MAX_MS, NS1_UUID, RESV_FORMAT
 #   (TARGET=host: the UUID our target is configured with for namespace 1),
 #   KH_RECONF (1; 0 leaves out connect-reconf ... disconnect-reconf)
 #
@@ -248,8 +248,10 @@ fi
 : "${NS2_SIZE:=67108864}"
 : "${NS_GROW:=67108864}"
 : "${RESTART_DOWN_S:=2}"
+# namespace 1's reservations file format (run.sh: kernel-host-threads "spdk")
+: "${RESV_FORMAT:=nvmeof}"
 : "${DISCONNECT_MAX_MS:=10000}"
-export TARGET NQN NS_SIZE FIO_RUNTIME BACKEND NVME_ADDR NVME_PORT NS2_SIZE NS_GROW RESTART_DOWN_S DISCONNECT_MAX_MS
+export TARGET NQN NS_SIZE FIO_RUNTIME BACKEND NVME_ADDR NVME_PORT NS2_SIZE NS_GROW RESTART_DOWN_S DISCONNECT_MAX_MS RESV_FORMAT
 
 kh_modules() {
     load_mod nvme_tcp crc32c_generic ext4 || fail "module load"
@@ -2236,8 +2238,18 @@ kh_target_restart() {
         resv_report
         [ "$(rr ptpls)" = 1 ] && [ "$(rr regctl)" = 1 ] && [ "$(rr rkey)" = c3 ] \
             || fail "the registration did not persist through the restart: $(tr '\n' ' ' </tmp/rr.txt)"
+        # the file it persisted in, in the format configured: SPDK's JSON
+        # (key 0xc3 = 195, this host's ID) or this target's TOML
+        case $RESV_FORMAT in
+            spdk) _want="{\"ptpl\":true,\"rtype\":0,\"crkey\":0," _want2="\"rkey\":195,\"host_uuid\":\"$(cat /etc/nvme/hostid)\"" ;;
+            *) _want="ptpl = true" _want2='rkey = "0xc3"' ;;
+        esac
+        case $_how in
+            *"$_want"*"$_want2"*) ;;
+            *) fail "namespace 1's $RESV_FORMAT reservations file: $_how" ;;
+        esac
         resv_cmd resv-register "$DEV" -n 1 --crkey=0xc3 --rrega=1
-        info "a registration with PTPL on (key c3) persisted through the target restart"
+        info "a registration with PTPL on (key c3) persisted through the target restart in the $RESV_FORMAT format"
     fi
     rm -f /tmp/rs-a /tmp/rs-ra /tmp/rs-b /tmp/rs-rb
     dd_verify "$DEV" 128 4 after-restart
