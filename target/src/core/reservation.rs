@@ -51,6 +51,16 @@ pub type HostId = [u8; 16];
 /// as nvmet: registrations belong to hosts, not controllers).
 const CNTLID_DYNAMIC: u16 = 0xFFFF;
 
+/// Most hosts registered with one namespace. The specification sets no
+/// number (nvmet keeps a list without one); a bound keeps hosts connecting
+/// under ever new host IDs from growing the state and its file without end.
+pub const MAX_REGISTRANTS: usize = 1024;
+
+/// Most registrants SPDK reads back from its `ptpl_file`
+/// (`SPDK_NVMF_MAX_NUM_REGISTRANTS`; `nvmf_ns_reservation_load_json` refuses
+/// more): the bound of a namespace whose file is in SPDK's format.
+pub const SPDK_MAX_REGISTRANTS: usize = 16;
+
 /// Register CPTPL 10b: Persist Through Power Loss off.
 pub const CPTPL_CLEAR: u8 = 2;
 /// Register CPTPL 11b: Persist Through Power Loss on.
@@ -292,6 +302,15 @@ impl Reservations {
         self.store.as_ref().map(|s| (s.path.as_path(), s.format))
     }
 
+    /// How many hosts may be registered: [`SPDK_MAX_REGISTRANTS`] where the
+    /// file is SPDK's, else [`MAX_REGISTRANTS`].
+    pub fn max_registrants(&self) -> usize {
+        match self.store {
+            Some(Store { format: FileFormat::Spdk { .. }, .. }) => SPDK_MAX_REGISTRANTS,
+            _ => MAX_REGISTRANTS,
+        }
+    }
+
     /// Whether Persist Through Power Loss is supported (a reservations file).
     pub fn ptpl_capable(&self) -> bool {
         self.store.is_some()
@@ -396,6 +415,9 @@ impl Reservations {
     /// and Replace need the current key unless `iekey`. An unknown action is
     /// Invalid Opcode, as nvmet answers. Success moves the generation.
     ///
+    /// A host that is not registered yet gets Internal Error (no state
+    /// changes) while the namespace holds [`Self::max_registrants`].
+    ///
     /// `cptpl` (CDW10 bits 31:30) 10b turns Persist Through Power Loss off,
     /// 11b on (the Linux host's `pr_ops` always ask 11b), where supported;
     /// elsewhere it is ignored, as nvmet ignores it.
@@ -409,6 +431,7 @@ impl Reservations {
     ) -> Result<Vec<Notice>, Status> {
         let (crkey, nrkey) = keys;
         let capable = self.ptpl_capable();
+        let max = self.max_registrants();
         self.with(|s| {
             let mut out = Vec::new();
             let found = s.reg(host);
@@ -416,6 +439,16 @@ impl Reservations {
                 RegisterAction::REGISTER => match found {
                     Some(i) if s.regs[i].rkey != nrkey => return Err(conflict()),
                     Some(_) => {}
+                    // A full list: Internal Error, as SPDK answers
+                    // (`nvmf_ns_reservation_add_registrant`).
+                    None if s.regs.len() >= max => {
+                        tracing::warn!(
+                            registrants = s.regs.len(),
+                            limit = max,
+                            "reservations: a host cannot register: the namespace has as many registrants as it holds"
+                        );
+                        return Err(Status::INTERNAL);
+                    }
                     None => s.regs.push(Reg { hostid: *host, rkey: nrkey }),
                 },
                 RegisterAction::UNREGISTER => match found {
@@ -1193,6 +1226,33 @@ mod tests {
             "{text}"
         );
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn registrants_are_bounded() {
+        let host = |i: usize| {
+            let mut h = [0u8; 16];
+            h[..8].copy_from_slice(&(i as u64).to_be_bytes());
+            h
+        };
+        for (r, max) in [
+            (Reservations::new(), MAX_REGISTRANTS),
+            (Reservations::persistent(temp_path("bounded"), spdk([0; 16])).unwrap(), SPDK_MAX_REGISTRANTS),
+        ] {
+            assert_eq!(r.max_registrants(), max);
+            for i in 0..max {
+                reg(&r, &host(i), i as u64 + 1);
+            }
+            let before = r.report();
+            let e = r.register(&host(max), RegisterAction::REGISTER, false, (0, 7), 0);
+            assert_eq!(e, Err(Status::INTERNAL), "one more host");
+            assert_eq!(r.report(), before, "nothing changed");
+            // Those registered still act; one leaving makes room.
+            r.register(&host(0), RegisterAction::REPLACE, false, (1, 9), 0).unwrap();
+            r.register(&host(1), RegisterAction::UNREGISTER, false, (2, 0), 0).unwrap();
+            reg(&r, &host(max), 7);
+            assert_eq!(r.report().regctl as usize, max);
+        }
     }
 
     #[test]
