@@ -25,8 +25,21 @@ use nvmeof_target::service;
 #[derive(Parser)]
 #[command(name = "nvmeof-target", version, about = "User-space NVMe-over-TCP target")]
 struct Cli {
+    /// Log lines on stderr as text, or as one JSON object each (for a log
+    /// shipper: `timestamp`, `level`, `message`, the fields, and the spans
+    /// with the connection's `peer`, `qid` and `cntlid`). `RUST_LOG` sets the
+    /// level either way.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     cmd: Cmd,
+}
+
+/// `--log-format`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Subcommand)]
@@ -537,15 +550,20 @@ fn serving_status(server: &Server) -> String {
 }
 
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
+    let cli = Cli::parse();
+    let logs = tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
-        .with_writer(std::io::stderr)
+        .with_writer(std::io::stderr);
+    match cli.log_format {
         // Colour codes only on a terminal: not in a log file or the journal.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
-    let cli = Cli::parse();
+        LogFormat::Text => logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())).init(),
+        // The event's fields at the top, each span's fields in `spans`.
+        LogFormat::Json => {
+            logs.json().flatten_event(true).with_span_list(true).with_current_span(false).init()
+        }
+    }
     let args = match cli.cmd {
         Cmd::Serve(args) => *args,
         Cmd::ImportNvmetcli { path } => return import_nvmetcli(&path),

@@ -149,6 +149,35 @@ fn log_to_a_pipe_has_no_colour_codes() {
     assert_eq!(r.stop(), Some(0));
 }
 
+/// `--log-format json`: every line is one JSON object with the timestamp,
+/// level and message at the top, the event's fields beside them and the
+/// connection's span fields (`peer`, `qid`, `cntlid`) in `spans`.
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let mut r =
+        Running::start(&["--log-format", "json", "--ram", "1M", "--listen", "127.0.0.1:0", "--nqn", NQN]);
+    // The port task may log it before or after "target running".
+    let line = match r.log.iter().find(|l| l.contains("\"listening\"")) {
+        Some(l) => l.clone(),
+        None => r.wait_for("\"listening\""),
+    };
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    let addr = v["local"].as_str().unwrap_or_else(|| panic!("no address: {line}")).to_string();
+    // A connection that sends garbage: its log lines carry the connection's span.
+    let mut s = std::net::TcpStream::connect(&addr).unwrap();
+    std::io::Write::write_all(&mut s, &[0xff; 128]).unwrap();
+    let line = r.wait_for("\"spans\"");
+    drop(s);
+    let v: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert!(v["spans"].as_array().unwrap().iter().any(|s| s["peer"].is_string()), "{line}");
+    for l in &r.log {
+        let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+        assert!(v["timestamp"].is_string() && v["level"].is_string() && v["message"].is_string(), "{l}");
+    }
+    assert_eq!(r.stop(), Some(0));
+    assert!(command(&["--log-format", "xml"]).output().unwrap().status.code() == Some(2));
+}
+
 /// A namespace that cannot be opened names its file or device (the error
 /// was "namespace 1: No such file or directory").
 #[test]

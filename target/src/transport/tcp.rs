@@ -181,8 +181,10 @@ pub async fn serve_port(
     opts: ConnOptions,
     mut stop: watch::Receiver<bool>,
 ) {
-    let local = listener.local_addr().ok();
-    info!(?local, port_id, "listening");
+    match listener.local_addr() {
+        Ok(local) => info!(%local, port_id, "listening"),
+        Err(e) => info!(port_id, error = %e, "listening (address unknown)"),
+    }
     // This port's own count (the metrics' nvmeof_port_connections).
     let on_port = target.port(port_id).map(|p| p.connections);
     loop {
