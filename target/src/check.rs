@@ -17,8 +17,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 
 use crate::backend::mem::MemBackend;
-use crate::config::{assign_nsids, NamespaceConfig, NamespaceSource, ReservationsFormat, TargetConfig};
-use crate::core::reservation::FileFormat;
+use crate::config::{assign_nsids, NamespaceConfig, NamespaceSource, TargetConfig};
 use crate::core::Reservations;
 
 /// What [`check`] found.
@@ -87,11 +86,9 @@ pub fn check(cfg: &TargetConfig) -> Report {
             // Registrations a start would refuse to drop (the bdev UUID
             // only fills a file that names none).
             if let Some(path) = &n.reservations_file {
-                let format = match n.reservations_format {
-                    ReservationsFormat::Nvmeof => FileFormat::Nvmeof,
-                    ReservationsFormat::Spdk => FileFormat::Spdk { bdev_uuid: [0; 16] },
-                };
-                if let Err(e) = Reservations::persistent(path.clone(), format) {
+                if let Err(e) =
+                    Reservations::persistent(path.clone(), n.reservations_format.file_format([0; 16]))
+                {
                     r.problems.push(format!("subsystem {} namespace {nsid} reservations_file: {e}", s.nqn));
                 }
             }

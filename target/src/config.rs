@@ -268,6 +268,18 @@ pub enum ReservationsFormat {
     Spdk,
 }
 
+impl ReservationsFormat {
+    /// The file format of a namespace whose UUID (SPDK's bdev UUID where the
+    /// file names none) is `uuid`.
+    pub fn file_format(self, uuid: [u8; 16]) -> crate::core::reservation::FileFormat {
+        use crate::core::reservation::FileFormat;
+        match self {
+            Self::Nvmeof => FileFormat::Nvmeof,
+            Self::Spdk => FileFormat::Spdk { bdev_uuid: uuid },
+        }
+    }
+}
+
 /// How a file or block-device namespace executes I/O.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]

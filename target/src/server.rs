@@ -12,11 +12,9 @@ use tracing::{info, warn};
 
 use crate::backend::{Backend, BlockBackend, FileBackend, MemBackend, UringBackend};
 use crate::config::{
-    assign_nsids, IoEngine, NamespaceConfig, NamespaceSource, ReservationsFormat, SubsystemConfig,
-    TargetConfig,
+    assign_nsids, IoEngine, NamespaceConfig, NamespaceSource, SubsystemConfig, TargetConfig,
 };
 use crate::core::ana::ana_state_name;
-use crate::core::reservation::FileFormat;
 use crate::core::{Namespace, Reservations, Subsystem, Target};
 use crate::transport::tcp::{self, ConnOptions};
 
@@ -250,12 +248,8 @@ fn new_namespace(
     ns.nguid = n.ids.nguid.unwrap_or(ns.nguid);
     ns.eui64 = n.ids.eui64.unwrap_or(ns.eui64);
     if let Some(path) = &n.reservations_file {
-        let format = match n.reservations_format {
-            ReservationsFormat::Nvmeof => FileFormat::Nvmeof,
-            // SPDK names the bdev; `import-spdk` gives the namespace its UUID.
-            ReservationsFormat::Spdk => FileFormat::Spdk { bdev_uuid: ns.uuid },
-        };
-        let r = Reservations::persistent(path.clone(), format)?;
+        // SPDK names the bdev; `import-spdk` gives the namespace its UUID.
+        let r = Reservations::persistent(path.clone(), n.reservations_format.file_format(ns.uuid))?;
         let st = r.report();
         if st.ptpls {
             info!(subnqn = nqn, nsid, file = %path.display(), registrants = st.regctl, rtype = st.rtype.0, "reservations restored (persist through power loss)");
