@@ -53,6 +53,15 @@ enum Cmd {
         #[arg(default_value = nvmeof_target::nvmetcli::DEFAULT_SAVE_FILE)]
         path: PathBuf,
     },
+    /// Convert a --config file into the JSON `nvmetcli restore` reads, for the
+    /// Linux kernel target (nvmet): printed, notes on stderr on what nvmet
+    /// cannot take (RAM or zoned namespaces, keys nvmetcli does not restore).
+    /// Serial numbers and namespace UUIDs and NGUIDs are written out, so hosts
+    /// see the same subsystems and namespaces.
+    ExportNvmetcli {
+        /// The configuration file.
+        path: PathBuf,
+    },
     /// Convert an SPDK NVMe-oF target configuration saved by SPDK's
     /// `save_config` RPC (`rpc.py save_config`) into a --config file
     /// (printed; notes on stderr). DH-HMAC-CHAP keys are read from the files
@@ -113,6 +122,26 @@ fn check_config(path: &Path) -> std::process::ExitCode {
 fn import_nvmetcli(path: &Path) -> std::process::ExitCode {
     use nvmeof_target::nvmetcli::{convert, DeviceKind};
     print_converted(path, |json| convert(json, DeviceKind::of))
+}
+
+/// `export-nvmetcli`: the JSON on stdout, each note on stderr; exit 2 when
+/// the configuration cannot be read.
+fn export_nvmetcli(path: &Path) -> std::process::ExitCode {
+    use nvmeof_target::nvmetcli::{export, DeviceKind};
+    match TargetConfig::from_file(path) {
+        Ok(cfg) => {
+            let e = export(&cfg, DeviceKind::of);
+            for n in &e.notes {
+                eprintln!("note: {n}");
+            }
+            print!("{}", e.json);
+            std::process::ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("nvmeof-target: config {}: {e}", path.display());
+            std::process::ExitCode::from(2)
+        }
+    }
 }
 
 /// `import-spdk`: as `import-nvmetcli`, the keyring's key files read here.
@@ -568,6 +597,7 @@ fn main() -> std::process::ExitCode {
         Cmd::Serve(args) => *args,
         Cmd::ImportNvmetcli { path } => return import_nvmetcli(&path),
         Cmd::ImportSpdk { path } => return import_spdk(&path),
+        Cmd::ExportNvmetcli { path } => return export_nvmetcli(&path),
         Cmd::CheckConfig { path } => return check_config(&path),
     };
     let cfg = match &args.config {
@@ -671,9 +701,10 @@ mod tests {
             Cli::try_parse_from(["nvmeof-target", "serve"].iter().chain(args)).map_err(|e| e.to_string())?;
         match cli.cmd {
             Cmd::Serve(a) => Ok(*a),
-            Cmd::ImportNvmetcli { .. } | Cmd::ImportSpdk { .. } | Cmd::CheckConfig { .. } => {
-                Err("not serve".into())
-            }
+            Cmd::ImportNvmetcli { .. }
+            | Cmd::ImportSpdk { .. }
+            | Cmd::ExportNvmetcli { .. }
+            | Cmd::CheckConfig { .. } => Err("not serve".into()),
         }
     }
 

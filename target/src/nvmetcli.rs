@@ -44,6 +44,9 @@ use serde_json::Value;
 
 use crate::config::TargetConfig;
 
+mod export;
+pub use export::{export, Exported};
+
 /// Where nvmetcli saves and restores by default (`DEFAULT_SAVE_FILE`).
 pub const DEFAULT_SAVE_FILE: &str = "/etc/nvmet/config.json";
 

@@ -82,7 +82,7 @@ fn same_store(a: &NamespaceConfig, b: &NamespaceConfig) -> bool {
 /// RAM a value of its own that no restart repeats (a RAM store starts empty:
 /// after a restart it is another namespace, and a host must not keep the old
 /// one's cached pages for it).
-fn store_identity(n: &NamespaceConfig) -> Vec<u8> {
+pub(crate) fn store_identity(n: &NamespaceConfig) -> Vec<u8> {
     // Given identifiers stand for the store (`NamespaceIds`): the others then
     // agree between targets that are given the same ones.
     if n.ids.any() {

@@ -403,6 +403,45 @@ fn import_nvmetcli_prints_a_config_and_its_notes() {
     assert!(out.stdout.is_empty());
 }
 
+/// `export-nvmetcli`: the JSON on stdout, which `import-nvmetcli` takes
+/// back to the same subsystem, each note on stderr; a configuration that
+/// does not parse exits 2 naming it, printing nothing.
+#[test]
+fn export_nvmetcli_prints_json_and_its_notes() {
+    let dir = TempDir::new("export-nvmetcli");
+    let cfg = config(
+        &dir.0,
+        &format!(
+            "[[port]]\nlisten = \"127.0.0.1:4420\"\n[[subsystem]]\nnqn = \"{NQN}\"\nserial = \"cli-1\"\n\
+             [[subsystem.namespace]]\nram = \"1M\"\n[[subsystem.namespace]]\nfile = \"/dev/null\"\nblock_size = 512\n"
+        ),
+    );
+    let out = Command::new(BIN).arg("export-nvmetcli").arg(&cfg).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let json: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(json["subsystems"][0]["attr"]["serial"], "cli-1");
+    assert_eq!(json["subsystems"][0]["namespaces"][0]["nsid"], 2);
+    assert!(
+        stderr.lines().any(|l| l.starts_with("note: ") && l.contains("namespace 1 left out: it is RAM")),
+        "{stderr}"
+    );
+    let saved = dir.0.join("config.json");
+    std::fs::write(&saved, stdout.as_bytes()).unwrap();
+    let out = Command::new(BIN).arg("import-nvmetcli").arg(&saved).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let back = nvmeof_target::config::TargetConfig::from_toml(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    assert_eq!((back.subsystems[0].nqn.as_str(), back.subsystems[0].serial.as_deref()), (NQN, Some("cli-1")));
+    assert_eq!(back.subsystems[0].namespaces[0].nsid, Some(2));
+
+    std::fs::write(&cfg, "[[port]]\nlisten = 4420\n").unwrap();
+    let out = Command::new(BIN).arg("export-nvmetcli").arg(&cfg).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains(cfg.to_str().unwrap()), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
+
 /// `import-spdk`: the converted configuration on stdout, each note on
 /// stderr too, the DH-HMAC-CHAP key read from the keyring's file; a host
 /// whose key file is gone is left out (never let in without its key); a

@@ -586,6 +586,58 @@ hook_migrate_nvmet() { # migrate-nvmet NQN HOSTNQN: our target from `nvmeof-targ
     "$NVMEOF_TARGET_BIN" import-nvmetcli "$DIR/nvmet.json" >"$DIR/migrated.toml.in" 2>"$DIR/migrated.notes" \
         || { echo "import-nvmetcli: $(tail -n 1 "$DIR/migrated.notes")"; return 1; }
     say "[$SCEN] import-nvmetcli notes: $(tr '\n' ';' <"$DIR/migrated.notes")" >&2
+    # And back: `export-nvmetcli` of the converted configuration must give
+    # nvmet what it had for subsystem NQN, its namespaces and its ports.
+    "$NVMEOF_TARGET_BIN" export-nvmetcli "$DIR/migrated.toml.in" >"$DIR/exported.json" 2>"$DIR/exported.notes" \
+        || { echo "export-nvmetcli: $(tail -n 1 "$DIR/exported.notes")"; return 1; }
+    bad=$(python3 - "$DIR/nvmet.json" "$DIR/exported.json" "$nqn" <<'PY'
+import json, sys
+saved, exported, nqn = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
+diffs = []
+def num(v, unset):
+    v = str(v).strip()
+    return unset if v in ("", "-1") else int(v, 0)
+def same(what, a, b):
+    if a != b:
+        diffs.append("%s: nvmet %r, exported %r" % (what, a, b))
+sub = lambda root: next(s for s in root["subsystems"] if s["nqn"] == nqn)
+s, e = sub(saved), sub(exported)
+# nvmet shows the serial number padded to 20 characters
+for k in ("serial", "model", "firmware", "allow_any_host"):
+    same(k, s["attr"].get(k, "").strip(), e["attr"].get(k, "").strip())
+for k in ("ieee_oui", "cntlid_min", "cntlid_max", "qid_max"):
+    same(k, num(s["attr"][k], None), num(e["attr"][k], None))
+same("allowed_hosts", sorted(s["allowed_hosts"]), sorted(e["allowed_hosts"]))
+same("hosts", sorted(h["nqn"] for h in exported["hosts"]), sorted(h["nqn"] for h in saved["hosts"]))
+groups = set()
+for n in s["namespaces"]:
+    m = next((x for x in e["namespaces"] if x["nsid"] == n["nsid"]), None)
+    if m is None:
+        diffs.append("namespace %d missing" % n["nsid"]); continue
+    for k in ("path", "uuid", "nguid"):
+        same("namespace %d %s" % (n["nsid"], k), n["device"][k].lower(), m["device"][k].lower())
+    same("namespace %d ana_grpid" % n["nsid"], n["ana_grpid"], m["ana_grpid"])
+    same("namespace %d resv" % n["nsid"], n.get("resv", {}).get("enable", "0"), m.get("resv", {}).get("enable", "0"))
+    groups.add(n["ana_grpid"])
+for p in saved["ports"]:
+    if nqn not in p["subsystems"]:
+        continue
+    q = next((x for x in exported["ports"] if x["portid"] == p["portid"]), None)
+    if q is None:
+        diffs.append("port %d missing" % p["portid"]); continue
+    same("port %d links" % p["portid"], nqn in q["subsystems"], True)
+    for k in ("adrfam", "traddr", "trsvcid", "trtype"):
+        same("port %d %s" % (p["portid"], k), p["addr"][k], q["addr"][k])
+    same("port %d inline_data_size" % p["portid"], num(p["param"]["inline_data_size"], 16384), num(q["param"]["inline_data_size"], None))
+    same("port %d max_queue_size" % p["portid"], num(p["param"]["max_queue_size"], 1024), num(q["param"]["max_queue_size"], None))
+    state = lambda port, g: next((x["ana"]["state"] for x in port["ana_groups"] if x["grpid"] == g), None)
+    for g in sorted(groups):
+        same("port %d ANA group %d" % (p["portid"], g), state(p, g), state(q, g))
+print("; ".join(diffs))
+PY
+) || { echo "comparing the exported configuration failed"; return 1; }
+    [ -z "$bad" ] || { echo "export-nvmetcli differs: ${bad:0:150}"; return 1; }
+    say "[$SCEN] export-nvmetcli gives back nvmet's $nqn: $(wc -c <"$DIR/exported.json") bytes; notes: $(tr '\n' ';' <"$DIR/exported.notes")" >&2
     p1=$(free_port); p2=$(free_port)
     [ "$p2" != "$p1" ] || p2=$(free_port)
     python3 -c '

@@ -114,3 +114,218 @@ async fn converted_nvmet_configuration_serves_the_same_identity() {
     })
     .await
 }
+
+const NQN_A: &str = "nqn.2014-08.org.example:to-nvmet-a";
+const NQN_B: &str = "nqn.2014-08.org.example:to-nvmet-b";
+/// The NGUID namespace 2 of `NQN_A` is given.
+const NGUID: &str = "5eed0000-0000-4000-8000-0000000000a2";
+
+/// What a Linux host reads of one subsystem through `addr`: serial, model,
+/// firmware, IEEE OUI, controller ID, I/O queues, and each namespace's UUID
+/// and NGUID (Identify descriptors).
+async fn identity(addr: std::net::SocketAddr, nqn: &str, nsids: &[u32]) -> (Vec<String>, u16, Vec<[u8; 16]>) {
+    let ctrl = Controller::connect(addr, nqn, opts()).await.unwrap();
+    let id = ctrl.identify_controller().await.unwrap();
+    let mut ids = Vec::new();
+    for &nsid in nsids {
+        let d = ctrl.namespace_id_descriptors(nsid).await.unwrap();
+        // The UUID, then the NGUID (as the JSON lists them).
+        ids.extend(d.iter().filter_map(|d| match d {
+            NsIdDescriptor::Uuid(u) => Some(*u),
+            _ => None,
+        }));
+        ids.extend(d.iter().filter_map(|d| match d {
+            NsIdDescriptor::Nguid(u) => Some(*u),
+            _ => None,
+        }));
+    }
+    let text = vec![
+        id.sn.trim().to_string(),
+        id.mn.trim().to_string(),
+        id.fr.trim().to_string(),
+        format!("{:02x}{:02x}{:02x}", id.ieee[2], id.ieee[1], id.ieee[0]),
+        ctrl.io_queue_count().to_string(),
+    ];
+    ctrl.shutdown().await.unwrap();
+    (text, id.cntlid, ids)
+}
+
+/// `export-nvmetcli` writes what the target serves: each subsystem's
+/// identity as hosts read it (derived serial number and namespace UUIDs and
+/// NGUIDs included), each port's PORTID, subsystem links, ANA states and
+/// referrals as its discovery log and ANA log report them. Converted back by
+/// `import-nvmetcli`, as a configuration moved to nvmet and back would be, it
+/// serves the same identity again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exported_configuration_names_what_the_target_serves() {
+    use nvmeof_target::nvmetcli::export;
+    use serde_json::Value;
+    bounded(40, async {
+        let dir = std::env::temp_dir().join(format!("nvmeof-nvmetcli-export-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let files: Vec<_> = (1..=3).map(|i| dir.join(format!("ns{i}.img"))).collect();
+        for f in &files {
+            std::fs::File::create(f).unwrap().set_len(8 << 20).unwrap();
+        }
+        let hostnqn = host().nqn.clone();
+        let toml = format!(
+            r#"
+[[port]]
+listen = "127.0.0.1:0"
+portid = 3
+ana_groups = {{ 2 = "non-optimized" }}
+
+[[port]]
+listen = "127.0.0.1:0"
+portid = 4
+
+[[referral]]
+address = "192.0.2.10:8009"
+portid = 9
+
+[[subsystem]]
+nqn = "{NQN_A}"
+model = "to nvmet"
+ieee_oui = 0x0050c2
+cntlid_min = 300
+cntlid_max = 399
+max_io_queues = 3
+allowed_hosts = ["{hostnqn}"]
+ports = [4]
+
+[[subsystem.namespace]]
+file = {f1:?}
+block_size = 4096
+ana_group = 2
+
+[[subsystem.namespace]]
+file = {f2:?}
+block_size = 4096
+nguid = "{NGUID}"
+
+[[subsystem]]
+nqn = "{NQN_B}"
+
+[[subsystem.namespace]]
+file = {f3:?}
+block_size = 4096
+ana_group = 2
+"#,
+            f1 = files[0],
+            f2 = files[1],
+            f3 = files[2],
+        );
+        let cfg = TargetConfig::from_toml(&toml).unwrap();
+        let e = export(&cfg, |_| DeviceKind::File(4096));
+        assert_eq!(e.notes.len(), 1, "{:?}", e.notes);
+        assert!(e.notes[0].contains("page cache"), "{:?}", e.notes);
+        let json: Value = serde_json::from_str(&e.json).unwrap();
+        let (server, p3) = start(&cfg).await;
+        let p4 = server.local_addrs[1];
+
+        // Ports: the discovery log through port 3 lists, under each port's
+        // PORTID, the subsystems the JSON links to it, and the referral.
+        let log =
+            discover(p3, ConnectOptions { host: Some(host()), ..ConnectOptions::discovery() }).await.unwrap();
+        let mut served: Vec<(u16, String, String)> =
+            nvme_subsystems(&log).map(|e| (e.portid, e.trsvcid.clone(), e.subnqn.clone())).collect();
+        served.sort();
+        let mut exported = Vec::new();
+        for (port, addr) in json["ports"].as_array().unwrap().iter().zip([p3, p4]) {
+            assert_eq!(port["addr"]["traddr"], "127.0.0.1");
+            assert_eq!(port["addr"]["trtype"], "tcp");
+            for s in port["subsystems"].as_array().unwrap() {
+                let id = port["portid"].as_u64().unwrap() as u16;
+                exported.push((id, addr.port().to_string(), s.as_str().unwrap().to_string()));
+            }
+            let referral = &port["referrals"][0];
+            assert_eq!(
+                (referral["addr"]["traddr"].as_str(), referral["addr"]["trsvcid"].as_str()),
+                (Some("192.0.2.10"), Some("8009"))
+            );
+            assert_eq!(referral["addr"]["portid"], "9");
+        }
+        exported.sort();
+        assert_eq!(served, exported);
+        assert!(log.entries.iter().any(|e| e.traddr == "192.0.2.10" && e.trsvcid == "8009" && e.portid == 9));
+
+        // Subsystems: the identity hosts read is the one written out.
+        let subsystem = |nqn: &str| {
+            json["subsystems"].as_array().unwrap().iter().find(|s| s["nqn"] == nqn).unwrap().clone()
+        };
+        let exported_identity = |s: &Value| {
+            let a = &s["attr"];
+            let text: Vec<String> = ["serial", "model", "firmware"]
+                .iter()
+                .map(|k| a[*k].as_str().unwrap().to_string())
+                .chain([
+                    a["ieee_oui"].as_str().unwrap().trim_start_matches("0x").to_string(),
+                    // opts() asks for 4 I/O queues
+                    a["qid_max"].as_str().unwrap().parse::<usize>().unwrap().min(4).to_string(),
+                ])
+                .collect();
+            let mut ids = Vec::new();
+            for ns in s["namespaces"].as_array().unwrap() {
+                for k in ["uuid", "nguid"] {
+                    ids.push(
+                        nvmeof_initiator::common::spec::nqn::parse_uuid(ns["device"][k].as_str().unwrap())
+                            .unwrap(),
+                    );
+                }
+            }
+            let range: Vec<u16> = ["cntlid_min", "cntlid_max"]
+                .iter()
+                .map(|k| a[*k].as_str().unwrap().parse().unwrap())
+                .collect();
+            (text, range, ids)
+        };
+        let (a, b) = (subsystem(NQN_A), subsystem(NQN_B));
+        assert_eq!(
+            (a["attr"]["allow_any_host"].as_str(), a["allowed_hosts"].clone()),
+            (Some("0"), serde_json::json!([hostnqn]))
+        );
+        assert_eq!(json["hosts"], serde_json::json!([{ "nqn": hostnqn }]));
+        assert_eq!(b["attr"]["allow_any_host"], "1");
+        assert_eq!(a["namespaces"][1]["device"]["nguid"], NGUID);
+        let (text_a, range_a, ids_a) = exported_identity(&a);
+        let (text_b, _, ids_b) = exported_identity(&b);
+        assert_eq!((text_a[1].as_str(), text_a[3].as_str(), text_a[4].as_str()), ("to nvmet", "0050c2", "3"));
+        let served_a = identity(p4, NQN_A, &[1, 2]).await;
+        assert_eq!(served_a.0, text_a);
+        assert!((range_a[0]..=range_a[1]).contains(&served_a.1), "cntlid {}", served_a.1);
+        assert_eq!(served_a.2, ids_a);
+        let served_b = identity(p3, NQN_B, &[1]).await;
+        assert_eq!(served_b.0, text_b);
+        assert_eq!(served_b.2, ids_b);
+
+        // ANA: group 2 is non-optimized through port 3, optimized through 4.
+        let state = |port: usize, grp: u64| {
+            json["ports"][port]["ana_groups"].as_array().unwrap().iter().find(|g| g["grpid"] == grp).unwrap()
+                ["ana"]["state"]
+                .clone()
+        };
+        assert_eq!(
+            (state(0, 1), state(0, 2), state(1, 2)),
+            ("optimized".into(), "non-optimized".into(), "optimized".into())
+        );
+        let ctrl = Controller::connect(p3, NQN_B, opts()).await.unwrap();
+        let g2 = ctrl.ana_log().await.unwrap().groups.into_iter().find(|g| g.grpid == 2).unwrap();
+        assert_eq!((g2.state, g2.nsids), (AnaState::NON_OPTIMIZED, vec![1]));
+        ctrl.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+
+        // And back: import-nvmetcli of it serves the same identity.
+        let back = convert(&e.json, |_| DeviceKind::File(4096)).unwrap();
+        let cfg = TargetConfig::from_toml(&back.toml).unwrap();
+        let (server, p3) = start(&cfg).await;
+        let p4 = server.local_addrs[1];
+        assert_eq!(identity(p4, NQN_A, &[1, 2]).await.2, ids_a);
+        assert_eq!(identity(p3, NQN_B, &[1]).await.0, text_b);
+        let again = identity(p4, NQN_A, &[1, 2]).await;
+        assert_eq!(again.0, text_a);
+        assert!((range_a[0]..=range_a[1]).contains(&again.1));
+        server.shutdown(Duration::from_secs(1)).await;
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+}

@@ -76,7 +76,11 @@ impl Namespace {
         Self::derive(subnqn, nsid, Some(store), backend)
     }
 
-    fn derive(subnqn: &str, nsid: u32, store: Option<&[u8]>, backend: Arc<dyn Backend>) -> Self {
+    /// The UUID, NGUID and EUI-64 a namespace gets where the configuration
+    /// gives none ([`Self::new`], [`Self::for_store`]): derived from the
+    /// subsystem NQN, the NSID and the store, so `export-nvmetcli` can carry
+    /// them to nvmet and hosts keep seeing the same namespace.
+    pub fn derived_ids(subnqn: &str, nsid: u32, store: Option<&[u8]>) -> ([u8; 16], [u8; 16], [u8; 8]) {
         let id = |kind: &[u8]| {
             let nsid = nsid.to_le_bytes();
             match store {
@@ -92,6 +96,11 @@ impl Namespace {
         let e = id(b"eui64");
         let mut eui64 = [0u8; 8];
         eui64.copy_from_slice(&e[..8]);
+        (uuid, nguid, eui64)
+    }
+
+    fn derive(subnqn: &str, nsid: u32, store: Option<&[u8]>, backend: Arc<dyn Backend>) -> Self {
+        let (uuid, nguid, eui64) = Self::derived_ids(subnqn, nsid, store);
         let block_shift = backend.block_size().trailing_zeros();
         Self {
             nsid,

@@ -84,13 +84,18 @@ pub struct Subsystem {
 }
 
 impl Subsystem {
+    /// The serial number a subsystem reports where the configuration gives
+    /// none: 20 hex digits derived from its NQN, the same on every start.
+    pub fn default_serial(nqn: &str) -> String {
+        let id = super::stable_id(&[b"serial", nqn.as_bytes()]);
+        id[..10].iter().map(|b| format!("{b:02x}")).collect()
+    }
+
     /// A subsystem with no namespaces.
     pub fn new(nqn: &str, model: &str, allowed_hosts: Option<Vec<String>>, discovery: bool) -> Self {
-        let id = super::stable_id(&[b"serial", nqn.as_bytes()]);
-        let serial: String = id[..10].iter().map(|b| format!("{b:02x}")).collect();
         Self {
             nqn: nqn.to_string(),
-            serial,
+            serial: Self::default_serial(nqn),
             model: model.to_string(),
             firmware: crate::cmd::admin::FIRMWARE_REVISION.chars().take(8).collect(),
             ieee_oui: 0,
