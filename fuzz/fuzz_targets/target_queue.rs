@@ -59,10 +59,10 @@ use nvmeof_common::spec::{
 use nvmeof_common::{Cqe, SglDescriptor, Sqe};
 use nvmeof_fuzz::{chunk_len, chunked, fix_digests, trace, write_seeds_if_asked};
 use nvmeof_target::backend::{Backend, DeferredMemBackend, IoCompletion, MemBackend};
-use nvmeof_target::core::zoned::ZoneConfig;
 use nvmeof_target::cmd::QueueCtx;
 use nvmeof_target::config::HostKeys;
 use nvmeof_target::core::controller::Teardown;
+use nvmeof_target::core::zoned::ZoneConfig;
 use nvmeof_target::core::{Limits, Namespace, Subsystem, Target};
 use nvmeof_target::queue::{Phase, QueueState};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};

@@ -62,6 +62,20 @@ enum Cmd {
         /// The configuration file.
         path: PathBuf,
     },
+    /// Convert a --config file into SPDK's configuration, as `save_config`
+    /// writes it, for `nvmf_tgt --json FILE` (or `rpc.py load_config`): printed,
+    /// notes on stderr on what SPDK cannot take. Serial numbers and namespace
+    /// UUIDs, NGUIDs and EUI-64s are written out, so hosts see the same
+    /// subsystems and namespaces.
+    ExportSpdk {
+        /// The configuration file.
+        path: PathBuf,
+        /// Where to write the hosts' DH-HMAC-CHAP keys as SPDK keyring files
+        /// (made if missing; each file readable by its owner only). Without
+        /// it, hosts with keys are left out.
+        #[arg(long)]
+        key_dir: Option<PathBuf>,
+    },
     /// Convert an SPDK NVMe-oF target configuration saved by SPDK's
     /// `save_config` RPC (`rpc.py save_config`) into a --config file
     /// (printed; notes on stderr). DH-HMAC-CHAP keys are read from the files
@@ -142,6 +156,57 @@ fn export_nvmetcli(path: &Path) -> std::process::ExitCode {
             std::process::ExitCode::from(2)
         }
     }
+}
+
+/// `export-spdk`: the key files written, the JSON on stdout, each note on
+/// stderr; exit 2 when the configuration cannot be read, 1 when a key file
+/// cannot be written (nothing printed).
+fn export_spdk(path: &Path, key_dir: Option<&Path>) -> std::process::ExitCode {
+    let cfg = match TargetConfig::from_file(path) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("nvmeof-target: config {}: {e}", path.display());
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let e = nvmeof_target::spdk::export(&cfg, key_dir);
+    if let Err(err) = write_key_files(key_dir, &e.key_files) {
+        eprintln!("nvmeof-target: {err}");
+        return std::process::ExitCode::from(1);
+    }
+    for n in &e.notes {
+        eprintln!("note: {n}");
+    }
+    print!("{}", e.json);
+    std::process::ExitCode::SUCCESS
+}
+
+/// Writes each key file, readable by its owner only (SPDK's file keyring
+/// refuses a key file others may read), in `dir` (made, owner-only, if missing).
+fn write_key_files(dir: Option<&Path>, files: &[(PathBuf, String)]) -> Result<(), String> {
+    use std::io::Write as _;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+    let (Some(dir), false) = (dir, files.is_empty()) else { return Ok(()) };
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("--key-dir {}: {e}", dir.display()))?;
+    for (path, secret) in files {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)
+            .map_err(|e| format!("key file {}: {e}", path.display()))?;
+        // An existing file keeps its mode on open: make it owner-only too.
+        f.set_permissions(std::fs::Permissions::from_mode(0o600))
+            .and_then(|()| f.write_all(secret.as_bytes()))
+            .and_then(|()| f.sync_all())
+            .map_err(|e| format!("key file {}: {e}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// `import-spdk`: as `import-nvmetcli`, the keyring's key files read here.
@@ -598,6 +663,7 @@ fn main() -> std::process::ExitCode {
         Cmd::ImportNvmetcli { path } => return import_nvmetcli(&path),
         Cmd::ImportSpdk { path } => return import_spdk(&path),
         Cmd::ExportNvmetcli { path } => return export_nvmetcli(&path),
+        Cmd::ExportSpdk { path, key_dir } => return export_spdk(&path, key_dir.as_deref()),
         Cmd::CheckConfig { path } => return check_config(&path),
     };
     let cfg = match &args.config {
@@ -704,6 +770,7 @@ mod tests {
             Cmd::ImportNvmetcli { .. }
             | Cmd::ImportSpdk { .. }
             | Cmd::ExportNvmetcli { .. }
+            | Cmd::ExportSpdk { .. }
             | Cmd::CheckConfig { .. } => Err("not serve".into()),
         }
     }

@@ -59,6 +59,9 @@ use serde_json::{Map, Value};
 
 use crate::nvmetcli::{quoted, Converted, DeviceKind};
 
+mod export;
+pub use export::{export, Exported};
+
 /// The discovery subsystem's NQN, whose listeners are where SPDK answers
 /// discovery.
 const DISCOVERY_NQN: &str = nvmeof_common::spec::DISCOVERY_NQN;

@@ -442,6 +442,62 @@ fn export_nvmetcli_prints_json_and_its_notes() {
     assert!(out.stdout.is_empty());
 }
 
+/// `export-spdk --key-dir`: the keys in files only their owner may read (as
+/// SPDK's file keyring demands), named by the JSON on stdout, which
+/// `import-spdk` takes back with the keys; without --key-dir a host with a
+/// key is left out; a key directory that cannot be made exits 1 printing
+/// nothing.
+#[test]
+fn export_spdk_writes_owner_only_key_files() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = TempDir::new("export-spdk");
+    let host = "nqn.2014-08.org.nvmexpress:uuid:4a2a1c9e-0000-4000-8000-000000000001";
+    let key = "DHHC-1:00:oCMdKPLLjLL49xAMSZHqha3+8lnvPS1oqnhp0/9+78hfhoD7:";
+    let cfg = config(
+        &dir.0,
+        &format!(
+            "[[port]]\nlisten = \"127.0.0.1:4420\"\n[[subsystem]]\nnqn = \"{NQN}\"\n\
+             allowed_hosts = [{{ nqn = \"{host}\", dhchap_key = \"{key}\" }}]\n[[subsystem.namespace]]\nram = \"1M\"\n"
+        ),
+    );
+    let keys = dir.0.join("keys");
+    let out = Command::new(BIN).arg("export-spdk").arg(&cfg).arg("--key-dir").arg(&keys).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(std::fs::metadata(&keys).unwrap().permissions().mode() & 0o777, 0o700);
+    let file = keys.join("nvmeof-key0");
+    assert_eq!(std::fs::metadata(&file).unwrap().permissions().mode() & 0o777, 0o600);
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), key);
+    assert!(stdout.contains(file.to_str().unwrap()), "{stdout}");
+    let saved = dir.0.join("spdk.json");
+    std::fs::write(&saved, stdout.as_bytes()).unwrap();
+    let out = Command::new(BIN).arg("import-spdk").arg(&saved).output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let back = nvmeof_target::config::TargetConfig::from_toml(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    assert_eq!(back.subsystems[0].host_keys[host].key.to_string(), key);
+
+    let out = Command::new(BIN).arg("export-spdk").arg(&cfg).output().unwrap();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        !stdout.contains("nvmf_subsystem_add_host") && !stdout.contains("keyring_file_add_key"),
+        "{stdout}"
+    );
+    assert!(stderr.contains(&format!("host {host} left out")), "{stderr}");
+
+    let blocked = dir.0.join("a-file");
+    std::fs::write(&blocked, "").unwrap();
+    let out = Command::new(BIN)
+        .arg("export-spdk")
+        .arg(&cfg)
+        .arg("--key-dir")
+        .arg(blocked.join("keys"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.stdout.is_empty());
+}
+
 /// `import-spdk`: the converted configuration on stdout, each note on
 /// stderr too, the DH-HMAC-CHAP key read from the keyring's file; a host
 /// whose key file is gone is left out (never let in without its key); a

@@ -224,3 +224,143 @@ async fn converted_spdk_configuration_serves_the_same_identity() {
     })
     .await
 }
+
+/// What a host reads of subsystem `nqn` through `addr` with `o`: serial and
+/// model numbers, MQES, IOCCSZ, MDTS, the I/O queues granted, and each
+/// namespace's identification descriptors (UUID, NGUID, EUI-64).
+async fn identity(
+    addr: std::net::SocketAddr,
+    nqn: &str,
+    o: ConnectOptions,
+    nsids: &[u32],
+) -> (Vec<String>, Vec<Vec<NsIdDescriptor>>) {
+    let ctrl = Controller::connect(addr, nqn, o).await.unwrap();
+    let id = ctrl.identify_controller().await.unwrap();
+    let text = vec![
+        id.sn.trim().to_string(),
+        id.mn.trim().to_string(),
+        ctrl.info().cap.mqes().to_string(),
+        id.ioccsz.to_string(),
+        id.mdts.to_string(),
+        ctrl.io_queue_count().to_string(),
+    ];
+    let mut ids = Vec::new();
+    for &nsid in nsids {
+        let mut d: Vec<NsIdDescriptor> = ctrl
+            .namespace_id_descriptors(nsid)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|d| !matches!(d, NsIdDescriptor::Csi(_)))
+            .collect();
+        d.sort_by_key(|d| format!("{d:?}"));
+        ids.push(d);
+    }
+    ctrl.shutdown().await.unwrap();
+    (text, ids)
+}
+
+/// `export-spdk`, then `import-spdk` of what it wrote (as SPDK's
+/// `save_config` would give it back): hosts see the same subsystems —
+/// serial and model numbers, the transport's limits, every namespace's
+/// UUID, NGUID and EUI-64 (derived ones included), a host's DH-HMAC-CHAP
+/// keys through keyring files only its owner may read, the namespaces a
+/// host may see — and the data of a file namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exported_spdk_configuration_serves_the_same_identity() {
+    use std::os::unix::fs::PermissionsExt;
+    bounded(40, async {
+        let dir = std::env::temp_dir().join(format!("nvmeof-spdk-export-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("ns1.img");
+        std::fs::File::create(&file).unwrap().set_len(8 << 20).unwrap();
+        let hostnqn = host().nqn.clone();
+        let other = "nqn.2014-08.org.nvmexpress:uuid:0b0b0b0b-0b0b-4b0b-8b0b-0b0b0b0b0b0b";
+        let secret = "DHHC-1:01:o8/jE9vGsSdaRVAfWmfEhzOZ8S7KkfTi8F/tg64x4BN8zoYw:";
+        let toml = format!(
+            r#"
+[limits]
+max_queue_entries = 64
+max_io_queues = 2
+in_capsule_data = 4096
+mdts = 5
+
+[[port]]
+listen = "127.0.0.1:0"
+
+[[subsystem]]
+nqn = "{NQN}"
+model = "to spdk"
+allowed_hosts = [{{ nqn = "{hostnqn}", dhchap_key = "{secret}" }}, "{other}"]
+
+[[subsystem.namespace]]
+file = {file:?}
+block_size = 4096
+eui64 = "0011223344556677"
+
+[[subsystem.namespace]]
+ram = "4M"
+hosts = ["{other}"]
+
+[[subsystem.namespace]]
+ram = "4M"
+uuid = "{MALLOC_UUID}"
+"#
+        );
+        let cfg = TargetConfig::from_toml(&toml).unwrap();
+        let keys = dir.join("keys");
+        let e = nvmeof_target::spdk::export(&cfg, Some(&keys));
+        assert_eq!(e.notes.len(), 2, "{:?}", e.notes);
+        assert!(
+            e.notes[0].contains("O_DIRECT") && e.notes[1].contains("readable by their owner only"),
+            "{:?}",
+            e.notes
+        );
+        assert_eq!(e.key_files.len(), 1);
+        // What export-spdk does with them (see its --key-dir).
+        std::fs::create_dir_all(&keys).unwrap();
+        for (p, s) in &e.key_files {
+            std::fs::write(p, s).unwrap();
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        let read_key = |p: &std::path::Path| std::fs::read_to_string(p).map_err(|e| e.to_string());
+        let back = convert(&e.json, DeviceKind::of, read_key).unwrap();
+        let back_cfg = TargetConfig::from_toml(&back.toml).unwrap();
+
+        let with_key =
+            || ConnectOptions { dhchap_secret: Some(secret.parse::<DhchapSecret>().unwrap()), ..opts() };
+        let (server, addr) = start(&cfg).await;
+        let ours = identity(addr, NQN, with_key(), &[1, 3]).await;
+        // Written through the original target, read through the converted one.
+        let ctrl = Controller::connect(addr, NQN, with_key()).await.unwrap();
+        let ns = ctrl.namespace(1).await.unwrap();
+        ns.write(3, &[0x5a; 4096]).await.unwrap();
+        ns.flush().await.unwrap();
+        ctrl.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+
+        let (server, addr) = start(&back_cfg).await;
+        let theirs = identity(addr, NQN, with_key(), &[1, 3]).await;
+        assert_eq!(ours, theirs);
+        assert_eq!(ours.0[1..], ["to spdk", "63", "260", "5", "2"].map(String::from));
+        assert!(ours.1[0].contains(&NsIdDescriptor::Eui64([0, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77])));
+        assert!(ours.1[1].contains(&NsIdDescriptor::Uuid(bytes(MALLOC_UUID))));
+        // The host still needs its key; namespace 2 is the other host's only.
+        assert!(Controller::connect(addr, NQN, opts()).await.is_err(), "without the key");
+        let ctrl = Controller::connect(addr, NQN, with_key()).await.unwrap();
+        assert_eq!(ctrl.active_namespaces().await.unwrap(), [1, 3]);
+        let mut buf = vec![0u8; 4096];
+        ctrl.namespace(1).await.unwrap().read(3, &mut buf).await.unwrap();
+        assert!(buf.iter().all(|&b| b == 0x5a));
+        ctrl.shutdown().await.unwrap();
+        let o =
+            ConnectOptions { host: Some(nvmeof_initiator::HostIdentity::new(other, [0x0b; 16])), ..opts() };
+        let ctrl = Controller::connect(addr, NQN, o).await.unwrap();
+        assert_eq!(ctrl.active_namespaces().await.unwrap(), [1, 2, 3]);
+        ctrl.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+        let _ = std::fs::remove_dir_all(&dir);
+    })
+    .await
+}
