@@ -72,7 +72,7 @@ NS_SIZE=$((NS_SIZE_MB * 1024 * 1024))
 if [ -n "$HOST_CLIENT_CMD" ]; then
     : "${CLIENT_STEPS:=custom}"
 else
-    : "${CLIENT_STEPS:=icreq initiator statuses probe-randread probe-verify admin events auth qmax zoned migrate}"
+    : "${CLIENT_STEPS:=icreq initiator statuses probe-randread probe-verify admin events auth qmax zoned migrate export}"
 fi
 
 say() { printf '%s\n' "$*"; }
@@ -457,6 +457,10 @@ client_cmd() {
         # by our target beside nvmet (hook migrate-nvmet starts it and passes
         # NVME_MIGRATED_*): the migrated subsystem must look the same.
         migrate) printf '%q --rounds migrate' "$INTEROP_INITIATOR_BIN" ;;
+        # Moving to nvmet: the guest applied export-nvmetcli's JSON of
+        # exported.toml (made with the overlay) as nvmetcli restore would; the
+        # subsystem must show through nvmet's port 2 what the JSON names.
+        export) printf 'bash %q %q %q' "$HERE/exported-client.sh" "$NVMEOF_ADMIN_BIN" "$DIR/exported-nvmet.json" ;;
         *) return 1 ;;
     esac
 }
@@ -482,6 +486,7 @@ client_binary() { # the binaries a client needs (space separated), or nothing
     case $1 in
         initiator|events|auth|qmax) echo "$INTEROP_INITIATOR_BIN" ;;
         migrate) echo "$INTEROP_INITIATOR_BIN $NVMEOF_TARGET_BIN" ;;
+        export) echo "$NVMEOF_ADMIN_BIN $NVMEOF_TARGET_BIN" ;;
         zoned) echo "$INTEROP_INITIATOR_BIN $NVMEOF_PROBE_BIN" ;;
         statuses) echo "$INTEROP_STATUSES_BIN" ;;
         probe-*) echo "$NVMEOF_PROBE_BIN" ;;
@@ -557,7 +562,7 @@ hook_run_client() { # kernel-target: run client $1 against the forwarded port
     [ -e "$DIR/ns-written" ] && fresh=0
     case $name in icreq|statuses|probe-randread) ;; *) touch "$DIR/ns-written" ;; esac
     say "[$SCEN] host client $name (limit ${lim}s): $cmd (NVME_ADDR=127.0.0.1 NVME_PORT=$HOST_PORT NVME_NQN=$NQN NVME_FRESH=$fresh)" >&2
-    NVME_ADDR=127.0.0.1 NVME_PORT=$HOST_PORT NVME_NQN=$NQN NVME_NS_SIZE=$NS_SIZE \
+    NVME_ADDR=127.0.0.1 NVME_PORT=$HOST_PORT NVME_PORT2=$HOST_PORT2 NVME_NQN=$NQN NVME_NS_SIZE=$NS_SIZE \
         NVME_BACKEND=$BACKEND NVME_FRESH=$fresh INTEROP_IO_SECS=$INTEROP_IO_SECS timeout --kill-after=5 "$lim" \
         bash -c "$cmd" </dev/null >"$log" 2>&1
     rc=$?
@@ -1223,7 +1228,7 @@ run_scenario() {
             build_clients
             local c climits=0
             for c in $CLIENT_STEPS; do
-                client_cmd "$c" >/dev/null || die "unknown client '$c' in CLIENT_STEPS (custom icreq initiator statuses probe-randread probe-verify admin events auth qmax zoned)"
+                client_cmd "$c" >/dev/null || die "unknown client '$c' in CLIENT_STEPS (custom icreq initiator statuses probe-randread probe-verify admin events auth qmax zoned migrate export)"
                 climits=$((climits + $(client_limit "$c") + 20))
             done
             env="CLIENT_TIMEOUT=$CLIENT_TIMEOUT CLIENT_STEPS='$CLIENT_STEPS'"
@@ -1234,6 +1239,13 @@ run_scenario() {
     mkdir -p "$DIR/overlay"
     cp -r "$HERE/guest" "$DIR/overlay/guest"
     mv "$DIR/overlay/guest/init" "$DIR/overlay/init"
+    # kernel-target step host-export: export-nvmetcli's JSON of exported.toml
+    # (kept for the host client) as the configfs writes of nvmetcli restore
+    if [ "${SCEN#kernel-target}" != "$SCEN" ] && [ -x "$NVMEOF_TARGET_BIN" ]; then
+        "$NVMEOF_TARGET_BIN" export-nvmetcli "$HERE/exported.toml" >"$DIR/exported-nvmet.json" 2>"$DIR/exported-nvmet.notes" \
+            && python3 "$HERE/nvmet-restore.py" "$DIR/exported-nvmet.json" >"$DIR/overlay/guest/nvmet-exported.sh" \
+            || rm -f "$DIR/overlay/guest/nvmet-exported.sh"
+    fi
     if [ "${SCEN#kernel-host}" != "$SCEN" ] && [ -x "$INTEROP_PR_IOCTL_BIN" ]; then
         mkdir -p "$DIR/overlay/guest/bin"
         # without its debug info: the initramfs is kept in guest memory

@@ -935,6 +935,9 @@ async fn admin_cli_outputs_and_exit_codes() {
         )
         .unwrap();
         assert_eq!((j["nsze"].as_u64(), j["block_size"].as_u64()), (Some(NS_SIZE / 512), Some(512)));
+        // The UUID from the identification descriptors (a derived one: version 4).
+        let uuid = j["uuid"].as_str().and_then(nvmeof_initiator::common::spec::nqn::parse_uuid);
+        assert_eq!(uuid.map(|u| u[6] >> 4), Some(4), "{}", j["uuid"]);
         // Copy limits: the default MDTS (1 MiB) in 512-byte blocks.
         assert_eq!(
             (j["mssrl"].as_u64(), j["mcl"].as_u64(), j["msrc"].as_u64()),

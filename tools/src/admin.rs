@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use nvmeof_common::spec::discovery::{AdrFam, DiscoveryLog, DiscoveryLogEntry, SecType, SubType, TrType};
+use nvmeof_common::spec::identify::NsIdDescriptor;
 use nvmeof_common::spec::log::{AnaLog, AnaState, GetLogPageCmd, LogPageId, SmartLog, SMART_LOG_LEN};
 use nvmeof_common::spec::reservation::{
     AcquireAction, NotificationType, RegisterAction, ReleaseAction, ReservationStatus, ReservationType,
@@ -1360,7 +1361,18 @@ async fn identify(
                 .identify_namespace(n)
                 .await
                 .map_err(|e| ToolError::from_initiator(&format!("Identify Namespace {n}"), &e))?;
-            namespace_json(n, &id)
+            let mut v = namespace_json(n, &id);
+            // The UUID is in the identification descriptors only (`nvme
+            // ns-descs`); a controller without the list (before NVMe 1.3)
+            // has none to show.
+            if let Ok(descs) = ctrl.namespace_id_descriptors(n).await {
+                let uuid = descs.iter().find_map(|d| match d {
+                    NsIdDescriptor::Uuid(u) => Some(nvmeof_common::spec::nqn::format_uuid(u)),
+                    _ => None,
+                });
+                v["uuid"] = uuid.map_or(Value::Null, Value::from);
+            }
+            v
         }
     };
     if cli.json {

@@ -245,6 +245,40 @@ kt_migrate() {
     [ $_rc = 0 ] || exit 1
 }
 
+# Moving to nvmet (host-export): the host made /guest/nvmet-exported.sh, the
+# configfs writes `nvmetcli restore` would make of `nvmeof-target
+# export-nvmetcli tests/interop/exported.toml` (nvmet-restore.py): subsystem
+# NQN-exp with derived serial number and namespace identifiers, its file
+# namespace in ANA group 3, non-optimized on port 2. Every write must take;
+# then host client export checks through port 2 that nvmet shows what the
+# JSON names.
+KT_EXP_NQN=$NQN-exp
+export_checks() {
+    [ -d "$NVMET/ports/2" ] || nvmet_add_port 2 0.0.0.0 4421 "$NQN" $KT_PORT2_PARAMS
+    [ -f /guest/nvmet-exported.sh ] || fail "no /guest/nvmet-exported.sh (export-nvmetcli failed on the host)"
+    truncate -s 16M /srv/exp.img || fail "truncate /srv/exp.img"
+    _out=$(sh /guest/nvmet-exported.sh 2>&1) || fail "restoring the exported configuration: $(echo "$_out" | tr '\n' ';')"
+    [ -d "$NVMET/subsystems/$KT_EXP_NQN" ] || fail "the exported configuration made no $KT_EXP_NQN"
+    info "exported configuration restored into nvmet: $(grep -c '^[wdl] ' /guest/nvmet-exported.sh) configfs steps, none failed"
+    hook_call run-client "$CLIENT_TIMEOUT" export || fail "host client export failed: ${HOOK_REPLY:-no reply}"
+    info "host client export: ${HOOK_REPLY#HOOKACK run-client }"
+}
+kt_export() {
+    ( export_checks )
+    _rc=$?
+    _s=$NVMET/subsystems/$KT_EXP_NQN
+    rm -f "$NVMET/ports/2/subsystems/$KT_EXP_NQN"
+    if [ -d "$_s" ]; then
+        for _n in "$_s"/namespaces/*; do
+            [ -d "$_n" ] && { echo 0 >"$_n/enable"; rmdir "$_n"; }
+        done
+        rmdir "$_s"
+    fi
+    rmdir "$NVMET/ports/2/ana_groups/3" 2>/dev/null
+    rm -f /srv/exp.img
+    [ $_rc = 0 ] || exit 1
+}
+
 kt_teardown() {
     rmdir "$NVMET/ports/1/referrals/interop" || fail "rmdir the referral"
     nvmet_teardown "$NQN"
@@ -269,6 +303,8 @@ scenario_main() {
             run_step "$_sn" $((CLIENT_TIMEOUT + 40)) kt_zoned
         elif [ "$_c" = migrate ]; then
             run_step "$_sn" $((CLIENT_TIMEOUT + 60)) kt_migrate
+        elif [ "$_c" = export ]; then
+            run_step "$_sn" $((CLIENT_TIMEOUT + 30)) kt_export
         else
             run_step "$_sn" $((CLIENT_TIMEOUT + 10)) kt_client "$_c"
         fi
