@@ -541,6 +541,29 @@ impl MultipathNamespace {
         on_a_path!(self, |ns| ns.write_with(lba, buf, flags))
     }
 
+    /// Reads into `bufs` in order, as `preadv` does ([`Namespace::read_vectored`]:
+    /// straight from the socket into each buffer); a retry on another path
+    /// fills them again.
+    pub async fn read_vectored(
+        &self,
+        lba: u64,
+        bufs: &mut [std::io::IoSliceMut<'_>],
+        flags: IoFlags,
+    ) -> Result<()> {
+        on_a_path!(self, |ns| ns.read_vectored(lba, bufs, flags))
+    }
+
+    /// Writes `bufs` in order, as `pwritev` does ([`Namespace::write_vectored`]:
+    /// no copy into one buffer); a retry on another path sends them again.
+    pub async fn write_vectored(
+        &self,
+        lba: u64,
+        bufs: &[std::io::IoSlice<'_>],
+        flags: IoFlags,
+    ) -> Result<()> {
+        on_a_path!(self, |ns| ns.write_vectored(lba, bufs, flags))
+    }
+
     /// Reads `len` bytes (whole blocks) from `lba` into a new buffer, which
     /// the queue fills straight from the socket
     /// ([`Namespace::read_bytes`]); each attempt has its own buffer.

@@ -3,7 +3,7 @@
 //! ANA state (optimized first, non-optimized only without one), failover on
 //! an ANA status before any notice arrives, states following notices, a
 //! command waiting for a path to come back (bounded), failover after a lost
-//! connection.
+//! connection, vectored I/O failing over too.
 
 mod initiator_util;
 
@@ -195,6 +195,37 @@ async fn an_ana_status_fails_over_before_any_notice() {
         mp.deallocate(&[(8, 1)]).await.unwrap();
         assert_eq!(mp.read_bytes(7, 2 * BS).await.unwrap(), vec![0u8; 2 * BS]);
         assert_eq!(commands(&mp), vec![1, 21]);
+        mp.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await
+}
+
+/// Vectored reads and writes (an application's own scattered buffers) fail
+/// over as the others do: the first, refused on the inaccessible path, goes
+/// again on the other, its buffers sent (or filled) again.
+#[tokio::test]
+async fn vectored_io_fails_over() {
+    use std::io::{IoSlice, IoSliceMut};
+    bounded(60, async {
+        let (server, _) = start(&cfg("optimized", "optimized")).await;
+        let o = ConnectOptions { async_events: false, ..opts() };
+        let mp = two_paths(&server, o, Duration::from_secs(5)).await;
+        server.reload(&cfg("inaccessible", "optimized")).unwrap();
+        // Three blocks from buffers of 100, BS and 2 × BS − 100 bytes.
+        let data: Vec<u8> = (0..3 * BS).map(|i| (i % 251) as u8).collect();
+        let (a, rest) = data.split_at(100);
+        let (b, c) = rest.split_at(BS);
+        mp.write_vectored(4, &[IoSlice::new(a), IoSlice::new(b), IoSlice::new(c)], Default::default())
+            .await
+            .unwrap();
+        assert_eq!(commands(&mp), vec![1, 1], "refused on port 1, written through port 2");
+        mp.write(0, &vec![0u8; BS]).await.unwrap();
+        let (mut x, mut y, mut z) = (vec![0u8; 2 * BS - 1], vec![0u8; 1], vec![0u8; BS]);
+        let mut bufs = [IoSliceMut::new(&mut x), IoSliceMut::new(&mut y), IoSliceMut::new(&mut z)];
+        mp.read_vectored(4, &mut bufs, Default::default()).await.unwrap();
+        assert_eq!([x, y, z].concat(), data);
+        assert_eq!(commands(&mp), vec![1, 3]);
         mp.shutdown().await.unwrap();
         server.shutdown(Duration::from_secs(1)).await;
     })
