@@ -37,6 +37,9 @@ use crate::core::subsystem::Subsystem;
 /// SPDK's TCP transport moves data in buffers of `io_unit_size` and a
 /// command in at most `SPDK_NVMF_MAX_SGL_ENTRIES` (16) of them.
 const SPDK_MAX_SGL_ENTRIES: u64 = 16;
+/// The highest `sock_priority` SPDK's TCP transport takes
+/// (`SPDK_NVMF_TCP_DEFAULT_MAX_SOCK_PRIORITY`; `nvmf_tcp_create` fails above).
+const SPDK_MAX_SOCK_PRIORITY: u32 = 16;
 /// SPDK's default `io_unit_size` for TCP (`SPDK_NVMF_TCP_DEFAULT_IO_UNIT_SIZE`).
 const SPDK_IO_UNIT_SIZE: u64 = 131072;
 /// A subsystem's most namespaces unless `max_namespaces` says otherwise
@@ -113,9 +116,15 @@ pub fn export(cfg: &TargetConfig, key_dir: Option<&Path>) -> Exported {
             "in_capsule_data_size": l.in_capsule_data,
             "max_io_size": max_io_size,
             "io_unit_size": SPDK_IO_UNIT_SIZE.min(max_io_size),
-            "sock_priority": cfg.so_priority,
+            "sock_priority": cfg.so_priority.min(SPDK_MAX_SOCK_PRIORITY),
         }),
     ));
+    if cfg.so_priority > SPDK_MAX_SOCK_PRIORITY {
+        notes.push(format!(
+            "socket priority {SPDK_MAX_SOCK_PRIORITY}, not {} (SPDK's TCP transport takes at most {SPDK_MAX_SOCK_PRIORITY})",
+            cfg.so_priority
+        ));
+    }
     for r in &cfg.referrals {
         nvmf.push(call(
             "nvmf_discovery_add_referral",
@@ -488,6 +497,7 @@ uuid = "6e766d65-6f66-4974-8000-00000000c0de"
 [limits]
 mdts = 10
 max_queue_entries = 65536
+so_priority = 20
 [[port]]
 listen = "127.0.0.1:4420"
 portid = 7
@@ -524,6 +534,7 @@ reservations_format = "spdk"
         for needle in [
             "commands of at most 2048 KiB, not 4096 KiB",
             "queues of 65535 entries, not 65536",
+            "socket priority 16, not 20",
             "port 7: SPDK numbers its listeners itself (PORTID 1 there)",
             "port 7: its own in-capsule data and queue size are left out",
             "port 7: SPDK saves no ANA state",
@@ -544,6 +555,7 @@ reservations_format = "spdk"
         let nvmf = calls(&v, "nvmf");
         assert_eq!(nvmf[0]["params"]["max_io_size"], 2 << 20);
         assert_eq!(nvmf[0]["params"]["max_queue_depth"], 65535);
+        assert_eq!(nvmf[0]["params"]["sock_priority"], 16);
         let hosts: Vec<&Value> = nvmf
             .iter()
             .filter(|c| c["method"] == "nvmf_subsystem_add_host")
