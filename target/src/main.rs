@@ -634,7 +634,7 @@ fn host_commands(cfg: &TargetConfig, addrs: &[SocketAddr]) -> Vec<String> {
 fn serving_status(server: &Server) -> String {
     let subsystems = server.target.subsystems();
     let namespaces: usize = subsystems.iter().map(|s| s.namespaces().len()).sum();
-    let ports: Vec<String> = server.local_addrs.iter().map(|a| a.to_string()).collect();
+    let ports: Vec<String> = server.listening().iter().map(|a| a.to_string()).collect();
     format!(
         "serving {} in {} on {}",
         count(namespaces, "namespace"),

@@ -29,13 +29,17 @@ pub struct Server {
     pub metrics_addr: Option<SocketAddr>,
     stop: watch::Sender<bool>,
     accept_tasks: Vec<JoinHandle<()>>,
+    /// The ports listening now, in configuration order: those it started
+    /// with and those reloads added ([`Server::reload`]).
+    ports: Mutex<Vec<LivePort>>,
     /// The configuration each namespace (subsystem NQN, NSID) was last
     /// opened or resized with: [`Server::reload`] resizes a namespace only
     /// when its `size` changes, and replaces it when its store changes.
     configured: Mutex<HashMap<(String, u32), NamespaceConfig>>,
-    /// The ports, limits, busy-poll window, send buffer and congestion control the target started with: a
-    /// reload does not change them, and says so when the file does.
-    started: (PortList, crate::core::Limits, ConnOptions),
+    /// The limits, busy-poll window, send buffer, congestion control and
+    /// socket priority the target started with: a reload does not change
+    /// them, and says so when the file does.
+    started: (crate::core::Limits, ConnOptions),
     /// The metrics address the target started with (a reload does not move it).
     started_metrics: Option<SocketAddr>,
 }
@@ -307,19 +311,44 @@ fn apply_port_ana(target: &Target, cfg: &TargetConfig) {
     }
 }
 
-/// The ports' addresses, IDs and own queue limits: a reload that changes
-/// them says a restart applies them (nvmet takes a port's `addr_*` and
-/// `param_*` only while it is disabled; here connected controllers keep the
-/// IOCCSZ and MQES they were given, and their new I/O queues must agree).
-type PortList = (Vec<SocketAddr>, Vec<u16>, Vec<crate::core::PortParams>);
+/// A port listening: its address and ID as configured, the address bound
+/// (the actual port where 0 was asked), and the stop of its listener and of
+/// the connections it accepted.
+struct LivePort {
+    addr: SocketAddr,
+    id: u16,
+    local: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
 
-fn port_list(cfg: &TargetConfig) -> PortList {
-    let n = cfg.listen.len();
-    (
-        cfg.listen.clone(),
-        (0..n).map(|i| cfg.port_id(i)).collect(),
-        (0..n).map(|i| cfg.port_params(i)).collect(),
-    )
+/// Binds the `i`-th port of `cfg` (not yet registered or accepting).
+fn bind_port(cfg: &TargetConfig, i: usize) -> std::io::Result<(tokio::net::TcpListener, SocketAddr)> {
+    let addr = cfg.listen[i];
+    let l = tcp::bind(addr, cfg.so_priority)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("listen {addr}: {e}")))?;
+    let local = l.local_addr()?;
+    Ok((l, local))
+}
+
+/// Registers the `i`-th port of `cfg`, bound to `l`, and starts accepting
+/// on it.
+fn open_port(
+    target: &Arc<Target>,
+    cfg: &TargetConfig,
+    i: usize,
+    (l, local): (tokio::net::TcpListener, SocketAddr),
+    opts: ConnOptions,
+) -> LivePort {
+    let port_id = target.add_port_with_id(local, cfg.port_id(i));
+    let params = cfg.port_params(i);
+    if params != Default::default() {
+        target.set_port_params(port_id, params);
+        info!(port_id, in_capsule_data = ?params.in_capsule_data, max_queue_entries = ?params.max_queue_entries, "port's own queue limits");
+    }
+    let (stop, stop_rx) = watch::channel(false);
+    let task = tokio::spawn(tcp::serve_port(target.clone(), l, port_id, opts, stop_rx));
+    LivePort { addr: cfg.listen[i], id: port_id, local, stop, task }
 }
 
 /// Sets the referrals the discovery log lists; discovery controllers get the
@@ -384,7 +413,40 @@ pub fn subsystem_from_config(cfg: &SubsystemConfig) -> std::io::Result<Arc<Subsy
     Ok(s)
 }
 
+/// What a reload changes of the ports `live`: the IDs of those `cfg` no
+/// longer lists, and the positions in `cfg` of those to open. A port is the
+/// same while its address and ID are; one whose ID changed on the same
+/// address keeps listening as it was (its socket holds the address: a
+/// restart applies that), said in the log.
+fn port_changes(live: &[LivePort], cfg: &TargetConfig) -> (Vec<u16>, Vec<usize>) {
+    let wanted: Vec<(SocketAddr, u16)> =
+        (0..cfg.listen.len()).map(|i| (cfg.listen[i], cfg.port_id(i))).collect();
+    let mut gone: Vec<u16> =
+        live.iter().filter(|p| !wanted.contains(&(p.addr, p.id))).map(|p| p.id).collect();
+    let mut added: Vec<usize> =
+        (0..wanted.len()).filter(|&i| !live.iter().any(|p| (p.addr, p.id) == wanted[i])).collect();
+    added.retain(|&i| {
+        let (addr, id) = wanted[i];
+        let Some(old) = live.iter().find(|p| p.addr == addr && addr.port() != 0 && gone.contains(&p.id)) else {
+            return true;
+        };
+        warn!(addr = %addr, port_id = old.id, new_port_id = id, "reload: a port's ID is not changed while running (restart the target to apply it)");
+        gone.retain(|&g| g != old.id);
+        false
+    });
+    // An ID another port takes over would clash until that one is gone:
+    // removals come first (see `reload`).
+    (gone, added)
+}
+
 impl Server {
+    /// Addresses listening now, in configuration order (actual ports where
+    /// 0 was asked): those the target started with ([`Self::local_addrs`])
+    /// as reloads added and removed ports.
+    pub fn listening(&self) -> Vec<SocketAddr> {
+        self.ports.lock().unwrap_or_else(PoisonError::into_inner).iter().map(|p| p.local).collect()
+    }
+
     /// Starts serving `cfg` on the current tokio runtime.
     pub async fn start(cfg: &TargetConfig) -> std::io::Result<Self> {
         let disc_nqn = cfg.discovery_nqn.as_deref().unwrap_or(nvmeof_common::spec::DISCOVERY_NQN);
@@ -397,27 +459,12 @@ impl Server {
         }
         let (stop, stop_rx) = watch::channel(false);
         let opts = conn_options(cfg);
-        let mut local_addrs = Vec::new();
-        let mut accept_tasks = Vec::new();
-        for (i, addr) in cfg.listen.iter().enumerate() {
-            let l = tcp::bind(*addr, cfg.so_priority)
-                .map_err(|e| std::io::Error::new(e.kind(), format!("listen {addr}: {e}")))?;
-            let local = l.local_addr()?;
-            let port_id = target.add_port_with_id(local, cfg.port_id(i));
-            let params = cfg.port_params(i);
-            if params != Default::default() {
-                target.set_port_params(port_id, params);
-                info!(port_id, in_capsule_data = ?params.in_capsule_data, max_queue_entries = ?params.max_queue_entries, "port's own queue limits");
-            }
-            local_addrs.push(local);
-            accept_tasks.push(tokio::spawn(tcp::serve_port(
-                target.clone(),
-                l,
-                port_id,
-                opts,
-                stop_rx.clone(),
-            )));
+        let mut ports = Vec::new();
+        for i in 0..cfg.listen.len() {
+            ports.push(open_port(&target, cfg, i, bind_port(cfg, i)?, opts));
         }
+        let local_addrs = ports.iter().map(|p| p.local).collect();
+        let mut accept_tasks = Vec::new();
         let mut metrics_addr = None;
         if let Some(addr) = cfg.metrics_listen {
             let l = crate::metrics::bind(addr)?;
@@ -432,13 +479,14 @@ impl Server {
             .iter()
             .flat_map(|s| assign_nsids(&s.namespaces).map(|(nsid, n)| ((s.nqn.clone(), nsid), n.clone())))
             .collect();
-        let started = (port_list(cfg), cfg.limits.clone(), opts);
+        let started = (cfg.limits.clone(), opts);
         Ok(Self {
             target,
             local_addrs,
             metrics_addr,
             stop,
             accept_tasks,
+            ports: Mutex::new(ports),
             configured: Mutex::new(configured),
             started,
             started_metrics: cfg.metrics_listen,
@@ -451,7 +499,11 @@ impl Server {
     /// replaced, and one whose configured size changed resized. Connected
     /// hosts get the Namespace Attribute Changed AEN. A subsystem's `ports`
     /// change live, as nvmet's port links (see
-    /// [`Target::set_subsystem_ports`]). Ports, limits,
+    /// [`Target::set_subsystem_ports`]), and so do ports: new ones listen
+    /// (bound before anything else changes, so an address in use fails the
+    /// reload), removed ones stop and their controllers are deleted
+    /// ([`Target::remove_port`]). A port's own queue limits, its ID on an
+    /// address that stays, limits,
     /// `poll_us`, `send_buffer`, `congestion_control`, the metrics address
     /// and the models and
     /// controller ID ranges of running subsystems are not changed (a warning
@@ -517,12 +569,22 @@ impl Server {
                 }
             }
         }
+        // Ports, as nvmet's ports/N come and go: bound first, so that an
+        // address that cannot be had fails the reload before anything changes.
+        let mut live = self.ports.lock().unwrap_or_else(PoisonError::into_inner);
+        let (gone, added) = port_changes(&live, cfg);
+        let mut bound = Vec::new();
+        for &i in &added {
+            bound.push((
+                i,
+                bind_port(cfg, i).map_err(|e| unchanged(e, format_args!("port {}", cfg.port_id(i))))?,
+            ));
+        }
         // Like a subsystem's model above: applied only by a restart, which
-        // the log says (the reload reported success while the new port or
+        // the log says (the reload reported success while the new
         // limit silently did not apply).
-        let (listen, limits, conn) = &self.started;
+        let (limits, conn) = &self.started;
         for (what, changed) in [
-            ("the ports are", *listen != port_list(cfg)),
             ("the limits are", *limits != cfg.limits),
             ("poll_us, send_buffer, congestion_control and so_priority are", *conn != conn_options(cfg)),
             ("the metrics address is", self.started_metrics != cfg.metrics_listen),
@@ -544,6 +606,35 @@ impl Server {
             }
             Err(_) => true,
         };
+        for id in gone {
+            if let Some(i) = live.iter().position(|p| p.id == id) {
+                let p = live.remove(i);
+                // Its listener and the connections it accepted stop; the
+                // controllers through it are deleted.
+                let _ = p.stop.send(true);
+                let deleted = self.target.remove_port(id).unwrap_or(0);
+                info!(port_id = id, addr = %p.local, controllers_deleted = deleted, "reload: port removed");
+            }
+        }
+        for (i, b) in bound {
+            let p = open_port(&self.target, cfg, i, b, self.started.1);
+            info!(port_id = p.id, addr = %p.local, "reload: port added");
+            live.push(p);
+        }
+        // In configuration order, as `listening` reports them.
+        let position =
+            |p: &LivePort| (0..cfg.listen.len()).find(|&i| (cfg.listen[i], cfg.port_id(i)) == (p.addr, p.id));
+        live.sort_by_key(position);
+        for p in live.iter() {
+            let Some(params) = position(p).map(|i| cfg.port_params(i)) else { continue };
+            if self.target.port_params(p.id) != params {
+                // nvmet takes param_* only while the port is disabled; here
+                // connected controllers keep the IOCCSZ and MQES they were
+                // given, and their new I/O queues must agree.
+                warn!(port_id = p.id, "reload: a port's own queue limits are not changed while running (restart the target to apply them)");
+            }
+        }
+        drop(live);
         let mut failed = Vec::new();
         let mut keep = Vec::new();
         for sc in &cfg.subsystems {
@@ -689,7 +780,11 @@ impl Server {
     /// backends are flushed either way.
     pub async fn shutdown_or(self, grace: Duration, cut: impl std::future::Future<Output = ()>) {
         let _ = self.stop.send(true);
-        for t in self.accept_tasks {
+        let ports = std::mem::take(&mut *self.ports.lock().unwrap_or_else(PoisonError::into_inner));
+        for p in &ports {
+            let _ = p.stop.send(true);
+        }
+        for t in ports.into_iter().map(|p| p.task).chain(self.accept_tasks) {
             let _ = t.await;
         }
         let deadline = tokio::time::Instant::now() + grace;

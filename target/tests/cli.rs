@@ -217,10 +217,10 @@ fn ram_namespace_larger_than_memory_is_refused() {
     assert!(err.contains("larger than this machine's memory"), "{err}");
 }
 
-/// SIGHUP applies namespaces but not ports or limits: a changed port or
-/// limit is said to need a restart (the reload reported success and the
-/// change silently did not apply); a broken file keeps the running
-/// configuration and logs why.
+/// SIGHUP applies namespaces and ports but not limits: a changed limit is
+/// said to need a restart (the reload reported success and the change
+/// silently did not apply); a broken file keeps the running configuration
+/// and logs why.
 #[test]
 fn sighup_says_what_it_does_not_apply() {
     let dir = TempDir::new("hup");
@@ -239,12 +239,18 @@ fn sighup_says_what_it_does_not_apply() {
     r.wait_for("configuration reloaded");
     assert!(!r.log.iter().any(|l| l.contains("not changed while running")), "{:?}", r.log);
 
-    config(&dir.0, &body("127.0.0.1:1", "[limits]\nmax_queue_entries = 64", "2M"));
+    // A port replaced (applied: the old one removed, the new one added) and
+    // a limit changed (said to need a restart).
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    config(&dir.0, &body(&free, "[limits]\nmax_queue_entries = 64", "2M"));
     r.signal(libc::SIGHUP);
-    let ports = r.wait_for("reload: the ports are not changed");
-    assert!(ports.contains("WARN") && ports.contains("restart"), "{ports}");
-    r.wait_for("reload: the limits are not changed");
+    let limits = r.wait_for("reload: the limits are not changed");
+    assert!(limits.contains("WARN") && limits.contains("restart"), "{limits}");
+    r.wait_for("reload: port removed");
+    let added = r.wait_for("reload: port added");
+    assert!(added.contains(&free), "{added}");
     r.wait_for("configuration reloaded");
+    assert!(std::net::TcpStream::connect(&free).is_ok(), "the new port accepts");
 
     // A broken file: the error names the key, the target keeps running.
     config(&dir.0, &body("127.0.0.1:0", "[limits]\nmdts = 30", "2M"));

@@ -433,6 +433,28 @@ impl Target {
         id
     }
 
+    /// Unregisters port `id`, as nvmet's `rmdir ports/N` after its
+    /// subsystems are unlinked: the discovery log no longer lists it (GENCTR
+    /// moves, discovery controllers get the change notice) and the
+    /// controllers connected through it are deleted (`nvmet_port_del_ctrls`),
+    /// so their hosts reconnect through a port that is still there. The
+    /// caller stops its listener. The controllers deleted, `None` when no
+    /// port has that ID.
+    pub fn remove_port(&self, id: u16) -> Option<usize> {
+        let mut p = self.ports.write().unwrap();
+        let i = p.iter().position(|x| x.id == id)?;
+        p.remove(i);
+        self.bump_genctr();
+        drop(p);
+        self.notify_discovery(|_| true);
+        let through = |c: &Controller| c.port_id == id;
+        let mut deleted = self.discovery.delete_controllers_where(through);
+        for s in self.subsystems() {
+            deleted += s.delete_controllers_where(through);
+        }
+        Some(deleted)
+    }
+
     /// Registered ports.
     pub fn ports(&self) -> Vec<Port> {
         self.ports.read().unwrap().clone()
