@@ -191,6 +191,12 @@ pub async fn serve_port(
         tokio::select! {
             r = listener.accept() => match r {
                 Ok((stream, peer)) => {
+                    // A port a reload removed takes no connection it accepted
+                    // after that (both branches may be ready at once).
+                    if *stop.borrow() {
+                        drop(stream);
+                        break;
+                    }
                     if !target.try_add_connection() {
                         warn!(%peer, limit = target.limits.max_connections, "connection limit reached; refusing connection");
                         drop(stream);
