@@ -705,7 +705,10 @@ hook_start_client() {
     say "[$SCEN] host client $name in the background (limit ${lim}s): $cmd" >&2
     ( NVME_ADDR=127.0.0.1 NVME_PORT=$HOST_PORT NVME_PORT2=$HOST_PORT2 NVME_NQN=$NQN NVME_NS_SIZE=$NS_SIZE NVME_BACKEND=$BACKEND \
         timeout --kill-after=5 "$lim" bash -c "$cmd" </dev/null >"$log" 2>&1
-      echo $? >"$DIR/client-$name.rc" ) </dev/null >/dev/null 2>&1 &
+      # Written whole, then renamed: a waiter that sees the file reads the
+      # code (it could read an empty file, which ended a passing client as rc 2).
+      r=$?; echo "$r" >"$DIR/client-$name.rc.part" && mv -f "$DIR/client-$name.rc.part" "$DIR/client-$name.rc" ) \
+        </dev/null >/dev/null 2>&1 &
     pid=$!
     echo "$pid" >"$DIR/client-$name.pid"
     out=$(client_line "$name" READY) || { echo "$out"; return 1; }
@@ -738,6 +741,7 @@ hook_wait_client() {
         sleep 0.1
     done
     rc=$(cat "$DIR/client-$name.rc" 2>/dev/null) || { echo "client '$name' did not end"; return 1; }
+    [[ $rc =~ ^[0-9]+$ ]] || { echo "client '$name' left no exit code (${rc:-empty})"; return 1; }
     client_done "$name" "$rc"
     return "$rc"
 }
