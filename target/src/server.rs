@@ -118,6 +118,15 @@ pub(crate) fn store_identity(n: &NamespaceConfig) -> Vec<u8> {
     [kind.as_bytes(), b":", &id].concat()
 }
 
+/// The UUID, NGUID and EUI-64 namespace `n` is served with as NSID `nsid`
+/// of subsystem `nqn`: those the configuration gives, the others derived
+/// from the store as [`new_namespace`] derives them (a RAM store is a new
+/// one on each call). What `export-nvmetcli` and `export-spdk` write out.
+pub(crate) fn namespace_ids(nqn: &str, nsid: u32, n: &NamespaceConfig) -> ([u8; 16], [u8; 16], [u8; 8]) {
+    let (uuid, nguid, eui64) = Namespace::derived_ids(nqn, nsid, Some(&store_identity(n)));
+    (n.ids.uuid.unwrap_or(uuid), n.ids.nguid.unwrap_or(nguid), n.ids.eui64.unwrap_or(eui64))
+}
+
 /// The capacity a namespace's configuration asks for, if any (block devices: none).
 fn configured_size(n: &NamespaceConfig) -> Option<u64> {
     match &n.source {

@@ -91,13 +91,20 @@ impl Subsystem {
         id[..10].iter().map(|b| format!("{b:02x}")).collect()
     }
 
+    /// The firmware revision a subsystem reports where the configuration
+    /// gives none: this build's version, at most the 8 characters of
+    /// Identify Controller FR.
+    pub fn default_firmware() -> String {
+        crate::cmd::admin::FIRMWARE_REVISION.chars().take(8).collect()
+    }
+
     /// A subsystem with no namespaces.
     pub fn new(nqn: &str, model: &str, allowed_hosts: Option<Vec<String>>, discovery: bool) -> Self {
         Self {
             nqn: nqn.to_string(),
             serial: Self::default_serial(nqn),
             model: model.to_string(),
-            firmware: crate::cmd::admin::FIRMWARE_REVISION.chars().take(8).collect(),
+            firmware: Self::default_firmware(),
             ieee_oui: 0,
             discovery,
             cntlids: super::target::CNTLID_RANGE,

@@ -31,7 +31,6 @@ use nvmeof_common::spec::nqn::format_uuid;
 
 use super::DeviceKind;
 use crate::config::{NamespaceSource, TargetConfig};
-use crate::core::namespace::Namespace;
 use crate::core::subsystem::Subsystem;
 
 /// nvmet's queue size bounds (`NVMET_MIN_QUEUE_SIZE`, `NVMET_MAX_QUEUE_SIZE`):
@@ -40,8 +39,6 @@ const NVMET_QUEUE_SIZES: (u32, u32) = (16, 1024);
 /// nvmet's most I/O queues per controller (`NVMET_NR_QUEUES`): the largest
 /// `attr_qid_max` it takes.
 const NVMET_NR_QUEUES: u16 = 128;
-/// nvmet's longest firmware revision (`NVMET_FR_MAX_SIZE`).
-const NVMET_FR_MAX_SIZE: usize = 8;
 
 /// A configuration converted for nvmetcli.
 #[derive(Debug)]
@@ -152,9 +149,7 @@ pub fn export(cfg: &TargetConfig, kind: impl Fn(&Path) -> DeviceKind) -> Exporte
                     "{what}: nvmet keeps reservations in memory only: hosts register again after each restart"
                 ));
             }
-            let (uuid, nguid, _) = Namespace::derived_ids(nqn, nsid, Some(&crate::server::store_identity(n)));
-            let uuid = n.ids.uuid.unwrap_or(uuid);
-            let nguid = n.ids.nguid.unwrap_or(nguid);
+            let (uuid, nguid, _) = crate::server::namespace_ids(nqn, nsid, n);
             groups.insert(n.ana_group);
             let mut ns = json!({
                 "ana": { "grpid": attr(n.ana_group) },
@@ -179,9 +174,7 @@ pub fn export(cfg: &TargetConfig, kind: impl Fn(&Path) -> DeviceKind) -> Exporte
         a.insert("allow_any_host".into(), attr(s.allowed_hosts.is_none() as u8));
         a.insert("serial".into(), attr(s.serial.clone().unwrap_or_else(|| Subsystem::default_serial(nqn))));
         a.insert("model".into(), attr(&s.model));
-        let firmware = s.firmware.clone().unwrap_or_else(|| {
-            crate::cmd::admin::FIRMWARE_REVISION.chars().take(NVMET_FR_MAX_SIZE).collect()
-        });
+        let firmware = s.firmware.clone().unwrap_or_else(Subsystem::default_firmware);
         a.insert("firmware".into(), attr(firmware));
         a.insert("ieee_oui".into(), attr(format!("0x{:06x}", s.ieee_oui.unwrap_or(0))));
         a.insert("cntlid_min".into(), attr(s.cntlids.start()));

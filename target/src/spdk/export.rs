@@ -31,7 +31,6 @@ use nvmeof_common::spec::nqn::format_uuid;
 
 use super::{DISCOVERY_NQN, SPDK_CNTLIDS, SPDK_IEEE_OUI};
 use crate::config::{NamespaceSource, ReservationsFormat, TargetConfig};
-use crate::core::namespace::Namespace;
 use crate::core::subsystem::Subsystem;
 
 /// SPDK's TCP transport moves data in buffers of `io_unit_size` and a
@@ -254,11 +253,7 @@ pub fn export(cfg: &TargetConfig, key_dir: Option<&Path>) -> Exported {
             let what = format!("subsystem {nqn} namespace {nsid}");
             // SPDK's bdev names are global: subsystem and NSID make them unique.
             let name = format!("nvmeof{}n{nsid}", si + 1);
-            let (uuid, nguid, eui64) =
-                Namespace::derived_ids(nqn, nsid, Some(&crate::server::store_identity(n)));
-            let uuid = n.ids.uuid.unwrap_or(uuid);
-            let nguid = n.ids.nguid.unwrap_or(nguid);
-            let eui64 = n.ids.eui64.unwrap_or(eui64);
+            let (uuid, nguid, eui64) = crate::server::namespace_ids(nqn, nsid, n);
             let block_size = u64::from(n.block_size);
             match &n.source {
                 NamespaceSource::Ram(bytes) => {
