@@ -4,6 +4,10 @@
 //! io_engine = "threads"   # optional, before any table: "threads" | "uring" | "auto"
 //! discovery_nqn = "nqn.2026-11.io.nvmeof:discovery"   # optional, before any table: a unique
 //!                         # discovery NQN (nvmet's discovery_nqn; the well-known one works too); SIGHUP renames
+//! discovery_filter = "address,svcid"   # optional, before any table: which ports the discovery log lists
+//!                         # to a host (SPDK's discovery_filter): "match_any" (default: every port) or any of
+//!                         # "transport", "address", "svcid", comma-separated: only ports matching the
+//!                         # address / TCP port the host asked on ("address,svcid": that port only, as nvmet)
 //!
 //! [limits]            # all optional
 //! mdts = 8            # 2^8 × 4 KiB = 1 MiB per command (1..=18)
@@ -174,7 +178,7 @@ use nvmeof_common::spec::log::AnaState;
 use crate::core::ana::{parse_ana_state, DEFAULT_ANA_GROUP};
 use crate::core::qos::QosLimits;
 use crate::core::target::Referral;
-use crate::core::{Limits, PortParams};
+use crate::core::{DiscoveryFilter, Limits, PortParams};
 
 /// Errors that name the key and why.
 #[derive(Debug, thiserror::Error)]
@@ -689,6 +693,9 @@ pub struct TargetConfig {
     /// `--discovery-nqn`; nvmet's `discovery_nqn`); `None`: the well-known
     /// one only. Hosts may connect by either.
     pub discovery_nqn: Option<String>,
+    /// Which ports the discovery log lists to each host (`discovery_filter`,
+    /// `--discovery-filter`; SPDK's `discovery_filter`).
+    pub discovery_filter: DiscoveryFilter,
 }
 
 impl TargetConfig {
@@ -742,6 +749,7 @@ pub fn check_send_buffer(v: usize) -> Result<(), String> {
 struct RawConfig {
     io_engine: Option<IoEngine>,
     discovery_nqn: Option<String>,
+    discovery_filter: Option<String>,
     #[serde(default)]
     limits: RawLimits,
     #[serde(default)]
@@ -1268,6 +1276,12 @@ impl TargetConfig {
                 return Err(invalid(format!("subsystem[{i}].nqn"), format!("{d:?} is the discovery_nqn")));
             }
         }
+        let discovery_filter = raw
+            .discovery_filter
+            .map(|f| f.parse())
+            .transpose()
+            .map_err(|e| invalid("discovery_filter", e))?
+            .unwrap_or_default();
         let mut referrals = Vec::new();
         for (i, r) in raw.referral.iter().enumerate() {
             let key = format!("referral[{i}].address");
@@ -1299,6 +1313,7 @@ impl TargetConfig {
             referrals,
             metrics_listen,
             discovery_nqn,
+            discovery_filter,
         })
     }
 
@@ -1371,6 +1386,17 @@ mod tests {
         assert!(e.contains("port[0].listen"), "{e}");
         let e = TargetConfig::from_toml("[bogus]\n").unwrap_err().to_string();
         assert!(e.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn discovery_filter() {
+        assert!(TargetConfig::from_toml("").unwrap().discovery_filter.is_match_any());
+        let c = TargetConfig::from_toml("discovery_filter = \"svcid,address\"").unwrap();
+        assert_eq!(c.discovery_filter, DiscoveryFilter::NVMET);
+        let e = TargetConfig::from_toml("discovery_filter = \"match_any,svcid\"").unwrap_err().to_string();
+        assert!(e.contains("discovery_filter") && e.contains("match_any stands alone"), "{e}");
+        let e = TargetConfig::from_toml("discovery_filter = \"port\"").unwrap_err().to_string();
+        assert!(e.contains("discovery_filter") && e.contains("\"port\""), "{e}");
     }
 
     #[test]

@@ -18,7 +18,7 @@ use nvmeof_target::config::{
 use nvmeof_target::core::ana::DEFAULT_ANA_GROUP;
 use nvmeof_target::core::qos::QosLimits;
 use nvmeof_target::core::zoned::ZoneConfig;
-use nvmeof_target::core::{Limits, Referral};
+use nvmeof_target::core::{DiscoveryFilter, Limits, Referral};
 use nvmeof_target::server::Server;
 use nvmeof_target::service;
 
@@ -243,7 +243,7 @@ fn print_converted(
 #[derive(clap::Args)]
 struct ServeArgs {
     /// TOML configuration (ports, subsystems, namespaces, allowed hosts); excludes the other export flags.
-    #[arg(long, conflicts_with_all = ["file", "size", "ram", "block", "listen", "nqn", "allow_host", "dhchap_secret", "block_size", "read_only", "shared", "reservations", "referral", "discovery_nqn", "qos_iops", "qos_bandwidth", "zoned"])]
+    #[arg(long, conflicts_with_all = ["file", "size", "ram", "block", "listen", "nqn", "allow_host", "dhchap_secret", "block_size", "read_only", "shared", "reservations", "referral", "discovery_nqn", "discovery_filter", "qos_iops", "qos_bandwidth", "zoned"])]
     config: Option<PathBuf>,
     /// Export this regular file (repeat for several namespaces).
     #[arg(long)]
@@ -308,6 +308,13 @@ struct ServeArgs {
     /// as by the well-known nqn.2014-08.org.nvmexpress.discovery.
     #[arg(long, value_name = "NQN")]
     discovery_nqn: Option<String>,
+    /// Which ports the discovery log lists to a host (SPDK's
+    /// discovery_filter): match_any (default: every --listen address), or
+    /// any of transport, address, svcid, comma-separated, for only the
+    /// ports with the address / TCP port the host asked on. address,svcid
+    /// lists the asking port only, as the Linux kernel target does.
+    #[arg(long, value_name = "FILTER", value_parser = |s: &str| s.parse::<DiscoveryFilter>())]
+    discovery_filter: Option<DiscoveryFilter>,
     /// Subsystem NQN; default derived from the host name.
     #[arg(long)]
     nqn: Option<String>,
@@ -539,6 +546,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
         referrals: a.referral.iter().map(|&addr| Referral { addr, portid: 0 }).collect(),
         metrics_listen: None,
         discovery_nqn: a.discovery_nqn.clone(),
+        discovery_filter: a.discovery_filter.unwrap_or_default(),
     })
 }
 
@@ -1116,5 +1124,10 @@ mod tests {
         assert!(e.contains("--discovery-nqn") && e.contains("empty"), "{e}");
         // With --config the file says it (`discovery_nqn`).
         assert!(args(&["--config", "t.toml", "--discovery-nqn", "nqn.2026-12.x:disc"]).is_err());
+        assert!(flags(&["--ram", "1M"]).unwrap().discovery_filter.is_match_any());
+        let f = flags(&["--ram", "1M", "--discovery-filter", "svcid,address"]).unwrap().discovery_filter;
+        assert_eq!(f, DiscoveryFilter::NVMET);
+        assert!(args(&["--ram", "1M", "--discovery-filter", "port"]).is_err());
+        assert!(args(&["--config", "t.toml", "--discovery-filter", "address"]).is_err());
     }
 }

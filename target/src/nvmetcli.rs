@@ -25,6 +25,8 @@
 //!   `buffered_io` is 0 unless set, and nvmetcli does not save it).
 //! - Referrals (per port in nvmet, listed through every port here) become
 //!   `[[referral]]` tables.
+//! - `discovery_filter = "address,svcid"`: the discovery log lists to a host
+//!   the port it asks through only, as nvmet's does.
 //!
 //! nvmetcli does not save nvmet's `discovery_nqn`: give `discovery_nqn` by
 //! hand where nvmet had one.
@@ -228,7 +230,9 @@ pub fn convert(json: &str, kind: impl Fn(&Path) -> DeviceKind) -> Result<Convert
     }
     let saved: Saved = serde_json::from_value(value).map_err(|e| bad(e.to_string()))?;
     let mut notes = Vec::new();
-    let mut body = String::new();
+    // nvmet's discovery log lists the port a host asks through, not the
+    // others (`nvmet_execute_disc_get_log_page` walks `req->port`).
+    let mut body = format!("discovery_filter = \"{}\"\n\n", crate::core::DiscoveryFilter::NVMET);
 
     // Ports, in port number order (a TCP port only).
     let mut ports: Vec<&SavedPort> = Vec::new();

@@ -360,13 +360,16 @@ fn open_port(
     LivePort { addr: cfg.listen[i], id: port_id, local, stop, task }
 }
 
-/// Sets the referrals the discovery log lists; discovery controllers get the
-/// change notice when they changed.
-fn apply_referrals(target: &Target, cfg: &TargetConfig) {
+/// Sets the referrals the discovery log lists and its port filter;
+/// discovery controllers get the change notice when they changed.
+fn apply_discovery(target: &Target, cfg: &TargetConfig) {
     if target.set_referrals(cfg.referrals.clone()) {
         let to: Vec<String> =
             cfg.referrals.iter().map(|r| format!("{} (portid {})", r.addr, r.portid)).collect();
         info!(referrals = ?to, "discovery log referrals");
+    }
+    if target.set_discovery_filter(cfg.discovery_filter) {
+        info!(discovery_filter = %cfg.discovery_filter, "discovery log filter");
     }
 }
 
@@ -481,7 +484,7 @@ impl Server {
             accept_tasks.push(tokio::spawn(crate::metrics::serve(l, target.clone(), stop_rx.clone())));
         }
         apply_port_ana(&target, cfg);
-        apply_referrals(&target, cfg);
+        apply_discovery(&target, cfg);
         info!(limits = ?target.limits, poll_us = cfg.poll_us, send_buffer = cfg.send_buffer, congestion_control = ?cfg.congestion_control, "target running");
         let configured = cfg
             .subsystems
@@ -768,7 +771,7 @@ impl Server {
             }
         }
         apply_port_ana(&self.target, cfg);
-        apply_referrals(&self.target, cfg);
+        apply_discovery(&self.target, cfg);
         if failed.is_empty() {
             Ok(())
         } else {

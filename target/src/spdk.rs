@@ -17,7 +17,9 @@
 //!   `[[port]]` tables, one per address in the order SPDK saved them (the
 //!   discovery subsystem's first), and each subsystem lists its own
 //!   (`ports`, left out when it listens on every port). Referrals
-//!   (`nvmf_discovery_add_referral`) become `[[referral]]` tables.
+//!   (`nvmf_discovery_add_referral`) become `[[referral]]` tables, and
+//!   `nvmf_set_config`'s `discovery_filter` the `discovery_filter`: hosts
+//!   find the same listeners in the discovery log.
 //! - Each subsystem keeps its NQN, serial and model number, controller ID
 //!   range, SPDK's IEEE OUI and, when `allow_any_host` is false (SPDK's default), its hosts
 //!   (`nvmf_subsystem_add_host`) with their DH-HMAC-CHAP keys, read from the
@@ -57,6 +59,7 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
+use crate::core::DiscoveryFilter;
 use crate::nvmetcli::{quoted, Converted, DeviceKind};
 
 mod export;
@@ -312,10 +315,16 @@ pub fn convert(
     let mut order: Vec<&str> = Vec::new();
     let mut subsystems: BTreeMap<&str, Subsystem> = BTreeMap::new();
     let mut tcp_transport = false;
+    let mut discovery_filter = None;
     for c in &nvmf {
         let p = c.params;
         let nqn = string(p, "nqn").unwrap_or_default();
         match c.method {
+            "nvmf_set_config" => match string(p, "discovery_filter").map(str::parse::<DiscoveryFilter>) {
+                None => {}
+                Some(Ok(f)) => discovery_filter = Some(f).filter(|f| !f.is_match_any()),
+                Some(Err(e)) => notes.push(format!("discovery_filter left out (every port is listed): {e}")),
+            },
             "nvmf_create_transport" => {
                 let trtype = string(p, "trtype").unwrap_or_default();
                 if !trtype.eq_ignore_ascii_case("tcp") {
@@ -409,6 +418,9 @@ pub fn convert(
     }
 
     let mut body = String::new();
+    if let Some(f) = discovery_filter {
+        let _ = writeln!(body, "discovery_filter = \"{f}\"\n");
+    }
     if !limits.is_empty() {
         let _ = writeln!(body, "[limits]\n{}\n", limits.join("\n"));
     }
@@ -918,6 +930,7 @@ mod tests {
     fn converts_what_spdk_saves() {
         let c = convert(&saved(), kind, read_key).unwrap();
         let cfg = TargetConfig::from_toml(&c.toml).unwrap();
+        assert!(cfg.discovery_filter.is_match_any(), "SPDK's match_any");
         // The TCP transport's limits, as SPDK told hosts: MQES 255, 7 I/O
         // queues, IOCCSZ (64 + 8192) / 16, MDTS log2(256 KiB / 4 KiB).
         let l = &cfg.limits;
@@ -1042,6 +1055,7 @@ mod tests {
             r#"{{"subsystems": [
   {{"subsystem": "bdev", "config": [[{{"method": "bdev_aio_create", "params": {{"name": "a", "filename": "/dev/disk/by-id/nvme-x"}}}}]]}},
   {{"subsystem": "nvmf", "config": [
+    {{"method": "nvmf_set_config", "params": {{"discovery_filter": "transport,address"}}}},
     {{"method": "nvmf_subsystem_add_listener", "params": {{"nqn": "nqn.2016-06.io.spdk:a",
       "listen_address": {{"trtype": "tcp", "adrfam": "ipv4", "traddr": "127.0.0.1", "trsvcid": "4420"}}}}}},
     [{{"method": "nvmf_create_subsystem", "params": {{"nqn": "nqn.2016-06.io.spdk:a"}}}},
@@ -1053,6 +1067,7 @@ mod tests {
         let c = convert(&json, |_| DeviceKind::Missing, read_key).unwrap();
         let cfg = TargetConfig::from_toml(&c.toml).unwrap();
         assert_eq!(cfg.listen.iter().map(|a| a.to_string()).collect::<Vec<_>>(), ["127.0.0.1:4420"]);
+        assert_eq!(cfg.discovery_filter.to_string(), "transport,address");
         let s = &cfg.subsystems[0];
         assert_eq!((s.allowed_hosts.clone(), s.ports.clone()), (Some(vec![HOST1.to_string()]), None));
         assert!(

@@ -82,6 +82,7 @@ pub fn default_config() -> TargetConfig {
         referrals: Vec::new(),
         metrics_listen: None,
         discovery_nqn: None,
+        discovery_filter: Default::default(),
     }
 }
 

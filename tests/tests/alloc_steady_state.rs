@@ -166,6 +166,7 @@ async fn steady_state_allocations_per_io() {
         referrals: Vec::new(),
         metrics_listen: None,
         discovery_nqn: None,
+        discovery_filter: Default::default(),
     };
     let server = Server::start(&cfg).await.unwrap();
     let opts = ConnectOptions {

@@ -430,3 +430,76 @@ async fn subsystem_ports_link_and_unlink() {
     })
     .await
 }
+
+/// Three loopback ports (two on 127.0.0.1, one on 127.0.0.2) exporting one
+/// subsystem, listed to hosts as `filter` says (SPDK's `discovery_filter`).
+fn filtered(nqn: &str, ports: &[SocketAddr; 3], filter: &str) -> TargetConfig {
+    let p: String = ports.iter().map(|a| format!("[[port]]\nlisten = \"{a}\"\n")).collect();
+    TargetConfig::from_toml(&format!(
+        "discovery_filter = \"{filter}\"\n{p}\n[[subsystem]]\nnqn = \"{nqn}\"\n[[subsystem.namespace]]\nram = \"1M\"\n"
+    ))
+    .unwrap()
+}
+
+/// The discovery filter, through real connections: `address` lists the
+/// ports on the address the host asked on, `address,svcid` the asking port
+/// only (nvmet's log), `match_any` every port; a reload that changes it
+/// gives the persistent discovery controllers the change notice and the
+/// filtered log; a host connects to what it was shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_filter_lists_matching_ports() {
+    bounded(30, async {
+        let nqn = "nqn.2026-12.io.nvmeof.test:filtered";
+        let asked: [SocketAddr; 3] =
+            ["127.0.0.1:0", "127.0.0.1:0", "127.0.0.2:0"].map(|a| a.parse().unwrap());
+        let (server, p1) = start(&filtered(nqn, &asked, "address")).await;
+        let (p2, p3) = (server.local_addrs[1], server.local_addrs[2]);
+        // Reloads name the ports as configured (port 0), so they stay the same ports.
+        let listed = |log: &nvmeof_initiator::common::spec::DiscoveryLog| {
+            let mut v: Vec<(u16, String, String)> = log
+                .entries
+                .iter()
+                .filter(|e| e.subtype != SubType::REFERRAL)
+                .map(|e| (e.portid, e.traddr.clone(), e.trsvcid.clone()))
+                .collect();
+            v.dedup();
+            v
+        };
+        let port = |id: u16, a: SocketAddr| (id, a.ip().to_string(), a.port().to_string());
+        let log = discover(p1, disc_opts()).await.unwrap();
+        assert_eq!(listed(&log), [port(1, p1), port(2, p2)]);
+        assert_eq!(nvme_subsystems(&log).count(), 2, "{log:?}");
+        let log = discover(p3, disc_opts()).await.unwrap();
+        assert_eq!(listed(&log), [port(3, p3)]);
+        // What the log lists is where the host connects.
+        let e = nvme_subsystems(&log).next().unwrap();
+        let to: SocketAddr = format!("{}:{}", e.traddr, e.trsvcid).parse().unwrap();
+        let c = Controller::connect(to, &e.subnqn, opts()).await.unwrap();
+        c.shutdown().await.unwrap();
+
+        let o = ConnectOptions { async_events: true, kato: Duration::from_secs(5), ..disc_opts() };
+        let watcher = Controller::connect(p2, DISCOVERY_NQN, o).await.unwrap();
+        let mut rx = watcher.events();
+        server.reload(&filtered(nqn, &asked, "address,svcid")).unwrap();
+        let log = match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
+            Ok(Ok(ControllerEvent::DiscoveryChanged(log))) => log,
+            other => panic!("expected a discovery log change, got {other:?}"),
+        };
+        assert_eq!(listed(&log), [port(2, p2)]);
+        assert_eq!(listed(&discover(p1, disc_opts()).await.unwrap()), [port(1, p1)]);
+        server.reload(&filtered(nqn, &asked, "match_any")).unwrap();
+        let log = match tokio::time::timeout(Duration::from_secs(5), rx.recv()).await {
+            Ok(Ok(ControllerEvent::DiscoveryChanged(log))) => log,
+            other => panic!("expected a discovery log change, got {other:?}"),
+        };
+        // The asking port first, then the others.
+        assert_eq!(listed(&log), [port(2, p2), port(1, p1), port(3, p3)]);
+        assert_eq!(
+            listed(&discover(p3, disc_opts()).await.unwrap()),
+            [port(3, p3), port(1, p1), port(2, p2)]
+        );
+        watcher.shutdown().await.unwrap();
+        server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await
+}

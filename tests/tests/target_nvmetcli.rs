@@ -68,12 +68,18 @@ async fn converted_nvmet_configuration_serves_the_same_identity() {
         let (server, p1) = start(&TargetConfig::from_toml(&c.toml).unwrap()).await;
         let p2 = server.local_addrs[1];
 
-        // On port 2 only, under PORTID 2.
-        let log =
-            discover(p1, ConnectOptions { host: Some(host()), ..ConnectOptions::discovery() }).await.unwrap();
+        // On port 2 only, under PORTID 2; and, as nvmet's, the discovery log
+        // through a port lists that port only: through port 1, nothing.
+        assert!(c.toml.contains("discovery_filter = \"address,svcid\""), "{}", c.toml);
+        let disc = || ConnectOptions { host: Some(host()), ..ConnectOptions::discovery() };
+        let log = discover(p1, disc()).await.unwrap();
+        assert_eq!(nvme_subsystems(&log).count(), 0, "{:?}", log.entries);
+        assert!(log.entries.iter().all(|e| e.portid == 1), "{:?}", log.entries);
+        let log = discover(p2, disc()).await.unwrap();
         let entries: Vec<(u16, String)> =
             nvme_subsystems(&log).map(|e| (e.portid, e.trsvcid.clone())).collect();
         assert_eq!(entries, [(2, p2.port().to_string())]);
+        assert!(log.entries.iter().all(|e| e.portid == 2), "{:?}", log.entries);
         match Controller::connect(p1, NQN, opts()).await {
             Err(Error::Nvme { status, .. }) => {
                 assert_eq!(status.code(), Status::CONNECT_INVALID_PARAM.code())
@@ -217,8 +223,10 @@ ana_group = 2
         );
         let cfg = TargetConfig::from_toml(&toml).unwrap();
         let e = export(&cfg, |_| DeviceKind::File(4096));
-        assert_eq!(e.notes.len(), 1, "{:?}", e.notes);
+        assert_eq!(e.notes.len(), 2, "{:?}", e.notes);
         assert!(e.notes[0].contains("page cache"), "{:?}", e.notes);
+        // This log lists every port (below); nvmet's would not.
+        assert!(e.notes[1].starts_with("discovery_filter match_any: nvmet's discovery log"), "{:?}", e.notes);
         let json: Value = serde_json::from_str(&e.json).unwrap();
         let (server, p3) = start(&cfg).await;
         let p4 = server.local_addrs[1];

@@ -53,6 +53,7 @@ async fn start() -> (Server, String) {
         referrals: Vec::new(),
         metrics_listen: None,
         discovery_nqn: None,
+        discovery_filter: Default::default(),
     };
     let server = Server::start(&cfg).await.unwrap();
     let sub = Arc::new(Subsystem::new(NQN, "overhead", None, false));

@@ -62,6 +62,7 @@ async fn start_target_with(
         referrals: Vec::new(),
         metrics_listen: None,
         discovery_nqn: None,
+        discovery_filter: Default::default(),
     };
     let server = Server::start(&cfg).await.expect("target starts");
     let mem = Arc::new(MemBackend::new(NS_SIZE, block_size));

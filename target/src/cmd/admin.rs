@@ -192,7 +192,7 @@ pub fn execute(ctx: &mut QueueCtx, ctrl: &Arc<Controller>, sqe: &Sqe, data: Byte
     let disc = ctrl.is_discovery();
     let r = match AdminOpcode(sqe.opcode()) {
         AdminOpcode::IDENTIFY => identify(&ctx.target, ctrl, sqe),
-        AdminOpcode::GET_LOG_PAGE => get_log_page(&ctx.target, ctrl, sqe, ctx.local_addr.map(|a| a.ip())),
+        AdminOpcode::GET_LOG_PAGE => get_log_page(&ctx.target, ctrl, sqe, ctx.local_addr),
         AdminOpcode::SET_FEATURES if !disc && FeatureId(sqe.cdw(10) as u8) == FeatureId::WRITE_PROTECT => {
             return set_write_protect(ctx, ctrl, sqe, tag);
         }
@@ -544,7 +544,7 @@ fn get_log_page(
     target: &Target,
     ctrl: &Controller,
     sqe: &Sqe,
-    local: Option<std::net::IpAddr>,
+    local: Option<std::net::SocketAddr>,
 ) -> Result<Response, Status> {
     let cmd = GetLogPageCmd::from_sqe(sqe);
     let len = usize::try_from(cmd.numd_bytes()).map_err(|_| invalid_field())?;

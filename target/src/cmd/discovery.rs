@@ -5,7 +5,7 @@
 //! GENCTR together with the matching entries; libnvme re-reads the header and
 //! retries when GENCTR moved between its reads (reference §7.2).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use nvmeof_common::spec::discovery::{AdrFam, SubType};
 use nvmeof_common::spec::{DiscoveryLog, DiscoveryLogEntry, DISCOVERY_NQN};
@@ -30,6 +30,10 @@ use crate::core::{Controller, Target};
 /// service) as nvmet's zero-filled referrals report, and the well-known NQN
 /// (nvmet's `NVME_DISC_SUBSYS_NAME`: another service's unique NQN is unknown
 /// here, and every service answers to the well-known one).
+///
+/// The target's [`DiscoveryFilter`](crate::core::DiscoveryFilter) may keep only the ports that match the
+/// asking port (here, without the connection's local address; see
+/// [`discovery_log_with_local_addr`]).
 pub fn discovery_log(target: &Target, ctrl: &Controller) -> Vec<u8> {
     discovery_log_with_local_addr(target, ctrl, None)
 }
@@ -38,14 +42,32 @@ pub fn discovery_log(target: &Target, ctrl: &Controller) -> Vec<u8> {
 /// (`0.0.0.0` / `::`) reports `local` instead — the address the host reached us
 /// on — as nvmet's `nvmet_set_disc_traddr` does, so `connect-all` dials a
 /// usable address. `local` is only substituted when its family fits the port.
-pub fn discovery_log_with_local_addr(target: &Target, ctrl: &Controller, local: Option<IpAddr>) -> Vec<u8> {
-    let DiscoverySnapshot { genctr, mut ports, subsystems, referrals, discovery_nqn } =
+///
+/// `local` is also what the target's [`DiscoveryFilter`](crate::core::DiscoveryFilter) compares each port
+/// with (SPDK's command source `trid`); without it, the address of the port
+/// the host came in on stands for it.
+pub fn discovery_log_with_local_addr(
+    target: &Target,
+    ctrl: &Controller,
+    local: Option<SocketAddr>,
+) -> Vec<u8> {
+    let DiscoverySnapshot { genctr, mut ports, subsystems, referrals, discovery_nqn, filter } =
         target.discovery_snapshot();
     // The port the host came in on first (nvmet reports only that one).
     ports.sort_by_key(|p| (p.id != ctrl.port_id, p.id));
+    let came_in = local.or_else(|| ports.iter().find(|p| p.id == ctrl.port_id).map(|p| p.addr));
+    let local_ip = local.map(|l| l.ip());
     let mut entries = Vec::new();
     for port in &ports {
-        let (adrfam, traddr) = port_address(port, local);
+        let (adrfam, traddr) = port_address(port, local_ip);
+        if let Some(c) = came_in.filter(|_| !filter.is_match_any()) {
+            // The address this port's entries report (a wildcard port's is
+            // the one the host reached) against the one the host asked on.
+            let addr_differs = filter.address && traddr != canonical(c.ip()).to_string();
+            if addr_differs || (filter.svcid && port.addr.port() != c.port()) {
+                continue;
+            }
+        }
         let trsvcid = port.addr.port().to_string();
         let entry =
             |subtype, nqn: &str| DiscoveryLogEntry::tcp(subtype, nqn, adrfam, &traddr, &trsvcid, port.id);
@@ -111,7 +133,7 @@ mod tests {
     use nvmeof_common::spec::discovery::{SecType, TrType, TREQ_DISABLE_SQFLOW};
 
     use super::*;
-    use crate::core::{Limits, Subsystem};
+    use crate::core::{DiscoveryFilter, Limits, Subsystem};
 
     const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:11111111-2222-3333-4444-555555555555";
 
@@ -372,6 +394,76 @@ mod tests {
         );
     }
 
+    /// SPDK's `discovery_filter`: each token keeps the ports whose entries
+    /// match where the host asked (address, TCP port, or both: nvmet's log,
+    /// the asking port only); a wildcard port matches by the address the
+    /// host reached; referrals stay; a change moves GENCTR and notifies.
+    #[test]
+    fn discovery_filter_keeps_matching_ports() {
+        use crate::core::target::Referral;
+        let (t, c) = setup(); // port 1: 192.168.7.2:4420, subsystems a and b
+        let p2 = t.add_port("192.168.7.2:4421".parse().unwrap());
+        let p3 = t.add_port("10.0.0.1:4420".parse().unwrap());
+        let p4 = t.add_port("0.0.0.0:4430".parse().unwrap());
+        t.set_referrals(vec![Referral { addr: "192.0.2.9:8009".parse().unwrap(), portid: 4 }]);
+        let ports = |local: Option<&str>| {
+            let local = local.map(|l| l.parse().unwrap());
+            let log = DiscoveryLog::decode(&discovery_log_with_local_addr(&t, &c, local)).unwrap();
+            assert_eq!(log.entries.last().unwrap().subtype, SubType::REFERRAL);
+            let mut ids: Vec<u16> =
+                log.entries.iter().filter(|e| e.subtype != SubType::REFERRAL).map(|e| e.portid).collect();
+            ids.dedup();
+            ids
+        };
+        let all = vec![1, p2, p3, p4];
+        assert_eq!(ports(Some("192.168.7.2:4420")), all, "match_any");
+        let set = |f: &str| {
+            let g = t.genctr();
+            assert!(t.set_discovery_filter(f.parse().unwrap()), "{f}");
+            assert!(!t.set_discovery_filter(f.parse().unwrap()), "{f} again");
+            assert!(t.genctr() > g);
+        };
+        set("transport");
+        assert_eq!(ports(Some("192.168.7.2:4420")), all, "every port is TCP");
+        set("address");
+        // The wildcard port reports the address the host reached: a match.
+        assert_eq!(ports(Some("192.168.7.2:4420")), [1, p2, p4]);
+        assert_eq!(ports(Some("10.0.0.1:4420")), [p3, p4]);
+        set("svcid");
+        assert_eq!(ports(Some("192.168.7.2:4420")), [1, p3]);
+        set("address,svcid");
+        assert_eq!(ports(Some("192.168.7.2:4420")), [1]);
+        assert_eq!(ports(Some("[::ffff:192.168.7.2]:4420")), [1], "IPv4-mapped");
+        assert_eq!(ports(Some("127.0.0.1:4430")), [p4]);
+        // Without the connection's address: the asking port's.
+        assert_eq!(ports(None), [1]);
+        set("transport,address,svcid");
+        assert_eq!(ports(Some("10.0.0.1:4420")), [p3]);
+        set("match_any");
+        assert_eq!(ports(Some("10.0.0.1:4420")), all);
+    }
+
+    /// The filter's text is SPDK's, both ways.
+    #[test]
+    fn discovery_filter_text() {
+        for (text, want) in [
+            ("match_any", "match_any"),
+            ("svcid,address", "address,svcid"),
+            ("address, svcid,address", "address,svcid"),
+            ("transport,address,svcid", "transport,address,svcid"),
+            ("transport", "transport"),
+        ] {
+            let f: DiscoveryFilter = text.parse().unwrap();
+            assert_eq!(f.to_string(), want, "{text}");
+            assert_eq!(want.parse::<DiscoveryFilter>(), Ok(f));
+        }
+        assert_eq!("address,svcid".parse(), Ok(DiscoveryFilter::NVMET));
+        assert!("match_any".parse::<DiscoveryFilter>().unwrap().is_match_any());
+        for bad in ["", "match_any,address", "address,match_any", "port", "address,,svcid", "ADDRESS"] {
+            assert!(bad.parse::<DiscoveryFilter>().is_err(), "{bad:?}");
+        }
+    }
+
     #[test]
     fn ports_and_addresses() {
         let (t, c) = setup();
@@ -384,12 +476,12 @@ mod tests {
         assert_eq!((log.entries[3].adrfam, log.entries[3].traddr.as_str()), (AdrFam::IPV6, "::"));
         assert_eq!(log.entries[6].trsvcid, "8009");
         // Wildcards report the address the host reached.
-        let local = Some("10.0.0.5".parse().unwrap());
+        let local = Some("10.0.0.5:8009".parse().unwrap());
         let log = DiscoveryLog::decode(&discovery_log_with_local_addr(&t, &c, local)).unwrap();
         assert_eq!((log.entries[3].adrfam, log.entries[3].traddr.as_str()), (AdrFam::IPV4, "10.0.0.5"));
         assert_eq!(log.entries[6].traddr, "10.0.0.5");
         assert_eq!(log.entries[0].traddr, "192.168.7.2");
-        let v6 = Some("fd00::7".parse().unwrap());
+        let v6 = Some("[fd00::7]:4421".parse().unwrap());
         let log = DiscoveryLog::decode(&discovery_log_with_local_addr(&t, &c, v6)).unwrap();
         assert_eq!((log.entries[3].adrfam, log.entries[3].traddr.as_str()), (AdrFam::IPV6, "fd00::7"));
         assert_eq!(log.entries[6].traddr, "0.0.0.0");

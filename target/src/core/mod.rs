@@ -22,7 +22,7 @@ pub use error_log::ErrorLog;
 pub use namespace::Namespace;
 pub use reservation::Reservations;
 pub use subsystem::Subsystem;
-pub use target::{Limits, PortParams, Referral, Target};
+pub use target::{DiscoveryFilter, Limits, PortParams, Referral, Target};
 
 /// Deterministic 16 bytes derived from `parts`, used for serial numbers and
 /// NGUID/UUID/EUI-64 that must survive target restarts: the first half of

@@ -186,6 +186,82 @@ pub struct Referral {
     pub portid: u16,
 }
 
+/// Which ports' entries a discovery log lists to a host, as SPDK's
+/// `discovery_filter` (`nvmf_set_config`, `nvmf_create_target`): each field
+/// set keeps only the ports that match, in that respect, the address the
+/// host's discovery connection reached (SPDK compares each listener's
+/// transport ID with the command's source `trid`). The default lists every
+/// port (SPDK's `match_any`); address and service ID together list only the
+/// port the host asks through, as nvmet does (`nvmet_execute_disc_get_log_page`
+/// walks `req->port` only). A host then runs `nvme connect-all` only to
+/// addresses it can reach, rather than also to every other network the target
+/// listens on. Referrals are listed either way (SPDK's too).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DiscoveryFilter {
+    /// `transport`: the same transport type. Every port here is TCP, so it
+    /// keeps every port; it is kept so that a configuration round-trips.
+    pub transport: bool,
+    /// `address`: the same address (TRADDR; a wildcard port's is the
+    /// address the host reached, as its entries report).
+    pub address: bool,
+    /// `svcid`: the same TCP port (TRSVCID).
+    pub svcid: bool,
+}
+
+impl DiscoveryFilter {
+    /// nvmet's discovery log: the asking port only (`address,svcid`).
+    pub const NVMET: Self = Self { transport: false, address: true, svcid: true };
+
+    /// Whether every port is listed (`match_any`).
+    pub fn is_match_any(self) -> bool {
+        self == Self::default()
+    }
+}
+
+impl std::str::FromStr for DiscoveryFilter {
+    type Err = String;
+
+    /// SPDK's text: `match_any`, or a comma-separated list of `transport`,
+    /// `address` and `svcid` (`nvmf_decode_discovery_filter`).
+    fn from_str(s: &str) -> Result<Self, String> {
+        let mut f = Self::default();
+        let tokens: Vec<&str> = s.split(',').map(str::trim).collect();
+        for t in &tokens {
+            match *t {
+                "match_any" if tokens.len() == 1 => {}
+                "match_any" => return Err(format!("{s:?}: match_any stands alone")),
+                "transport" => f.transport = true,
+                "address" => f.address = true,
+                "svcid" => f.svcid = true,
+                _ => {
+                    return Err(format!(
+                        "{s:?}: {t:?} is not match_any, transport, address or svcid (e.g. \"address,svcid\")"
+                    ))
+                }
+            }
+        }
+        Ok(f)
+    }
+}
+
+impl std::fmt::Display for DiscoveryFilter {
+    /// SPDK's text, as its `save_config` writes it
+    /// (`nvmf_subsystem_dump_discover_filter`): `match_any` or the set
+    /// tokens in the order transport, address, svcid.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set: Vec<&str> =
+            [(self.transport, "transport"), (self.address, "address"), (self.svcid, "svcid")]
+                .into_iter()
+                .filter_map(|(on, name)| on.then_some(name))
+                .collect();
+        if set.is_empty() {
+            f.write_str("match_any")
+        } else {
+            f.write_str(&set.join(","))
+        }
+    }
+}
+
 /// What a discovery log describes, read at one GENCTR (see
 /// [`Target::discovery_snapshot`]).
 pub struct DiscoverySnapshot {
@@ -199,6 +275,8 @@ pub struct DiscoverySnapshot {
     pub referrals: Vec<Referral>,
     /// The discovery subsystem's NQN.
     pub discovery_nqn: String,
+    /// Which ports' entries each host sees.
+    pub filter: DiscoveryFilter,
 }
 
 /// The whole target: shared by every connection.
@@ -215,6 +293,7 @@ pub struct Target {
     subsystems: RwLock<BTreeMap<String, Arc<Subsystem>>>,
     ports: RwLock<Vec<Port>>,
     referrals: RwLock<Vec<Referral>>,
+    discovery_filter: RwLock<DiscoveryFilter>,
     controllers: Mutex<BTreeMap<u16, Weak<Controller>>>,
     next_cntlid: Mutex<u16>,
     genctr: AtomicU64,
@@ -245,6 +324,7 @@ impl Target {
             subsystems: RwLock::new(BTreeMap::new()),
             ports: RwLock::new(Vec::new()),
             referrals: RwLock::new(Vec::new()),
+            discovery_filter: RwLock::new(DiscoveryFilter::default()),
             controllers: Mutex::new(BTreeMap::new()),
             next_cntlid: Mutex::new(1),
             genctr: AtomicU64::new(1),
@@ -476,6 +556,27 @@ impl Target {
         true
     }
 
+    /// Sets which ports' entries the discovery log lists to each host. When
+    /// it changes, GENCTR moves and every discovery controller gets the
+    /// discovery log change notice (what a host sees may change). Whether
+    /// it changed.
+    pub fn set_discovery_filter(&self, filter: DiscoveryFilter) -> bool {
+        let mut f = self.discovery_filter.write().unwrap();
+        if *f == filter {
+            return false;
+        }
+        *f = filter;
+        self.bump_genctr();
+        drop(f);
+        self.notify_discovery(|_| true);
+        true
+    }
+
+    /// Which ports' entries the discovery log lists to each host.
+    pub fn discovery_filter(&self) -> DiscoveryFilter {
+        *self.discovery_filter.read().unwrap()
+    }
+
     /// The referrals the discovery log lists.
     pub fn referrals(&self) -> Vec<Referral> {
         self.referrals.read().unwrap().clone()
@@ -562,12 +663,14 @@ impl Target {
         let ports = self.ports.read().unwrap();
         let subsystems = self.subsystems.read().unwrap();
         let referrals = self.referrals.read().unwrap();
+        let filter = self.discovery_filter.read().unwrap();
         DiscoverySnapshot {
             genctr: self.genctr(),
             ports: ports.clone(),
             subsystems: subsystems.values().cloned().collect(),
             referrals: referrals.clone(),
             discovery_nqn: self.discovery_nqn(),
+            filter: *filter,
         }
     }
 

@@ -272,6 +272,13 @@ pub fn export(cfg: &TargetConfig, kind: impl Fn(&Path) -> DeviceKind) -> Exporte
             "nvmetcli restores no discovery NQN: echo {d} > /sys/kernel/config/nvmet/discovery_nqn"
         ));
     }
+    let f = cfg.discovery_filter;
+    if cfg.listen.len() > 1 && !(f.address && f.svcid) {
+        notes.push(format!(
+            "discovery_filter {f}: nvmet's discovery log lists only the port a host asks through \
+             (\"address,svcid\" here), not the other ports"
+        ));
+    }
     if cfg.so_priority != 0 {
         notes.push(format!("socket priority {}: nvmet-tcp's so_priority module parameter", cfg.so_priority));
     }
@@ -367,6 +374,9 @@ max_queue_entries = 4096
 [[port]]
 listen = "127.0.0.1:4420"
 
+[[port]]
+listen = "127.0.0.1:4421"
+
 [[subsystem]]
 nqn = "nqn.2026-12.io.example:s"
 allowed_hosts = [{{ nqn = "{HOST}", dhchap_key = "{KEY}" }}]
@@ -415,6 +425,7 @@ reservations_file = "/srv/kept.resv"
             &format!("nvmetcli restores no DH-HMAC-CHAP keys: write the configuration's keys of {HOST}"),
             "echo nqn.2026-12.io.example:disc > /sys/kernel/config/nvmet/discovery_nqn",
             "socket priority 3",
+            "discovery_filter match_any: nvmet's discovery log lists only the port a host asks through",
         ] {
             assert!(text.contains(needle), "{needle:?} not in\n{text}");
         }

@@ -9,7 +9,7 @@
 //! namespace: `bdev_malloc_create` for RAM, `bdev_aio_create` for a file or
 //! block device, `bdev_zone_block_create` over it for a zoned namespace,
 //! `bdev_set_qos_limit` for rate limits; then `bdev_wait_for_examine`), and
-//! the `nvmf` section (the TCP transport with this target's limits,
+//! the `nvmf` section (the discovery filter, the TCP transport with this target's limits,
 //! referrals, the discovery subsystem's listeners on every port, then each
 //! subsystem with its listeners, hosts and namespaces). Hosts see the same
 //! identity where SPDK can show it: serial and model numbers, controller
@@ -106,6 +106,9 @@ pub fn export(cfg: &TargetConfig, key_dir: Option<&Path>) -> Exported {
     if depth != l.max_queue_entries {
         notes.push(format!("queues of {depth} entries, not {} (SPDK's most)", l.max_queue_entries));
     }
+    // SPDK's save_config writes the discovery filter first, in the target's
+    // options (`nvmf_subsystem_write_config_json`).
+    nvmf.push(call("nvmf_set_config", json!({ "discovery_filter": cfg.discovery_filter.to_string() })));
     nvmf.push(call(
         "nvmf_create_transport",
         json!({
@@ -405,7 +408,8 @@ mod tests {
         let dir = Path::new("/etc/spdk/keys");
         let (v, e) = exported(
             &format!(
-                r#"[[port]]
+                r#"discovery_filter = "svcid,address"
+[[port]]
 listen = "127.0.0.1:4420"
 [[port]]
 listen = "[::1]:4421"
@@ -434,6 +438,7 @@ uuid = "6e766d65-6f66-4974-8000-00000000c0de"
         assert_eq!(
             methods(&v, "nvmf"),
             [
+                "nvmf_set_config",
                 "nvmf_create_transport",
                 "nvmf_discovery_add_referral",
                 "nvmf_subsystem_add_listener",
@@ -445,25 +450,26 @@ uuid = "6e766d65-6f66-4974-8000-00000000c0de"
             ]
         );
         let nvmf = calls(&v, "nvmf");
+        assert_eq!(nvmf[0]["params"], json!({ "discovery_filter": "address,svcid" }));
         assert_eq!(
-            nvmf[0]["params"],
+            nvmf[1]["params"],
             json!({ "trtype": "TCP", "max_queue_depth": 1024, "max_io_qpairs_per_ctrlr": 128, "in_capsule_data_size": 131072,
                     "max_io_size": 1048576, "io_unit_size": 131072, "sock_priority": 0 })
         );
-        assert_eq!(nvmf[2]["params"]["nqn"], DISCOVERY_NQN);
+        assert_eq!(nvmf[3]["params"]["nqn"], DISCOVERY_NQN);
         assert_eq!(
-            nvmf[3]["params"]["listen_address"],
+            nvmf[4]["params"]["listen_address"],
             json!({ "trtype": "TCP", "adrfam": "IPv6", "traddr": "::1", "trsvcid": "4421" })
         );
         assert_eq!(
-            nvmf[4]["params"],
+            nvmf[5]["params"],
             json!({ "nqn": "nqn.2026-12.io.example:s", "serial_number": "SN1", "model_number": "M",
                     "allow_any_host": false, "min_cntlid": 5, "max_cntlid": 9 })
         );
-        assert_eq!(nvmf[5]["params"]["listen_address"]["trsvcid"], "4421", "port 2 only");
+        assert_eq!(nvmf[6]["params"]["listen_address"]["trsvcid"], "4421", "port 2 only");
         let keys = calls(&v, "keyring");
         assert_eq!(
-            nvmf[6]["params"],
+            nvmf[7]["params"],
             json!({ "nqn": "nqn.2026-12.io.example:s", "host": HOST, "dhchap_key": keys[0]["params"]["name"],
                     "dhchap_ctrlr_key": keys[1]["params"]["name"] })
         );
@@ -474,7 +480,7 @@ uuid = "6e766d65-6f66-4974-8000-00000000c0de"
         );
         let bdev = calls(&v, "bdev")[0];
         assert_eq!(
-            nvmf[7]["params"]["namespace"],
+            nvmf[8]["params"]["namespace"],
             json!({ "nsid": 1, "bdev_name": bdev["params"]["name"], "nguid": "000102030405060708090A0B0C0D0E0F",
                     "eui64": "0011223344556677", "uuid": "6e766d65-6f66-4974-8000-00000000c0de" })
         );
@@ -548,9 +554,9 @@ reservations_format = "spdk"
         assert!(!text.contains(KEY));
         assert!(e.key_files.is_empty());
         let nvmf = calls(&v, "nvmf");
-        assert_eq!(nvmf[0]["params"]["max_io_size"], 2 << 20);
-        assert_eq!(nvmf[0]["params"]["max_queue_depth"], 65535);
-        assert_eq!(nvmf[0]["params"]["sock_priority"], 16);
+        assert_eq!(nvmf[1]["params"]["max_io_size"], 2 << 20);
+        assert_eq!(nvmf[1]["params"]["max_queue_depth"], 65535);
+        assert_eq!(nvmf[1]["params"]["sock_priority"], 16);
         let hosts: Vec<&Value> = nvmf
             .iter()
             .filter(|c| c["method"] == "nvmf_subsystem_add_host")

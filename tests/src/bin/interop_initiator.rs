@@ -1881,9 +1881,9 @@ async fn connect_status(a: &Args, addr: (&str, u16), nqn: &str, host: HostIdenti
     }
 }
 
-/// Port links, allowed hosts and referrals: the subsystem's entries under
-/// port 2 (nvmet lists a port's own links; ours every port's, so its PORTID
-/// 2 entries), a Connect through port 1 and another host's through port 2
+/// Port links, allowed hosts and referrals: the discovery log through port
+/// 2 (nvmet lists that port's own links only, and so does the converted
+/// configuration's discovery filter), a Connect through port 1 and another host's through port 2
 /// (refused alike), the referral nvmet lists through port 1, and the
 /// discovery controller's Identify through port 2 (IOCCSZ, IORCSZ, MAXCMD
 /// and SGLS: the port's params).
@@ -1897,15 +1897,18 @@ async fn step_migrate_ports(a: &Args) -> Result<(), String> {
         let log2 = discover((host, ports[1]), d.clone())
             .await
             .map_err(|e| format!("{who} discovery port 2: {e}"))?;
+        // Every port's entries, not only port 2's: nvmet lists the asking
+        // port only, and so does the converted configuration
+        // (`discovery_filter = "address,svcid"`).
         let mut under2: Vec<String> = log2
             .entries
             .iter()
-            .filter(|e| e.portid == 2 && e.subtype != SubType::REFERRAL)
+            .filter(|e| e.subtype != SubType::REFERRAL)
             // The discovery subsystem's own entry by its type only: nvmetcli
             // does not save nvmet's discovery_nqn.
             .map(|e| match e.subtype {
-                SubType::CURRENT_DISCOVERY => "current discovery subsystem".to_string(),
-                t => format!("{t:?} {}", e.subnqn),
+                SubType::CURRENT_DISCOVERY => format!("portid {}: current discovery subsystem", e.portid),
+                t => format!("portid {}: {t:?} {}", e.portid, e.subnqn),
             })
             .collect();
         under2.sort();
@@ -1933,8 +1936,8 @@ async fn step_migrate_ports(a: &Args) -> Result<(), String> {
         seen.push((who, (under2, referrals, through1, other, disc_id)));
     }
     let (t, o) = (&seen[0].1, &seen[1].1);
-    if !t.0.iter().any(|e| e.ends_with(&m.nqn)) {
-        return Err(format!("nvmet's log through port 2 lacks {}: {:?}", m.nqn, t.0));
+    if !t.0.iter().any(|e| e.starts_with("portid 2: ") && e.ends_with(&m.nqn)) {
+        return Err(format!("nvmet's log through port 2 lacks {} under port 2: {:?}", m.nqn, t.0));
     }
     if t != o {
         return Err(format!("nvmet {t:?}, migrated {o:?}"));
@@ -1945,7 +1948,7 @@ async fn step_migrate_ports(a: &Args) -> Result<(), String> {
     info(
         "migrate-ports",
         format!(
-            "the same: under port 2 {:?}; referrals through port 1 {:?}; through port 1 {}, another host {}; discovery controller through port 2: {}",
+            "the same: log through port 2 {:?}; referrals through port 1 {:?}; through port 1 {}, another host {}; discovery controller through port 2: {}",
             t.0, t.1, t.2, t.3, t.4
         ),
     );

@@ -58,6 +58,7 @@ pub fn config(namespaces: Vec<NamespaceConfig>) -> TargetConfig {
         referrals: Vec::new(),
         metrics_listen: None,
         discovery_nqn: None,
+        discovery_filter: Default::default(),
     }
 }
 
