@@ -160,6 +160,8 @@ write_target_config() {
         echo "# written by tests/interop/run.sh; SIGHUP re-reads it"
         # a unique discovery NQN (kernel-host step discover: nvme discover --nqn)
         echo "discovery_nqn = \"nqn.2014-08.io.nvmeof.interop:discovery\""
+        # the discovery log's port filter (hook discovery-filter; default every port)
+        [ -s "$DIR/discovery.filter" ] && echo "discovery_filter = \"$(cat "$DIR/discovery.filter")\""
         echo "[[port]]"
         echo "listen = \"127.0.0.1:$TARGET_PORT\""
         ana_state_line 1
@@ -799,6 +801,15 @@ hook_ana_state() { # ana-state STATE1 STATE2: the ANA state of every group throu
     printf '1 %s\n2 %s\n' "$1" "$2" >"$DIR/ana.list"
     reload_target || return 1
     echo "ANA states: port 1 $1, port 2 $2; target reloaded"
+}
+
+hook_discovery_filter() { # discovery-filter FILTER: the discovery log's port filter (SPDK's words), SIGHUP
+    kh_host_target || { echo "not applicable"; return 2; }
+    [[ ${1:-} =~ ^(match_any|(transport|address|svcid)(,(transport|address|svcid))*)$ ]] \
+        || { echo "usage: discovery-filter match_any|transport,address,svcid"; return 2; }
+    echo "$1" >"$DIR/discovery.filter"
+    reload_target || return 1
+    echo "discovery filter $1, target reloaded"
 }
 
 hook_add_subsystem() { # add-subsystem NQN [ro]: a subsystem with a RAM namespace, or

@@ -154,7 +154,10 @@
 #                     "add-subsystem NQN-ports ports 2", its `ports`; nvmet:
 #                     linked to ports/2 only): nvme discover lists it under
 #                     PORTID 2 only (through port 1 nvmet omits it, ours
-#                     names port 2); connect through port 1 refused, no
+#                     names port 2; with hook "discovery-filter
+#                     address,svcid" ours lists the asking port only, as
+#                     nvmet: nothing of it through port 1, every PORTID 1);
+#                     connect through port 1 refused, no
 #                     controller left; through port 2 dd verify; moved to
 #                     port 1 (hook "subsystem-ports NQN-ports 1"; nvmet: link
 #                     to port 1, unlink from port 2) -> the controller through
@@ -1472,6 +1475,23 @@ ports_checks() {
     _ids=$(ports_portids "$NVME_ADDR" "$NVME_PORT") || fail "nvme discover through port 1: $_ids"
     case " $(echo $_ids) " in *" 1 "*) fail "through port 1 the log lists $NQN_PORTS under port 1: '$_ids'" ;; esac
     info "discovery: $NQN_PORTS under port 2 only (PORTIDs through port 1: '$(echo $_ids)')"
+    # With discovery_filter "address,svcid" (hook discovery-filter, SIGHUP) our
+    # log lists the asking port only, as nvmet's always does: through port 1,
+    # no entry of NQN_PORTS at all, and every entry's PORTID is 1 (referrals
+    # aside).
+    if [ "$TARGET" != kernel-guest ]; then
+        hook_call discovery-filter 60 address,svcid || fail "hook discovery-filter: ${HOOK_REPLY:-no reply}"
+    fi
+    _ids=$(ports_portids "$NVME_ADDR" "$NVME_PORT") || fail "nvme discover through port 1: $_ids"
+    [ -z "$_ids" ] || fail "through port 1 the asking-port-only log lists $NQN_PORTS with PORTIDs '$(echo $_ids)'"
+    _all=$(awk '/^subtype:/{ref = /referral/} /^portid:/{if (!ref) print $2}' /tmp/ports-disc.txt | sort -u | tr '\n' ' ')
+    [ "$_all" = "1 " ] || fail "through port 1 the asking-port-only log has PORTIDs '$_all', want 1 only"
+    _ids=$(ports_portids "$NVME_ADDR2" "$NVME_PORT2") || fail "nvme discover through port 2: $_ids"
+    [ "$_ids" = 2 ] || fail "through port 2 the asking-port-only log lists $NQN_PORTS with PORTIDs '$_ids', want 2"
+    info "asking port only: through port 1 PORTIDs '$(echo $_all)' (no $NQN_PORTS), through port 2 $NQN_PORTS under 2"
+    if [ "$TARGET" != kernel-guest ]; then
+        hook_call discovery-filter 60 match_any || fail "hook discovery-filter: ${HOOK_REPLY:-no reply}"
+    fi
     ports_connect "$NVME_ADDR" "$NVME_PORT" && fail "connect through port 1, where it is not exported, succeeded"
     wait_no_ctrl "$NQN_PORTS" 15 || fail "a controller of $NQN_PORTS is left after the refused connect"
     info "connect through port 1 refused: $(tail -n 1 /tmp/ports-connect.txt)"
