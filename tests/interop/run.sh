@@ -165,7 +165,8 @@ write_target_config() {
         echo "[[port]]"
         echo "listen = \"127.0.0.1:$TARGET_PORT\""
         ana_state_line 1
-        if [ -n "$TARGET_PORT2" ]; then
+        # port 2 unless hook port2 took it away
+        if [ -n "$TARGET_PORT2" ] && [ ! -e "$DIR/port2.off" ]; then
             echo
             echo "[[port]]"
             echo "listen = \"127.0.0.1:$TARGET_PORT2\""
@@ -803,6 +804,17 @@ hook_ana_state() { # ana-state STATE1 STATE2: the ANA state of every group throu
     echo "ANA states: port 1 $1, port 2 $2; target reloaded"
 }
 
+hook_port2() { # port2 on|off: port 2 in the configuration or not; SIGHUP
+    kh_host_target || { echo "not applicable"; return 2; }
+    case ${1:-} in
+        on) rm -f "$DIR/port2.off" ;;
+        off) : >"$DIR/port2.off" ;;
+        *) echo "usage: port2 on|off"; return 2 ;;
+    esac
+    reload_target || return 1
+    echo "port 2 $1, target reloaded"
+}
+
 hook_discovery_filter() { # discovery-filter FILTER: the discovery log's port filter (SPDK's words), SIGHUP
     kh_host_target || { echo "not applicable"; return 2; }
     [[ ${1:-} =~ ^(match_any|(transport|address|svcid)(,(transport|address|svcid))*)$ ]] \
@@ -1209,6 +1221,8 @@ run_scenario() {
             gscen=kernel-host
             env="TARGET=$TARGET NS2_SIZE=$((NS2_SIZE_MB << 20)) NS_GROW=$((NS_GROW_MB << 20)) RESTART_DOWN_S=$RESTART_DOWN_S"
             env="$env RESV_FORMAT=${SCEN_RESV_FORMAT:-nvmeof}"
+            # step port-live once, not per I/O engine
+            [ "$SCEN" = kernel-host ] && env="$env KH_PORT_LIVE=1"
             # ONLY_STEPS="auth ...": only those guest steps (development runs)
             [ -n "${ONLY_STEPS:-}" ] && env="$env ONLY_STEPS='$ONLY_STEPS'"
             qtimeout=${INTEROP_TIMEOUT:-$((FIO_RUNTIME + 540))}

@@ -136,6 +136,14 @@
 #                     0x302 and in its error log at NSID;
 #                     then the other way round, `nvme ana-log` on each
 #                     controller agreeing; both optimized again, path 2 gone.
+#   - port-live:      (kernel-host only, KH_PORT_LIVE) path 2 again, with
+#                     ctrl-loss-tmo 60 s; port 2 removed live (ours: hook
+#                     "port2 off", its [[port]] left out + SIGHUP; nvmet:
+#                     ports/2 unlinked and removed) -> path 2's controller
+#                     is deleted and keeps reconnecting (state connecting),
+#                     path 1 live, dd verify through it; port 2 back (hook
+#                     "port2 on"; nvmet: made again) -> path 2 live and
+#                     optimized within 20 s, dd verify; path 2 gone.
 #
 # Two targets, one subsystem (our target only):
 #   - twin-target:    hook "start-twin": a second nvmeof-target process
@@ -2084,6 +2092,83 @@ kh_ana_multipath() {
     rm -f /tmp/ana.json
 }
 
+# Port 2 removed and added back while a path runs through it (port-live):
+# ours drops the [[port]] (hook "port2 off", SIGHUP) and adds it back ("port2
+# on"); nvmet's ports/2 is unlinked and removed, then made again. The path
+# through port 2 (ctrl-loss-tmo 60 s, reconnect every 1 s) loses its
+# controller and keeps reconnecting while I/O goes on through port 1, then
+# is live again once the port is back.
+# port2_set on|off
+port2_set() {
+    if [ "$TARGET" = kernel-guest ]; then
+        _p=$NVMET/ports/2
+        if [ "$1" = on ]; then
+            mkdir "$_p" && echo tcp >"$_p/addr_trtype" && echo ipv4 >"$_p/addr_adrfam" \
+                && echo "$NVME_ADDR2" >"$_p/addr_traddr" && echo "$NVME_PORT2" >"$_p/addr_trsvcid" \
+                && ln -s "$NVMET/subsystems/$NQN" "$_p/subsystems/$NQN"
+        else
+            rm -f "$_p/subsystems/$NQN" && rmdir "$_p"
+        fi
+    else
+        hook_call port2 60 "$1"
+    fi
+}
+# wait_ctrl_state CTRL STATE|not-STATE SECS
+wait_ctrl_state() {
+    _dl=$(( $(date +%s) + $3 ))
+    while [ "$(date +%s)" -le $_dl ]; do
+        _st=$(cat "/sys/class/nvme/$1/state" 2>/dev/null)
+        case $2 in
+            not-*) [ -n "$_st" ] && [ "$_st" != "${2#not-}" ] && return 0 ;;
+            *) [ "$_st" = "$2" ] && return 0 ;;
+        esac
+        sleep 0.1
+    done
+    return 1
+}
+port_live_checks() {
+    _c2=$1
+    _t0=$(now_ms)
+    port2_set off || fail "port 2 off: ${HOOK_REPLY:-configfs}"
+    wait_ctrl_state "$_c2" not-live 15 \
+        || fail "$_c2 still live 15 s after port 2 went away"
+    info "port 2 removed: $_c2 $(cat "/sys/class/nvme/$_c2/state") after $(( $(now_ms) - _t0 )) ms"
+    sleep 3
+    _st=$(cat "/sys/class/nvme/$_c2/state" 2>/dev/null)
+    [ "$_st" = connecting ] || fail "$_c2 is '$_st' 3 s into the outage, not connecting"
+    [ "$(cat "/sys/class/nvme/$CTRL/state")" = live ] || fail "$CTRL (port 1) is not live during the outage"
+    dd_verify "$DEV" 6 2 port-live-outage
+    _t0=$(now_ms)
+    port2_set on || fail "port 2 on: ${HOOK_REPLY:-configfs}"
+    wait_ctrl_state "$_c2" live 20 \
+        || fail "$_c2 is '$(cat "/sys/class/nvme/$_c2/state" 2>/dev/null)' 20 s after port 2 came back"
+    info "port 2 back: $_c2 live again after $(( $(now_ms) - _t0 )) ms (reconnect delay 1 s)"
+    wait_ana "$_c2" optimized 15 || fail "path $_c2 is '$(ana_state_of "$_c2")' after the reconnect"
+    dd_verify "$DEV" 8 2 port-live-back
+}
+kh_port_live() {
+    need_dev
+    if [ "$TARGET" = kernel-guest ]; then
+        : "${NVME_ADDR2:=127.0.0.1}" "${NVME_PORT2:=4421}"
+        port2_set on || fail "nvmet port 2"
+    fi
+    [ -n "${NVME_ADDR2:-}" ] || fail "no second path (NVME_ADDR2)"
+    t 60 nvme connect -t tcp -a "$NVME_ADDR2" -s "$NVME_PORT2" -n "$NQN" --reconnect-delay=1 --ctrl-loss-tmo=60 \
+        >/tmp/pl-connect.txt 2>&1 || fail "nvme connect $NVME_ADDR2:$NVME_PORT2: $(tail -n 1 /tmp/pl-connect.txt)"
+    second_path "$CTRL" || fail "no second controller with a path to namespace 1"
+    ( port_live_checks "$_c2" )
+    _rc=$?
+    # Port 2 gone (nvmet: this step made it) or back (ours, after a failed
+    # check) and the path disconnected.
+    if [ "$TARGET" = kernel-guest ]; then
+        port2_set off >/dev/null 2>&1
+    elif [ $_rc != 0 ]; then
+        port2_set on >/dev/null 2>&1
+    fi
+    t 30 nvme disconnect -d "$_c2" >/dev/null 2>&1 || info "nvme disconnect -d $_c2 failed"
+    [ $_rc = 0 ] || exit 1
+}
+
 # ---------------------------------------------------------------- reconfiguration
 
 kh_ns_add_aen() {
@@ -2345,6 +2430,8 @@ scenario_main() {
     # two paths, ANA
     run_step connect-mp 90 kh_connect
     run_step ana-multipath 240 kh_ana_multipath
+    # port 2 away and back under a path (kernel-host only: no I/O engine in it)
+    [ "${KH_PORT_LIVE:-0}" = 1 ] && run_step port-live 120 kh_port_live
     run_step disconnect-mp 60 kh_disconnect
     run_step twin-target 180 kh_twin_target
     # keep-alive and persistent discovery
