@@ -30,6 +30,30 @@ pub struct Report {
     pub problems: Vec<String>,
 }
 
+/// What the discovery service answers as: its NQN, which ports its log
+/// lists to a host, and the referrals.
+fn discovery_line(cfg: &TargetConfig) -> String {
+    let nqn = cfg.discovery_nqn.as_deref().unwrap_or(nvmeof_common::spec::DISCOVERY_NQN);
+    let f = cfg.discovery_filter;
+    let lists = if f.is_match_any() || cfg.listen.len() < 2 {
+        "every port".to_string()
+    } else if f.address && f.svcid {
+        "the port a host asks through".to_string()
+    } else if f.address {
+        "the ports on the address a host asks on".to_string()
+    } else if f.svcid {
+        "the ports on the TCP port a host asks on".to_string()
+    } else {
+        "every port (all TCP)".to_string()
+    };
+    let mut line = format!("discovery: {nqn}, its log lists {lists} (filter {f})");
+    if !cfg.referrals.is_empty() {
+        let to: Vec<String> = cfg.referrals.iter().map(|r| r.addr.to_string()).collect();
+        line.push_str(&format!(", referrals {}", to.join(", ")));
+    }
+    line
+}
+
 /// Checks `cfg` against this machine.
 pub fn check(cfg: &TargetConfig) -> Report {
     let mut r = Report::default();
@@ -48,6 +72,7 @@ pub fn check(cfg: &TargetConfig) -> Report {
             r.problems.push(format!("port {} ({addr}): {e}", cfg.port_id(i)));
         }
     }
+    r.lines.push(discovery_line(cfg));
     if let Some(m) = cfg.metrics_listen {
         r.lines.push(format!("metrics: http://{m}{}", crate::metrics::METRICS_PATH));
         if let Err(e) = local_address(&m) {
@@ -247,6 +272,7 @@ mod tests {
         for want in [
             "port 1: 127.0.0.1:4420",
             "port 7: 192.0.2.77:4420 (64 queue entries)",
+            "discovery: nqn.2014-08.org.nvmexpress.discovery, its log lists every port (filter match_any)",
             "subsystem nqn.2026-12.io.nvmeof:a: ports [1], any host",
             &format!("  namespace 1: file {}: 1048576 bytes (2048 blocks of 512)", there.display()),
             "  namespace 2: file ",
@@ -278,5 +304,27 @@ mod tests {
         assert!(!d.join("new.img").exists(), "nothing is created");
         assert_eq!(std::fs::metadata(&small).unwrap().len(), 100, "nothing is grown");
         let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// The discovery line names the NQN, what the filter lists and the
+    /// referrals.
+    #[test]
+    fn reports_the_discovery_service() {
+        let line = |toml: &str| discovery_line(&TargetConfig::from_toml(toml).unwrap());
+        let two = "[[port]]\nlisten = \"127.0.0.1:4420\"\n[[port]]\nlisten = \"127.0.0.1:4421\"\n";
+        assert_eq!(
+            line(&format!(
+                "discovery_nqn = \"nqn.2026-12.io.example:d\"\ndiscovery_filter = \"address,svcid\"\n{two}\
+                 [[referral]]\naddress = \"192.0.2.1:8009\"\n"
+            )),
+            "discovery: nqn.2026-12.io.example:d, its log lists the port a host asks through (filter address,svcid), \
+             referrals 192.0.2.1:8009"
+        );
+        assert!(line(&format!("discovery_filter = \"svcid\"\n{two}"))
+            .contains("the ports on the TCP port a host asks on"));
+        assert!(line(&format!("discovery_filter = \"transport\"\n{two}")).contains("every port (all TCP)"));
+        // One port: every port, whatever the filter.
+        assert!(line("discovery_filter = \"address\"\n[[port]]\nlisten = \"127.0.0.1:4420\"\n")
+            .contains("lists every port"));
     }
 }
