@@ -48,7 +48,14 @@ fn discovery_line(cfg: &TargetConfig) -> String {
     };
     let mut line = format!("discovery: {nqn}, its log lists {lists} (filter {f})");
     if !cfg.referrals.is_empty() {
-        let to: Vec<String> = cfg.referrals.iter().map(|r| r.addr.to_string()).collect();
+        let to: Vec<String> = cfg
+            .referrals
+            .iter()
+            .map(|r| match &r.ports {
+                None => r.addr.to_string(),
+                Some(p) => format!("{} (through ports {p:?})", r.addr),
+            })
+            .collect();
         line.push_str(&format!(", referrals {}", to.join(", ")));
     }
     line
@@ -315,10 +322,10 @@ mod tests {
         assert_eq!(
             line(&format!(
                 "discovery_nqn = \"nqn.2026-12.io.example:d\"\ndiscovery_filter = \"address,svcid\"\n{two}\
-                 [[referral]]\naddress = \"192.0.2.1:8009\"\n"
+                 [[referral]]\naddress = \"192.0.2.1:8009\"\n[[referral]]\naddress = \"192.0.2.2:8009\"\nports = [2]\n"
             )),
             "discovery: nqn.2026-12.io.example:d, its log lists the port a host asks through (filter address,svcid), \
-             referrals 192.0.2.1:8009"
+             referrals 192.0.2.1:8009, 192.0.2.2:8009 (through ports [2])"
         );
         assert!(line(&format!("discovery_filter = \"svcid\"\n{two}"))
             .contains("the ports on the TCP port a host asks on"));

@@ -36,6 +36,8 @@
 //! [[referral]]                            # optional: another discovery service the log lists
 //! address = "192.0.2.10:8009"             # IP:PORT (TRADDR, TRSVCID); SIGHUP applies changes
 //! portid = 1                              # optional: its entry's PORTID (default 0)
+//! ports = [1]                             # optional: listed through these ports only (their
+//!                                         #   portid; nvmet's ports/N/referrals); default every port
 //!
 //! [[subsystem]]
 //! nqn = "nqn.2026-11.io.nvmeof:disk"
@@ -711,6 +713,24 @@ impl TargetConfig {
     }
 }
 
+/// Checks a list of port IDs (a subsystem's or a referral's `ports`): each
+/// names a `[[port]]` table (nvmet's links need the port to exist too), once.
+fn check_port_list(key: &str, ports: &[u16], port_ids: &[u16]) -> Result<(), ConfigError> {
+    for (j, &p) in ports.iter().enumerate() {
+        if !port_ids.contains(&p) {
+            let ids: Vec<String> = port_ids.iter().map(u16::to_string).collect();
+            return Err(invalid(
+                format!("{key}[{j}]"),
+                format!("port {p} is no [[port]]'s portid ({})", ids.join(", ")),
+            ));
+        }
+        if ports[..j].contains(&p) {
+            return Err(invalid(format!("{key}[{j}]"), format!("port {p} is listed twice")));
+        }
+    }
+    Ok(())
+}
+
 /// Parses the address of a referral: an IP address and a port, both given
 /// (`192.0.2.10:8009`, `[2001:db8::1]:4420`); the discovery log entry carries
 /// them as TRADDR and TRSVCID, so a host name (which the entry cannot hold)
@@ -772,6 +792,7 @@ struct RawMetrics {
 struct RawReferral {
     address: String,
     portid: Option<u16>,
+    ports: Option<Vec<u16>>,
 }
 
 #[derive(Deserialize, Default)]
@@ -1074,21 +1095,7 @@ impl TargetConfig {
             // links need the port to exist too); `ports = []` exports the
             // subsystem nowhere, as a subsystem nvmet links to no port.
             if let Some(ports) = &s.ports {
-                for (j, &p) in ports.iter().enumerate() {
-                    if !port_ids.contains(&p) {
-                        let ids: Vec<String> = port_ids.iter().map(u16::to_string).collect();
-                        return Err(invalid(
-                            format!("{key}.ports[{j}]"),
-                            format!("port {p} is no [[port]]'s portid ({})", ids.join(", ")),
-                        ));
-                    }
-                    if ports[..j].contains(&p) {
-                        return Err(invalid(
-                            format!("{key}.ports[{j}]"),
-                            format!("port {p} is listed twice"),
-                        ));
-                    }
-                }
+                check_port_list(&format!("{key}.ports"), ports, &port_ids)?;
             }
             let mut namespaces = Vec::new();
             for (j, n) in s.namespace.into_iter().enumerate() {
@@ -1283,13 +1290,21 @@ impl TargetConfig {
             .map_err(|e| invalid("discovery_filter", e))?
             .unwrap_or_default();
         let mut referrals = Vec::new();
-        for (i, r) in raw.referral.iter().enumerate() {
+        for (i, r) in raw.referral.into_iter().enumerate() {
             let key = format!("referral[{i}].address");
             let addr = parse_referral_address(&r.address).map_err(|e| invalid(&key, e))?;
-            if referrals.iter().any(|o: &Referral| o.addr == addr) {
-                return Err(invalid(key, format!("{addr} is already a referral")));
+            if let Some(ports) = &r.ports {
+                check_port_list(&format!("referral[{i}].ports"), ports, &port_ids)?;
             }
-            referrals.push(Referral { addr, portid: r.portid.unwrap_or(0) });
+            // One entry per address in a port's log (nvmet's referrals of
+            // one port are by name, but one address twice would send
+            // `connect-all` there twice).
+            let referral = Referral { addr, portid: r.portid.unwrap_or(0), ports: r.ports };
+            let both = |o: &Referral| port_ids.iter().any(|&p| o.on_port(p) && referral.on_port(p));
+            if referrals.iter().any(|o: &Referral| o.addr == addr && both(o)) {
+                return Err(invalid(key, format!("{addr} is already a referral of the same port")));
+            }
+            referrals.push(referral);
         }
         let metrics_listen = raw
             .metrics
@@ -1984,8 +1999,8 @@ mod tests {
         assert_eq!(
             c.referrals,
             [
-                Referral { addr: "192.0.2.10:8009".parse().unwrap(), portid: 0 },
-                Referral { addr: "[2001:db8::1]:4420".parse().unwrap(), portid: 3 },
+                Referral::new("192.0.2.10:8009".parse().unwrap(), 0),
+                Referral::new("[2001:db8::1]:4420".parse().unwrap(), 3),
             ]
         );
         for (bad, says) in [
@@ -1999,9 +2014,35 @@ mod tests {
             ),
             ("address = \"192.0.2.10:8009\"\nportid = 70000", "portid"),
             ("address = \"192.0.2.10:8009\"\ntrsvcid = 1", "trsvcid"),
+            (
+                "address = \"192.0.2.10:8009\"\nports = [2]",
+                "referral[0].ports[0]: port 2 is no [[port]]'s portid (1)",
+            ),
         ] {
             let e = cfg(&format!("[[referral]]\n{bad}")).unwrap_err().to_string();
             assert!(e.contains(says), "{bad}: {e}");
         }
+        // A port's own referrals (nvmet's ports/N/referrals): one address
+        // may be a referral of two ports, with a PORTID each, not twice
+        // on one port.
+        let two =
+            "[[port]]\nlisten = \"127.0.0.1:4420\"\n[[port]]\nlisten = \"127.0.0.1:4421\"\nportid = 5\n";
+        let r = |ports: &str, portid: u16| {
+            format!("[[referral]]\naddress = \"192.0.2.10:8009\"\nportid = {portid}\n{ports}\n")
+        };
+        let c = cfg(&format!("{two}{}{}", r("ports = [1]", 3), r("ports = [5]", 4))).unwrap();
+        let got: Vec<_> =
+            c.referrals.iter().map(|x| (x.portid, x.ports.clone(), x.on_port(1), x.on_port(5))).collect();
+        assert_eq!(got, [(3, Some(vec![1]), true, false), (4, Some(vec![5]), false, true)]);
+        for (bad, says) in [
+            (format!("{}{}", r("ports = [1, 5]", 3), r("ports = [5]", 4)), "referral[1].address"),
+            (format!("{}{}", r("", 3), r("ports = [5]", 4)), "already a referral of the same port"),
+            (r("ports = [5, 5]", 3), "referral[0].ports[1]: port 5 is listed twice"),
+            (r("ports = [2]", 3), "referral[0].ports[0]: port 2 is no [[port]]'s portid (1, 5)"),
+        ] {
+            let e = cfg(&format!("{two}{bad}")).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        assert_eq!(cfg(&format!("{two}{}", r("ports = []", 0))).unwrap().referrals[0].ports, Some(vec![]));
     }
 }

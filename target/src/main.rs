@@ -543,7 +543,7 @@ fn config_from_flags(a: &ServeArgs) -> Result<TargetConfig, String> {
         send_buffer: nvmeof_net::default_send_buffer(),
         congestion_control: None,
         so_priority: 0,
-        referrals: a.referral.iter().map(|&addr| Referral { addr, portid: 0 }).collect(),
+        referrals: a.referral.iter().map(|&addr| Referral::new(addr, 0)).collect(),
         metrics_listen: None,
         discovery_nqn: a.discovery_nqn.clone(),
         discovery_filter: a.discovery_filter.unwrap_or_default(),

@@ -23,8 +23,9 @@
 //!   `resv_enable`; files keep nvmet's block size (the file system's, at
 //!   most 4 KiB) and direct I/O (`buffered_io = false`: nvmet's
 //!   `buffered_io` is 0 unless set, and nvmetcli does not save it).
-//! - Referrals (per port in nvmet, listed through every port here) become
-//!   `[[referral]]` tables.
+//! - Referrals become `[[referral]]` tables, each listed through the ports
+//!   whose `referrals` held it (`ports`, left out when that is every port),
+//!   as nvmet lists the asking port's own.
 //! - `discovery_filter = "address,svcid"`: the discovery log lists to a host
 //!   the port it asks through only, as nvmet's does.
 //!
@@ -289,12 +290,12 @@ pub fn convert(json: &str, kind: impl Fn(&Path) -> DeviceKind) -> Result<Convert
         notes.push("no TCP port: the target listens on its default address (0.0.0.0:4420)".into());
     }
 
-    // Referrals: per port in nvmet, through every port here.
-    let mut referrals: Vec<(String, u16)> = Vec::new();
-    let mut per_port: Vec<Vec<String>> = Vec::new();
+    // Referrals: each port's own (nvmet lists the asking port's only), an
+    // address referred to the same way by several ports as one referral
+    // with those ports (all of them: no `ports`).
+    let mut referrals: Vec<(String, u16, Vec<u16>)> = Vec::new();
     for p in &ports {
         let id = p.portid.unwrap_or_default();
-        let mut mine = Vec::new();
         for r in &p.referrals {
             if r.enable == Some(0) {
                 continue;
@@ -313,21 +314,27 @@ pub fn convert(json: &str, kind: impl Fn(&Path) -> DeviceKind) -> Result<Convert
             };
             let address = socket_address(&r.addr, &traddr, &trsvcid);
             let portid = text(&r.addr, "portid").and_then(|v| number(&v)).unwrap_or(0) as u16;
-            mine.push(address.clone());
-            if !referrals.iter().any(|(a, _)| *a == address) {
-                referrals.push((address, portid));
+            if referrals.iter().any(|(a, _, on)| *a == address && on.contains(&id)) {
+                notes.push(format!(
+                    "referral {:?} of port {id} left out: the port already refers to {address}",
+                    r.name
+                ));
+                continue;
+            }
+            match referrals.iter_mut().find(|(a, pid, _)| *a == address && *pid == portid) {
+                Some((_, _, on)) => on.push(id),
+                None => referrals.push((address, portid, vec![id])),
             }
         }
-        mine.sort();
-        per_port.push(mine);
     }
-    if per_port.windows(2).any(|w| w[0] != w[1]) {
-        notes.push(
-            "referrals are listed through every port here (nvmet: through the port they belong to)".into(),
-        );
-    }
-    for (address, portid) in &referrals {
-        let _ = writeln!(body, "[[referral]]\naddress = {}\nportid = {portid}\n", quoted(address));
+    let all: Vec<u16> = ports.iter().map(|p| p.portid.unwrap_or_default()).collect();
+    for (address, portid, on) in &referrals {
+        let _ = writeln!(body, "[[referral]]\naddress = {}\nportid = {portid}", quoted(address));
+        if *on != all {
+            let ids: Vec<String> = on.iter().map(u16::to_string).collect();
+            let _ = writeln!(body, "ports = [{}]", ids.join(", "));
+        }
+        body.push('\n');
     }
 
     for s in &saved.subsystems {
@@ -475,7 +482,8 @@ pub(crate) mod tests {
       "ana_groups": [ {{ "ana": {{ "state": "optimized" }}, "grpid": 1 }} ],
       "param": {{ "inline_data_size": "16384", "max_queue_size": "-1", "pi_enable": "0" }},
       "portid": 2,
-      "referrals": [],
+      "referrals": [ {{ "addr": {{ "adrfam": "ipv4", "traddr": "192.0.2.9", "treq": "not specified", "trsvcid": "8009", "trtype": "tcp" }}, "enable": 1, "name": "r1" }},
+                     {{ "addr": {{ "adrfam": "ipv4", "portid": "4", "traddr": "198.51.100.7", "treq": "not specified", "trsvcid": "8009", "trtype": "tcp" }}, "enable": 1, "name": "r2" }} ],
       "subsystems": [ "nqn.2014-08.org.example:b" ]
     }},
     {{
@@ -483,7 +491,8 @@ pub(crate) mod tests {
       "ana_groups": [ {{ "ana": {{ "state": "optimized" }}, "grpid": 1 }}, {{ "ana": {{ "state": "non-optimized" }}, "grpid": 2 }} ],
       "param": {{ "inline_data_size": "8200", "max_queue_size": "2048", "pi_enable": "0" }},
       "portid": 1,
-      "referrals": [ {{ "addr": {{ "adrfam": "ipv4", "traddr": "192.0.2.9", "treq": "not specified", "trsvcid": "8009", "trtype": "tcp" }}, "enable": 1, "name": "r1" }} ],
+      "referrals": [ {{ "addr": {{ "adrfam": "ipv4", "traddr": "192.0.2.9", "treq": "not specified", "trsvcid": "8009", "trtype": "tcp" }}, "enable": 1, "name": "r1" }},
+                     {{ "addr": {{ "adrfam": "ipv4", "portid": "7", "traddr": "192.0.2.9", "treq": "not specified", "trsvcid": "8009", "trtype": "tcp" }}, "enable": 1, "name": "again" }} ],
       "subsystems": [ "nqn.2014-08.org.example:a", "nqn.2014-08.org.example:b" ]
     }},
     {{
@@ -546,8 +555,11 @@ pub(crate) mod tests {
         assert_eq!(params, [(Some(8192), Some(1024)), (Some(16384), Some(1024))]);
         let groups: Vec<(u32, AnaState)> = cfg.port_ana[0].groups.iter().map(|(g, s)| (*g, *s)).collect();
         assert_eq!(groups, [(1, AnaState::OPTIMIZED), (2, AnaState::NON_OPTIMIZED)]);
-        let r: Vec<String> = cfg.referrals.iter().map(|r| format!("{} {}", r.addr, r.portid)).collect();
-        assert_eq!(r, ["192.0.2.9:8009 0"]);
+        // One referral of both ports (every port: no `ports`), one of port 2
+        // only; port 1's second one to the same address is left out.
+        let r: Vec<String> =
+            cfg.referrals.iter().map(|r| format!("{} {} {:?}", r.addr, r.portid, r.ports)).collect();
+        assert_eq!(r, ["192.0.2.9:8009 0 None", "198.51.100.7:8009 4 Some([2])"]);
 
         let nqns: Vec<&str> = cfg.subsystems.iter().map(|s| s.nqn.as_str()).collect();
         assert_eq!(
@@ -599,8 +611,8 @@ pub(crate) mod tests {
             "namespace 3 left out: disabled in nvmet",
             "/srv/nvmet/disk2.img does not exist here",
             "subsystem nqn.2014-08.org.example:idle is linked to no TCP port",
-            "referrals are listed through every port here",
             "port 1: in-capsule data 8192 bytes (param_inline_data_size 8200",
+            "referral \"again\" of port 1 left out: the port already refers to 192.0.2.9:8009",
         ];
         assert_notes(&c, &says);
     }

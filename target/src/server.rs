@@ -364,8 +364,14 @@ fn open_port(
 /// discovery controllers get the change notice when they changed.
 fn apply_discovery(target: &Target, cfg: &TargetConfig) {
     if target.set_referrals(cfg.referrals.clone()) {
-        let to: Vec<String> =
-            cfg.referrals.iter().map(|r| format!("{} (portid {})", r.addr, r.portid)).collect();
+        let to: Vec<String> = cfg
+            .referrals
+            .iter()
+            .map(|r| match &r.ports {
+                None => format!("{} (portid {})", r.addr, r.portid),
+                Some(p) => format!("{} (portid {}, through ports {p:?})", r.addr, r.portid),
+            })
+            .collect();
         info!(referrals = ?to, "discovery log referrals");
     }
     if target.set_discovery_filter(cfg.discovery_filter) {

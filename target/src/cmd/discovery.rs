@@ -80,7 +80,9 @@ pub fn discovery_log_with_local_addr(
             entries.push(entry(SubType::NVME, &s.nqn));
         }
     }
-    for r in &referrals {
+    // A referral of a port (nvmet's ports/N/referrals) only through that
+    // port, as nvmet lists the asking port's only.
+    for r in referrals.iter().filter(|r| r.on_port(ctrl.port_id)) {
         let (fam, traddr) = address(r.addr.ip());
         let e = DiscoveryLogEntry::tcp(
             SubType::REFERRAL,
@@ -207,7 +209,7 @@ mod tests {
         let t = Target::with_discovery_nqn(Limits::default(), UNIQUE);
         let port = t.add_port("192.168.7.2:4420".parse().unwrap());
         t.add_subsystem(Arc::new(Subsystem::new("nqn.2024-01.io.example:a", "m", None, false)));
-        t.set_referrals(vec![Referral { addr: "192.0.2.9:8009".parse().unwrap(), portid: 4 }]);
+        t.set_referrals(vec![Referral::new("192.0.2.9:8009".parse().unwrap(), 4)]);
         let c = t
             .create_controller(|id| {
                 Controller::new(id, t.discovery.clone(), HOST.into(), [0; 16], port, 0, 0)
@@ -276,9 +278,9 @@ mod tests {
         let (t, c) = setup();
         let before = DiscoveryLog::decode(&discovery_log(&t, &c)).unwrap();
         let refs = vec![
-            Referral { addr: "192.0.2.9:8009".parse().unwrap(), portid: 4 },
-            Referral { addr: "[::ffff:192.0.2.8]:4420".parse().unwrap(), portid: 0 },
-            Referral { addr: "[2001:db8::7]:4420".parse().unwrap(), portid: 0 },
+            Referral::new("192.0.2.9:8009".parse().unwrap(), 4),
+            Referral::new("[::ffff:192.0.2.8]:4420".parse().unwrap(), 0),
+            Referral::new("[2001:db8::7]:4420".parse().unwrap(), 0),
         ];
         assert!(t.set_referrals(refs.clone()));
         let log = DiscoveryLog::decode(&discovery_log(&t, &c)).unwrap();
@@ -405,7 +407,7 @@ mod tests {
         let p2 = t.add_port("192.168.7.2:4421".parse().unwrap());
         let p3 = t.add_port("10.0.0.1:4420".parse().unwrap());
         let p4 = t.add_port("0.0.0.0:4430".parse().unwrap());
-        t.set_referrals(vec![Referral { addr: "192.0.2.9:8009".parse().unwrap(), portid: 4 }]);
+        t.set_referrals(vec![Referral::new("192.0.2.9:8009".parse().unwrap(), 4)]);
         let ports = |local: Option<&str>| {
             let local = local.map(|l| l.parse().unwrap());
             let log = DiscoveryLog::decode(&discovery_log_with_local_addr(&t, &c, local)).unwrap();
@@ -441,6 +443,38 @@ mod tests {
         assert_eq!(ports(Some("10.0.0.1:4420")), [p3]);
         set("match_any");
         assert_eq!(ports(Some("10.0.0.1:4420")), all);
+    }
+
+    /// A port's own referrals (nvmet's `ports/N/referrals`) are listed
+    /// through that port only; the others through every port.
+    #[test]
+    fn port_referrals_through_their_port() {
+        use crate::core::target::Referral;
+        let (t, c) = setup(); // port 1
+        let p2 = t.add_port("192.168.8.2:4420".parse().unwrap());
+        let c2 = t
+            .create_controller(|id| Controller::new(id, t.discovery.clone(), HOST.into(), [0; 16], p2, 0, 0))
+            .unwrap();
+        let r =
+            |a: &str, portid, ports: Option<Vec<u16>>| Referral { addr: a.parse().unwrap(), portid, ports };
+        t.set_referrals(vec![
+            r("192.0.2.1:8009", 3, Some(vec![1])),
+            r("192.0.2.2:8009", 4, Some(vec![p2])),
+            r("192.0.2.3:8009", 0, None),
+            r("192.0.2.1:8009", 5, Some(vec![p2])),
+            r("192.0.2.4:8009", 6, Some(vec![])),
+        ]);
+        let referrals = |c| {
+            let log = DiscoveryLog::decode(&discovery_log(&t, c)).unwrap();
+            log.entries
+                .iter()
+                .filter(|e| e.subtype == SubType::REFERRAL)
+                .map(|e| (e.traddr.clone(), e.portid))
+                .collect::<Vec<_>>()
+        };
+        let s = |a: &str, id| (a.to_string(), id);
+        assert_eq!(referrals(&c), [s("192.0.2.1", 3), s("192.0.2.3", 0)]);
+        assert_eq!(referrals(&c2), [s("192.0.2.2", 4), s("192.0.2.3", 0), s("192.0.2.1", 5)]);
     }
 
     /// The filter's text is SPDK's, both ways.

@@ -178,12 +178,28 @@ pub struct Port {
 /// SUBTYPE 1, "referral"), as nvmet's `ports/N/referrals/NAME`: a host that
 /// runs `nvme connect-all` here goes on to that service and connects to what
 /// it lists too.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Referral {
     /// Address and port of the other discovery service (TRADDR, TRSVCID).
     pub addr: SocketAddr,
     /// PORTID its entry reports (nvmet's `portid` attribute, 0 unless set).
     pub portid: u16,
+    /// The ports whose discovery log lists it (their IDs), as nvmet's
+    /// referrals belong to the port whose `referrals` directory holds them;
+    /// `None`: every port (SPDK's referrals are the target's).
+    pub ports: Option<Vec<u16>>,
+}
+
+impl Referral {
+    /// A referral listed through every port.
+    pub fn new(addr: SocketAddr, portid: u16) -> Self {
+        Self { addr, portid, ports: None }
+    }
+
+    /// Whether the discovery log through port `id` lists it.
+    pub fn on_port(&self, id: u16) -> bool {
+        self.ports.as_ref().is_none_or(|p| p.contains(&id))
+    }
 }
 
 /// Which ports' entries a discovery log lists to a host, as SPDK's

@@ -222,12 +222,13 @@ pub fn export(cfg: &TargetConfig, kind: impl Fn(&Path) -> DeviceKind) -> Exporte
                 json!({ "ana": { "state": ana_name(state) }, "grpid": g })
             })
             .collect();
-        // Referrals are listed through every port here: in nvmet each port
-        // lists its own, so each port gets them all.
+        // In nvmet each port lists its own referrals: each port gets those
+        // listed through it here (every one without `ports`).
         let referrals: Vec<Value> = cfg
             .referrals
             .iter()
             .enumerate()
+            .filter(|(_, referral)| referral.on_port(id))
             .map(|(r, referral)| {
                 let mut addr = tcp_addr(referral.addr);
                 addr.insert("portid".into(), attr(referral.portid));
@@ -434,7 +435,7 @@ reservations_file = "/srv/kept.resv"
 
     /// Each port gets every ANA group a namespace is in, in the port's state
     /// for it (nvmet reports a group a port has no directory for
-    /// inaccessible); referrals are listed through every port; subsystems
+    /// inaccessible); each port gets the referrals listed through it; subsystems
     /// are linked to the ports they are exported on; the I/O queue limit is
     /// the subsystem's or the target's, at most nvmet's 128.
     #[test]
@@ -457,6 +458,11 @@ portid = 6
 
 [[referral]]
 address = "[2001:db8::1]:8009"
+
+[[referral]]
+address = "192.0.2.44:8009"
+portid = 2
+ports = [6]
 
 [[subsystem]]
 nqn = "nqn.2026-12.io.example:s"
@@ -498,13 +504,15 @@ cntlid_max = 20
             v["ports"][1]["subsystems"],
             json!(["nqn.2026-12.io.example:s", "nqn.2026-12.io.example:t"])
         );
-        for p in v["ports"].as_array().unwrap() {
-            assert_eq!(
-                p["referrals"],
-                json!([{ "addr": { "adrfam": "ipv6", "portid": "0", "traddr": "2001:db8::1", "treq": "not specified",
-                       "trsvcid": "8009", "trtype": "tcp" }, "enable": 1, "name": "referral-1" }])
-            );
-        }
+        let everywhere = json!({ "addr": { "adrfam": "ipv6", "portid": "0", "traddr": "2001:db8::1", "treq": "not specified",
+                                 "trsvcid": "8009", "trtype": "tcp" }, "enable": 1, "name": "referral-1" });
+        assert_eq!(p5["referrals"], json!([everywhere]));
+        // Port 6's own referral, there only.
+        assert_eq!(
+            v["ports"][1]["referrals"],
+            json!([everywhere, { "addr": { "adrfam": "ipv4", "portid": "2", "traddr": "192.0.2.44", "treq": "not specified",
+                                 "trsvcid": "8009", "trtype": "tcp" }, "enable": 1, "name": "referral-2" }])
+        );
         let s = &v["subsystems"][0]["attr"];
         assert_eq!(s["qid_max"], "128");
         assert_eq!(s["serial"].as_str().unwrap(), Subsystem::default_serial("nqn.2026-12.io.example:s"));

@@ -135,6 +135,13 @@ pub fn export(cfg: &TargetConfig, key_dir: Option<&Path>) -> Exported {
         if r.portid != 0 {
             notes.push(format!("referral {}: SPDK's entry reports no PORTID {}", r.addr, r.portid));
         }
+        if r.ports.is_some() {
+            notes.push(format!(
+                "referral {}: SPDK lists it through every listener, not only through ports {:?}",
+                r.addr,
+                r.ports.as_deref().unwrap_or_default()
+            ));
+        }
     }
     // Discovery is answered on every port here.
     for addr in &cfg.listen {
@@ -504,6 +511,9 @@ listen = "127.0.0.1:4420"
 portid = 7
 ana_groups = {{ 40 = "inaccessible" }}
 in_capsule_data = 8192
+[[referral]]
+address = "192.0.2.8:8009"
+ports = [7]
 [[subsystem]]
 nqn = "nqn.2026-12.io.example:s"
 firmware = "1.0"
@@ -548,6 +558,7 @@ reservations_format = "spdk"
             "namespace 1: its bandwidth limit is 2 MiB/s in SPDK",
             "namespace 1: its reservations file /srv/a.resv is in this target's format",
             "namespace 3: its open and active zone limits are left out",
+            "referral 192.0.2.8:8009: SPDK lists it through every listener, not only through ports [7]",
         ] {
             assert!(text.contains(needle), "{needle:?} not in\n{text}");
         }

@@ -1883,7 +1883,8 @@ async fn connect_status(a: &Args, addr: (&str, u16), nqn: &str, host: HostIdenti
 
 /// Port links, allowed hosts and referrals: the discovery log through port
 /// 2 (nvmet lists that port's own links only, and so does the converted
-/// configuration's discovery filter), a Connect through port 1 and another host's through port 2
+/// configuration's discovery filter), the referrals through each port (its
+/// own), a Connect through port 1 and another host's through port 2
 /// (refused alike), the referral nvmet lists through port 1, and the
 /// discovery controller's Identify through port 2 (IOCCSZ, IORCSZ, MAXCMD
 /// and SGLS: the port's params).
@@ -1915,11 +1916,16 @@ async fn step_migrate_ports(a: &Args) -> Result<(), String> {
         let log1 = discover((host, ports[0]), d.clone())
             .await
             .map_err(|e| format!("{who} discovery port 1: {e}"))?;
-        let referrals: Vec<String> = log1
-            .entries
-            .iter()
-            .filter(|e| e.subtype == SubType::REFERRAL)
-            .map(|e| format!("{}:{} portid {}", e.traddr, e.trsvcid, e.portid))
+        // Each port's own referrals (nvmet's ports/N/referrals; the
+        // converted configuration's `ports`).
+        let referrals: Vec<String> = [(1, &log1), (2, &log2)]
+            .into_iter()
+            .flat_map(|(port, log)| {
+                log.entries
+                    .iter()
+                    .filter(|e| e.subtype == SubType::REFERRAL)
+                    .map(move |e| format!("through port {port}: {}:{} portid {}", e.traddr, e.trsvcid, e.portid))
+            })
             .collect();
         let through1 = connect_status(a, (host, ports[0]), &m.nqn, m.host.clone()).await;
         let other = connect_status(a, (host, ports[1]), &m.nqn, HostIdentity::from_id(HOST_ID)).await;
@@ -1948,7 +1954,7 @@ async fn step_migrate_ports(a: &Args) -> Result<(), String> {
     info(
         "migrate-ports",
         format!(
-            "the same: log through port 2 {:?}; referrals through port 1 {:?}; through port 1 {}, another host {}; discovery controller through port 2: {}",
+            "the same: log through port 2 {:?}; referrals {:?}; through port 1 {}, another host {}; discovery controller through port 2: {}",
             t.0, t.1, t.2, t.3, t.4
         ),
     );
