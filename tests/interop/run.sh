@@ -1221,8 +1221,12 @@ run_scenario() {
             gscen=kernel-host
             env="TARGET=$TARGET NS2_SIZE=$((NS2_SIZE_MB << 20)) NS_GROW=$((NS_GROW_MB << 20)) RESTART_DOWN_S=$RESTART_DOWN_S"
             env="$env RESV_FORMAT=${SCEN_RESV_FORMAT:-nvmeof}"
-            # step port-live once, not per I/O engine
-            [ "$SCEN" = kernel-host ] && env="$env KH_PORT_LIVE=1"
+            # steps no I/O engine touches once, not per engine variant
+            if [ "$SCEN" = kernel-host ]; then
+                env="$env KH_PORT_LIVE=1"
+            else
+                env="$env KH_CONTROL=0"
+            fi
             # ONLY_STEPS="auth ...": only those guest steps (development runs)
             [ -n "${ONLY_STEPS:-}" ] && env="$env ONLY_STEPS='$ONLY_STEPS'"
             qtimeout=${INTEROP_TIMEOUT:-$((FIO_RUNTIME + 540))}

@@ -10,7 +10,12 @@
 #   NVME_ADDR, NVME_PORT, NQN, NS_SIZE (bytes), FIO_RUNTIME (s), BACKEND,
 #   NS2_SIZE, NS_GROW (bytes), RESTART_DOWN_S, DISCONNECT_MAX_MS, NS1_UUID, RESV_FORMAT
 #   (TARGET=host: the UUID our target is configured with for namespace 1),
-#   KH_RECONF (1; 0 leaves out connect-reconf ... disconnect-reconf)
+#   KH_RECONF (1; 0 leaves out connect-reconf ... disconnect-reconf),
+#   KH_CONTROL (1; 0 leaves out the steps whose subject no I/O engine
+#   touches: ram-digest, keep-alive, discovery-aen, allowed-hosts,
+#   ns-masking, queue-limit, port-link, qos, auth: run.sh passes 0 to the
+#   engine variants kernel-host-direct and -threads, which repeat the rest),
+#   KH_PORT_LIVE (0; 1 runs port-live: run.sh passes 1 to kernel-host)
 #
 # Step list.  To add a step: write a kh_<name> function below and add a
 # run_step line to scenario_main.  A step that needs the host to act calls
@@ -2379,6 +2384,16 @@ kh_final_clean() {
     info "nvme controllers left: $(ls /sys/class/nvme 2>/dev/null | wc -l)"
 }
 
+# run_control_step: run_step for a step no I/O engine touches, left out
+# where KH_CONTROL=0 (the engine variants; kernel-host runs it)
+run_control_step() {
+    if [ "${KH_CONTROL:-1}" = 1 ]; then
+        run_step "$@"
+    else
+        info "step $1 left out: KH_CONTROL=0 (no I/O engine in it; kernel-host runs it)"
+    fi
+}
+
 scenario_main() {
     info "scenario: TARGET=$TARGET addr=$NVME_ADDR:$NVME_PORT nqn=$NQN size=$NS_SIZE"
     run_step modules 60 kh_modules
@@ -2412,7 +2427,7 @@ scenario_main() {
     run_step connect-digest 90 kh_connect -g -G
     run_step dd-verify-digest 180 kh_dd_verify digest
     run_step disconnect-digest 60 kh_disconnect
-    run_step ram-digest 240 kh_ram_digest
+    run_control_step ram-digest 240 kh_ram_digest
     run_step read-only-ns 180 kh_read_only_ns
     run_step block-ns 240 kh_block_ns
     run_step lbs-4k 240 kh_lbs_4k
@@ -2431,12 +2446,12 @@ scenario_main() {
     run_step connect-mp 90 kh_connect
     run_step ana-multipath 240 kh_ana_multipath
     # port 2 away and back under a path (kernel-host only: no I/O engine in it)
-    [ "${KH_PORT_LIVE:-0}" = 1 ] && run_step port-live 120 kh_port_live
+    if [ "${KH_PORT_LIVE:-0}" = 1 ]; then run_step port-live 120 kh_port_live; fi
     run_step disconnect-mp 60 kh_disconnect
     run_step twin-target 180 kh_twin_target
     # keep-alive and persistent discovery
-    run_step keep-alive 90 kh_keep_alive
-    run_step discovery-aen 180 kh_discovery_aen
+    run_control_step keep-alive 90 kh_keep_alive
+    run_control_step discovery-aen 180 kh_discovery_aen
     # reconfiguration while connected: AENs, target restart -> reconnect
     if [ "${KH_RECONF:-1}" = 1 ]; then
         run_step connect-reconf 90 kh_connect --reconnect-delay=1 --ctrl-loss-tmo=60
@@ -2448,13 +2463,13 @@ scenario_main() {
     else
         info "reconfiguration steps (connect-reconf ... disconnect-reconf) left out: KH_RECONF=$KH_RECONF"
     fi
-    run_step allowed-hosts 240 kh_allowed_hosts
-    run_step ns-masking 180 kh_ns_masking
-    run_step queue-limit 180 kh_queue_limit
-    run_step port-link 180 kh_port_link
-    run_step qos 120 kh_qos
+    run_control_step allowed-hosts 240 kh_allowed_hosts
+    run_control_step ns-masking 180 kh_ns_masking
+    run_control_step queue-limit 180 kh_queue_limit
+    run_control_step port-link 180 kh_port_link
+    run_control_step qos 120 kh_qos
     run_step zoned 240 kh_zoned
-    run_step auth 300 kh_auth
+    run_control_step auth 300 kh_auth
     # PLACEHOLDERS (see the header): TLS.
     run_step final-clean 60 kh_final_clean
 }
