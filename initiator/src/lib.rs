@@ -21,7 +21,8 @@
 //!   controller keeps an Asynchronous Event Request outstanding and reads each
 //!   notice's log ([`Controller::events`]).
 //! - [`MultipathNamespace`] (`multipath`): one namespace through several
-//!   controllers, path choice and failover by ANA state.
+//!   controllers, path choice and failover by ANA state; its paths given,
+//!   or found in the discovery log ([`MultipathNamespace::discover`]).
 //! - [`discover`] (`discovery`): discovery log retrieval; [`discover_all`] follows referrals;
 //!   [`discover_nqn`] and [`discover_all_nqn`] connect by a unique discovery NQN.
 //! - [`ConnectOptions`], [`HostIdentity`], [`ReconnectPolicy`] (`options`).

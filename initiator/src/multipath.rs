@@ -428,6 +428,75 @@ impl MultipathNamespace {
         Self::new(ctrls, nsid, mp).await
     }
 
+    /// Finds every path to `subnqn` in the discovery log at `discovery`
+    /// (and those of its referrals, [`crate::discover_all`]: what `nvme
+    /// connect-all` reads), connects to each as [`Self::connect`] does and
+    /// builds the namespace over them: an application names one discovery
+    /// address and gets every port the target lists for it. The discovery
+    /// connections use `opts` (host identity, keys, source address, digests)
+    /// without I/O queues, keep-alive, events or reconnects. A listed path
+    /// that cannot be connected is left out, with a warning, while another
+    /// connects (`connect-all` goes on too); with none, the last error is
+    /// returned. Fails with [`Error::InvalidArgument`] when no log lists
+    /// `subnqn`.
+    pub async fn discover(
+        discovery: std::net::SocketAddr,
+        subnqn: &str,
+        nsid: u32,
+        opts: ConnectOptions,
+        mp: MultipathOptions,
+    ) -> Result<Self> {
+        let disc = ConnectOptions {
+            io_queues: 0,
+            kato: Duration::ZERO,
+            reconnect: ReconnectPolicy::never(),
+            async_events: false,
+            ..opts.clone()
+        };
+        let mut entries = Vec::new();
+        for d in crate::discover_all(discovery, disc).await? {
+            let Ok(log) = d.log else { continue };
+            for e in crate::nvme_subsystems(&log).filter(|e| e.subnqn == subnqn) {
+                // One path per address, however many logs list it.
+                if !entries.iter().any(|o: &nvmeof_common::spec::DiscoveryLogEntry| {
+                    (&o.traddr, &o.trsvcid) == (&e.traddr, &e.trsvcid)
+                }) {
+                    entries.push(e.clone());
+                }
+            }
+        }
+        if entries.is_empty() {
+            return Err(Error::InvalidArgument(format!("no discovery log at {discovery} lists {subnqn}")));
+        }
+        let opts = ConnectOptions {
+            reconnect: ReconnectPolicy { requeue: false, ..opts.reconnect.clone() },
+            ..opts
+        };
+        let mut ctrls = Vec::with_capacity(entries.len());
+        let mut last = None;
+        for e in &entries {
+            match crate::connect_entry(e, opts.clone()).await {
+                Ok(c) => ctrls.push(c),
+                Err(err) => {
+                    warn!(subnqn, traddr = %e.traddr, trsvcid = %e.trsvcid, error = %err, "a listed path does not connect: left out");
+                    last = Some(err);
+                }
+            }
+        }
+        match last {
+            Some(err) if ctrls.is_empty() => Err(err),
+            _ => {
+                info!(
+                    subnqn,
+                    paths = ctrls.len(),
+                    listed = entries.len(),
+                    "multipath namespace from discovery"
+                );
+                Self::new(ctrls, nsid, mp).await
+            }
+        }
+    }
+
     /// Namespace ID.
     pub fn nsid(&self) -> u32 {
         self.inner.nsid

@@ -12,8 +12,8 @@ use std::time::Duration;
 use initiator_util::*;
 use nvmeof_initiator::common::spec::log::AnaState;
 use nvmeof_initiator::{
-    ConnectOptions, Controller, ControllerState, Error, MultipathNamespace, MultipathOptions, PathPolicy,
-    PathStatus, ReconnectPolicy,
+    AuthError, ConnectOptions, Controller, ControllerState, Error, MultipathNamespace, MultipathOptions,
+    PathPolicy, PathStatus, ReconnectPolicy,
 };
 use nvmeof_target::config::TargetConfig;
 use nvmeof_target::server::Server;
@@ -522,6 +522,97 @@ async fn compare_and_write_is_atomic_across_paths() {
         assert_eq!(commands(&mp)[1], before[1]);
         mp.shutdown().await.unwrap();
         server.shutdown(Duration::from_secs(1)).await;
+    })
+    .await
+}
+
+/// Target A: two ports (discovery filter `filter`) exporting `file` as
+/// namespace 1 of [`SUBNQN`] under `uuid`, its log referring to `referrals`.
+fn listed(
+    filter: &str,
+    uuid: &str,
+    file: &std::path::Path,
+    referrals: &[std::net::SocketAddr],
+) -> TargetConfig {
+    let r: String = referrals.iter().map(|a| format!("[[referral]]\naddress = \"{a}\"\n")).collect();
+    TargetConfig::from_toml(&format!(
+        "discovery_filter = \"{filter}\"\n[[port]]\nlisten = \"127.0.0.1:0\"\n[[port]]\nlisten = \"127.0.0.1:0\"\n{r}\n\
+         [[subsystem]]\nnqn = \"{SUBNQN}\"\ncntlid_max = 99\n[[subsystem.namespace]]\nnsid = 1\nfile = {file:?}\n{uuid}\n"
+    ))
+    .unwrap()
+}
+
+/// `MultipathNamespace::discover`: every port the discovery logs list for
+/// the subsystem (referrals followed: target C) becomes a path; a listed
+/// path that does not connect (target B wants DH-HMAC-CHAP, which these
+/// options do not offer) is left out while others connect, and is the error
+/// when it is the only one; a discovery filter that lists the asking port
+/// only gives one path there; a subsystem no log lists is an error.
+#[tokio::test]
+async fn paths_from_discovery() {
+    bounded(60, async {
+        const UUID: &str = "uuid = \"0b1d8c4e-7f2a-4c3e-9a61-3d2b5e8f9a11\"";
+        const SECRET: &str = "DHHC-1:01:o8/jE9vGsSdaRVAfWmfEhzOZ8S7KkfTi8F/tg64x4BN8zoYw:";
+        let keyed = single(
+            &format!(
+                "cntlid_min = 100\nallowed_hosts = [{{ nqn = \"{}\", dhchap_key = \"{SECRET}\" }}]",
+                host().nqn
+            ),
+            UUID,
+        );
+        // A and C export one file (one page cache): one store on every path.
+        let dir = std::env::temp_dir().join(format!("nvmeof-mp-discover-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("shared.img");
+        std::fs::File::create(&file).unwrap().set_len(4 << 20).unwrap();
+        let (b, b_addr) = start(&keyed).await;
+        let c_cfg = TargetConfig::from_toml(&format!(
+            "[[port]]\nlisten = \"127.0.0.1:0\"\n[[subsystem]]\nnqn = \"{SUBNQN}\"\ncntlid_min = 200\n\
+             [[subsystem.namespace]]\nnsid = 1\nfile = {file:?}\n{UUID}\n"
+        ))
+        .unwrap();
+        let (c, c_addr) = start(&c_cfg).await;
+        let (a, a1) = start(&listed("match_any", UUID, &file, &[b_addr, c_addr])).await;
+        let a2 = a.local_addrs[1];
+        let mp = MultipathNamespace::discover(a1, SUBNQN, 1, opts(), mp_opts(Duration::from_secs(5)))
+            .await
+            .unwrap();
+        let mut cntlids: Vec<u16> = mp.paths().iter().map(|p| p.cntlid).collect();
+        cntlids.sort();
+        assert_eq!(cntlids.len(), 3, "A's two ports and C's; B's path left out: {cntlids:?}");
+        assert!(cntlids[1] < 100 && cntlids[2] >= 200, "{cntlids:?}");
+        io(&mp, 9, 3).await;
+        assert!(commands(&mp).iter().all(|&n| n > 0), "round-robin over all: {:?}", commands(&mp));
+        mp.shutdown().await.unwrap();
+
+        // Only B's path: its error.
+        let r =
+            MultipathNamespace::discover(b_addr, SUBNQN, 1, opts(), mp_opts(Duration::from_secs(5))).await;
+        assert!(matches!(&r, Err(Error::Auth { reason: AuthError::NoKey, .. })), "{r:?}");
+        // Not listed anywhere.
+        let r = MultipathNamespace::discover(
+            a1,
+            "nqn.2024-01.io.nvmeof.test:none",
+            1,
+            opts(),
+            mp_opts(Duration::from_secs(5)),
+        )
+        .await;
+        assert!(matches!(&r, Err(Error::InvalidArgument(m)) if m.contains("lists")), "{r:?}");
+
+        // The asking port only: one path, through the port asked.
+        a.reload(&listed("address,svcid", UUID, &file, &[])).unwrap();
+        let mp = MultipathNamespace::discover(a2, SUBNQN, 1, opts(), mp_opts(Duration::from_secs(5)))
+            .await
+            .unwrap();
+        assert_eq!(mp.paths().len(), 1);
+        assert_eq!(mp.controllers()[0].addr(), a2);
+        io(&mp, 2, 9).await;
+        mp.shutdown().await.unwrap();
+        for s in [a, b, c] {
+            s.shutdown(Duration::from_secs(1)).await;
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     })
     .await
 }

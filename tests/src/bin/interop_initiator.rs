@@ -1921,10 +1921,9 @@ async fn step_migrate_ports(a: &Args) -> Result<(), String> {
         let referrals: Vec<String> = [(1, &log1), (2, &log2)]
             .into_iter()
             .flat_map(|(port, log)| {
-                log.entries
-                    .iter()
-                    .filter(|e| e.subtype == SubType::REFERRAL)
-                    .map(move |e| format!("through port {port}: {}:{} portid {}", e.traddr, e.trsvcid, e.portid))
+                log.entries.iter().filter(|e| e.subtype == SubType::REFERRAL).map(move |e| {
+                    format!("through port {port}: {}:{} portid {}", e.traddr, e.trsvcid, e.portid)
+                })
             })
             .collect();
         let through1 = connect_status(a, (host, ports[0]), &m.nqn, m.host.clone()).await;
