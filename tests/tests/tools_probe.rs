@@ -2407,3 +2407,60 @@ async fn probe_zonemode_zbd_writes_a_zoned_namespace() {
     })
     .await;
 }
+
+/// `nvmeof paths`: every path the discovery log (and its referrals) lists
+/// for the subsystem, with the namespace's ANA state through each, a path
+/// that does not connect (a target that wants DH-HMAC-CHAP) said with why;
+/// exit 0 while one connects, the path's error when none does, 4 for a
+/// subsystem no log lists or a namespace that is not active.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_paths_lists_every_path_with_its_ana_state() {
+    bounded(30, async {
+        init_tracing();
+        const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:a5a5a5a5-0000-4000-8000-000000000002";
+        const KEY: &str = "DHHC-1:01:o8/jE9vGsSdaRVAfWmfEhzOZ8S7KkfTi8F/tg64x4BN8zoYw:";
+        let keyed = TargetConfig::from_toml(&format!(
+            "[[port]]\nlisten = \"127.0.0.1:0\"\n[[subsystem]]\nnqn = \"{NQN}\"\n\
+             allowed_hosts = [{{ nqn = \"{HOST}\", dhchap_key = \"{KEY}\" }}]\n[[subsystem.namespace]]\nram = \"1M\"\n"
+        ))
+        .unwrap();
+        let b = Server::start(&keyed).await.unwrap();
+        let b_addr = b.local_addrs[0];
+        let cfg = TargetConfig::from_toml(&format!(
+            "[[port]]\nlisten = \"127.0.0.1:0\"\n[[port]]\nlisten = \"127.0.0.1:0\"\nana_state = \"non-optimized\"\n\
+             [[referral]]\naddress = \"{b_addr}\"\n[[subsystem]]\nnqn = \"{NQN}\"\n[[subsystem.namespace]]\nram = \"1M\"\n"
+        ))
+        .unwrap();
+        let a = Server::start(&cfg).await.unwrap();
+        let (a1, a2) = (a.local_addrs[0].to_string(), a.local_addrs[1].to_string());
+        let text = admin(&["nvmeof", "--hostnqn", HOST, "paths", &a1], b"").await.unwrap();
+        let rows: Vec<Vec<&str>> = text.lines().skip(2).map(|l| l.split_whitespace().collect()).collect();
+        assert_eq!(rows.len(), 3, "{text}");
+        assert_eq!((rows[0][0], rows[0][1], rows[0][3]), (a1.as_str(), "1", "optimized"), "{text}");
+        assert_eq!((rows[1][0], rows[1][1], rows[1][3]), (a2.as_str(), "2", "non-optimized"), "{text}");
+        assert_eq!((rows[2][0], rows[2][3..5].join(" ").as_str()), (b_addr.to_string().as_str(), "cannot connect:"));
+        assert!(text.contains("--dhchap-secret"), "why: {text}");
+        let j: Value =
+            serde_json::from_str(&admin(&["nvmeof", "--hostnqn", HOST, "--json", "paths", &a2, "--nqn", NQN], b"").await.unwrap())
+                .unwrap();
+        assert_eq!((j["subnqn"].as_str(), j["nsid"].as_u64()), (Some(NQN), Some(1)));
+        let p = j["paths"].as_array().unwrap();
+        let states: Vec<(&str, Option<&str>)> =
+            p.iter().map(|x| (x["trsvcid"].as_str().unwrap(), x["ana_state"].as_str())).collect();
+        let port = |a: &str| a.rsplit_once(':').unwrap().1.to_string();
+        assert_eq!(states[..2], [(port(&a2).as_str(), Some("non-optimized")), (port(&a1).as_str(), Some("optimized"))]);
+        assert!(p[2]["error"].as_str().unwrap().contains("--dhchap-secret"), "{}", p[2]);
+        // The keyed target alone: its error; a namespace not there or a
+        // subsystem not listed: not found.
+        let e = admin(&["nvmeof", "--hostnqn", HOST, "paths", &b_addr.to_string()], b"").await.unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::NvmeStatus, "{e}");
+        let e = admin(&["nvmeof", "--hostnqn", HOST, "paths", &a1, "--nqn", NQN, "--nsid", "7"], b"").await.unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::NotFound, "{e}");
+        assert!(e.to_string().contains("namespace 7 is not active"), "{e}");
+        let e = admin(&["nvmeof", "paths", &a1, "--nqn", "nqn.2024-01.io.nvmeof.test:none"], b"").await.unwrap_err();
+        assert_eq!(e.exit_code(), ExitCode::NotFound, "{e}");
+        a.shutdown(Duration::from_secs(1)).await;
+        b.shutdown(Duration::from_secs(1)).await;
+    })
+    .await
+}

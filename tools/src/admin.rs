@@ -127,6 +127,21 @@ pub enum Command {
         #[arg(long)]
         nqn: Option<String>,
     },
+    /// Every path to a namespace that the discovery log at ADDR (and those of its referrals)
+    /// lists for the subsystem, as `nvme connect-all` would connect them: each port's address,
+    /// PORTID, controller ID and the namespace's ANA state through it (a multipath host sends
+    /// I/O down the optimized ones first), or why it does not connect. Exit code 0 when at
+    /// least one connects.
+    Paths {
+        /// Discovery address.
+        addr: String,
+        /// Subsystem NQN (default: the one NVM subsystem the discovery log lists).
+        #[arg(long)]
+        nqn: Option<String>,
+        /// Namespace ID.
+        #[arg(long, default_value_t = 1)]
+        nsid: u32,
+    },
     /// The ANA log as the port at ADDR reports it: each ANA group's state and namespaces
     /// (with several ports to one subsystem, each says which paths hosts should use).
     AnaLog {
@@ -685,6 +700,10 @@ pub async fn run(cli: &Cli, input: &mut dyn Read, out: &mut dyn Write) -> Result
             let r = list(cli, &ctrl, out).await;
             close(ctrl).await;
             r
+        }
+        Command::Paths { addr, nqn, nsid } => {
+            let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
+            paths(cli, &addr, nqn.as_deref(), *nsid, out).await
         }
         Command::AnaLog { addr, nqn } => {
             let addr = target_addr(addr, DEFAULT_PORT).map_err(ToolError::usage)?;
@@ -1429,6 +1448,112 @@ async fn smart_log(cli: &Cli, ctrl: &Controller, nsid: u32, out: &mut dyn Write)
 /// ANA state names as nvme-cli prints them.
 fn ana_state(s: AnaState) -> String {
     s.name().map_or_else(|| format!("reserved ({:#x})", s.0), str::to_string)
+}
+
+/// What one listed path gave `paths`: its controller ID and the
+/// namespace's ANA state through it (`None`: the controller reports no
+/// ANA state for the namespace), or why it did not connect.
+type PathOutcome = Result<(u16, Option<AnaState>), ToolError>;
+
+/// `paths`: each path the discovery logs at `addr` list for the subsystem,
+/// connected in turn (nvme-cli's `config.json` keys applying per address,
+/// as for the other commands): the namespace's ANA state through it.
+async fn paths(
+    cli: &Cli,
+    addr: &str,
+    nqn: Option<&str>,
+    nsid: u32,
+    out: &mut dyn Write,
+) -> Result<(), ToolError> {
+    let services = referral_logs(addr, DISCOVERY_NQN, cli.opts(0)).await?;
+    let nqn = match nqn {
+        Some(n) => n.to_string(),
+        None => match &services[0].log {
+            Ok(log) => crate::probe::only_subsystem(log, addr)?,
+            Err(ServiceError::Tool(e)) => return Err(e.clone()),
+            Err(ServiceError::Initiator(e)) => {
+                return Err(ToolError::from_initiator(&format!("discovery at {addr}"), e))
+            }
+        },
+    };
+    let mut listed: Vec<DiscoveryLogEntry> = Vec::new();
+    for log in services.iter().filter_map(|s| s.log.as_ref().ok()) {
+        for e in nvmeof_initiator::nvme_subsystems(log).filter(|e| e.subnqn == nqn) {
+            if !listed.iter().any(|o| (&o.traddr, &o.trsvcid) == (&e.traddr, &e.trsvcid)) {
+                listed.push(e.clone());
+            }
+        }
+    }
+    if listed.is_empty() {
+        return Err(ToolError::not_found(format!("no discovery log at {addr} lists {nqn}")));
+    }
+    let mut rows: Vec<(DiscoveryLogEntry, PathOutcome)> = Vec::new();
+    for e in listed {
+        let at = if e.traddr.contains(':') {
+            format!("[{}]:{}", e.traddr, e.trsvcid)
+        } else {
+            format!("{}:{}", e.traddr, e.trsvcid)
+        };
+        let outcome = async {
+            let ctrl = connect(&at, Some(&nqn), cli.opts(0), cli.socket.nvme_config()).await?;
+            let r = async {
+                let id = ctrl
+                    .identify_namespace(nsid)
+                    .await
+                    .map_err(|e| ToolError::from_initiator(&format!("Identify Namespace {nsid}"), &e))?;
+                // An inactive NSID identifies as zeroes.
+                if id.nsze == 0 {
+                    return Err(ToolError::not_found(format!("namespace {nsid} is not active there")));
+                }
+                let ana = if id.anagrpid == 0 {
+                    None
+                } else {
+                    let log = ctrl.ana_log().await.map_err(|e| ToolError::from_initiator("ANA log", &e))?;
+                    log.groups.iter().find(|g| g.grpid == id.anagrpid).map(|g| g.state)
+                };
+                Ok((ctrl.info().cntlid, ana))
+            }
+            .await;
+            close(ctrl).await;
+            r
+        }
+        .await;
+        rows.push((e, outcome));
+    }
+    let state = |a: &Option<AnaState>| a.map_or_else(|| "-".to_string(), ana_state);
+    if cli.json {
+        let paths: Vec<Value> = rows
+            .iter()
+            .map(|(e, o)| {
+                let mut v = json!({ "traddr": e.traddr, "trsvcid": e.trsvcid, "portid": e.portid });
+                match o {
+                    Ok((cntlid, ana)) => {
+                        v["cntlid"] = json!(cntlid);
+                        v["ana_state"] = json!(state(ana));
+                    }
+                    Err(err) => v["error"] = json!(err.message),
+                }
+                v
+            })
+            .collect();
+        emit(out, &json!({ "subnqn": nqn, "nsid": nsid, "paths": paths }))?;
+    } else {
+        let mut s = format!("Paths to namespace {nsid} of {nqn} (discovery at {addr}):\n");
+        s += &format!("{:<40} {:<7} {:<7} {}\n", "Address", "Portid", "Cntlid", "ANA state");
+        for (e, o) in &rows {
+            let at = format!("{}:{}", e.traddr, e.trsvcid);
+            s += &match o {
+                Ok((cntlid, ana)) => format!("{at:<40} {:<7} {cntlid:<7} {}\n", e.portid, state(ana)),
+                Err(err) => format!("{at:<40} {:<7} {:<7} cannot connect: {}\n", e.portid, "-", err.message),
+            };
+        }
+        write!(out, "{s}").map_err(out_err)?;
+    }
+    // Exit 0 while a path connects; else the first path's failure.
+    match rows.iter().find(|(_, o)| o.is_ok()) {
+        Some(_) => Ok(()),
+        None => Err(rows.into_iter().find_map(|(_, o)| o.err()).expect("at least one path")),
+    }
 }
 
 /// The groups of an ANA log as JSON.
