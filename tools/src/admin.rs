@@ -1487,13 +1487,17 @@ async fn paths(
     if listed.is_empty() {
         return Err(ToolError::not_found(format!("no discovery log at {addr} lists {nqn}")));
     }
-    let mut rows: Vec<(DiscoveryLogEntry, PathOutcome)> = Vec::new();
-    for e in listed {
-        let at = if e.traddr.contains(':') {
+    // Where each entry points, as an address to connect to and to print.
+    let at = |e: &DiscoveryLogEntry| {
+        if e.traddr.contains(':') {
             format!("[{}]:{}", e.traddr, e.trsvcid)
         } else {
             format!("{}:{}", e.traddr, e.trsvcid)
-        };
+        }
+    };
+    let mut rows: Vec<(DiscoveryLogEntry, PathOutcome)> = Vec::new();
+    for e in listed {
+        let at = at(&e);
         let outcome = async {
             let ctrl = connect(&at, Some(&nqn), cli.opts(0), cli.socket.nvme_config()).await?;
             let r = async {
@@ -1541,7 +1545,7 @@ async fn paths(
         let mut s = format!("Paths to namespace {nsid} of {nqn} (discovery at {addr}):\n");
         s += &format!("{:<40} {:<7} {:<7} {}\n", "Address", "Portid", "Cntlid", "ANA state");
         for (e, o) in &rows {
-            let at = format!("{}:{}", e.traddr, e.trsvcid);
+            let at = at(e);
             s += &match o {
                 Ok((cntlid, ana)) => format!("{at:<40} {:<7} {cntlid:<7} {}\n", e.portid, state(ana)),
                 Err(err) => format!("{at:<40} {:<7} {:<7} cannot connect: {}\n", e.portid, "-", err.message),
