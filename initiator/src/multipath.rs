@@ -337,6 +337,13 @@ macro_rules! on_a_path {
     }};
 }
 
+/// `opts` for one path: outstanding commands of a lost connection fail at
+/// once instead of waiting for its reconnect (`reconnect.requeue` off), so
+/// they fail over.
+fn path_options(opts: ConnectOptions) -> ConnectOptions {
+    ConnectOptions { reconnect: ReconnectPolicy { requeue: false, ..opts.reconnect.clone() }, ..opts }
+}
+
 /// For a command that must not run twice (a reservation Register, Acquire
 /// or Release): it moves to another path only when the path refused it
 /// unexecuted (an ANA status); any other error, a lost connection included,
@@ -417,10 +424,7 @@ impl MultipathNamespace {
         opts: ConnectOptions,
         mp: MultipathOptions,
     ) -> Result<Self> {
-        let opts = ConnectOptions {
-            reconnect: ReconnectPolicy { requeue: false, ..opts.reconnect.clone() },
-            ..opts
-        };
+        let opts = path_options(opts);
         let mut ctrls = Vec::with_capacity(addrs.len());
         for a in addrs {
             ctrls.push(Controller::connect(*a, subnqn, opts.clone()).await?);
@@ -446,15 +450,8 @@ impl MultipathNamespace {
         opts: ConnectOptions,
         mp: MultipathOptions,
     ) -> Result<Self> {
-        let disc = ConnectOptions {
-            io_queues: 0,
-            kato: Duration::ZERO,
-            reconnect: ReconnectPolicy::never(),
-            async_events: false,
-            ..opts.clone()
-        };
         let mut entries = Vec::new();
-        for d in crate::discover_all(discovery, disc).await? {
+        for d in crate::discover_all(discovery, opts.clone().for_discovery()).await? {
             let Ok(log) = d.log else { continue };
             for e in crate::nvme_subsystems(&log).filter(|e| e.subnqn == subnqn) {
                 // One path per address, however many logs list it.
@@ -468,10 +465,7 @@ impl MultipathNamespace {
         if entries.is_empty() {
             return Err(Error::InvalidArgument(format!("no discovery log at {discovery} lists {subnqn}")));
         }
-        let opts = ConnectOptions {
-            reconnect: ReconnectPolicy { requeue: false, ..opts.reconnect.clone() },
-            ..opts
-        };
+        let opts = path_options(opts);
         let mut ctrls = Vec::with_capacity(entries.len());
         let mut last = None;
         for e in &entries {

@@ -376,12 +376,19 @@ impl ConnectOptions {
     /// (a persistent discovery controller turns them on, with a KATO, to
     /// learn of discovery log changes).
     pub fn discovery() -> Self {
+        Self::default().for_discovery()
+    }
+
+    /// These options (host identity, keys, source address, digests,
+    /// timeouts) for a discovery controller, as [`Self::discovery`] sets
+    /// them: no I/O queues, KATO 0, no reconnect, no asynchronous events.
+    pub fn for_discovery(self) -> Self {
         Self {
             io_queues: 0,
             kato: Duration::ZERO,
             reconnect: ReconnectPolicy::never(),
             async_events: false,
-            ..Self::default()
+            ..self
         }
     }
 }

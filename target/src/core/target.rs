@@ -561,15 +561,7 @@ impl Target {
     /// change notice, as nvmet's `nvmet_referral_enable` / `_disable` call
     /// `nvmet_port_disc_changed(port, NULL)`. Whether anything changed.
     pub fn set_referrals(&self, referrals: Vec<Referral>) -> bool {
-        let mut r = self.referrals.write().unwrap();
-        if *r == referrals {
-            return false;
-        }
-        *r = referrals;
-        self.bump_genctr();
-        drop(r);
-        self.notify_discovery(|_| true);
-        true
+        self.set_for_every_host(&self.referrals, referrals)
     }
 
     /// Sets which ports' entries the discovery log lists to each host. When
@@ -577,20 +569,23 @@ impl Target {
     /// discovery log change notice (what a host sees may change). Whether
     /// it changed.
     pub fn set_discovery_filter(&self, filter: DiscoveryFilter) -> bool {
-        let mut f = self.discovery_filter.write().unwrap();
-        if *f == filter {
-            return false;
-        }
-        *f = filter;
-        self.bump_genctr();
-        drop(f);
-        self.notify_discovery(|_| true);
-        true
+        self.set_for_every_host(&self.discovery_filter, filter)
     }
 
-    /// Which ports' entries the discovery log lists to each host.
-    pub fn discovery_filter(&self) -> DiscoveryFilter {
-        *self.discovery_filter.read().unwrap()
+    /// Replaces a setting of the discovery log that every host's log shows:
+    /// when it changes, GENCTR moves (under its lock, see
+    /// `discovery_snapshot`) and every discovery controller gets the change
+    /// notice. Whether it changed.
+    fn set_for_every_host<T: PartialEq>(&self, slot: &RwLock<T>, value: T) -> bool {
+        let mut cur = slot.write().unwrap();
+        if *cur == value {
+            return false;
+        }
+        *cur = value;
+        self.bump_genctr();
+        drop(cur);
+        self.notify_discovery(|_| true);
+        true
     }
 
     /// The referrals the discovery log lists.

@@ -2075,10 +2075,7 @@ kh_ana_multipath() {
     [ "$(cat /sys/module/nvme_core/parameters/multipath 2>/dev/null)" = Y ] || fail "nvme_core.multipath is off"
     if [ "$TARGET" = kernel-guest ]; then
         : "${NVME_ADDR2:=127.0.0.1}" "${NVME_PORT2:=4421}"
-        _p=$NVMET/ports/2
-        mkdir "$_p" && echo tcp >"$_p/addr_trtype" && echo ipv4 >"$_p/addr_adrfam" \
-            && echo "$NVME_ADDR2" >"$_p/addr_traddr" && echo "$NVME_PORT2" >"$_p/addr_trsvcid" \
-            && ln -s "$NVMET/subsystems/$NQN" "$_p/subsystems/$NQN" || fail "nvmet port 2"
+        port2_set on || fail "nvmet port 2"
     fi
     [ -n "${NVME_ADDR2:-}" ] || fail "no second path (NVME_ADDR2)"
     t 60 nvme connect -t tcp -a "$NVME_ADDR2" -s "$NVME_PORT2" -n "$NQN" || fail "nvme connect $NVME_ADDR2:$NVME_PORT2 failed"
@@ -2090,7 +2087,7 @@ kh_ana_multipath() {
     ana_set optimized optimized >/dev/null
     t 30 nvme disconnect -d "$_c2" >/dev/null 2>&1 || info "nvme disconnect -d $_c2 failed"
     if [ "$TARGET" = kernel-guest ]; then
-        rm -f "$NVMET/ports/2/subsystems/$NQN"; rmdir "$NVMET/ports/2"
+        port2_set off
     fi
     [ $_rc = 0 ] || exit 1
     wait_ana "$CTRL" optimized 15 || fail "path of $CTRL is '$(ana_state_of "$CTRL")' at the end"
@@ -2103,7 +2100,8 @@ kh_ana_multipath() {
 # through port 2 (ctrl-loss-tmo 60 s, reconnect every 1 s) loses its
 # controller and keeps reconnecting while I/O goes on through port 1, then
 # is live again once the port is back.
-# port2_set on|off
+# port2_set on|off: port 2 (ours: hook port2; nvmet: ports/2 on
+# NVME_ADDR2:NVME_PORT2 with NQN linked) there or not
 port2_set() {
     if [ "$TARGET" = kernel-guest ]; then
         _p=$NVMET/ports/2
