@@ -1197,9 +1197,11 @@ async fn connect_errors_are_typed() {
         }
         other => panic!("{other:?}"),
     }
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let closed = l.local_addr().unwrap();
-    drop(l);
+    // A port bound but never listening refuses, and (no SO_REUSEADDR) no
+    // test running beside this one can take it while it is held.
+    let held = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    held.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into()).unwrap();
+    let closed = held.local_addr().unwrap().as_socket().unwrap();
     assert!(matches!(Controller::connect(closed, SUBNQN, opts()).await, Err(Error::Transport(_))));
 }
 

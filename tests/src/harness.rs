@@ -170,3 +170,35 @@ pub fn built_binary(package: &str, name: &str) -> std::path::PathBuf {
     assert!(path.exists(), "{} not found", path.display());
     path
 }
+
+/// A loopback TCP port that refuses connections for as long as this value
+/// lives: a socket bound to it that never listens (a SYN to it is answered
+/// with RST, as to any closed port), and without `SO_REUSEADDR`, so no other
+/// socket of a test running beside this one can bind it. A port that was
+/// merely bound and released may be handed to such a test's listener by the
+/// next `bind(0)`, and then it answers.
+pub struct ClosedPort {
+    addr: SocketAddr,
+    _socket: socket2::Socket,
+}
+
+impl ClosedPort {
+    /// Binds a fresh port on 127.0.0.1.
+    pub fn new() -> ClosedPort {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        socket.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into()).unwrap();
+        let addr = socket.local_addr().unwrap().as_socket().unwrap();
+        ClosedPort { addr, _socket: socket }
+    }
+
+    /// The refused address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Default for ClosedPort {
+    fn default() -> Self {
+        ClosedPort::new()
+    }
+}

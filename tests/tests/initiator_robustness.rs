@@ -22,7 +22,7 @@ use nvmeof_initiator::common::Status;
 use nvmeof_initiator::{ConnectOptions, Controller, ControllerState, Error, IoFlags, ReconnectPolicy};
 use nvmeof_target::core::Namespace as TargetNamespace;
 use nvmeof_target::server::Server;
-use nvmeof_tests::harness::pattern;
+use nvmeof_tests::harness::{pattern, ClosedPort};
 use nvmeof_tests::slow_backend::SlowBackend;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -512,10 +512,8 @@ async fn connect_errors() {
         let (server, addr) = start(&config(vec![ram_ns(1, 1 << 20)])).await;
         let r = Controller::connect(addr, "nqn.2024-01.io.example:nope", one_queue(8)).await;
         assert!(matches!(&r, Err(e @ Error::Nvme { .. }) if e.is_permanent()), "{r:?}");
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let closed = l.local_addr().unwrap();
-        drop(l);
-        let r = Controller::connect(closed, SUBNQN, one_queue(8)).await;
+        let closed = ClosedPort::new();
+        let r = Controller::connect(closed.addr(), SUBNQN, one_queue(8)).await;
         assert!(matches!(r, Err(Error::Transport(_))), "{r:?}");
         server.shutdown(Duration::from_secs(1)).await;
     })

@@ -29,7 +29,7 @@ const NS_SIZE: u64 = 16 << 20;
 use nvmeof_common::spec::log::LogPageId;
 use nvmeof_tests::capsule_log::CapsuleLog;
 use nvmeof_tests::durability_log::DurabilityLog;
-use nvmeof_tests::harness::{bounded, init_tracing};
+use nvmeof_tests::harness::{bounded, init_tracing, ClosedPort};
 
 /// A target with subsystem [`NQN`] and namespace 1 on a RAM backend we keep a handle to.
 struct TestTarget {
@@ -874,9 +874,8 @@ async fn discover_reads_nvme_clis_discovery_conf() {
         assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
         assert!(e.to_string().contains("line 1: transport rdma (NVMe/TCP only here)"), "{e}");
         // A controller that cannot be reached: exit code 3, naming it.
-        let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let dead_port = dead.local_addr().unwrap().port();
-        drop(dead);
+        let dead = ClosedPort::new();
+        let dead_port = dead.addr().port();
         std::fs::write(&conf, format!("{allowed_line}-t tcp -a 127.0.0.1 -s {dead_port}\n")).unwrap();
         let e = admin(&["nvmeof", "discover", "--discovery-conf", conf_s], b"").await.unwrap_err();
         assert_eq!(e.exit_code(), ExitCode::Transport, "{e}");
