@@ -132,6 +132,19 @@ impl Drop for Running {
     }
 }
 
+/// A port held for the target to listen on: bound (with `SO_REUSEADDR`, as
+/// the target's listeners, so the target can bind it too) and never
+/// listening, for as long as the socket lives. A port merely bound and
+/// released may be given to another test's `bind(0)` before the target
+/// binds it; Linux never gives one that a socket holds.
+fn held_port() -> (socket2::Socket, std::net::SocketAddr) {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.set_reuse_address(true).unwrap();
+    s.bind(&std::net::SocketAddr::from(([127, 0, 0, 1], 0)).into()).unwrap();
+    let addr = s.local_addr().unwrap().as_socket().unwrap();
+    (s, addr)
+}
+
 fn config(dir: &Path, body: &str) -> PathBuf {
     let p = dir.join("target.toml");
     std::fs::write(&p, body).unwrap();
@@ -241,7 +254,8 @@ fn sighup_says_what_it_does_not_apply() {
 
     // A port replaced (applied: the old one removed, the new one added) and
     // a limit changed (said to need a restart).
-    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let (_held, free) = held_port();
+    let free = free.to_string();
     config(&dir.0, &body(&free, "[limits]\nmax_queue_entries = 64", "2M"));
     r.signal(libc::SIGHUP);
     let limits = r.wait_for("reload: the limits are not changed");
@@ -309,8 +323,7 @@ fn service_manager_notifications() {
     let sock_path = dir.0.join("notify");
     let sock = std::os::unix::net::UnixDatagram::bind(&sock_path).unwrap();
     sock.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
-    // A free port: bound, read, released (the target binds it next).
-    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let (_held, addr) = held_port();
     let body = |namespaces: usize| {
         let ns = "[[subsystem.namespace]]\nram = \"1M\"\n".repeat(namespaces);
         format!("[[port]]\nlisten = \"{addr}\"\n[[subsystem]]\nnqn = \"{NQN}\"\n{ns}")

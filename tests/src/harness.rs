@@ -171,34 +171,45 @@ pub fn built_binary(package: &str, name: &str) -> std::path::PathBuf {
     path
 }
 
-/// A loopback TCP port that refuses connections for as long as this value
-/// lives: a socket bound to it that never listens (a SYN to it is answered
-/// with RST, as to any closed port), and without `SO_REUSEADDR`, so no other
-/// socket of a test running beside this one can bind it. A port that was
-/// merely bound and released may be handed to such a test's listener by the
-/// next `bind(0)`, and then it answers.
-pub struct ClosedPort {
+/// A loopback TCP port held for one test: a socket bound to it that never
+/// listens, kept for as long as this value lives. While held, the port
+/// refuses connections (a SYN to a bound socket that does not listen gets an
+/// RST, as to any closed port), and no other test's `bind(0)` is given it
+/// (Linux never picks a port with a socket bound to it), so a test running
+/// beside this one cannot start to answer on it. It has `SO_REUSEADDR`, as
+/// the target's listeners do, so a target (or a child process) told to
+/// listen on it can: a port merely bound and released instead may go to the
+/// next `bind(0)` of another test before the target binds it.
+pub struct HeldPort {
     addr: SocketAddr,
     _socket: socket2::Socket,
 }
 
-impl ClosedPort {
-    /// Binds a fresh port on 127.0.0.1.
-    pub fn new() -> ClosedPort {
-        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        socket.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into()).unwrap();
-        let addr = socket.local_addr().unwrap().as_socket().unwrap();
-        ClosedPort { addr, _socket: socket }
+impl HeldPort {
+    /// Holds a fresh port on 127.0.0.1.
+    pub fn new() -> HeldPort {
+        HeldPort::at(SocketAddr::from(([127, 0, 0, 1], 0)))
     }
 
-    /// The refused address.
+    /// Holds `addr` (port 0: a fresh one), e.g. a stopped target's port, which
+    /// `SO_REUSEADDR` lets this bind while its closed connections linger.
+    pub fn at(addr: SocketAddr) -> HeldPort {
+        let socket =
+            socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None).unwrap();
+        socket.set_reuse_address(true).unwrap();
+        socket.bind(&addr.into()).unwrap();
+        let addr = socket.local_addr().unwrap().as_socket().unwrap();
+        HeldPort { addr, _socket: socket }
+    }
+
+    /// The held address.
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
 }
 
-impl Default for ClosedPort {
+impl Default for HeldPort {
     fn default() -> Self {
-        ClosedPort::new()
+        HeldPort::new()
     }
 }

@@ -19,7 +19,7 @@ use nvmeof_initiator::{
     ControllerEvent, ControllerState, Error, MAX_DISCOVERY_SERVICES,
 };
 use nvmeof_target::config::TargetConfig;
-use nvmeof_tests::harness::ClosedPort;
+use nvmeof_tests::harness::HeldPort;
 use nvmeof_tools::{admin, ExitCode};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -163,7 +163,7 @@ async fn referrals_are_listed_announced_and_followed() {
         let (nqn_a, nqn_b) = ("nqn.2024-01.io.nvmeof.test:referrer", "nqn.2024-01.io.nvmeof.test:referred");
         let (server_a, a) = start(&referring(nqn_a, &[])).await;
         let (server_b, b) = start(&referring(nqn_b, &[(a, 1)])).await;
-        let closed = ClosedPort::new();
+        let closed = HeldPort::new();
         let dead = closed.addr();
         let o = ConnectOptions { async_events: true, kato: Duration::from_secs(5), ..disc_opts() };
         let watcher = Controller::connect(a, DISCOVERY_NQN, o).await.unwrap();
@@ -232,8 +232,8 @@ async fn referrals_are_listed_announced_and_followed() {
 async fn discover_all_reads_at_most_max_discovery_services() {
     bounded(30, async {
         // Ports nothing listens on: each read fails at once (refused).
-        let closed: Vec<ClosedPort> = (0..MAX_DISCOVERY_SERVICES + 4).map(|_| ClosedPort::new()).collect();
-        let dead: Vec<SocketAddr> = closed.iter().map(ClosedPort::addr).collect();
+        let closed: Vec<HeldPort> = (0..MAX_DISCOVERY_SERVICES + 4).map(|_| HeldPort::new()).collect();
+        let dead: Vec<SocketAddr> = closed.iter().map(HeldPort::addr).collect();
         let refs: Vec<(SocketAddr, u16)> = dead.iter().map(|&a| (a, 0)).collect();
         let (server, a) = start(&referring("nqn.2024-01.io.nvmeof.test:many", &refs)).await;
         let logs = discover_all(a, disc_opts()).await.unwrap();

@@ -777,12 +777,14 @@ async fn connection_cut_without_requeue_fails_outstanding_then_reconnects() {
         ns.write(64, &data).await.unwrap();
 
         proxy.freeze(true);
+        let since = proxy.bytes_from_host();
         let ns2 = ns.clone();
         let outstanding = tokio::spawn(async move {
             let mut rd = vec![0u8; 8 << 10];
             ns2.read(64, &mut rd).await
         });
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // The read's command capsule (72 bytes) is held by the proxy.
+        proxy.wait_from_host(since, 72).await;
         // Cut first: nothing held by the frozen proxy may get through.
         proxy.kill_all();
         tokio::time::sleep(Duration::from_millis(20)).await;

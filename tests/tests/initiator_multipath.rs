@@ -297,6 +297,7 @@ async fn a_lost_connection_fails_over() {
         // Port 1's connections freeze with commands on them, then drop: those
         // fail (no requeue on multipath paths) and go to port 2.
         proxy.freeze(true);
+        let since = proxy.bytes_from_host();
         let before: u64 = commands(&mp).iter().sum();
         let ios: Vec<_> = (0..8u64)
             .map(|i| {
@@ -307,7 +308,10 @@ async fn a_lost_connection_fails_over() {
                 })
             })
             .collect();
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // At least one read's capsule (72 bytes) is held on port 1, and the
+        // eight had time to be sent.
+        proxy.wait_from_host(since, 72).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
         proxy.kill_all();
         proxy.freeze(false);
         for (i, t) in ios.into_iter().enumerate() {

@@ -493,9 +493,9 @@ async fn shutdown_wait_for_connections_ends_when_cut() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn second_sigint_stops_the_binary_without_waiting_for_hosts() {
     let bin = tokio::task::spawn_blocking(|| built_binary("nvmeof-target", "nvmeof-target")).await.unwrap();
-    // A free port: bound, read, released (the target binds it next).
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    // A port held for the target (it binds it next; no other test can).
+    let held = HeldPort::new();
+    let addr = held.addr();
     let mut child = std::process::Command::new(bin)
         .args(["serve", "--ram", "1M", "--nqn", SUBNQN, "--listen", &addr.to_string()])
         .stdin(std::process::Stdio::null())

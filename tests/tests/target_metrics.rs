@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use nvmeof_initiator::{ConnectOptions, Controller, HostIdentity};
 use nvmeof_target::server::Server;
-use nvmeof_tests::harness::{self, bounded, built_binary, SUBNQN};
+use nvmeof_tests::harness::{self, bounded, built_binary, HeldPort, SUBNQN};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -184,9 +184,9 @@ async fn refused_connections_are_counted() {
 #[tokio::test]
 async fn binary_serves_metrics_from_its_flag() {
     let bin = tokio::task::spawn_blocking(|| built_binary("nvmeof-target", "nvmeof-target")).await.unwrap();
-    // Free ports: bound, read, released (the target binds them next).
-    let free = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let (addr, maddr) = (free(), free());
+    // Ports held for the target (it binds them next; no other test can).
+    let held = [HeldPort::new(), HeldPort::new()];
+    let (addr, maddr) = (held[0].addr(), held[1].addr());
     let mut child = std::process::Command::new(bin)
         .args(["serve", "--ram", "1M", "--nqn", SUBNQN, "--listen", &addr.to_string()])
         .args(["--metrics-listen", &maddr.to_string()])

@@ -276,6 +276,7 @@ async fn reservation_commands_are_not_resubmitted_after_a_lost_connection() {
         ns.reservation_register(RegisterAction::REGISTER, 0, 1, false).await.unwrap();
 
         proxy.freeze(true);
+        let since = proxy.bytes_from_host();
         let (n1, n2) = (ns.clone(), ns.clone());
         let replace =
             tokio::spawn(async move { n1.reservation_register(RegisterAction::REPLACE, 1, 2, false).await });
@@ -283,7 +284,9 @@ async fn reservation_commands_are_not_resubmitted_after_a_lost_connection() {
             let mut b = vec![0u8; BS];
             n2.read(0, &mut b).await
         });
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Both held by the proxy: two command capsules, 72 bytes each (the
+        // Register's 16 bytes of data come on top, in capsule or after R2T).
+        proxy.wait_from_host(since, 2 * 72).await;
         // Cut first: nothing held by the frozen proxy gets through.
         proxy.kill_all();
         tokio::time::sleep(Duration::from_millis(20)).await;

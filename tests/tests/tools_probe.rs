@@ -29,7 +29,7 @@ const NS_SIZE: u64 = 16 << 20;
 use nvmeof_common::spec::log::LogPageId;
 use nvmeof_tests::capsule_log::CapsuleLog;
 use nvmeof_tests::durability_log::DurabilityLog;
-use nvmeof_tests::harness::{bounded, init_tracing, ClosedPort};
+use nvmeof_tests::harness::{bounded, init_tracing, HeldPort};
 
 /// A target with subsystem [`NQN`] and namespace 1 on a RAM backend we keep a handle to.
 struct TestTarget {
@@ -874,7 +874,7 @@ async fn discover_reads_nvme_clis_discovery_conf() {
         assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
         assert!(e.to_string().contains("line 1: transport rdma (NVMe/TCP only here)"), "{e}");
         // A controller that cannot be reached: exit code 3, naming it.
-        let dead = ClosedPort::new();
+        let dead = HeldPort::new();
         let dead_port = dead.addr().port();
         std::fs::write(&conf, format!("{allowed_line}-t tcp -a 127.0.0.1 -s {dead_port}\n")).unwrap();
         let e = admin(&["nvmeof", "discover", "--discovery-conf", conf_s], b"").await.unwrap_err();
@@ -1140,9 +1140,11 @@ async fn admin_cli_outputs_and_exit_codes() {
             admin(&["nvmeof", "list", a, "--host-iface", "nvmeof-none0", h[0], h[1]], b"").await.unwrap_err();
         assert_eq!(e.exit_code(), ExitCode::Usage, "{e}");
         assert!(e.message.contains("\"nvmeof-none0\": no such network interface"), "{e}");
-        // A port nobody listens on: the target's port after it stopped.
+        // A port nobody listens on: the target's port after it stopped (held,
+        // so no test beside this one takes it meanwhile).
         let addr = t.addr.clone();
         t.stop().await;
+        let _held = HeldPort::at(addr.parse().unwrap());
         let e = admin(&["nvmeof", "list", &addr, "--nqn", NQN, h[0], h[1]], b"").await.unwrap_err();
         assert_eq!(e.exit_code(), ExitCode::Transport, "{e}");
         assert!(e.message.contains("refused"), "{e}");

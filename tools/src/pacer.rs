@@ -141,13 +141,15 @@ mod tests {
     async fn wakes_close_to_the_deadline() {
         let mut p = Pacer::new();
         let stop = AtomicBool::new(false);
-        let mut worst = Duration::ZERO;
-        for _ in 0..50 {
+        let mut late = Vec::with_capacity(51);
+        for _ in 0..51 {
             let t = Instant::now() + Duration::from_micros(300);
             assert!(p.wait_until(t, &stop).await);
-            worst = worst.max(Instant::now() - t);
+            late.push(Instant::now() - t);
         }
-        // Generous bound (shared CI machines); typically a few µs.
-        assert!(worst < Duration::from_millis(20), "{worst:?}");
+        // The median, not the worst: on a shared 2-core machine any one wait
+        // can lose the CPU for a time slice. Typically a few µs.
+        late.sort();
+        assert!(late[25] < Duration::from_millis(2), "{late:?}");
     }
 }

@@ -162,6 +162,8 @@ pub struct Proxy {
     pub peers: Arc<std::sync::Mutex<Vec<SocketAddr>>>,
     /// C2HData PDUs (payload > 4 KiB) still to corrupt (one payload byte each).
     pub corrupt: Arc<AtomicU32>,
+    /// Bytes read from the host so far (held ones included, while frozen).
+    from_host: Arc<AtomicU64>,
 }
 
 struct Ctl {
@@ -169,6 +171,8 @@ struct Ctl {
     kill: watch::Receiver<u64>,
     throttle: watch::Receiver<Option<(usize, Duration)>>,
     corrupt: Option<Arc<AtomicU32>>,
+    /// The host-to-target direction counts what it reads.
+    counted: Option<Arc<AtomicU64>>,
     gen: u64,
 }
 
@@ -183,13 +187,15 @@ impl Proxy {
         let accepted = Arc::new(AtomicU64::new(0));
         let corrupt = Arc::new(AtomicU32::new(0));
         let peers = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let (f, k, t, a, c, p) = (
+        let from_host = Arc::new(AtomicU64::new(0));
+        let (f, k, t, a, c, p, h) = (
             frozen.clone(),
             kill.clone(),
             throttle.clone(),
             accepted.clone(),
             corrupt.clone(),
             peers.clone(),
+            from_host.clone(),
         );
         tokio::spawn(async move {
             loop {
@@ -200,20 +206,37 @@ impl Proxy {
                 let _ = up.set_nodelay(true);
                 a.fetch_add(1, Ordering::SeqCst);
                 let gen = *k.borrow();
-                let ctl = |corrupt| Ctl {
+                let ctl = |corrupt, counted| Ctl {
                     frozen: f.subscribe(),
                     kill: k.subscribe(),
                     throttle: t.subscribe(),
                     corrupt,
+                    counted,
                     gen,
                 };
                 let (dr, dw) = down.into_split();
                 let (ur, uw) = up.into_split();
-                tokio::spawn(pump(dr, uw, ctl(None)));
-                tokio::spawn(pump(ur, dw, ctl(Some(c.clone()))));
+                tokio::spawn(pump(dr, uw, ctl(None, Some(h.clone()))));
+                tokio::spawn(pump(ur, dw, ctl(Some(c.clone()), None)));
             }
         });
-        Self { addr, frozen, kill, throttle, accepted, corrupt, peers }
+        Self { addr, frozen, kill, throttle, accepted, corrupt, peers, from_host }
+    }
+
+    /// Bytes read from the host so far, on every connection.
+    pub fn bytes_from_host(&self) -> u64 {
+        self.from_host.load(Ordering::SeqCst)
+    }
+
+    /// Waits (at most 5 s, else panics) until the host has sent `n` bytes
+    /// more than `since` (a [`Proxy::bytes_from_host`] value): e.g. commands
+    /// spawned while frozen are held by the proxy, not still on their way.
+    pub async fn wait_from_host(&self, since: u64, n: u64) {
+        let until = Instant::now() + Duration::from_secs(5);
+        while self.bytes_from_host() < since + n {
+            assert!(Instant::now() < until, "{} of {n} bytes from the host within 5 s", self.bytes_from_host() - since);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// Stops (or resumes) forwarding in both directions; held bytes stay held.
@@ -298,6 +321,9 @@ async fn pump(mut r: tokio::net::tcp::OwnedReadHalf, mut w: tokio::net::tcp::Own
         };
         if let Some(corrupt) = &c.corrupt {
             tracker.process(&mut buf[..n], corrupt);
+        }
+        if let Some(counted) = &c.counted {
+            counted.fetch_add(n as u64, Ordering::SeqCst);
         }
         // While frozen, hold what was read and read no more.
         tokio::select! {
