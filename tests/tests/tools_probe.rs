@@ -647,8 +647,7 @@ async fn ping_mode_emits_one_line_per_request() {
 async fn hdr_interval_log_and_svg_plot() {
     bounded(60, async {
         let t = start_target(512, None).await;
-        let dir = std::env::temp_dir().join(format!("nvmeof-tools-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = test_dir("hdr");
         let (log, svg) = (dir.join("lat.hlog"), dir.join("lat.svg"));
         let r = t
             .probe(&["--rw", "randrw", "--time", "1500ms", "--qd", "2", "--hdr-log", log.to_str().unwrap()])
@@ -754,11 +753,12 @@ async fn admin_raw(args: &[&str], stdin: &[u8]) -> Result<Vec<u8>, ToolError> {
     Ok(out)
 }
 
-/// A path for a test's file in the temporary directory (per process).
-fn dir_file(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("nvmeof-tools-test-{}", std::process::id()));
+/// A test's own directory in the temporary directory (per process and
+/// test: one test removing its directory leaves the others' files alone).
+fn test_dir(test: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("nvmeof-tools-test-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    dir
 }
 
 async fn admin(args: &[&str], stdin: &[u8]) -> Result<String, ToolError> {
@@ -1514,7 +1514,8 @@ async fn tools_authenticate_with_dhchap_secrets() {
         // nvme-cli's config.json gives the keys where the command line gives
         // none (as `nvme connect`): the port's keys, or the host's own key.
         let port = a.rsplit_once(':').unwrap().1.to_string();
-        let json = dir_file("config.json");
+        let dir = test_dir("dhchap");
+        let json = dir.join("config.json");
         let cfg_arg = |p: &std::path::Path| vec!["--config".to_string(), p.display().to_string()];
         std::fs::write(
             &json,
@@ -1541,7 +1542,7 @@ async fn tools_authenticate_with_dhchap_secrets() {
         ])
         .unwrap();
         assert!(nvmeof_tools::run_probe(&opts).await.unwrap().read.ops > 0);
-        let _ = std::fs::remove_file(&json);
+        let _ = std::fs::remove_dir_all(&dir);
         // The probe, two queues, each authenticated.
         let opts = ProbeOptions::parse_args([
             "nvmeof-probe", &a, "--nqn", NQN, "--hostnqn", HOST, "--dhchap-secret", &ks, "--dhchap-ctrl-secret", &k3s,

@@ -234,7 +234,11 @@ impl Proxy {
     pub async fn wait_from_host(&self, since: u64, n: u64) {
         let until = Instant::now() + Duration::from_secs(5);
         while self.bytes_from_host() < since + n {
-            assert!(Instant::now() < until, "{} of {n} bytes from the host within 5 s", self.bytes_from_host() - since);
+            assert!(
+                Instant::now() < until,
+                "{} of {n} bytes from the host within 5 s",
+                self.bytes_from_host() - since
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
