@@ -121,6 +121,25 @@ pub fn nvme_subsystems(log: &DiscoveryLog) -> impl Iterator<Item = &DiscoveryLog
     log.entries.iter().filter(|e| e.subtype == SubType::NVME && e.trtype == TrType::TCP)
 }
 
+/// The paths to `subnqn` that `logs` list (e.g. [`discover_all`]'s, read
+/// from a discovery service and its referrals): its [`nvme_subsystems`]
+/// entries, one per address (TRADDR, TRSVCID) however many logs list it,
+/// in the logs' order — what `nvme connect-all` connects to.
+pub fn subsystem_paths<'a>(
+    logs: impl IntoIterator<Item = &'a DiscoveryLog>,
+    subnqn: &str,
+) -> Vec<DiscoveryLogEntry> {
+    let mut paths: Vec<DiscoveryLogEntry> = Vec::new();
+    for log in logs {
+        for e in nvme_subsystems(log).filter(|e| e.subnqn == subnqn) {
+            if !paths.iter().any(|o| (&o.traddr, &o.trsvcid) == (&e.traddr, &e.trsvcid)) {
+                paths.push(e.clone());
+            }
+        }
+    }
+    paths
+}
+
 /// Connects to the subsystem a discovery log entry names (TRADDR, TRSVCID,
 /// SUBNQN), the way `nvme connect-all` does through libnvme.
 ///
@@ -166,6 +185,38 @@ mod tests {
             1,
         );
         DiscoveryLogEntry { trtype, ..e }
+    }
+
+    /// One path per address across logs, in order; other subsystems,
+    /// referrals and other transports are no paths.
+    #[test]
+    fn subsystem_paths_are_one_per_address() {
+        let named = |nqn: &str, e: DiscoveryLogEntry| DiscoveryLogEntry { subnqn: nqn.into(), ..e };
+        let (x, y) = ("nqn.2026-11.io.nvmeof:x", "nqn.2026-11.io.nvmeof:y");
+        let referral =
+            DiscoveryLogEntry { subtype: SubType::REFERRAL, ..entry(TrType::TCP, "10.0.0.9", "8009") };
+        let a = DiscoveryLog::new(
+            1,
+            vec![
+                entry(TrType::TCP, "10.0.0.1", "4420"),
+                named(y, entry(TrType::TCP, "10.0.0.2", "4420")),
+                referral,
+                entry(TrType::RDMA, "10.0.0.3", "4420"),
+                entry(TrType::TCP, "10.0.0.1", "4421"),
+            ],
+        );
+        let b = DiscoveryLog::new(
+            1,
+            vec![
+                DiscoveryLogEntry { portid: 7, ..entry(TrType::TCP, "10.0.0.1", "4420") },
+                entry(TrType::TCP, "10.0.0.4", "4420"),
+            ],
+        );
+        let got: Vec<(String, String, u16)> =
+            subsystem_paths([&a, &b], x).into_iter().map(|e| (e.traddr, e.trsvcid, e.portid)).collect();
+        let want = [("10.0.0.1", "4420", 1), ("10.0.0.1", "4421", 1), ("10.0.0.4", "4420", 1)];
+        assert_eq!(got, want.map(|(a, s, p)| (a.to_string(), s.to_string(), p)));
+        assert!(subsystem_paths([&a], "nqn.2026-11.io.nvmeof:none").is_empty());
     }
 
     #[test]

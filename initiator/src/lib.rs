@@ -24,6 +24,7 @@
 //!   controllers, path choice and failover by ANA state; its paths given,
 //!   or found in the discovery log ([`MultipathNamespace::discover`]).
 //! - [`discover`] (`discovery`): discovery log retrieval; [`discover_all`] follows referrals;
+//!   [`subsystem_paths`] gives the paths the logs list to a subsystem;
 //!   [`discover_nqn`] and [`discover_all_nqn`] connect by a unique discovery NQN.
 //! - [`ConnectOptions`], [`HostIdentity`], [`ReconnectPolicy`] (`options`).
 //! - [`Error`] (`error`): typed errors.
@@ -78,8 +79,8 @@ pub mod queue;
 pub use auth::Authentication;
 pub use controller::{Controller, ControllerInfo, ControllerState};
 pub use discovery::{
-    connect_entry, discover, discover_all, discover_all_nqn, discover_nqn, nvme_subsystems, DiscoveredLog,
-    MAX_DISCOVERY_SERVICES,
+    connect_entry, discover, discover_all, discover_all_nqn, discover_nqn, nvme_subsystems, subsystem_paths,
+    DiscoveredLog, MAX_DISCOVERY_SERVICES,
 };
 pub use driver::{Payload, RxStats};
 pub use error::{AuthError, CommandInfo, Error, Result};

@@ -450,18 +450,8 @@ impl MultipathNamespace {
         opts: ConnectOptions,
         mp: MultipathOptions,
     ) -> Result<Self> {
-        let mut entries = Vec::new();
-        for d in crate::discover_all(discovery, opts.clone().for_discovery()).await? {
-            let Ok(log) = d.log else { continue };
-            for e in crate::nvme_subsystems(&log).filter(|e| e.subnqn == subnqn) {
-                // One path per address, however many logs list it.
-                if !entries.iter().any(|o: &nvmeof_common::spec::DiscoveryLogEntry| {
-                    (&o.traddr, &o.trsvcid) == (&e.traddr, &e.trsvcid)
-                }) {
-                    entries.push(e.clone());
-                }
-            }
-        }
+        let logs = crate::discover_all(discovery, opts.clone().for_discovery()).await?;
+        let entries = crate::subsystem_paths(logs.iter().filter_map(|d| d.log.as_ref().ok()), subnqn);
         if entries.is_empty() {
             return Err(Error::InvalidArgument(format!("no discovery log at {discovery} lists {subnqn}")));
         }

@@ -1476,14 +1476,7 @@ async fn paths(
             }
         },
     };
-    let mut listed: Vec<DiscoveryLogEntry> = Vec::new();
-    for log in services.iter().filter_map(|s| s.log.as_ref().ok()) {
-        for e in nvmeof_initiator::nvme_subsystems(log).filter(|e| e.subnqn == nqn) {
-            if !listed.iter().any(|o| (&o.traddr, &o.trsvcid) == (&e.traddr, &e.trsvcid)) {
-                listed.push(e.clone());
-            }
-        }
-    }
+    let listed = nvmeof_initiator::subsystem_paths(services.iter().filter_map(|s| s.log.as_ref().ok()), &nqn);
     if listed.is_empty() {
         return Err(ToolError::not_found(format!("no discovery log at {addr} lists {nqn}")));
     }

@@ -135,11 +135,10 @@ pub fn export(cfg: &TargetConfig, key_dir: Option<&Path>) -> Exported {
         if r.portid != 0 {
             notes.push(format!("referral {}: SPDK's entry reports no PORTID {}", r.addr, r.portid));
         }
-        if r.ports.is_some() {
+        if let Some(ports) = &r.ports {
             notes.push(format!(
-                "referral {}: SPDK lists it through every listener, not only through ports {:?}",
-                r.addr,
-                r.ports.as_deref().unwrap_or_default()
+                "referral {}: SPDK lists it through every listener, not only through ports {ports:?}",
+                r.addr
             ));
         }
     }

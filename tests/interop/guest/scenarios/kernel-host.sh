@@ -2094,12 +2094,6 @@ kh_ana_multipath() {
     rm -f /tmp/ana.json
 }
 
-# Port 2 removed and added back while a path runs through it (port-live):
-# ours drops the [[port]] (hook "port2 off", SIGHUP) and adds it back ("port2
-# on"); nvmet's ports/2 is unlinked and removed, then made again. The path
-# through port 2 (ctrl-loss-tmo 60 s, reconnect every 1 s) loses its
-# controller and keeps reconnecting while I/O goes on through port 1, then
-# is live again once the port is back.
 # port2_set on|off: port 2 (ours: hook port2; nvmet: ports/2 on
 # NVME_ADDR2:NVME_PORT2 with NQN linked) there or not
 port2_set() {
@@ -2129,6 +2123,12 @@ wait_ctrl_state() {
     done
     return 1
 }
+# Port 2 removed and added back while a path runs through it (port-live):
+# ours drops the [[port]] (hook "port2 off", SIGHUP) and adds it back ("port2
+# on"); nvmet's ports/2 is unlinked and removed, then made again. The path
+# through port 2 (ctrl-loss-tmo 60 s, reconnect every 1 s) loses its
+# controller and keeps reconnecting while I/O goes on through port 1, then
+# is live again once the port is back.
 port_live_checks() {
     _c2=$1
     _t0=$(now_ms)
